@@ -1,0 +1,362 @@
+"""GRPO-tune a Qwen model on GSM8K with TRL's GRPOTrainer and LoRA.
+
+    python grpotrainer.py                          # train with the constants below (CUDA GPU, bf16)
+    python grpotrainer.py --smoke                  # the same pipeline offline on CPU in under a minute
+    python grpotrainer.py --LEARNING_RATE=2e-5     # any constant can be overridden as --KEY=value
+    torchrun --nproc_per_node 4 grpotrainer.py     # data-parallel; see configs/accelerate/ for DeepSpeed
+    tensorboard --logdir outputs                   # watch train/reward, train/kl, ... (see README)
+
+TRL does the GRPO loss, LoRA wrapping, logging, checkpointing and distributed launch. This file adds what GSM8K
+needs: the prompt, the gold answers, the rewards (rewards.py) and checks that fail in seconds, not after an hour.
+"""
+
+import difflib
+import logging
+import os
+import sys
+from pathlib import Path
+
+import cli
+import rewards
+from cli import ConfigError
+
+# ---------------------------------------------------------------------------------------------------------------
+# model
+MODEL_NAME = "Qwen/Qwen3-8B"  # Hub id, or a local folder holding config.json + weights (see README)
+TRUST_REMOTE_CODE = False  # run a model repo's own Python code; Qwen3 needs none, so leave it off
+ATTN_IMPLEMENTATION = "auto"  # auto = flash_attention_2 if flash-attn is installed on CUDA, else sdpa; or eager
+LOAD_IN_4BIT = False  # QLoRA: 4-bit NF4 base weights via bitsandbytes (CUDA only); ~1/4 of the weight memory
+ENABLE_THINKING = False  # Qwen3 thinking mode; needs MAX_COMPLETION_LENGTH >= ~1024 or every reward is 0
+# LoRA
+LORA_R = 16  # adapter rank: 8-64; higher learns more, costs more memory
+LORA_ALPHA = 32  # scale = LORA_ALPHA / LORA_R; keep about 2x the rank
+LORA_DROPOUT = 0.05  # dropout on the adapter input, 0-0.1
+LORA_TARGET_MODULES = "all-linear"  # "all-linear", or a comma list such as "q_proj,v_proj"
+# data
+DATASET = "openai/gsm8k"  # Hub id (uses DATASET_CONFIG), or a .jsonl file / folder of {split}.jsonl in GSM8K format
+DATASET_CONFIG = "main"  # Hub config name; ignored for local files
+MAX_SAMPLES = 0  # use only the first N training problems; 0 = all
+SKIP_BAD_ROWS = False  # drop rows whose answer lacks a parseable "#### N" instead of stopping
+SYSTEM_PROMPT = (
+    "You are a careful math tutor. Solve the problem step by step, showing each calculation. "
+    "Then write the final answer on its own last line as '#### <number>', with no units."
+)
+# generation / GRPO
+NUM_GENERATIONS = 4  # completions per prompt (the "group"); >= 2, more = better advantage estimates, slower
+MAX_COMPLETION_LENGTH = 256  # tokens per completion; GSM8K solutions need ~100-250
+TEMPERATURE = 0.7  # sampling temperature, > 0; higher = more diverse groups
+BETA = 0.05  # KL coefficient against the base model; raise if train/kl runs away, 0 = no reference model
+LOSS_TYPE = "dapo"  # grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo (TRL 1.16); dapo has no length bias
+SCALE_REWARDS = "group"  # group, batch or none (Dr. GRPO: none removes the question-difficulty bias)
+NUM_ITERATIONS = 1  # optimisation passes per generated batch (GRPO's mu); > 1 reuses generations
+STEPS_PER_GENERATION = 0  # micro-batches per generation round; 0 = GRADIENT_ACCUMULATION_STEPS
+MASK_TRUNCATED_COMPLETIONS = False  # leave completions cut at MAX_COMPLETION_LENGTH out of the loss (DAPO)
+REWARD_FUNCS = ["correctness_reward", "format_reward"]  # names from rewards.REWARDS, "module:function", or callables
+REWARD_WEIGHTS = [1.0, 0.2]  # one weight per reward function; correctness should dominate
+USE_VLLM = False  # generate with vLLM (requirements-vllm.txt): several times faster generation
+VLLM_MODE = "colocate"  # colocate = on the training GPUs; server = `trl vllm-serve` on other GPUs
+VLLM_GPU_MEMORY_UTILIZATION = 0.3  # colocate: share of GPU memory vLLM may take
+VLLM_ENABLE_SLEEP_MODE = False  # colocate: free vLLM's memory while training, at some wake-up cost
+# optimisation
+LEARNING_RATE = 1e-5  # LoRA needs ~10x the full fine-tuning rate (the tutorial's 1e-6 barely moves an adapter)
+PER_DEVICE_TRAIN_BATCH_SIZE = 1  # completions per micro-batch per GPU
+GRADIENT_ACCUMULATION_STEPS = 8  # micro-batches per optimiser step
+NUM_TRAIN_EPOCHS = 3  # passes over the data when MAX_STEPS = -1
+MAX_STEPS = -1  # optimiser steps; -1 = use NUM_TRAIN_EPOCHS
+ACTIVATION_CHECKPOINTING = True  # recompute activations: much less memory, ~20-30% slower
+BF16 = True  # bfloat16 weights and maths (needs an Ampere or newer GPU)
+USE_LIGER_KERNEL = False  # Liger's fused Triton layer kernels (CUDA, pip install liger-kernel)
+SEED = 42  # seeds LoRA init, sampling and data order
+# logging / output
+OUTPUT_DIR = "outputs/qwen3-gsm8k-grpo"  # checkpoints, final adapter and TensorBoard runs/ go here
+LOGGING_STEPS = 1  # log every N optimiser steps
+SAVE_STEPS = 50  # checkpoint every N steps; a killed run loses at most this many
+SAVE_TOTAL_LIMIT = 3  # keep only the newest N checkpoints
+RESUME = True  # continue from the newest checkpoint-N in OUTPUT_DIR when there is one
+# ---------------------------------------------------------------------------------------------------------------
+
+# --smoke: the same pipeline on a tiny random Qwen3 (smoke.py) and our own fixture, fp32 on CPU, in seconds.
+SMOKE = dict(
+    DATASET=str(Path(__file__).resolve().parent / "data" / "smoke_gsm8k.jsonl"),
+    OUTPUT_DIR="outputs/smoke",
+    MAX_COMPLETION_LENGTH=32,
+    PER_DEVICE_TRAIN_BATCH_SIZE=4,
+    GRADIENT_ACCUMULATION_STEPS=1,
+    MAX_STEPS=4,
+    SAVE_STEPS=2,
+    TEMPERATURE=1.0,
+    LEARNING_RATE=1e-3,
+    BF16=False,
+    ACTIVATION_CHECKPOINTING=False,
+)
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's _compute_loss
+log = logging.getLogger("grpotrainer")
+
+
+def world_size():
+    return int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun and accelerate launch
+
+
+def build_config(smoke=False):
+    """The GRPOConfig for the current constants. Derived values (precision, device) are decided here."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=OUTPUT_DIR,
+        trust_remote_code=TRUST_REMOTE_CODE,
+        model_init_kwargs=model_init_kwargs(smoke),
+        chat_template_kwargs={"enable_thinking": ENABLE_THINKING},
+        num_generations=NUM_GENERATIONS,
+        max_completion_length=MAX_COMPLETION_LENGTH,
+        temperature=TEMPERATURE,
+        beta=BETA,
+        loss_type=LOSS_TYPE,
+        scale_rewards=SCALE_REWARDS,
+        num_iterations=NUM_ITERATIONS,
+        steps_per_generation=STEPS_PER_GENERATION or None,
+        mask_truncated_completions=MASK_TRUNCATED_COMPLETIONS,
+        reward_weights=REWARD_WEIGHTS,
+        use_vllm=USE_VLLM,
+        vllm_mode=VLLM_MODE,
+        vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
+        vllm_enable_sleep_mode=VLLM_ENABLE_SLEEP_MODE,
+        learning_rate=LEARNING_RATE,
+        per_device_train_batch_size=PER_DEVICE_TRAIN_BATCH_SIZE,
+        gradient_accumulation_steps=GRADIENT_ACCUMULATION_STEPS,
+        num_train_epochs=NUM_TRAIN_EPOCHS,
+        max_steps=MAX_STEPS,
+        activation_checkpointing=ACTIVATION_CHECKPOINTING,
+        bf16=BF16,
+        use_liger_kernel=USE_LIGER_KERNEL,
+        use_cpu=smoke,
+        seed=SEED,
+        report_to=["tensorboard"],  # event files in OUTPUT_DIR/runs/<date>_<host>/
+        logging_steps=LOGGING_STEPS,
+        save_steps=SAVE_STEPS,
+        save_total_limit=SAVE_TOTAL_LIMIT,
+    )
+
+
+def model_init_kwargs(smoke=False):
+    """from_pretrained arguments: bf16 and the fastest attention kernel on CUDA, fp32 and sdpa on CPU."""
+    attn = ATTN_IMPLEMENTATION
+    if attn == "auto":
+        attn = "flash_attention_2" if not smoke and _cuda() and _importable("flash_attn") else "sdpa"
+    return {"dtype": "bfloat16" if BF16 else "float32", "attn_implementation": attn}
+
+
+def build_peft_config():
+    from peft import LoraConfig
+
+    targets = LORA_TARGET_MODULES if LORA_TARGET_MODULES == "all-linear" else LORA_TARGET_MODULES.split(",")
+    return LoraConfig(
+        r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=LORA_DROPOUT, target_modules=targets, task_type="CAUSAL_LM"
+    )
+
+
+def build_quantization_config():
+    if not LOAD_IN_4BIT:
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16 if BF16 else torch.float32,
+    )
+
+
+def make_prompt(question):
+    """Chat messages for one problem; evaluate.py uses the same so that before/after accuracies compare."""
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+
+
+def load_gsm8k(split="train", limit=0):
+    """GSM8K (or a local file in its format) as a Dataset with `prompt` (chat messages), `answer` (gold number)
+    and `question`. TRL passes every column to the reward functions, so the gold reaches them as `answer=`."""
+    import datasets
+
+    path = Path(DATASET).expanduser()
+    if path.suffix in (".jsonl", ".json") or path.exists() or DATASET.startswith((".", "/", "~")):
+        path = path / f"{split}.jsonl" if path.is_dir() else path
+        if not path.is_file():
+            raise ConfigError(
+                f"DATASET points at {path}, which does not exist. Give a GSM8K-format .jsonl file (one "
+                '{"question": ..., "answer": "... #### N"} per line), a folder holding train.jsonl and test.jsonl, '
+                "or the Hub id openai/gsm8k."
+            )
+        try:
+            ds = datasets.load_dataset("json", data_files=str(path), split="train")
+        except datasets.exceptions.DatasetGenerationError as err:
+            raise ConfigError(f"DATASET file {path} is not valid JSON lines ({err.__cause__ or err}).") from None
+    else:
+        ds = datasets.load_dataset(DATASET, DATASET_CONFIG, split=split)
+    if missing := {"question", "answer"} - set(ds.column_names):
+        raise ConfigError(f"DATASET {path} lacks the column(s) {sorted(missing)}; GSM8K rows have question, answer.")
+    if limit:
+        ds = ds.select(range(min(limit, len(ds))))
+    golds = [rewards.extract_hash_answer(text) for text in ds["answer"]]
+    if bad := [i for i, gold in enumerate(golds) if gold is None]:
+        shown = "; ".join(f"row {i + 1}: ...{ds[i]['answer'][-40:]!r}" for i in bad[:3])
+        if not SKIP_BAD_ROWS:
+            raise ConfigError(
+                f"{len(bad)} of {len(ds)} rows of DATASET {path} ({split}) have no parseable '#### N' answer, "
+                f"e.g. {shown}. Fix those rows, or set SKIP_BAD_ROWS=True to train without them."
+            )
+        log.warning("skipping %d rows without a '#### N' answer (SKIP_BAD_ROWS=True), e.g. %s", len(bad), shown)
+    keep = [i for i, gold in enumerate(golds) if gold is not None]
+    questions = [ds[i]["question"] for i in keep]
+    return datasets.Dataset.from_dict(
+        {"prompt": [make_prompt(q) for q in questions], "answer": [golds[i] for i in keep], "question": questions}
+    )
+
+
+def build_reward_funcs():
+    """REWARD_FUNCS as callables: registry names, "module:function" strings or callables given directly."""
+    import importlib
+
+    funcs = []
+    for func in REWARD_FUNCS:
+        if isinstance(func, str) and func in rewards.REWARDS:
+            func = rewards.REWARDS[func]
+        elif isinstance(func, str) and ":" in func:
+            module, _, name = func.partition(":")
+            try:
+                func = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError) as err:
+                raise ConfigError(f"REWARD_FUNCS entry {func!r} could not be imported: {err}.") from None
+        elif isinstance(func, str):
+            close = difflib.get_close_matches(func, rewards.REWARDS, n=1)
+            hint = f"Did you mean {close[0]}? " if close else ""
+            raise ConfigError(
+                f"REWARD_FUNCS names an unknown reward {func!r}. {hint}Known rewards: {', '.join(rewards.REWARDS)}; "
+                "or give your own as 'module:function'."
+            )
+        funcs.append(func(max_completion_length=MAX_COMPLETION_LENGTH) if isinstance(func, type) else func)
+    return funcs
+
+
+def preflight(smoke=False):
+    """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a GPU run."""
+    problems = []
+    spg = STEPS_PER_GENERATION or GRADIENT_ACCUMULATION_STEPS
+    batch = PER_DEVICE_TRAIN_BATCH_SIZE * world_size() * spg
+    spg_name = "STEPS_PER_GENERATION" if STEPS_PER_GENERATION else "GRADIENT_ACCUMULATION_STEPS"
+    if NUM_GENERATIONS < 2:
+        problems.append(f"NUM_GENERATIONS is {NUM_GENERATIONS}; GRPO compares completions within a group, so it "
+                        "needs at least 2 (4-8 is usual).")
+    elif batch % NUM_GENERATIONS:
+        fix = next(s for s in range(spg + 1, spg + NUM_GENERATIONS + 1) if s * batch // spg % NUM_GENERATIONS == 0)
+        problems.append(
+            f"each generation round makes PER_DEVICE_TRAIN_BATCH_SIZE x processes x {spg_name} = "
+            f"{PER_DEVICE_TRAIN_BATCH_SIZE} x {world_size()} x {spg} = {batch} completions, which must be a multiple "
+            f"of NUM_GENERATIONS ({NUM_GENERATIONS}) so that every prompt's group is complete. "
+            f"For example set {spg_name}={fix}, or NUM_GENERATIONS to a divisor of {batch} that is at least 2."
+        )
+    if len(REWARD_WEIGHTS) != len(REWARD_FUNCS):
+        problems.append(f"REWARD_WEIGHTS has {len(REWARD_WEIGHTS)} weights for {len(REWARD_FUNCS)} REWARD_FUNCS "
+                        f"({REWARD_FUNCS}); give one weight per function, in the same order.")
+    if LOSS_TYPE not in LOSS_TYPES:
+        problems.append(f"LOSS_TYPE {LOSS_TYPE!r} is not one of {', '.join(LOSS_TYPES)}; dapo is the default.")
+    if SCALE_REWARDS not in ("group", "batch", "none"):
+        problems.append(f"SCALE_REWARDS {SCALE_REWARDS!r} must be group, batch or none.")
+    if TEMPERATURE <= 0:
+        problems.append(f"TEMPERATURE is {TEMPERATURE}; GRPO samples, so it must be > 0 (0.7-1.0 is usual).")
+    if VLLM_MODE not in ("colocate", "server"):
+        problems.append(f"VLLM_MODE {VLLM_MODE!r} must be colocate or server.")
+    problems += hardware_problems(smoke)
+    if problems:
+        raise ConfigError("\n\n".join(problems))
+
+
+def hardware_problems(smoke):
+    """What the requested precision, quantisation and kernels need from this machine."""
+    problems = []
+    cuda = _cuda() and not smoke
+    if not smoke and not cuda:
+        problems.append("no CUDA GPU is visible, and a real run needs one (bf16 training of a billion-parameter "
+                        "model on CPU would take weeks). Try the pipeline offline on CPU with: "
+                        "python grpotrainer.py --smoke")
+    elif BF16 and not (cuda and _bf16_gpu()):
+        where = "--smoke runs on the CPU in fp32" if smoke else "this GPU has no bf16 support (pre-Ampere)"
+        problems.append(f"BF16=True needs a bf16-capable GPU, but {where}. Set BF16=False (fp32: slower, twice "
+                        "the memory; consider LOAD_IN_4BIT or a smaller MODEL_NAME).")
+    for flag, name, package, install in [
+        (LOAD_IN_4BIT, "LOAD_IN_4BIT (QLoRA)", "bitsandbytes", "pip install -r requirements-cuda.txt"),
+        (USE_LIGER_KERNEL, "USE_LIGER_KERNEL", "liger_kernel", "pip install -r requirements-cuda.txt"),
+        (USE_VLLM, "USE_VLLM", "vllm", "a separate environment: pip install -r requirements-vllm.txt"),
+    ]:
+        if flag and not cuda:
+            problems.append(f"{name} needs a CUDA GPU; set {name.split()[0]}=False on this machine.")
+        elif flag and not _importable(package):
+            problems.append(f"{name} needs the {package} package, which is not installed; install it with {install}.")
+    if USE_VLLM and LOAD_IN_4BIT:
+        problems.append("USE_VLLM with LOAD_IN_4BIT is not supported: TRL must merge the LoRA weights into the base "
+                        "model to send them to vLLM, and merging into 4-bit weights is lossy or crashes (TRL issues "
+                        "3466, 3654). Use vLLM with bf16 LoRA, or QLoRA with HF generation.")
+    return problems
+
+
+def _cuda():
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _bf16_gpu():
+    import torch
+
+    return torch.cuda.is_bf16_supported()
+
+
+def _importable(package):
+    import importlib.util
+
+    return importlib.util.find_spec(package) is not None
+
+
+def main(argv=()):
+    global MODEL_NAME
+    smoke = "--smoke" in argv
+    if smoke:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the smoke run must never wait on the network
+        globals().update(SMOKE)
+    overrides = cli.apply_overrides(sys.modules[__name__], [a for a in argv if a != "--smoke"])
+    rank0 = os.environ.get("RANK", "0") == "0"
+    logging.basicConfig(level=logging.INFO if rank0 else logging.WARNING, format="[grpotrainer] %(message)s")
+
+    preflight(smoke)
+    reward_funcs = build_reward_funcs()
+    train_dataset = load_gsm8k("train", limit=MAX_SAMPLES)
+    if smoke and "MODEL_NAME" not in overrides:
+        from smoke import ensure_model_dir
+
+        MODEL_NAME = ensure_model_dir(Path(OUTPUT_DIR) / "smoke-model")
+    config = build_config(smoke)
+    log.info("model %s, %s, attention %s, %d training problems", MODEL_NAME, config.model_init_kwargs["dtype"],
+             config.model_init_kwargs["attn_implementation"], len(train_dataset))
+
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import GRPOTrainer
+
+    trainer = GRPOTrainer(
+        model=MODEL_NAME,
+        reward_funcs=reward_funcs,
+        args=config,
+        train_dataset=train_dataset,
+        peft_config=build_peft_config(),
+        quantization_config=build_quantization_config(),
+    )
+    last = get_last_checkpoint(OUTPUT_DIR) if RESUME and os.path.isdir(OUTPUT_DIR) else None
+    if last:
+        log.info("resuming from %s (set RESUME=False to start over)", last)
+    trainer.train(resume_from_checkpoint=last)
+    trainer.save_model(OUTPUT_DIR)  # the LoRA adapter and the tokenizer
+    log.info("saved the adapter to %s", OUTPUT_DIR)
+    return trainer
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,121 @@
+"""Offline stand-ins for the smoke run and the tests: a tiny random Qwen3 and a locally trained tokenizer.
+
+`python grpotrainer.py --smoke` (and evaluate.py, the tests and the benchmarks) must run with no access to the
+Hugging Face Hub, so instead of downloading Qwen they build, once, a folder that looks exactly like a downloaded
+checkpoint: a `Qwen3ForCausalLM` with random weights and a byte-level BPE tokenizer trained on the project's own
+fixture, with Qwen's ChatML special tokens and a chat template that honours `enable_thinking`. The training script
+then loads that folder through the same `from_pretrained` path it uses for `Qwen/Qwen3-8B`.
+
+    python smoke.py outputs/smoke-model     # build the folder by hand (grpotrainer.py --smoke does it for you)
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+FIXTURE = Path(__file__).resolve().parent / "data" / "smoke_gsm8k.jsonl"  # our own GSM8K-format problems
+
+# Qwen's ChatML markers. Qwen3 ends an assistant turn with <|im_end|>; <|endoftext|> is its pad token.
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+
+# Qwen3's chat template, reduced to what GSM8K needs: system/user/assistant turns and the `enable_thinking` switch.
+# With thinking off, Qwen3 pre-fills an empty think block so the model answers directly; this template does the same.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
+# A model small enough to take a GRPO step in well under a second on one CPU core (~100k parameters).
+TINY_QWEN3 = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=1024,
+    tie_word_embeddings=True,
+)
+VOCAB_SIZE = 512  # 256 byte symbols + special tokens + ~250 merges learnt from the fixture (so "####" is one token)
+
+
+def training_text():
+    """Text the tokenizer is trained on: the fixture's questions and solutions, and the prompt words."""
+    from grpotrainer import SYSTEM_PROMPT  # the system prompt's words should tokenise compactly too
+
+    yield SYSTEM_PROMPT
+    with open(FIXTURE, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            yield row["question"]
+            yield row["answer"]
+
+
+def build_tokenizer():
+    """A byte-level BPE tokenizer trained in a fraction of a second, wrapped as a transformers tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte is encodable: no unknown tokens
+        show_progress=False,
+    )
+    tok.train_from_iterator(training_text(), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+    )
+
+
+def build_model(tokenizer, seed=0, **overrides):
+    """A randomly initialised Qwen3ForCausalLM sized by TINY_QWEN3 (or `overrides`, e.g. real Qwen3 shapes)."""
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    eos = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")]
+    config = Qwen3Config(
+        **{"vocab_size": len(tokenizer), **TINY_QWEN3, **overrides},
+        bos_token_id=None,
+        eos_token_id=eos[0],
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)  # same folder contents every time, so a resumed run sees the same base model
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
+    return model
+
+
+def ensure_model_dir(path):
+    """Build the tiny model folder at `path` unless it is already there; return the path as a string."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        tokenizer = build_tokenizer()
+        model = build_model(tokenizer)
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")  # write aside, then rename: never a half folder
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(path)
+        except OSError:  # another process (torchrun rank) finished first: keep theirs
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(path)
+
+
+if __name__ == "__main__":
+    print(ensure_model_dir(sys.argv[1] if len(sys.argv) > 1 else "outputs/smoke-model"))
