@@ -43,8 +43,7 @@ def _coerce(key, raw, default):
             return [float(item) for item in items] if numeric else items
     except ValueError:
         raise ConfigError(
-            f"--{key}={raw} is not a valid {want}; its default is {default!r}. "
-            f"Example: --{key}={_example(default)}"
+            f"--{key}={raw} is not a valid {want}; its default is {default!r}. Example: --{key}={_example(default)}"
         ) from None
     raise ConfigError(f"{key} (a {want}) cannot be set from the command line; edit it in the file instead.")
 
@@ -68,7 +67,9 @@ def apply_overrides(namespace, args):
     for arg in args:
         key, sep, raw = arg.removeprefix("--").partition("=")
         if not arg.startswith("--") or not sep:
-            raise ConfigError(f"cannot read the argument {arg!r}: overrides are written --KEY=value, e.g. --MAX_STEPS=100")
+            raise ConfigError(
+                f"cannot read the argument {arg!r}: overrides are written --KEY=value, e.g. --MAX_STEPS=100"
+            )
         if key not in known:
             close = difflib.get_close_matches(key.upper(), known, n=3, cutoff=0.5)
             hint = f" Did you mean {', '.join(close)}?" if close else " Constants are UPPERCASE, as in the file."

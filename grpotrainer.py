@@ -10,13 +10,13 @@ TRL does the GRPO loss, LoRA wrapping, logging, checkpointing and distributed la
 needs: the prompt, the gold answers, the rewards (rewards.py) and checks that fail in seconds, not after an hour.
 """
 
-import difflib
 import logging
 import os
 import sys
 from pathlib import Path
 
 import cli
+import preflight
 import rewards
 from cli import ConfigError
 
@@ -89,12 +89,7 @@ SMOKE = dict(
     BF16=False,
     ACTIVATION_CHECKPOINTING=False,
 )
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's _compute_loss
 log = logging.getLogger("grpotrainer")
-
-
-def world_size():
-    return int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun and accelerate launch
 
 
 def build_config(smoke=False):
@@ -141,7 +136,8 @@ def model_init_kwargs(smoke=False):
     """from_pretrained arguments: bf16 and the fastest attention kernel on CUDA, fp32 and sdpa on CPU."""
     attn = ATTN_IMPLEMENTATION
     if attn == "auto":
-        attn = "flash_attention_2" if not smoke and _cuda() and _importable("flash_attn") else "sdpa"
+        cuda = not smoke and preflight.cuda_available()
+        attn = "flash_attention_2" if cuda and preflight.importable("flash_attn") else "sdpa"
     return {"dtype": "bfloat16" if BF16 else "float32", "attn_implementation": attn}
 
 
@@ -221,100 +217,14 @@ def build_reward_funcs():
     for func in REWARD_FUNCS:
         if isinstance(func, str) and func in rewards.REWARDS:
             func = rewards.REWARDS[func]
-        elif isinstance(func, str) and ":" in func:
+        elif isinstance(func, str):  # "module:function" (preflight has already rejected unknown plain names)
             module, _, name = func.partition(":")
             try:
                 func = getattr(importlib.import_module(module), name)
             except (ImportError, AttributeError) as err:
                 raise ConfigError(f"REWARD_FUNCS entry {func!r} could not be imported: {err}.") from None
-        elif isinstance(func, str):
-            close = difflib.get_close_matches(func, rewards.REWARDS, n=1)
-            hint = f"Did you mean {close[0]}? " if close else ""
-            raise ConfigError(
-                f"REWARD_FUNCS names an unknown reward {func!r}. {hint}Known rewards: {', '.join(rewards.REWARDS)}; "
-                "or give your own as 'module:function'."
-            )
         funcs.append(func(max_completion_length=MAX_COMPLETION_LENGTH) if isinstance(func, type) else func)
     return funcs
-
-
-def preflight(smoke=False):
-    """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a GPU run."""
-    problems = []
-    spg = STEPS_PER_GENERATION or GRADIENT_ACCUMULATION_STEPS
-    batch = PER_DEVICE_TRAIN_BATCH_SIZE * world_size() * spg
-    spg_name = "STEPS_PER_GENERATION" if STEPS_PER_GENERATION else "GRADIENT_ACCUMULATION_STEPS"
-    if NUM_GENERATIONS < 2:
-        problems.append(f"NUM_GENERATIONS is {NUM_GENERATIONS}; GRPO compares completions within a group, so it "
-                        "needs at least 2 (4-8 is usual).")
-    elif batch % NUM_GENERATIONS:
-        fix = next(s for s in range(spg + 1, spg + NUM_GENERATIONS + 1) if s * batch // spg % NUM_GENERATIONS == 0)
-        problems.append(
-            f"each generation round makes PER_DEVICE_TRAIN_BATCH_SIZE x processes x {spg_name} = "
-            f"{PER_DEVICE_TRAIN_BATCH_SIZE} x {world_size()} x {spg} = {batch} completions, which must be a multiple "
-            f"of NUM_GENERATIONS ({NUM_GENERATIONS}) so that every prompt's group is complete. "
-            f"For example set {spg_name}={fix}, or NUM_GENERATIONS to a divisor of {batch} that is at least 2."
-        )
-    if len(REWARD_WEIGHTS) != len(REWARD_FUNCS):
-        problems.append(f"REWARD_WEIGHTS has {len(REWARD_WEIGHTS)} weights for {len(REWARD_FUNCS)} REWARD_FUNCS "
-                        f"({REWARD_FUNCS}); give one weight per function, in the same order.")
-    if LOSS_TYPE not in LOSS_TYPES:
-        problems.append(f"LOSS_TYPE {LOSS_TYPE!r} is not one of {', '.join(LOSS_TYPES)}; dapo is the default.")
-    if SCALE_REWARDS not in ("group", "batch", "none"):
-        problems.append(f"SCALE_REWARDS {SCALE_REWARDS!r} must be group, batch or none.")
-    if TEMPERATURE <= 0:
-        problems.append(f"TEMPERATURE is {TEMPERATURE}; GRPO samples, so it must be > 0 (0.7-1.0 is usual).")
-    if VLLM_MODE not in ("colocate", "server"):
-        problems.append(f"VLLM_MODE {VLLM_MODE!r} must be colocate or server.")
-    problems += hardware_problems(smoke)
-    if problems:
-        raise ConfigError("\n\n".join(problems))
-
-
-def hardware_problems(smoke):
-    """What the requested precision, quantisation and kernels need from this machine."""
-    problems = []
-    cuda = _cuda() and not smoke
-    if not smoke and not cuda:
-        problems.append("no CUDA GPU is visible, and a real run needs one (bf16 training of a billion-parameter "
-                        "model on CPU would take weeks). Try the pipeline offline on CPU with: "
-                        "python grpotrainer.py --smoke")
-    elif BF16 and not (cuda and _bf16_gpu()):
-        where = "--smoke runs on the CPU in fp32" if smoke else "this GPU has no bf16 support (pre-Ampere)"
-        problems.append(f"BF16=True needs a bf16-capable GPU, but {where}. Set BF16=False (fp32: slower, twice "
-                        "the memory; consider LOAD_IN_4BIT or a smaller MODEL_NAME).")
-    for flag, name, package, install in [
-        (LOAD_IN_4BIT, "LOAD_IN_4BIT (QLoRA)", "bitsandbytes", "pip install -r requirements-cuda.txt"),
-        (USE_LIGER_KERNEL, "USE_LIGER_KERNEL", "liger_kernel", "pip install -r requirements-cuda.txt"),
-        (USE_VLLM, "USE_VLLM", "vllm", "a separate environment: pip install -r requirements-vllm.txt"),
-    ]:
-        if flag and not cuda:
-            problems.append(f"{name} needs a CUDA GPU; set {name.split()[0]}=False on this machine.")
-        elif flag and not _importable(package):
-            problems.append(f"{name} needs the {package} package, which is not installed; install it with {install}.")
-    if USE_VLLM and LOAD_IN_4BIT:
-        problems.append("USE_VLLM with LOAD_IN_4BIT is not supported: TRL must merge the LoRA weights into the base "
-                        "model to send them to vLLM, and merging into 4-bit weights is lossy or crashes (TRL issues "
-                        "3466, 3654). Use vLLM with bf16 LoRA, or QLoRA with HF generation.")
-    return problems
-
-
-def _cuda():
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _bf16_gpu():
-    import torch
-
-    return torch.cuda.is_bf16_supported()
-
-
-def _importable(package):
-    import importlib.util
-
-    return importlib.util.find_spec(package) is not None
 
 
 def main(argv=()):
@@ -327,7 +237,7 @@ def main(argv=()):
     rank0 = os.environ.get("RANK", "0") == "0"
     logging.basicConfig(level=logging.INFO if rank0 else logging.WARNING, format="[grpotrainer] %(message)s")
 
-    preflight(smoke)
+    preflight.check(sys.modules[__name__], smoke)
     reward_funcs = build_reward_funcs()
     train_dataset = load_gsm8k("train", limit=MAX_SAMPLES)
     if smoke and "MODEL_NAME" not in overrides:
@@ -335,8 +245,13 @@ def main(argv=()):
 
         MODEL_NAME = ensure_model_dir(Path(OUTPUT_DIR) / "smoke-model")
     config = build_config(smoke)
-    log.info("model %s, %s, attention %s, %d training problems", MODEL_NAME, config.model_init_kwargs["dtype"],
-             config.model_init_kwargs["attn_implementation"], len(train_dataset))
+    log.info(
+        "model %s, %s, attention %s, %d training problems",
+        MODEL_NAME,
+        config.model_init_kwargs["dtype"],
+        config.model_init_kwargs["attn_implementation"],
+        len(train_dataset),
+    )
 
     from transformers.trainer_utils import get_last_checkpoint
     from trl import GRPOTrainer
