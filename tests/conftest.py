@@ -1,0 +1,51 @@
+"""Shared test helpers: the repo root on sys.path, constant snapshots, subprocess runs and TensorBoard readers."""
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"  # real GSM8K beside the checkout, never copied in
+sys.path.insert(0, str(REPO))
+
+
+@pytest.fixture
+def gt():
+    """grpotrainer with its constants restored after the test (main() and overrides mutate module globals)."""
+    import cli
+    import grpotrainer
+
+    saved = cli.constants(grpotrainer)
+    yield grpotrainer
+    for key, value in saved.items():
+        setattr(grpotrainer, key, value)
+
+
+def run_script(*args, timeout=300, env=None):
+    """Run `python <args>` from the repo root, offline, and return the CompletedProcess (text output)."""
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def event_dirs(output_dir):
+    """TensorBoard run folders under OUTPUT_DIR/runs, oldest first."""
+    return sorted((Path(output_dir) / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+
+
+def read_scalars(logdir):
+    """{tag: [(step, value), ...]} from the event files in one run folder, via tensorboard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def all_finite(points):
+    return bool(points) and all(math.isfinite(value) for _, value in points)
