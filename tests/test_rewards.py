@@ -1,0 +1,537 @@
+"""Tests for rewards.py: answer extraction, the reward functions, the REWARDS registry contract, safety and speed.
+
+Run:
+    python -m pytest tests/test_rewards.py -q
+Every example here is written for these tests (no GSM8K text); tests/test_rewards_gsm8k.py checks the real data.
+"""
+
+import ast
+import builtins
+import math
+import pickle
+import re
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rewards import (
+    REWARDS,
+    OverlongReward,
+    answers_match,
+    completion_to_text,
+    correctness_reward,
+    extract_answer,
+    extract_hash_answer,
+    format_reward,
+    math_reward,
+    reasoning_reward,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+MB = 1_000_000
+
+
+def chat(text):
+    return [{"role": "assistant", "content": text}]
+
+
+def make_reward(entry):
+    """A registry entry ready to call: classes are built the way grpotrainer.py builds them."""
+    return entry(max_completion_length=64) if isinstance(entry, type) else entry
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Extraction
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # GSM8K's own format, as the prompt asks for it
+        ("Tom buys 3 packs of 6 pens: 3 * 6 = <<3*6=18>>18 pens.\n#### 18", "18"),
+        ("#### 1,080", "1080"),
+        ("#### -7", "-7"),
+        ("#### 18.00", "18"),
+        ("#### $1,250.50", "1250.5"),
+        ("#### 18 pens", "18"),
+        ("####18", "18"),
+        ("####\n18", "18"),  # the number on the line after a bare ####
+        ("#### \u22127", "-7"),  # U+2212 MINUS SIGN
+        ("#### 18\nI hope this helps!", "18"),
+        ("#### 17\n#### 18", "18"),  # the last one wins
+        # Qwen-style \boxed{}
+        (r"So the total is $\boxed{18}$.", "18"),
+        (r"Therefore, Tom has \(\boxed{18}\) pens left.", "18"),
+        (r"\[\boxed{1{,}080}\]", "1080"),
+        (r"\boxed{1\,080}", "1080"),
+        (r"\boxed{\$18.00}", "18"),
+        (r"\boxed{18 \text{ pens}}", "18"),
+        (r"\boxed{25\%}", "25"),
+        (r"\boxed{x = 18}", "18"),
+        (r"\boxed{3 \times 6 = 18}", "18"),  # an equation states its result
+        (r"\boxed{\frac{3}{4}}", "0.75"),
+        (r"\boxed{2\frac{1}{2}}", "2.5"),  # a mixed number
+        (r"\boxed{\boxed{18}}", "18"),
+        (r"\boxed 18", "18"),  # valid LaTeX without braces
+        (r"First \boxed{17}, no wait: \boxed{18}", "18"),
+        (r"\boxed{} and then 18", "18"),  # an empty box is not an answer: fall back to the last number
+        # Llama-style answer phrases
+        ("## Step 2: Add them\n3 + 15 = 18\n\nThe final answer is: $\\boxed{18}$", "18"),
+        ("Final Answer: The final answer is 18. I hope it is correct.", "18"),
+        ("So the answer is 18 pens, and 2 are left over.", "18"),  # the number right after the phrase
+        ("The answer is: 1,080", "1080"),
+        ("The answer is -3 degrees.", "-3"),
+        ("The answer to this question is 18.", "18"),
+        ("The answer is 2.5 million.", "2500000"),
+        ("The answer is 25%.", "25"),
+        ("The answer isn't 17; Tom has 18.", "18"),  # "isn't" is no answer phrase: the last number
+        # GPT-style markdown
+        ("**Answer:** 18", "18"),
+        ("ANSWER: 18", "18"),
+        ("Answer (in dollars): 18", "18"),
+        ("### Final Answer\nTom has **\\$18** left.", "18"),  # a heading: the answer is on the next line
+        ("**Final Answer**\n\n$$\n18\n$$", "18"),
+        ("So, Tom earns **$18** per day.", "18"),
+        ("Let me check my answer: 3 * 6 = 18. Yes.", "18"),
+        ("#### Step 1: Count\n3 + 4 = 7\n#### Step 2: Double\n7 * 2 = 14 pens", "14"),  # headings, not answers
+        ("#### 1. Count the pens\nThere are 14.", "14"),  # a numbered heading, not an answer
+        ("##### 5\nso 18", "18"),  # five hashes make a heading
+        # few-shot and XML formats
+        ("A: 18", "18"),
+        ("Q: How many?\nA: Tom buys 3 * 6 = 18 pens.\nHe gives away 4, so 18 - 4 = 14.", "14"),  # A: starts working
+        ("<reasoning>\n3 * 6 = 18\n</reasoning>\n<answer>\n18\n</answer>", "18"),
+        ("<answer>18</answer>", "18"),
+        # thinking blocks
+        ("<think>Maybe 17? No: 3 * 6 = 18.</think>The answer is 18.", "18"),
+        ("<think>3 * 6 = 18</think>\n\nTom has 18 pens.", "18"),
+        ("<think>The answer is 17</think>\n\nTom has 18 pens.", "18"),  # the phrase inside the block is skipped
+        ("<think>It is 18</think>", "18"),  # nothing follows the block: the block is all there is
+        ("<think>It is 18</think>\n  \n", "18"),  # whitespace is not text
+        ("<think>unfinished, 17 so far", "17"),  # an unclosed block is read whole
+        # the last number
+        ("Tom has 18.", "18"),
+        ("costs $.50", "0.5"),
+        ("0.50", "0.5"),
+        ("-0", "0"),
+        ("16-3 = 13", "13"),  # the minus of 16-3 is no sign
+        ("007", "7"),
+        ("18 " + "word " * 10_000, "18"),  # far back, read in widening windows
+        # no answer
+        ("", None),
+        ("no numbers here", None),
+        ("1" * 1000, None),  # longer than MAX_NUMBER_CHARS: not an answer
+        # expressions are never evaluated
+        ("#### 9*2", None),
+        ("#### 9**2", None),
+        ("#### 9 x 2", None),
+        (r"\boxed{9 \times 2}", None),
+        (r"\boxed{\frac{1}{3}}", None),  # no finite decimal
+        ("The answer is 20 - 2", None),
+        ("#### 9*2 = 18", "18"),  # the stated result, not an evaluation
+    ],
+)
+def test_extract_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("A third of 36 is 12.\n#### 12", "12"),
+        ("#### 1,080", "1080"),
+        ("#### -3", "-3"),
+        ("The answer is 24.", None),  # no ####
+        (r"\boxed{24}", None),
+        ("#### Final answer\nThe answer is 24.", None),  # a heading
+        ("#### 9*2", None),
+        ("#### 24\n<think>x</think>", "24"),  # nothing follows the block, so the whole text is read
+        ("<think>#### 23</think>The answer is 24", None),
+    ],
+)
+def test_extract_hash_answer(text, expected):
+    assert extract_hash_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "pred, gold, expected",
+    [
+        ("18", "18", True),
+        ("18", "18.00", True),
+        ("1080", "1,080", True),
+        ("$18", "18", True),
+        ("-3", "-3.0", True),
+        ("0.1", "0.10000000000000000000000000001", False),  # exact decimals: floats would call these equal
+        ("18.5", "18", False),
+        ("18", "-18", False),
+        (None, "18", False),
+        ("18", None, False),
+        (None, None, False),
+        ("NaN", "NaN", False),  # not finite
+        ("Infinity", "Infinity", False),
+        ("abc", "abc", False),
+        ("9*2", "18", False),
+    ],
+)
+def test_answers_match(pred, gold, expected):
+    assert answers_match(pred, gold) is expected
+
+
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("plain", "plain"),
+        (chat("#### 18"), "#### 18"),
+        ([{"content": "no role"}], "no role"),  # TRL's own rewards read message [0] whatever its role
+        (
+            [
+                {"role": "assistant", "content": "a"},
+                {"role": "tool", "content": "b"},
+                {"role": "assistant", "content": "c"},
+            ],
+            "a\nc",
+        ),
+        ([{"role": "assistant", "content": [{"type": "text", "text": "x"}, {"type": "image"}]}], "x"),
+        ({"role": "assistant", "content": "one message"}, "one message"),
+        (b"\xff18", "\ufffd18"),  # invalid UTF-8 becomes U+FFFD
+        (None, ""),
+        (42, ""),
+        ([{"role": "assistant", "content": None}], ""),
+    ],
+)
+def test_completion_to_text(completion, expected):
+    assert completion_to_text(completion) == expected
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reward functions
+
+
+def test_correctness_reward_values():
+    completions = ["3 * 6 = 18\n#### 18", "The answer is $18.00.", r"\boxed{18.5}", "#### 17", ""]
+    assert correctness_reward(completions, answer=["18"] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "gold",
+    [
+        "1080",
+        "1,080",
+        "Tom counts 1,000 + 80 = <<1000+80=1080>>1080 pens.\n#### 1,080",
+        1080,
+        1080.0,
+        Decimal("1080.00"),
+    ],
+)
+def test_correctness_reward_gold_forms(gold):
+    # the gold goes through the same extraction, so a GSM8K solution and a bare number are the same gold
+    assert correctness_reward(["#### 1080", chat("#### 1080")], answer=[gold, gold]) == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("answer", [None, [None, None], [], ["no number", "no number"], [True, True]])
+def test_correctness_reward_missing_gold(answer):
+    # a gold that is missing or unreadable scores 0.0, never raises
+    assert correctness_reward(["#### 18", "#### 18"], answer=answer) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("3 + 15 = 18\n#### 18", 1.0),
+        ("#### 18", 1.0),
+        ("#### 1,080\n\n", 1.0),  # trailing blank lines do not count
+        ("#### -3.5", 1.0),
+        ("#### $18", 0.5),  # decorated
+        ("#### 18 pens", 0.5),
+        ("#### 18\nDone!", 0.5),  # not last
+        ("#### 18.", 0.5),
+        ("The answer is 18.", 0.0),
+        (r"\boxed{18}", 0.0),
+        ("#### Step 2", 0.0),  # a heading
+        ("#### 9*2", 0.0),
+        ("<think>#### 18</think>The answer is 18", 0.0),  # the #### is inside the thinking
+        ("", 0.0),
+    ],
+)
+def test_format_reward(completion, expected):
+    assert format_reward([completion]) == [expected]
+
+
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("He sells 20 - 5 - 3 = 12 pens.", 1.0),
+        ("(3 + 4) x 2 = 14", 1.0),
+        (r"$12 \times 2 = 24$", 1.0),
+        ("36/3 = <<36/3=12>>12", 1.0),
+        ("2 - .5 = 1.5", 1.0),
+        ("3 * $4 = $12", 1.0),
+        ("A third of them, 36 / 3, are blue.", 0.5),  # arithmetic without its result
+        ("3 + 4 makes a week, and x = 7", 0.5),  # the = is not the result of the operation
+        ("#### 24", 0.0),
+        ("The answer is 24.", 0.0),
+        ("x = 24", 0.0),  # an equation, but no arithmetic
+        ("", 0.0),
+    ],
+)
+def test_reasoning_reward(completion, expected):
+    assert reasoning_reward([completion]) == [expected]
+
+
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("36 / 3 = 12\n#### 12", 1.0),  # 0.2 #### + 0.2 arithmetic + 0.2 readable + 0.4 correct
+        ("36 / 3 = 12\n#### 13", 0.6),  # wrong: no 0.4
+        ("#### 12", 0.8),  # no arithmetic shown
+        ("36 / 3 = 12, so the answer is 12.", 0.8),  # no ####
+        ("The answer is 12.", 0.6),
+        ("36 / 3", 0.4),  # 0.2 arithmetic + 0.2 readable (the last number, 3, which is wrong)
+        ("no answer", 0.0),
+    ],
+)
+def test_math_reward(completion, expected):
+    assert math_reward([completion], answer=["12"]) == [expected]
+
+
+def test_math_reward_missing_gold_is_zero():
+    # the combined reward needs the gold, so without it the whole item scores 0.0
+    assert math_reward(["36 / 3 = 12\n#### 12"], answer=[None]) == [0.0]
+
+
+def soft_overlong(length, max_len, cache):
+    """DAPO Eq. 13, written out independently of TRL."""
+    if length <= max_len - cache:
+        return 0.0
+    return (max_len - cache - length) / cache if length <= max_len else -1.0
+
+
+@pytest.mark.parametrize("max_len, cache", [(100, None), (100, 20), (100, 0), (100, 100), (7, None)])
+def test_overlong_reward_matches_dapo(max_len, cache):
+    reward = OverlongReward(max_len, cache)
+    cache = max_len // 4 if cache is None else cache
+    lengths = [
+        0,
+        1,
+        max_len - cache - 1,
+        max_len - cache,
+        max_len - cache + 1,
+        max_len - 1,
+        max_len,
+        max_len + 1,
+        10 * max_len,
+    ]
+    lengths = [n for n in lengths if n >= 0]
+    out = reward(completions=["x"] * len(lengths), completion_ids=[[7] * n for n in lengths])
+    assert out == pytest.approx([soft_overlong(n, max_len, cache) for n in lengths])
+
+
+def test_overlong_reward_defaults_and_name():
+    reward = OverlongReward(max_completion_length=256)
+    assert reward.soft_cache == 64  # a quarter of the maximum
+    assert reward.__name__ == "overlong_reward"  # TRL's metric name: rewards/overlong_reward/mean
+    assert OverlongReward.__name__ == "OverlongReward"  # the class keeps its own name
+    assert reward(completions=["a", "b"]) == [0.0, 0.0]  # no token ids, no penalty
+
+
+@pytest.mark.parametrize("args", [(0,), (-5,), (True,), ("256",), (256.0,), (100, 101), (100, -1), (100, 2.5)])
+def test_overlong_reward_rejects_bad_config(args):
+    with pytest.raises(ValueError):
+        OverlongReward(*args)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The registry contract, for every entry
+
+COMPLETIONS = ["3 * 6 = 18\n#### 18", r"So $\boxed{17}$.", "The answer is 18.", "", "#### 9*2", "<think>18</think>x"]
+GOLDS = ["18", "18", "1,080", None, "18", "18"]
+TRL_KWARGS = {
+    "prompts": ["q"] * len(COMPLETIONS),
+    "completion_ids": [[1] * n for n in (10, 50, 60, 0, 64, 99)],
+    "trainer_state": object(),
+    "log_extra": lambda *a: None,
+    "log_metric": lambda *a: None,
+    "question": ["q"] * len(COMPLETIONS),
+}
+RANGES = {"overlong_reward": (-1.0, 0.0)}
+
+
+def test_registry_names():
+    assert list(REWARDS) == [
+        "correctness_reward",
+        "format_reward",
+        "reasoning_reward",
+        "math_reward",
+        "overlong_reward",
+    ]
+
+
+@pytest.mark.parametrize("name", list(REWARDS))
+def test_registry_contract(name):
+    reward = make_reward(REWARDS[name])
+    assert reward.__name__ == name  # TensorBoard tag train/rewards/<name>/mean
+    plain = reward(completions=COMPLETIONS, answer=GOLDS, **TRL_KWARGS)
+    chats = reward(completions=[chat(c) for c in COMPLETIONS], answer=GOLDS, **TRL_KWARGS)
+    low, high = RANGES.get(name, (0.0, 1.0))
+    assert len(plain) == len(COMPLETIONS)
+    assert all(type(r) is float and low <= r <= high for r in plain)
+    assert plain == chats
+    assert reward(completions=COMPLETIONS, answer=GOLDS) == reward(completions=COMPLETIONS, answer=GOLDS)
+    assert reward(completions=[], answer=[]) == []
+
+
+@pytest.mark.parametrize("name", list(REWARDS))
+def test_registry_pickles(name):
+    reward = make_reward(REWARDS[name])
+    copy = pickle.loads(pickle.dumps(reward))
+    assert copy(completions=COMPLETIONS, answer=GOLDS, **TRL_KWARGS) == reward(
+        completions=COMPLETIONS, answer=GOLDS, **TRL_KWARGS
+    )
+    assert pickle.loads(pickle.dumps(REWARDS[name])) is REWARDS[name]  # functions and classes pickle by reference
+
+
+def test_import_is_light():
+    # grpotrainer's preflight imports rewards; it must not pull in torch, transformers or TRL
+    heavy = "{'torch', 'transformers', 'trl', 'math_verify', 'sympy'}"
+    code = f"import sys, rewards; print(sorted({heavy} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Safety: model output is never evaluated, and no text makes a reward raise
+
+
+def test_no_evaluation_in_source():
+    # nothing in rewards.py can run model output: no eval-like call, no symbolic-maths parser imported
+    tree = ast.parse((REPO / "rewards.py").read_text())
+    calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    names = {func.id for func in calls if isinstance(func, ast.Name)}
+    attributes = {func.attr for func in calls if isinstance(func, ast.Attribute)}  # re.compile is one of these
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    } | {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not names & {"eval", "exec", "compile", "__import__"}
+    assert not (names | attributes) & {"sympify", "parse_expr", "literal_eval", "simplify", "evalf", "parse"}
+    assert not imported & {"sympy", "math_verify", "latex2sympy2_extended", "ast", "numexpr"}
+
+
+def test_code_in_completions_runs_nothing(tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("model output was evaluated")
+
+    monkeypatch.setattr(builtins, "eval", refuse)
+    monkeypatch.setattr(builtins, "exec", refuse)
+    marker = tmp_path / "pwned"
+    attack = f"__import__('os').system('touch {marker}')\n#### eval('9*2')"
+    completions = [attack, "#### __import__('os')", "```python\nprint(9*2)\n```\n#### 9*2"]
+    for name in REWARDS:
+        make_reward(REWARDS[name])(completions=completions, answer=["18"] * 3)
+    assert not marker.exists()
+    assert correctness_reward(completions, answer=["18"] * 3) == [0.0, 0.0, 0.0]  # 9*2 is not 18 unless stated
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", None),
+        ("\ufffd\ufffd 18 \ufffd", "18"),  # invalid UTF-8, decoded with errors="replace"
+        ("\ud800 18 \x00", "18"),  # a lone surrogate and a NUL byte
+        ("7" * MB, None),  # 1 MB of digits is one number, too long to be an answer
+        (r"\boxed{18", "18"),  # an unclosed box is not a box: the last number
+        ("}}}{{{ 18 }", "18"),
+        (r"\boxed{\boxed{\boxed{7}}}", "7"),
+        (r"\boxed{" * 1000 + "7" + "}" * 1000, "7"),
+        (r"\boxed{\frac{1}{0}}", None),  # a zero denominator reads as an expression, 1/0
+        ("#" * 10_000 + " 18", "18"),  # a run of # is a heading, not the marker
+    ],
+)
+def test_hostile_inputs(text, expected):
+    assert extract_answer(text) == expected
+
+
+FRAGMENTS = [
+    "####", "#", " ", "\n", "\\boxed{", "\\fbox", "{", "}", "\\frac{1}{3}", "\\frac{", "\\dfrac12", "$", "\\$", ",",
+    ".", "-", "\u2212", "18", "1,080", "0", "9", "*", "**", "=", "+", "/", "x", "The answer is ", "Answer:", "A:",
+    "### Final Answer\n", "<think>", "</think>", "<answer>", "</answer>", "\ufffd", "\\text{", "%", " million", "é",
+    "\\,", "{,}", "~", "\\", "(", ")", "<<", ">>", "\u00a0", "\x00", "\ud800",
+]  # fmt: skip
+texts = st.one_of(st.text(), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join))
+NORMALISED = r"-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?"
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts)
+def test_extract_answer_never_raises_and_normalises(text):
+    answer = extract_answer(text)
+    assert answer is None or (re.fullmatch(NORMALISED, answer) and answer != "-0")
+    assert answer is None or extract_answer(answer) == answer  # normalising is idempotent
+    assert extract_hash_answer(text) in (None, answer)  # a #### answer, when there is one, is the answer
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(texts, min_size=1, max_size=4), st.one_of(st.none(), texts))
+def test_rewards_never_raise(completions, gold):
+    for name in REWARDS:
+        reward = make_reward(REWARDS[name])
+        low, high = RANGES.get(name, (0.0, 1.0))
+        for form in (completions, [chat(c) for c in completions]):
+            out = reward(completions=form, answer=[gold] * len(completions), completion_ids=[[1]] * len(completions))
+            assert len(out) == len(completions) and all(low <= r <= high for r in out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(), st.integers(min_value=-(10**15), max_value=10**15))
+def test_a_final_hash_line_wins(prefix, n):
+    # whatever comes before it, a last line "#### N" is the answer
+    assert extract_answer(f"{prefix}\n#### {n}") == str(n)
+    assert correctness_reward([f"{prefix}\n#### {n:,}"], answer=[str(n)]) == [1.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.decimals(allow_nan=False, allow_infinity=False, places=3, min_value=-(10**9), max_value=10**9))
+def test_numbers_compare_by_value(value):
+    # however a number is written, it grades equal to itself: "18", "18.000", "$18", "1,080"
+    assert answers_match(extract_answer(f"The answer is {value:,f}."), format(value, "f"))
+    assert answers_match(extract_answer(f"#### ${value:f}"), str(value))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Speed: linear time, a 1 MB completion well under 50 ms (bench/bench_rewards.py measures throughput)
+
+BIG = {
+    "digits": "7" * MB,
+    "digits and spaces": "1 " * (MB // 2),
+    "open boxes": "\\boxed{" * (MB // 7),
+    "nested boxes": "\\boxed{" * (MB // 14) + "}" * (MB // 14),
+    "braces": "{" * MB,
+    "hashes": "#" * MB,
+    "heading lines": "#### Step\n" * (MB // 10),
+    "answer phrases": "the answer is " * (MB // 14),
+    "operators": "1+" * (MB // 2),
+    "words with digits": "a1" * (MB // 2),
+    "replacement characters": "\ufffd" * MB,
+    "a long think": "<think>" + "x" * MB + "</think> 18",
+}
+
+
+def best_ms(func, *args, repeat=3, **kwargs):
+    best = math.inf
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func(*args, **kwargs)
+        best = min(best, time.perf_counter() - start)
+    return best * 1000
+
+
+@pytest.mark.parametrize("name", list(BIG))
+def test_one_megabyte_grades_fast(name):
+    text = BIG[name]
+    assert best_ms(correctness_reward, [text], answer=["18"]) < 50  # the spec's bound for grading
+    for reward_name in REWARDS:  # every reward is linear too: a quadratic scan would take seconds here
+        assert best_ms(make_reward(REWARDS[reward_name]), [text], answer=["18"], repeat=1) < 250, reward_name
