@@ -73,6 +73,15 @@ LOGGING_STEPS = 1  # log every N optimiser steps
 SAVE_STEPS = 50  # checkpoint every N steps; a killed run loses at most this many
 SAVE_TOTAL_LIMIT = 3  # keep only the newest N checkpoints
 RESUME = True  # continue from the newest checkpoint-N in OUTPUT_DIR when there is one
+EVAL_BEFORE = 0  # GSM8K test problems scored before training (eval/gsm8k_* at step 0); 0 = off, 1319 = all
+EVAL_AFTER = 0  # the same after training, at the final step; 0 = off (python evaluate.py does it standalone)
+KL_WARN = 10.0  # health advice (monitor.py): warn when train/kl, the mean per-token KL, exceeds this
+KL_ACT = 20.0  # advise raising BETA / lowering LEARNING_RATE when train/kl exceeds this
+ZERO_STD_FRAC = 0.9  # advise when frac_reward_zero_std (0-1) is at least this ...
+ZERO_STD_LOGS = 5  # ... for this many logs in a row: the reward does not tell a group's completions apart
+REWARD_FLAT_WINDOW = 50  # logs; the mean reward is "flat" if its two halves differ by < REWARD_FLAT_DELTA; 0 = off
+REWARD_FLAT_DELTA = 0.02  # in reward units (correctness 0-1 plus weighted format)
+CLIPPED_RATIO_MAX = 0.2  # advise raising MAX_COMPLETION_LENGTH when more completions (0-1) than this are cut off
 # ---------------------------------------------------------------------------------------------------------------
 
 # --smoke: the same pipeline on a tiny random Qwen3 (smoke.py) and our own fixture, fp32 on CPU, in seconds.
@@ -256,6 +265,11 @@ def main(argv=()):
     from transformers.trainer_utils import get_last_checkpoint
     from trl import GRPOTrainer
 
+    import evaluate
+    import monitor
+
+    health = monitor.HealthMonitor(monitor.Thresholds.from_constants(sys.modules[__name__]))  # advice; NaN stop
+    samples = monitor.CompletionSamples(train_dataset)  # completions table in TensorBoard's Text tab
     trainer = GRPOTrainer(
         model=MODEL_NAME,
         reward_funcs=reward_funcs,
@@ -263,13 +277,19 @@ def main(argv=()):
         train_dataset=train_dataset,
         peft_config=build_peft_config(),
         quantization_config=build_quantization_config(),
+        callbacks=[health, samples],
     )
+    health.trainer = samples.trainer = trainer  # they write through its TensorBoard writer (see monitor.py)
     last = get_last_checkpoint(OUTPUT_DIR) if RESUME and os.path.isdir(OUTPUT_DIR) else None
     if last:
         log.info("resuming from %s (set RESUME=False to start over)", last)
+    evaluate.in_training(trainer, EVAL_BEFORE, "before", load_gsm8k)  # baseline test accuracy, step 0
     trainer.train(resume_from_checkpoint=last)
+    if health.stopped:
+        raise ConfigError(f"training stopped: {health.stopped.message}")
     trainer.save_model(OUTPUT_DIR)  # the LoRA adapter and the tokenizer
     log.info("saved the adapter to %s", OUTPUT_DIR)
+    evaluate.in_training(trainer, EVAL_AFTER, "after", load_gsm8k)  # test accuracy at the final step
     return trainer
 
 

@@ -1,0 +1,378 @@
+"""Watching a GRPO run from TensorBoard: sample completions in the Text tab, and advice when training goes wrong.
+
+    CompletionSamples  at each log, a few prompts of the latest generation batch with their completion, the
+                       extracted and gold answers and every reward's score, as a table (Text tab, completions/samples)
+    HealthMonitor      reads each log; when one of the warning signals below fires it prints a short advisory that
+                       names the constant to change and writes it to TensorBoard (Text tab, health/advice); on a NaN
+                       it stops training cleanly, without checkpointing the broken weights
+    Advisor            the decisions alone, on plain log dicts, with no trainer: what tests/test_monitor.py drives
+
+The signals and their thresholds (constants in grpotrainer.py, --KEY=value as usual):
+    kl > KL_WARN (warn), > KL_ACT (act)         the policy drifts from the reference: raise BETA, lower LEARNING_RATE
+    frac_reward_zero_std >= ZERO_STD_FRAC       for ZERO_STD_LOGS logs in a row: most groups' rewards are all equal
+    reward flat over REWARD_FLAT_WINDOW logs    its mean moved less than REWARD_FLAT_DELTA between the window's halves
+    completions/clipped_ratio > CLIPPED_RATIO_MAX   completions are cut at MAX_COMPLETION_LENGTH
+    loss, grad_norm, kl or reward NaN or inf    stop; the last checkpoint stays as it was, the final save is skipped
+"""
+
+import html
+import logging
+import math
+import re
+from collections import deque
+from dataclasses import dataclass, fields
+from itertools import zip_longest
+
+from transformers import TrainerCallback
+
+import rewards
+
+REPEAT_AFTER = 20  # logs before an advisory that keeps firing is shown again (at once if it gets more severe)
+LEVELS = {"warn": 1, "act": 2, "stop": 3}
+log = logging.getLogger("grpotrainer.monitor")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When each signal fires; every field feeds from the grpotrainer constant of the same name in capitals."""
+
+    kl_warn: float
+    kl_act: float
+    zero_std_frac: float
+    zero_std_logs: int
+    reward_flat_window: int
+    reward_flat_delta: float
+    clipped_ratio_max: float
+
+    @classmethod
+    def from_constants(cls, module):
+        """Read KL_WARN, KL_ACT, ... from a module (grpotrainer, with its --KEY=value overrides applied)."""
+        return cls(**{f.name: getattr(module, f.name.upper()) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Advice:
+    signal: str  # kl, zero_std, flat_reward, clipped, nan
+    level: str  # warn, act or stop
+    message: str
+
+    def __str__(self):
+        return f"{self.level.upper()} {self.signal}: {self.message}"
+
+
+class Advisor:
+    """Turns a stream of training logs into advisories. Pure: no trainer, no printing.
+
+    `update(logs, step)` takes one log dict as the Trainer passes it to callbacks (keys without the "train/" prefix:
+    kl, frac_reward_zero_std, reward, completions/clipped_ratio, loss, grad_norm) and returns the advisories to show
+    now. A signal that keeps firing is shown again after REPEAT_AFTER logs, or at once when it gets more severe.
+    `settings` holds the values in force (beta, learning_rate, ... as in GRPOConfig) so that advice can quote them.
+    """
+
+    def __init__(self, thresholds, settings=None, repeat_after=REPEAT_AFTER):
+        self.t = thresholds
+        self.settings = dict(settings or {})
+        self.repeat_after = repeat_after
+        self.stop = None  # the Advice that stopped training, once a NaN was seen
+        self.logs_seen = 0
+        self._zero_std_run = 0
+        self._rewards = deque(maxlen=max(thresholds.reward_flat_window, 2))
+        self._shown = {}  # signal -> (log index, level) it was last shown at
+
+    def update(self, logs, step=None):
+        self.logs_seen += 1
+        fired = [a for a in (self._nan(logs, step), self._kl(logs), self._zero_std(logs)) if a]
+        fired += [a for a in (self._flat_reward(logs), self._clipped(logs)) if a]
+        if self.stop is None and (stop := next((a for a in fired if a.level == "stop"), None)):
+            self.stop = stop
+        return [a for a in fired if self._due(a)]
+
+    def _due(self, advice):
+        last = self._shown.get(advice.signal)
+        due = last is None or LEVELS[advice.level] > LEVELS[last[1]] or self.logs_seen - last[0] >= self.repeat_after
+        if due:
+            self._shown[advice.signal] = (self.logs_seen, advice.level)
+        return due
+
+    def _setting(self, name, fallback="?"):
+        value = self.settings.get(name)
+        return fallback if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+    # Each rule reads one signal from the log and returns an Advice, or None when the signal is quiet.
+
+    def _nan(self, logs, step):
+        # Trainer replaces a NaN loss by the running mean in its logs (logging_nan_inf_filter), so grad_norm is the
+        # reliable sign; TRL logs a reward of None when every reward function returned None or NaN for every row.
+        for key in ("loss", "grad_norm", "kl", "reward"):
+            value = logs.get(key, 0.0)
+            if value is None or (isinstance(value, float) and not math.isfinite(value)):
+                break
+        else:
+            return None
+        at = f"{key} is {value}" + (f" at step {step}" if step is not None else "")
+        kept = "The newest checkpoint-N in OUTPUT_DIR is kept as it was; the final adapter is not written."
+        if key == "reward":
+            return Advice(
+                "nan",
+                "stop",
+                f"{at}: every reward function returned None or NaN for every completion, so there is nothing to "
+                f"learn from and training stops. Check the functions in REWARD_FUNCS. {kept}",
+            )
+        return Advice(
+            "nan",
+            "stop",
+            f"{at}: the weights are diverging, so training stops before they are saved. {kept} Lower LEARNING_RATE "
+            f"(now {self._setting('learning_rate')}) or raise BETA (now {self._setting('beta')}); a resumed run "
+            "keeps the checkpoint's learning rate, so start a fresh OUTPUT_DIR (or RESUME=False) to change it.",
+        )
+
+    def _kl(self, logs):
+        kl = logs.get("kl")
+        if not isinstance(kl, (int, float)) or not kl > self.t.kl_warn:
+            return None
+        beta, lr = self._setting("beta"), self._setting("learning_rate")
+        if kl > self.t.kl_act:
+            return Advice(
+                "kl",
+                "act",
+                f"kl is {kl:.3g} (> KL_ACT={self.t.kl_act:g}): the policy has drifted far from the reference model "
+                f"and is likely exploiting the reward or collapsing. Raise BETA (now {beta}; e.g. double it) and "
+                f"lower LEARNING_RATE (now {lr}; e.g. halve it).",
+            )
+        return Advice(
+            "kl",
+            "warn",
+            f"kl is {kl:.3g} (> KL_WARN={self.t.kl_warn:g}): the policy is moving away from the reference model. "
+            f"Watch train/kl; above KL_ACT={self.t.kl_act:g} raise BETA (now {beta}) or lower LEARNING_RATE "
+            f"(now {lr}).",
+        )
+
+    def _zero_std(self, logs):
+        frac = logs.get("frac_reward_zero_std")
+        if not isinstance(frac, (int, float)):
+            return None
+        self._zero_std_run = self._zero_std_run + 1 if frac >= self.t.zero_std_frac else 0
+        if self._zero_std_run < self.t.zero_std_logs:
+            return None
+        n = self._setting("num_generations")
+        return Advice(
+            "zero_std",
+            "warn",
+            f"in {frac:.0%} of groups all {n} completions got the same reward, for {self._zero_std_run} logs in a "
+            f"row (frac_reward_zero_std >= ZERO_STD_FRAC={self.t.zero_std_frac:g} for ZERO_STD_LOGS="
+            f"{self.t.zero_std_logs}): such groups have zero advantage and teach nothing. Check that the reward "
+            "tells the responses apart (see completions/samples in the Text tab), or raise NUM_GENERATIONS "
+            f"(now {n}) or TEMPERATURE (now {self._setting('temperature')}) for more varied groups.",
+        )
+
+    def _flat_reward(self, logs):
+        reward = logs.get("reward")
+        window = self.t.reward_flat_window
+        if not isinstance(reward, (int, float)) or not math.isfinite(reward) or window < 2:
+            return None
+        self._rewards.append(reward)
+        if len(self._rewards) < window:
+            return None
+        values = list(self._rewards)
+        # Halves of the window, not first and last values: a per-step reward is noisy, its running mean is not.
+        before, after = sum(values[: window // 2]) / (window // 2), sum(values[window // 2 :]) / (window - window // 2)
+        if abs(after - before) >= self.t.reward_flat_delta:
+            return None
+        return Advice(
+            "flat_reward",
+            "warn",
+            f"the mean reward has been flat for {window} logs ({before:.3f} -> {after:.3f}, a change under "
+            f"REWARD_FLAT_DELTA={self.t.reward_flat_delta:g} over REWARD_FLAT_WINDOW={window}). If it is near its "
+            "maximum the run has converged; otherwise check that the reward tells the responses apart "
+            "(frac_reward_zero_std, completions/samples), or raise LEARNING_RATE "
+            f"(now {self._setting('learning_rate')}) while train/kl stays low.",
+        )
+
+    def _clipped(self, logs):
+        ratio = logs.get("completions/clipped_ratio")
+        if not isinstance(ratio, (int, float)) or not ratio > self.t.clipped_ratio_max:
+            return None
+        length = self._setting("max_completion_length")
+        return Advice(
+            "clipped",
+            "warn",
+            f"{ratio:.0%} of completions hit MAX_COMPLETION_LENGTH (now {length} tokens) unfinished (completions/"
+            f"clipped_ratio > CLIPPED_RATIO_MAX={self.t.clipped_ratio_max:g}): they lose the final '#### N' line and "
+            "its reward. Raise MAX_COMPLETION_LENGTH, or set MASK_TRUNCATED_COMPLETIONS=True to leave them out "
+            "of the loss.",
+        )
+
+
+SETTINGS = ("beta", "learning_rate", "num_generations", "temperature", "max_completion_length")
+
+
+class HealthMonitor(TrainerCallback):
+    """Prints the Advisor's advisories and writes them to TensorBoard (health/advice); stops cleanly on a NaN.
+
+    Every process runs the same Advisor on the same logs (GRPOTrainer averages its metrics over all processes before
+    logging), so on a NaN every rank stops at the same step and none waits for the others; only the main process
+    prints and writes. A stop sets `should_save = False` for the rest of the run, so the checkpoint that step
+    would have written is skipped and the newest checkpoint on disk holds the last good weights. (A step whose
+    NaN is not logged, when LOGGING_STEPS > 1, can still be checkpointed: keep LOGGING_STEPS dividing SAVE_STEPS.)
+    After training, `stopped` says whether to skip the final save; `advice` lists everything shown.
+    """
+
+    def __init__(self, thresholds, trainer=None, tag="health/advice"):
+        self.advisor = Advisor(thresholds)
+        self.trainer = trainer  # for TensorBoard's writer; without it, advice is printed only
+        self.tag = tag
+        self.advice = []
+
+    @property
+    def stopped(self):
+        return self.advisor.stop
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.advisor.settings.update({name: getattr(args, name, None) for name in SETTINGS})
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        shown = self.advisor.update(logs or {}, state.global_step)
+        if self.advisor.stop:
+            control.should_training_stop = True
+            control.should_save = False
+        if not shown or not state.is_world_process_zero:
+            return
+        self.advice += shown
+        for advice in shown:
+            log.warning("health %s", advice)
+        writer = tensorboard_writer(self.trainer)
+        if writer is not None:
+            writer.add_text(
+                self.tag, "\n\n".join(f"**{a.level.upper()}** {md(a.message)}" for a in shown), state.global_step
+            )
+            writer.flush()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.advisor.stop:  # the flow callback may ask for a save at this step; the weights are not worth it
+            control.should_save = False
+
+    on_epoch_end = on_step_end
+
+
+class CompletionSamples(TrainerCallback):
+    """At each log, a table of a few prompts of the newest generation batch in TensorBoard's Text tab.
+
+    Columns: question, completion, extracted answer (rewards.extract_answer), gold, one column per reward function,
+    and the advantage. TRL 1.16 keeps the newest generation batch only in the trainer's private `_logs` (prompt,
+    completion, rewards by function name, advantages; gathered from all processes) and sends it to W&B, Trackio or
+    parquet files, never to TensorBoard, and gives callbacks no handle on it; so this callback holds the trainer and
+    reads `_logs` (checked in tests/test_monitor.py against a real smoke run). The gold is not in `_logs`: it is
+    looked up by question in the training set, which keeps the reward functions free of logging duties.
+    """
+
+    def __init__(self, dataset, trainer=None, num_samples=4, tag="completions/samples"):
+        self.golds = dict(zip(dataset["question"], dataset["answer"], strict=True))
+        self.trainer = trainer
+        self.num_samples = num_samples
+        self.tag = tag
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # "reward" is in the log only when a new batch was generated since the last log: no table twice.
+        if not state.is_world_process_zero or self.trainer is None or "reward" not in (logs or {}):
+            return
+        writer = tensorboard_writer(self.trainer)
+        batch = getattr(self.trainer, "_logs", None)
+        if writer is None or not batch:
+            return
+        rows = sample_rows(batch, self.golds, self.num_samples)
+        if rows:
+            writer.add_text(self.tag, render_table(rows), state.global_step)
+            writer.flush()
+
+
+def sample_rows(batch, golds, n=4):
+    """Up to `n` rows of a TRL `_logs` batch, spread over its prompts: the first completion of each prompt, then the
+    second of each, and so on, so that a batch of one prompt shows its group and a batch of many shows many prompts.
+    """
+    questions = [question_of(p) for p in batch["prompt"]]
+    groups = {}  # question -> indices of its completions, in batch order
+    for i, question in enumerate(questions[: len(batch["completion"])]):
+        groups.setdefault(question, []).append(i)
+    round_robin = [i for rank in zip_longest(*groups.values()) for i in rank if i is not None]
+    picked = sorted(round_robin[:n])  # shown in batch order, so a group's completions stay together
+    scores = {name: list(values) for name, values in batch.get("rewards", {}).items()}
+    advantages = list(batch.get("advantages", []))
+    rows = []
+    for i in picked:
+        text = rewards.completion_to_text(batch["completion"][i])
+        rows.append(
+            {
+                "question": questions[i],
+                "completion": text,
+                "extracted": rewards.extract_answer(text),
+                "gold": golds.get(questions[i]),
+                "rewards": {name: values[i] if i < len(values) else None for name, values in scores.items()},
+                "advantage": advantages[i] if i < len(advantages) else None,
+            }
+        )
+    return rows
+
+
+def question_of(prompt):
+    """The user's text of a chat prompt (its last user message), or the prompt itself when it is plain text."""
+    if isinstance(prompt, str):
+        return prompt
+    users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+    return rewards.completion_to_text([{"content": users[-1]}]) if users else ""
+
+
+def render_table(rows, max_chars=1500):
+    """A markdown table of sample rows. Model output is data: every cell is escaped (see `md`)."""
+    names = list(rows[0]["rewards"])
+    header = ["question", "completion", "extracted", "gold", *names, "advantage"]
+    lines = ["| " + " | ".join(md(h) for h in header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [
+            md(row["question"], max_chars),
+            md(row["completion"], max_chars),
+            md("-" if row["extracted"] is None else row["extracted"]),
+            md("?" if row["gold"] is None else row["gold"]),
+            *(number(row["rewards"][name]) for name in names),
+            number(row["advantage"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def number(value):
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3g}"
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|])")  # what Python-Markdown (TensorBoard's) lets one escape
+
+
+def md(text, max_chars=None):
+    """`text` as literal markdown for one table cell: nothing in it can format, link, add HTML or break the table.
+
+    TensorBoard renders text summaries as markdown and then sanitises the HTML, which would silently drop a
+    model's `<think>` tags; so markdown punctuation is backslash-escaped, `&`, `<` and `>` become entities, and
+    line breaks become `<br>` (a table cell is one line).
+
+    >>> md("<think>2*3</think>\\n#### 6 | ok")
+    '&lt;think&gt;2\\\\*3&lt;/think&gt;<br>\\\\#\\\\#\\\\#\\\\# 6 \\\\| ok'
+    """
+    text = str(text)
+    if max_chars and len(text) > max_chars:
+        text = text[:max_chars] + f" ... ({len(text) - max_chars} more characters)"
+    text = html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False)
+    return text.replace("\r\n", "\n").replace("\n", "<br>")
+
+
+def tensorboard_writer(trainer):
+    """The SummaryWriter of the trainer's TensorBoardCallback (report_to=["tensorboard"]), or None.
+
+    Writing through it keeps the text in the training run's own event file, which live TensorBoard follows.
+    """
+    if trainer is None:
+        return None
+    from transformers.integrations import TensorBoardCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback):
+            return callback.tb_writer
+    return None

@@ -1,0 +1,275 @@
+"""evaluate.py: grading on cases whose answer is known by construction, a stub generator, the result files and
+TensorBoard scalars, clean errors, and `python evaluate.py --smoke` end to end.
+
+    python -m pytest tests/test_evaluate.py -q -m "not slow"   # ~20 s on 2 cores
+    python -m pytest tests/test_evaluate.py -q -m slow         # saved adapter vs in training, torchrun: ~50 s
+
+The gsm8k-marked test reads ../shared/data/gsm8k/test.jsonl beside the checkout and skips when it is not there.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import GSM8K_DIR, REPO, read_scalars, run_script
+
+import evaluate
+from cli import ConfigError
+
+QUIET = {"OMP_NUM_THREADS": "1"}  # tiny models on shared cores: OpenMP spinning costs far more than it gains
+
+# Four completions whose grades are known by construction, gold "18" throughout unless noted:
+CASES = [
+    ("9 * 2 = 18\n#### 18", "18", {"extracted": "18", "correct": True, "strict_correct": True, "formatted": True}),
+    (
+        "So she pays \\boxed{18}.",
+        "18",
+        {"extracted": "18", "correct": True, "strict_correct": False, "formatted": False},
+    ),
+    ("#### 17", "18", {"extracted": "17", "correct": False, "strict_correct": False, "formatted": True}),
+    ("I am not sure.", "18", {"extracted": None, "correct": False, "strict_correct": False, "formatted": False}),
+]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), CASES)
+def test_grade(completion, gold, expected):
+    assert evaluate.grade(completion, gold) == expected
+
+
+def test_grade_reads_chat_completions_like_plain_text():
+    # TRL hands conversational completions as message lists; the grade must not depend on the wrapping.
+    chat = [{"role": "assistant", "content": "9 * 2 = 18\n#### 18"}]
+    assert evaluate.grade(chat, "18") == CASES[0][2]
+
+
+def test_score_counts_the_known_cases():
+    golds, completions = [g for _, g, _ in CASES], [c for c, _, _ in CASES]
+    metrics = evaluate.score(golds, completions, completion_tokens=[10, 20, 30, 40], seconds=1.234)
+    # strict: case 1 only; lenient: 1 and 2 (\boxed); format: 1 and 3 have '#### N'; tokens: the mean of 10..40.
+    assert metrics == {
+        "n": 4,
+        "strict_accuracy": 0.25,
+        "lenient_accuracy": 0.5,
+        "format_rate": 0.5,
+        "mean_completion_tokens": 25.0,
+        "seconds": 1.23,
+    }
+    assert tuple(metrics) == evaluate.KEYS  # the JSON file's keys, in this order
+
+
+def test_score_compares_by_value_not_by_text():
+    # "1,080", "1080.00" and "$1080" are all 1080 (rewards.answers_match compares Decimals): three right of three.
+    metrics = evaluate.score(["1080"] * 3, ["#### 1,080", "#### 1080.00", "The answer is $1080."])
+    assert (metrics["strict_accuracy"], metrics["lenient_accuracy"]) == (0.6667, 1.0)
+
+
+def test_score_of_nothing_is_zero_not_an_error():
+    assert evaluate.score([], []) == dict.fromkeys(evaluate.KEYS, 0) | {"n": 0}
+
+
+@pytest.mark.gsm8k
+def test_gsm8k_test_solutions_score_full_marks_and_boxed_ones_only_lenient():
+    # The issue's trap: a model writing \boxed{} scores 0 on a '####'-only extractor. The gold solutions themselves
+    # must score 100% both ways; the same solutions ending in \boxed{N} instead are 100% lenient, 0% strict.
+    if not (GSM8K_DIR / "test.jsonl").is_file():
+        pytest.skip(f"GSM8K is not at {GSM8K_DIR}")
+    import rewards
+
+    rows = [json.loads(line) for line in (GSM8K_DIR / "test.jsonl").read_text().splitlines()]
+    golds = [rewards.extract_hash_answer(r["answer"]) for r in rows]
+    boxed = [
+        r["answer"].rsplit("####", 1)[0] + f"So the answer is \\boxed{{{g}}}."
+        for r, g in zip(rows, golds, strict=True)
+    ]
+
+    def shares(m):
+        return m["n"], m["strict_accuracy"], m["lenient_accuracy"], m["format_rate"]
+
+    assert shares(evaluate.score(golds, [r["answer"] for r in rows])) == (1319, 1.0, 1.0, 1.0)
+    assert shares(evaluate.score(golds, boxed)) == (1319, 0.0, 1.0, 0.0)
+
+
+def problems(n):
+    """A dataset like grpotrainer.load_gsm8k's: question i has gold answer str(i)."""
+    import datasets
+
+    questions = [f"What is {i} plus zero?" for i in range(n)]
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": q}] for q in questions],
+            "answer": [str(i) for i in range(n)],
+            "question": questions,
+        }
+    )
+
+
+class StubGenerator:
+    """Fixed outputs: right in '####' format for even i, right but boxed for i % 3 == 1, wrong otherwise."""
+
+    def __init__(self):
+        self.batches = []
+
+    def __call__(self, prompts):
+        self.batches.append(len(prompts))
+        out = []
+        for prompt in prompts:
+            i = int(prompt[-1]["content"].split()[2])
+            text = f"#### {i}" if i % 2 == 0 else f"\\boxed{{{i}}}" if i % 3 == 1 else "#### -1"
+            out.append((text, i + 1))
+        return out
+
+
+def test_evaluate_with_a_stub_generator():
+    stub = StubGenerator()
+    metrics, predictions = evaluate.evaluate(problems(7), stub, batch_size=3)
+    assert stub.batches == [3, 3, 1]  # 7 problems in batches of at most 3
+    # i = 0..6. Strict (the even i): 0, 2, 4, 6 -> 4/7. Lenient adds the boxed i = 1 -> 5/7.
+    # Format ('####'): the 4 even ones plus the wrong "#### -1" for i = 3 and 5 -> 6/7. Tokens: mean of 1..7 = 4.
+    assert {k: metrics[k] for k in evaluate.KEYS if k != "seconds"} == {
+        "n": 7,
+        "strict_accuracy": 0.5714,
+        "lenient_accuracy": 0.7143,
+        "format_rate": 0.8571,
+        "mean_completion_tokens": 4.0,
+    }
+    assert predictions[3] == {
+        "question": "What is 3 plus zero?",
+        "gold": "3",
+        "completion": "#### -1",
+        "completion_tokens": 4,
+        "extracted": "-1",
+        "correct": False,
+        "strict_correct": False,
+        "formatted": True,
+    }
+    assert [p["gold"] for p in predictions] == [str(i) for i in range(7)]  # in dataset order
+
+
+def test_a_generator_that_drops_completions_is_an_error():
+    with pytest.raises(RuntimeError, match="returned 1 completions for 2"):
+        evaluate.generate_all(problems(2), lambda prompts: [("#### 0", 1)], batch_size=2)
+
+
+def test_report_writes_the_files_and_the_tensorboard_scalars(tmp_path, capsys):
+    metrics = evaluate.score(["18"] * 4, [c for c, _, _ in CASES], [1, 2, 3, 4])
+    predictions = [{"question": "q", "gold": "18", "completion": c} for c, _, _ in CASES]
+    evaluate.report(metrics, predictions, tmp_path, "eval_test", logdir=tmp_path / "runs" / "x", step=7)
+
+    assert json.loads((tmp_path / "eval_test.json").read_text()) == metrics
+    lines = (tmp_path / "eval_test_predictions.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == predictions
+    # 0.25 and 0.5 are exact in float32, the scalars' storage type.
+    assert read_scalars(tmp_path / "runs" / "x") == {
+        "eval/gsm8k_strict_accuracy": [(7, 0.25)],
+        "eval/gsm8k_lenient_accuracy": [(7, 0.5)],
+        "eval/gsm8k_format_rate": [(7, 0.5)],
+    }
+    assert "strict_accuracy" in capsys.readouterr().out  # the table is printed
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("ADAPTER", "no/such/adapter", "ADAPTER='no/such/adapter' is not a folder holding a LoRA adapter"),
+        ("LIMIT", -1, "LIMIT is -1"),
+        ("BATCH_SIZE", 0, "BATCH_SIZE is 0"),
+        ("SPLIT", "validation", "SPLIT 'validation' must be test or train"),
+    ],
+)
+def test_check_names_the_constant(monkeypatch, setting, value, message):
+    monkeypatch.setattr(evaluate, setting, value)  # restored after the test
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        evaluate.check(smoke=True)
+
+
+def test_missing_adapter_exits_2_without_a_traceback(tmp_path):
+    result = run_script(
+        "evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path / 'none'}", env=QUIET
+    )
+    assert result.returncode == 2  # cli.run's status for a ConfigError
+    assert "error: ADAPTER=" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_smoke_cli_writes_json_predictions_and_scalars(tmp_path):
+    result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", env=QUIET)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "eval_test.json").read_text())
+    assert tuple(metrics) == evaluate.KEYS
+    assert metrics["n"] == 8  # --smoke's LIMIT
+    assert 1 <= metrics["mean_completion_tokens"] <= 32  # at most --smoke's MAX_COMPLETION_LENGTH, EOS included
+    rows = [json.loads(line) for line in (tmp_path / "eval_test_predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and {"question", "gold", "completion", "extracted", "correct"} <= set(rows[0])
+    fixture = [json.loads(line) for line in (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()]
+    assert [r["question"] for r in rows] == [f["question"] for f in fixture[:8]]  # LIMIT keeps the first problems
+    (run,) = (tmp_path / "runs").iterdir()
+    assert run.name.endswith("_eval-test")
+    scalars = read_scalars(run)
+    # No ADAPTER, so no training step to log at: step 0. Scalars are float32, the JSON rounds to 4 decimals.
+    assert [s for s, _ in scalars["eval/gsm8k_strict_accuracy"]] == [0]
+    assert scalars["eval/gsm8k_strict_accuracy"][0][1] == pytest.approx(metrics["strict_accuracy"], abs=1e-4)
+    assert scalars["eval/gsm8k_lenient_accuracy"][0][1] == pytest.approx(metrics["lenient_accuracy"], abs=1e-4)
+
+
+def test_hf_generator_pads_on_the_left_so_batching_does_not_change_greedy_output(tmp_path):
+    # Left padding puts every prompt's last token right before the first generated one; with right padding a
+    # shorter prompt would continue from pad tokens and its greedy completion would change with its batch.
+    from smoke import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer).eval()
+    generate = evaluate.hf_generator(model, tokenizer, max_new_tokens=8)
+    prompts = [[{"role": "user", "content": q}] for q in ("Hi", "What is 12 plus 7 pencils in all, Mia?")]
+    together = generate(prompts)
+    alone = [generate([p])[0] for p in prompts]
+    assert together == alone
+    assert all(1 <= n <= 8 for _, n in together)
+
+
+def length_reward(completions, **kwargs):
+    """A reward that tells any two completions of different lengths apart, so that a few steps move the adapter."""
+    import rewards
+
+    return [len(rewards.completion_to_text(c)) / 100 for c in completions]
+
+
+@pytest.mark.slow
+def test_standalone_evaluation_of_a_saved_adapter_matches_the_in_training_one(tmp_path):
+    # Same prompts, same greedy decoding, same weights: `evaluate.py --ADAPTER` must reproduce EVAL_AFTER row by row.
+    args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--EVAL_BEFORE=4", "--EVAL_AFTER=4"]
+    args += ["--REWARD_FUNCS=test_evaluate:length_reward", "--REWARD_WEIGHTS=1", "--LEARNING_RATE=0.05"]
+    train = run_script(*args, env={**QUIET, "PYTHONPATH": str(REPO / "tests")})
+    assert train.returncode == 0, train.stderr[-3000:]
+    args = ["evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path}", "--LIMIT=4"]
+    result = run_script(*args, env=QUIET)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def completions(name):
+        return [json.loads(line)["completion"] for line in (tmp_path / name).read_text().splitlines()]
+
+    # The adapter changed what the model writes (else this test could not tell an adapter from none) ...
+    assert completions("eval_test_before_predictions.jsonl") != completions("eval_test_after_predictions.jsonl")
+    # ... and the saved adapter, loaded afresh, writes exactly what the model in training wrote.
+    assert completions("eval_test_predictions.jsonl") == completions("eval_test_after_predictions.jsonl")
+    keep = ("n", "strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens")
+    in_training = json.loads((tmp_path / "eval_test_after.json").read_text())
+    standalone = json.loads((tmp_path / "eval_test.json").read_text())
+    assert {k: in_training[k] for k in keep} == {k: standalone[k] for k in keep}
+
+
+@pytest.mark.slow
+def test_two_processes_share_the_evaluation_and_rank_0_writes_all_of_it(tmp_path):
+    # Under torchrun each rank generates a contiguous shard (5 problems -> 3 + 2) and rank 0 gathers them in order.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "grpotrainer.py"]
+    cmd += ["--smoke", f"--OUTPUT_DIR={tmp_path}", "--EVAL_BEFORE=5", "--EVAL_AFTER=5"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **QUIET}
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    fixture = [json.loads(line)["question"] for line in (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()]
+    for when in ("before", "after"):
+        rows = (tmp_path / f"eval_test_{when}_predictions.jsonl").read_text().splitlines()
+        assert [json.loads(line)["question"] for line in rows] == fixture[:5]
+    (run,) = (tmp_path / "runs").iterdir()  # only rank 0 wrote TensorBoard events
+    assert [s for s, _ in read_scalars(run)["eval/gsm8k_strict_accuracy"]] == [0, 4]

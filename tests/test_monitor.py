@@ -1,0 +1,240 @@
+"""monitor.py: every health advisory on synthetic logs, the clean NaN stop, the completions table, and a real smoke
+run whose TensorBoard events must hold the completions text and the before/after accuracy.
+
+    python -m pytest tests/test_monitor.py -q      # ~35 s on 2 cores (two short smoke runs in subprocesses)
+"""
+
+import json
+import math
+import re
+from dataclasses import replace
+
+import pytest
+from conftest import REPO, read_scalars, run_script
+from transformers import TrainerControl, TrainerState
+
+import grpotrainer
+import monitor
+
+QUIET = {"OMP_NUM_THREADS": "1"}  # tiny models on shared cores: OpenMP spinning costs far more than it gains
+T = monitor.Thresholds(
+    kl_warn=10.0,
+    kl_act=20.0,
+    zero_std_frac=0.9,
+    zero_std_logs=3,
+    reward_flat_window=4,
+    reward_flat_delta=0.02,
+    clipped_ratio_max=0.2,
+)
+SETTINGS = {
+    "beta": 0.05,
+    "learning_rate": 1e-05,
+    "num_generations": 4,
+    "temperature": 0.7,
+    "max_completion_length": 256,
+}
+HEALTHY = {"loss": 0.01, "grad_norm": 0.3, "kl": 0.02, "frac_reward_zero_std": 0.25}  # no reward: flat if constant
+
+
+def advise(*logs, thresholds=T, **kwargs):
+    """Feed logs to a fresh Advisor; return the advisories shown after each log, and the Advisor."""
+    advisor = monitor.Advisor(thresholds, SETTINGS, **kwargs)
+    return [advisor.update({**HEALTHY, **log}, step) for step, log in enumerate(logs, start=1)], advisor
+
+
+def test_a_healthy_run_gets_no_advice():
+    shown, advisor = advise(*[{"reward": r} for r in (0.5, 0.6, 0.7, 0.8, 0.9)])
+    # A rising reward is not flat: at log 4 the window's halves average 0.55 and 0.75.
+    assert shown == [[]] * 5 and advisor.stop is None
+
+
+@pytest.mark.parametrize(
+    ("kl", "level", "quoted"),
+    [
+        (10.0, None, None),  # at the threshold is not above it
+        (12.5, "warn", "kl is 12.5 (> KL_WARN=10)"),
+        (25.0, "act", "kl is 25 (> KL_ACT=20)"),
+    ],
+)
+def test_kl_advice(kl, level, quoted):
+    (shown,), _ = advise({"kl": kl})
+    assert [a.level for a in shown] == ([level] if level else [])
+    if level:
+        assert quoted in shown[0].message
+        assert "BETA (now 0.05" in shown[0].message and "LEARNING_RATE (now 1e-05" in shown[0].message
+
+
+def test_an_advisory_repeats_only_after_a_while_or_when_it_gets_worse():
+    shown, _ = advise(*[{"kl": 12.0}] * 4, {"kl": 25.0}, {"kl": 26.0}, repeat_after=3)
+    # warn at log 1, quiet at 2-3, repeated at 4 (3 logs later), act at 5 (more severe), quiet at 6 (just shown).
+    assert [[a.level for a in s] for s in shown] == [["warn"], [], [], ["warn"], ["act"], []]
+
+
+def test_zero_std_fires_after_zero_std_logs_in_a_row():
+    logs = [{"frac_reward_zero_std": f} for f in (1.0, 1.0, 0.5, 0.95, 1.0, 0.9)]
+    shown, _ = advise(*logs)
+    # The 0.5 at log 3 resets the run; logs 4, 5, 6 make ZERO_STD_LOGS = 3 in a row (0.9 counts: at least).
+    assert [[a.signal for a in s] for s in shown] == [[], [], [], [], [], ["zero_std"]]
+    message = shown[5][0].message
+    assert "ZERO_STD_FRAC=0.9" in message and "for 3 logs in a row" in message
+    assert "NUM_GENERATIONS (now 4)" in message and "TEMPERATURE (now 0.7)" in message
+
+
+def test_flat_reward_over_the_window():
+    shown, _ = advise(*[{"reward": r} for r in (0.10, 0.11, 0.11, 0.10)])
+    # Halves (0.10 + 0.11) / 2 and (0.11 + 0.10) / 2 are equal: flat once the 4-log window is full, not before.
+    assert [[a.signal for a in s] for s in shown] == [[], [], [], ["flat_reward"]]
+    assert "REWARD_FLAT_WINDOW=4" in shown[3][0].message and "0.105 -> 0.105" in shown[3][0].message
+
+
+def test_flat_reward_is_off_with_a_zero_window():
+    shown, _ = advise(*[{"reward": 0.1}] * 6, thresholds=replace(T, reward_flat_window=0))
+    assert shown == [[]] * 6
+
+
+def test_clipped_completions_advice():
+    (quiet, loud), _ = advise({"completions/clipped_ratio": 0.2}, {"completions/clipped_ratio": 0.75})
+    assert quiet == []  # at the threshold is not above it
+    assert [a.signal for a in loud] == ["clipped"]
+    assert "75% of completions hit MAX_COMPLETION_LENGTH (now 256 tokens)" in loud[0].message
+    assert "CLIPPED_RATIO_MAX=0.2" in loud[0].message and "MASK_TRUNCATED_COMPLETIONS=True" in loud[0].message
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "names"),
+    [
+        ("loss", math.nan, "LEARNING_RATE (now 1e-05)"),
+        ("grad_norm", math.inf, "LEARNING_RATE (now 1e-05)"),  # what a NaN step leaves when Trainer hides its loss
+        ("kl", math.nan, "BETA (now 0.05)"),
+        ("reward", None, "REWARD_FUNCS"),  # TRL logs None when every reward was None or NaN
+        ("reward", math.nan, "REWARD_FUNCS"),
+    ],
+)
+def test_nan_stops(key, value, names):
+    (healthy, shown), advisor = advise({}, {key: value})
+    assert healthy == [] and [a.level for a in shown] == ["stop"]
+    assert advisor.stop is shown[0]
+    assert shown[0].message.startswith(f"{key} is {value} at step 2")
+    assert names in shown[0].message and "checkpoint-N in OUTPUT_DIR is kept" in shown[0].message
+
+
+def test_thresholds_are_read_from_grpotrainer_constants():
+    t = monitor.Thresholds.from_constants(grpotrainer)
+    assert (t.kl_warn, t.kl_act, t.clipped_ratio_max) == (grpotrainer.KL_WARN, grpotrainer.KL_ACT, 0.2)
+
+
+def callback_event(callback, method, logs=None, world_zero=True, step=7):
+    state = TrainerState(global_step=step, is_world_process_zero=world_zero)
+    control = TrainerControl()
+    control.should_save = True  # as DefaultFlowCallback sets it on a SAVE_STEPS step
+    getattr(callback, method)(None, state, control, logs=logs)
+    return control
+
+
+@pytest.mark.parametrize("world_zero", [True, False])
+def test_health_monitor_stops_without_saving_on_every_rank(world_zero):
+    health = monitor.HealthMonitor(T)
+    control = callback_event(health, "on_log", {"loss": 0.1, "grad_norm": 0.2}, world_zero)
+    assert not control.should_training_stop and control.should_save  # a healthy log changes nothing
+    control = callback_event(health, "on_log", {"loss": 0.1, "grad_norm": math.nan}, world_zero)
+    # Every rank stops at the same log (the logs are the same on all ranks), and no rank saves the NaN weights.
+    assert control.should_training_stop and not control.should_save
+    assert health.stopped.signal == "nan"
+    assert not callback_event(health, "on_step_end").should_save  # nor later in the run
+    assert not callback_event(health, "on_epoch_end").should_save
+    assert len(health.advice) == (1 if world_zero else 0)  # only the main process reports
+
+
+def test_markdown_cells_cannot_format_break_the_table_or_inject_html():
+    from tensorboard.plugin_util import markdown_to_safe_html
+
+    nasty = "<think>**2 | 3**</think> [x](http://e.x) <script>alert(1)</script>\n#### 6 _a_ `b`"
+    row = {
+        "question": "Q | 1",
+        "completion": nasty,
+        "extracted": "6",
+        "gold": "6",
+        "rewards": {"r": 1.0},
+        "advantage": 0.5,
+    }
+    rendered = markdown_to_safe_html(monitor.render_table([row]))  # what TensorBoard's Text tab shows
+    assert rendered.count("<td>") == 6  # question, completion, extracted, gold, r, advantage: no extra cell
+    assert "&lt;think&gt;**2 | 3**&lt;/think&gt;" in rendered  # shown literally: no bold, no cell break
+    assert "<script" not in rendered and "<a " not in rendered and "<em>" not in rendered and "<code>" not in rendered
+    assert "<br />#### 6 _a_ `b`" in rendered or "<br>#### 6 _a_ `b`" in rendered  # the newline kept, as a break
+
+
+def test_sample_rows_spread_over_prompts_with_gold_and_rewards():
+    prompt = lambda q: [{"role": "system", "content": "S"}, {"role": "user", "content": q}]  # noqa: E731
+    batch = {
+        "prompt": [prompt("A?")] * 3 + [prompt("B?")] * 3,
+        "completion": [[{"role": "assistant", "content": f"#### {i}"}] for i in range(6)],
+        "rewards": {"correctness_reward": [0.0, 1.0, 0.0, 0.0, 0.0, 1.0], "format_reward": [1.0] * 6},
+        "advantages": [-0.5, 1.0, -0.5, -0.5, -0.5, 1.0],
+    }
+    rows = monitor.sample_rows(batch, {"A?": "1", "B?": "5"}, n=4)
+    # Round robin: first completions of A and B (0, 3), then second ones (1, 4); shown in batch order.
+    assert [(r["question"], r["completion"], r["gold"], r["extracted"]) for r in rows] == [
+        ("A?", "#### 0", "1", "0"),
+        ("A?", "#### 1", "1", "1"),
+        ("B?", "#### 3", "5", "3"),
+        ("B?", "#### 4", "5", "4"),
+    ]
+    assert [r["rewards"]["correctness_reward"] for r in rows] == [0.0, 1.0, 0.0, 0.0]
+    assert [r["advantage"] for r in rows] == [-0.5, 1.0, -0.5, -0.5]
+
+
+def read_texts(logdir):
+    """{tag: [(step, text), ...]} of the text summaries in a run folder (TensorBoard stores them as tensors)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
+    acc.Reload()
+    return {
+        tag.removesuffix("/text_summary"): [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(tag)]
+        for tag in acc.Tags()["tensors"]
+    }
+
+
+def test_smoke_run_logs_completions_advice_and_accuracy_to_one_tensorboard_run(tmp_path):
+    args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--EVAL_BEFORE=4", "--EVAL_AFTER=4"]
+    result = run_script(*args, env=QUIET)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()  # baseline, training and final accuracy share one run folder
+
+    texts = read_texts(run)
+    assert [step for step, _ in texts["completions/samples"]] == [1, 2, 3, 4]  # one table per logged step
+    rows = [json.loads(line) for line in (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()]
+    golds = {r["question"]: r["answer"].split("#### ")[-1] for r in rows}
+    header, rule, first, *_ = texts["completions/samples"][0][1].splitlines()
+    assert (
+        header == "| question | completion | extracted | gold | correctness\\_reward | format\\_reward | advantage |"
+    )
+    cells = [re.sub(r"\\(.)", r"\1", c.strip()) for c in re.split(r"(?<!\\)\|", first)[1:-1]]  # unescaped
+    assert cells[3] == golds[cells[0]]  # the gold shown is the fixture's answer to the question shown
+    # --smoke's 32-token limit cuts most completions of the random model: the clipped advisory fires at step 1.
+    assert texts["health/advice"][0][0] == 1 and "MAX\\_COMPLETION\\_LENGTH" in texts["health/advice"][0][1]
+
+    scalars = read_scalars(run)
+    assert [s for s, _ in scalars["eval/gsm8k_strict_accuracy"]] == [0, 4]  # before at step 0, after at the last
+    assert [s for s, _ in scalars["eval/gsm8k_lenient_accuracy"]] == [0, 4]
+    for when, (_, value) in zip(("before", "after"), scalars["eval/gsm8k_strict_accuracy"], strict=True):
+        metrics = json.loads((tmp_path / f"eval_test_{when}.json").read_text())
+        assert metrics["n"] == 4 and value == pytest.approx(metrics["strict_accuracy"], abs=1e-4)
+    assert (tmp_path / "adapter_model.safetensors").is_file()
+
+
+def nan_from_second_step(completions, trainer_state=None, **kwargs):
+    """A reward that breaks from the second step on (global_step is 1 while step 2 generates): NaN for every row."""
+    return [math.nan if trainer_state.global_step >= 1 else 1.0 for _ in completions]
+
+
+def test_nan_reward_stops_cleanly_and_keeps_the_last_good_checkpoint(tmp_path):
+    args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--SAVE_STEPS=1"]
+    args += ["--REWARD_FUNCS=test_monitor:nan_from_second_step", "--REWARD_WEIGHTS=1"]
+    result = run_script(*args, env={**QUIET, "PYTHONPATH": str(REPO / "tests")})
+    assert result.returncode == 2  # a clear message and a non-zero status, not a traceback
+    assert "error: training stopped: reward is None at step 2" in result.stderr and "Traceback" not in result.stderr
+    assert (tmp_path / "checkpoint-1").is_dir()  # the last good checkpoint is kept
+    assert not (tmp_path / "checkpoint-2").exists()  # SAVE_STEPS=1 would have saved step 2: the stop prevented it
+    assert not (tmp_path / "adapter_model.safetensors").exists()  # nor is a final adapter written

@@ -1,0 +1,47 @@
+"""`python grpotrainer.py --smoke` end to end in a subprocess: TensorBoard events, adapter files, resume.
+
+    .venv/bin/python -m pytest tests/test_smoke.py -q
+"""
+
+import json
+
+from conftest import all_finite, event_dirs, read_scalars, run_script
+
+
+def test_smoke_run_logs_and_saves_an_adapter(tmp_path):
+    out = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = event_dirs(tmp_path)  # one TensorBoard run folder under OUTPUT_DIR/runs/
+    scalars = read_scalars(run)
+    for tag in ("train/reward", "train/kl", "train/loss", "train/rewards/correctness_reward/mean"):
+        assert all_finite(scalars[tag]), tag
+    assert [step for step, _ in scalars["train/reward"]] == [1, 2, 3, 4]  # LOGGING_STEPS=1 over MAX_STEPS=4
+    # the final LoRA adapter and tokenizer, loadable with peft/transformers from OUTPUT_DIR
+    for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        assert (tmp_path / name).is_file(), name
+    adapter = json.loads((tmp_path / "adapter_config.json").read_text())
+    assert adapter["r"] == 16 and adapter["peft_type"] == "LORA"
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]  # SAVE_STEPS=2
+
+
+def test_resume_continues_from_the_last_checkpoint(tmp_path):
+    first = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=4")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"resuming from {tmp_path}/checkpoint-2" in second.stderr
+    runs = event_dirs(tmp_path)
+    first_steps = [s for s, _ in read_scalars(runs[0])["train/loss"]]
+    second_steps = [s for s, _ in read_scalars(runs[-1])["train/loss"]]
+    assert first_steps == [1, 2]
+    assert second_steps == [3, 4]  # the second run starts after step 2 instead of redoing it
+    state = json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+
+
+def test_resume_can_be_turned_off(tmp_path):
+    assert run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=2").returncode == 0
+    again = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=2", "--RESUME=false")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming" not in again.stderr
+    assert [s for s, _ in read_scalars(event_dirs(tmp_path)[-1])["train/loss"]] == [1, 2]  # started over
