@@ -27,7 +27,9 @@ def gt():
 
 def run_script(*args, timeout=300, env=None):
     """Run `python <args>` from the repo root, offline, and return the CompletedProcess (text output)."""
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    # one thread per process: the tiny model gains nothing from more, and on 2 shared cores they thrash
+    base = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    full_env = {**os.environ, **base, **(env or {})}
     return subprocess.run(
         [sys.executable, *args], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
     )
