@@ -1,6 +1,6 @@
 """`python grpotrainer.py --smoke` end to end in a subprocess: TensorBoard events, adapter files, resume.
 
-    .venv/bin/python -m pytest tests/test_smoke.py -q
+.venv/bin/python -m pytest tests/test_smoke.py -q
 """
 
 import json

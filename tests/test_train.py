@@ -1,6 +1,6 @@
 """grpotrainer.py: config building, overrides, preflight errors and dataset mapping (fast, in-process).
 
-    .venv/bin/python -m pytest tests/test_train.py -q
+.venv/bin/python -m pytest tests/test_train.py -q
 """
 
 import json
@@ -278,7 +278,9 @@ def test_unimportable_reward(gt):
         (["--smoke", "--REWARD_FUNCS=nope_reward", "--REWARD_WEIGHTS=1"], "unknown reward 'nope_reward'"),
         (["--smoke", "--DATASET=/nonexistent/gsm8k.jsonl"], "DATASET points at /nonexistent/gsm8k.jsonl"),
         (["--smoke", "--TEMPERATUR=1"], "Did you mean TEMPERATURE"),
-        pytest.param([], "no CUDA GPU is visible", marks=pytest.mark.skipif(HAS_CUDA, reason="would start a real run")),
+        pytest.param(
+            [], "no CUDA GPU is visible", marks=pytest.mark.skipif(HAS_CUDA, reason="would start a real run")
+        ),
     ],
 )
 def test_cli_errors_exit_2_without_traceback(args, message, tmp_path):
