@@ -9,6 +9,7 @@ Values are parsed as plain data (numbers, booleans, comma-separated lists), neve
 """
 
 import difflib
+import os
 import sys
 
 TRUE, FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
@@ -77,6 +78,17 @@ def apply_overrides(namespace, args):
         done[key] = _coerce(key, raw, known[key])
         setattr(namespace, key, done[key])
     return done
+
+
+def parse(namespace, argv):
+    """Apply `--smoke` (the module's SMOKE settings, and no network) then the `--KEY=value` overrides to the module
+    `namespace`, so that overrides win. Return (smoke, the dict of overrides)."""
+    smoke = "--smoke" in argv
+    if smoke:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the smoke run must never wait on the network
+        for key, value in namespace.SMOKE.items():
+            setattr(namespace, key, value)
+    return smoke, apply_overrides(namespace, [arg for arg in argv if arg != "--smoke"])
 
 
 def run(main):

@@ -330,11 +330,7 @@ def new_logdir(output_dir, suffix=""):
 
 def main(argv=()):
     global MODEL_NAME
-    smoke = "--smoke" in argv
-    if smoke:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the smoke run must never wait on the network
-        globals().update(SMOKE)
-    overrides = cli.apply_overrides(sys.modules[__name__], [a for a in argv if a != "--smoke"])
+    smoke, overrides = cli.parse(sys.modules[__name__], argv)
     logging.basicConfig(level=logging.INFO, format="[evaluate] %(message)s")
     check(smoke)
     if smoke and "MODEL_NAME" not in overrides:

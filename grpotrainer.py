@@ -238,11 +238,7 @@ def build_reward_funcs():
 
 def main(argv=()):
     global MODEL_NAME
-    smoke = "--smoke" in argv
-    if smoke:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the smoke run must never wait on the network
-        globals().update(SMOKE)
-    overrides = cli.apply_overrides(sys.modules[__name__], [a for a in argv if a != "--smoke"])
+    smoke, overrides = cli.parse(sys.modules[__name__], argv)
     rank0 = os.environ.get("RANK", "0") == "0"
     logging.basicConfig(level=logging.INFO if rank0 else logging.WARNING, format="[grpotrainer] %(message)s")
 
