@@ -1,0 +1,86 @@
+"""Two processes on CPU: the --smoke pipeline under torchrun (gloo), and the batch rule counting processes.
+
+    pytest tests/test_distributed.py -m "not slow"    # ~25 s on 2 cores
+    pytest tests/test_distributed.py                  # + the accelerate launch of configs/accelerate/ddp.yaml, ~15 s
+
+`torchrun` sets RANK/WORLD_SIZE/LOCAL_RANK; with `use_cpu` (as --smoke sets it) accelerate then picks MULTI_CPU and
+the gloo backend, and the Trainer wraps the model in DistributedDataParallel. `accelerate launch --cpu
+--num_processes 2` is not an alternative: without mpirun it silently starts one process (README, Launch recipes).
+"""
+
+import json
+
+import pytest
+from conftest import REPO, run_script
+
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]  # = torchrun, in this venv
+
+
+def torchrun(tmp_path, *overrides):
+    """Run `torchrun --standalone --nproc_per_node 2 grpotrainer.py --smoke` into tmp_path; return the result.
+    --standalone picks a free port, so parallel test runs do not collide on torchrun's default 29500."""
+    return run_script(*TORCHRUN, "grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", *overrides, timeout=600)
+
+
+def test_two_process_smoke_trains_on_both_ranks(tmp_path):
+    result = torchrun(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "adapter_model.safetensors").is_file()  # rank 0 saved the LoRA adapter
+    assert list((tmp_path / "runs").glob("*/events.out.tfevents.*"))  # and wrote TensorBoard events
+    state = json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    # Each step generates PER_DEVICE_TRAIN_BATCH_SIZE (4) completions per process = one prompt's group of 4. With two
+    # processes that is 2 of the fixture's 32 prompts per step, so 4 steps cover 8/32 = 0.25 epoch; one process
+    # would reach 0.125. Exact in binary floating point, so == is safe.
+    assert state["epoch"] == 0.25
+    assert [h["epoch"] for h in state["log_history"] if "loss" in h] == [0.0625, 0.125, 0.1875, 0.25]
+
+
+def test_batch_rule_counts_processes(tmp_path):
+    result = torchrun(tmp_path, "--PER_DEVICE_TRAIN_BATCH_SIZE=1", "--GRADIENT_ACCUMULATION_STEPS=1")
+    # 1 completion x 2 processes x 1 step = 2 per round, not a multiple of NUM_GENERATIONS=4: preflight exits 2 on
+    # each rank before loading anything, and torchrun reports a failed child with its own status 1.
+    assert result.returncode == 1
+    assert "exitcode  : 2" in result.stderr  # torchrun's failure summary quotes the child's status
+    assert "= 1 x 2 x 1 = 2 completions" in result.stderr  # the rule used WORLD_SIZE=2
+    assert "GRADIENT_ACCUMULATION_STEPS=2" in result.stderr  # the suggested fix counts both: 1 x 2 x 2 = 4
+    assert not (tmp_path / "smoke-model").exists()  # preflight ran before the model folder was built
+
+
+# Each shipped accelerate config: the distributed_type accelerate reads from it, and the fields that define it.
+ACCELERATE_CONFIGS = {
+    "ddp": ("MULTI_GPU", "deepspeed_config", {}),
+    "zero2": ("DEEPSPEED", "deepspeed_config", {"zero_stage": 2, "zero3_init_flag": False}),
+    "zero3": ("DEEPSPEED", "deepspeed_config", {"zero_stage": 3, "zero3_init_flag": True}),
+    "fsdp2": ("FSDP", "fsdp_config", {"fsdp_version": 2, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}),
+}
+
+
+def test_every_accelerate_config_is_checked():
+    # a new YAML must be added to ACCELERATE_CONFIGS (and get its README line)
+    assert sorted(p.stem for p in (REPO / "configs" / "accelerate").glob("*.yaml")) == sorted(ACCELERATE_CONFIGS)
+
+
+@pytest.mark.parametrize("name", ACCELERATE_CONFIGS)
+def test_accelerate_config_loads(name):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    distributed_type, section, fields = ACCELERATE_CONFIGS[name]
+    config = load_config_from_file(str(REPO / "configs" / "accelerate" / f"{name}.yaml"))
+    assert config.distributed_type == distributed_type  # accelerate's parser accepted the file and read its kind
+    assert (config.num_processes, config.num_machines) == (8, 1)  # one 8-GPU node; --num_processes N overrides
+    assert config.mixed_precision == "bf16"  # matches BF16=True in grpotrainer.py
+    assert config.use_cpu is False
+    assert {k: getattr(config, section)[k] for k in fields} == fields
+
+
+@pytest.mark.slow  # repeats the torchrun test's training through `accelerate launch` (~25 s); run when configs change
+def test_ddp_config_launches_two_processes_on_cpu(tmp_path):
+    result = run_script(
+        "-m", "accelerate.commands.launch", "--config_file", "configs/accelerate/ddp.yaml",
+        "--num_processes", "2", "--mixed_precision", "no",  # 2 CPU processes (gloo); fp32 as --smoke runs
+        "grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    state = json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["epoch"] == 0.25  # two processes, as in test_two_process_smoke_trains_on_both_ranks
