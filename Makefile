@@ -15,7 +15,8 @@ install: $(VENV)/installed
 
 # flash-attn, bitsandbytes, DeepSpeed and Liger: CUDA machines only (see requirements-cuda.txt).
 install-cuda: install
-	$(PY) -m pip install --quiet -r requirements-cuda.txt --no-build-isolation
+	$(PY) -m pip install --quiet setuptools wheel ninja packaging psutil
+	MAX_JOBS=4 $(PY) -m pip install --quiet --no-build-isolation -r requirements-cuda.txt
 
 train: install
 	@if command -v nvidia-smi >/dev/null; then $(MAKE) --no-print-directory install-cuda; fi

@@ -57,6 +57,7 @@ USE_VLLM = False  # generate with vLLM (requirements-vllm.txt): several times fa
 VLLM_MODE = "colocate"  # colocate = on the training GPUs; server = `trl vllm-serve` on other GPUs
 VLLM_GPU_MEMORY_UTILIZATION = 0.3  # colocate: share of GPU memory vLLM may take
 VLLM_ENABLE_SLEEP_MODE = False  # colocate: free vLLM's memory while training, at some wake-up cost
+VLLM_SERVER_BASE_URL = ""  # server: e.g. http://10.0.0.5:8000 for a server on another node; "" = this machine
 # optimisation
 LEARNING_RATE = 1e-5  # LoRA needs ~10x the full fine-tuning rate (the tutorial's 1e-6 barely moves an adapter)
 PER_DEVICE_TRAIN_BATCH_SIZE = 1  # completions per micro-batch per GPU
@@ -65,7 +66,7 @@ NUM_TRAIN_EPOCHS = 3  # passes over the data when MAX_STEPS = -1
 MAX_STEPS = -1  # optimiser steps; -1 = use NUM_TRAIN_EPOCHS
 ACTIVATION_CHECKPOINTING = True  # recompute activations: much less memory, ~20-30% slower
 BF16 = True  # bfloat16 weights and maths (needs an Ampere or newer GPU)
-USE_LIGER_KERNEL = False  # Liger's fused Triton layer kernels (CUDA, pip install liger-kernel)
+USE_LIGER_KERNEL = False  # Liger's Triton RMSNorm/SwiGLU/RoPE kernels (CUDA, requirements-cuda.txt)
 SEED = 42  # seeds LoRA init, sampling and data order
 # logging / output
 OUTPUT_DIR = "outputs/qwen3-gsm8k-grpo"  # checkpoints, final adapter and TensorBoard runs/ go here
@@ -124,6 +125,7 @@ def build_config(smoke=False):
         vllm_mode=VLLM_MODE,
         vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
         vllm_enable_sleep_mode=VLLM_ENABLE_SLEEP_MODE,
+        vllm_server_base_url=VLLM_SERVER_BASE_URL or None,
         learning_rate=LEARNING_RATE,
         per_device_train_batch_size=PER_DEVICE_TRAIN_BATCH_SIZE,
         gradient_accumulation_steps=GRADIENT_ACCUMULATION_STEPS,
@@ -133,6 +135,7 @@ def build_config(smoke=False):
         bf16=BF16,
         use_liger_kernel=USE_LIGER_KERNEL,
         use_cpu=smoke,
+        ddp_find_unused_parameters=False,  # LoRA gives every adapter weight a gradient: skip DDP's extra search
         seed=SEED,
         report_to=["tensorboard"],  # event files in OUTPUT_DIR/runs/<date>_<host>/
         logging_steps=LOGGING_STEPS,
@@ -170,6 +173,7 @@ def build_quantization_config():
         bnb_4bit_quant_type="nf4",
         bnb_4bit_use_double_quant=True,
         bnb_4bit_compute_dtype=torch.bfloat16 if BF16 else torch.float32,
+        bnb_4bit_quant_storage=torch.bfloat16 if BF16 else torch.float32,  # what ZeRO-3/FSDP need to shard it
     )
 
 

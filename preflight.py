@@ -68,6 +68,13 @@ def hardware_problems(c, smoke):
     """What the requested precision, quantisation and kernels need from this machine."""
     problems = []
     cuda = cuda_available() and not smoke
+    if cuda and world_size() == 1 and gpu_count() > 1:
+        problems.append(
+            f"{gpu_count()} GPUs are visible but only one process was started, and TRL refuses to spread one "
+            "process over several GPUs. Launch one process per GPU (torchrun --nproc_per_node "
+            f"{gpu_count()} grpotrainer.py, or accelerate launch with configs/accelerate/), or pick one GPU with "
+            "CUDA_VISIBLE_DEVICES=0."
+        )
     if not smoke and not cuda:
         problems.append(
             "no CUDA GPU is visible, and a real run needs one (bf16 training of a billion-parameter "
@@ -103,6 +110,12 @@ def cuda_available():
     import torch
 
     return torch.cuda.is_available()
+
+
+def gpu_count():
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def bf16_gpu():

@@ -158,15 +158,28 @@ def test_real_run_needs_cuda(gt, monkeypatch):
 def test_bf16_needs_a_bf16_gpu(gt, monkeypatch):
     monkeypatch.setattr(preflight, "cuda_available", lambda: True)
     monkeypatch.setattr(preflight, "bf16_gpu", lambda: False)  # e.g. a T4 or V100
+    monkeypatch.setattr(preflight, "gpu_count", lambda: 1)
     with pytest.raises(ConfigError, match="this one has no bf16 support. Set BF16=False"):
         preflight.check(gt, smoke=False)
     gt.BF16 = False
     preflight.check(gt, smoke=False)  # fp32 on that GPU is allowed
 
 
+def test_several_gpus_need_one_process_each(gt, monkeypatch):
+    monkeypatch.setattr(preflight, "cuda_available", lambda: True)
+    monkeypatch.setattr(preflight, "bf16_gpu", lambda: True)
+    monkeypatch.setattr(preflight, "gpu_count", lambda: 4)
+    # TRL refuses nn.DataParallel only after the weights load; preflight says so first, with the launch line
+    with pytest.raises(ConfigError, match="4 GPUs are visible.*torchrun --nproc_per_node 4"):
+        preflight.check(gt, smoke=False)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    preflight.check(gt, smoke=False)  # one process per GPU is fine
+
+
 def test_missing_packages_are_explained(gt, monkeypatch):
     monkeypatch.setattr(preflight, "cuda_available", lambda: True)
     monkeypatch.setattr(preflight, "bf16_gpu", lambda: True)
+    monkeypatch.setattr(preflight, "gpu_count", lambda: 1)
     monkeypatch.setattr(preflight, "importable", lambda package: False)
     gt.USE_VLLM = True
     with pytest.raises(ConfigError, match="needs the vllm package.*requirements-vllm.txt"):
