@@ -64,7 +64,7 @@ PER_DEVICE_TRAIN_BATCH_SIZE = 1  # completions per micro-batch per GPU
 GRADIENT_ACCUMULATION_STEPS = 8  # micro-batches per optimiser step
 NUM_TRAIN_EPOCHS = 3  # passes over the data when MAX_STEPS = -1
 MAX_STEPS = -1  # optimiser steps; -1 = use NUM_TRAIN_EPOCHS
-ACTIVATION_CHECKPOINTING = True  # recompute activations: much less memory, ~20-30% slower
+ACTIVATION_CHECKPOINTING = True  # recompute activations in the backward pass: much less memory, slower
 BF16 = True  # bfloat16 weights and maths (needs an Ampere or newer GPU)
 USE_LIGER_KERNEL = False  # Liger's Triton RMSNorm/SwiGLU/RoPE kernels (CUDA, requirements-cuda.txt)
 SEED = 42  # seeds LoRA init, sampling and data order
