@@ -3,37 +3,46 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install install-cuda train smoke test test-fast lint bench
+.PHONY: install install-dev install-cuda train smoke test test-fast lint bench
 
-$(VENV)/installed: requirements.txt requirements-dev.txt
+$(VENV)/installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/installed-dev: $(VENV)/installed requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-install: $(VENV)/installed
-
-# flash-attn, bitsandbytes, DeepSpeed and Liger: CUDA machines only (see requirements-cuda.txt).
-install-cuda: install
+# flash-attn, bitsandbytes, DeepSpeed and Liger: CUDA machines only, all optional (see requirements-cuda.txt).
+# flash-attn compiles against the installed torch and needs nvcc; without it, training uses PyTorch's sdpa.
+$(VENV)/installed-cuda: $(VENV)/installed requirements-cuda.txt
 	$(PY) -m pip install --quiet setuptools wheel ninja packaging psutil
 	MAX_JOBS=4 $(PY) -m pip install --quiet --no-build-isolation -r requirements-cuda.txt
+	touch $@
+
+install: $(VENV)/installed
+install-dev: $(VENV)/installed-dev
+install-cuda: $(VENV)/installed-cuda
 
 train: install
-	@if command -v nvidia-smi >/dev/null; then $(MAKE) --no-print-directory install-cuda; fi
+	@if command -v nvidia-smi >/dev/null && [ ! -f $(VENV)/installed-cuda ]; then \
+		echo "note: for flash-attn, QLoRA, DeepSpeed and Liger run 'make install-cuda' once (optional)"; fi
 	$(PY) grpotrainer.py $(ARGS)
 
 smoke: install
 	$(PY) grpotrainer.py --smoke $(ARGS)
 
-test: install
+test: install-dev
 	$(PY) -m pytest -q $(ARGS)
 
-test-fast: install
+test-fast: install-dev
 	$(PY) -m pytest -q -m "not slow" $(ARGS)
 
-lint: install
+lint: install-dev
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
-bench: install
+bench: install-dev
 	$(PY) bench/bench_rewards.py
 	$(PY) bench/bench_overhead.py

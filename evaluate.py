@@ -56,7 +56,7 @@ MAX_COMPLETION_LENGTH = grpotrainer.MAX_COMPLETION_LENGTH  # new tokens per answ
 USE_VLLM = True  # generate with vLLM when it is installed and a GPU is visible (several times faster); False = never
 VLLM_GPU_MEMORY_UTILIZATION = 0.85  # share of GPU memory vLLM may take
 # output
-OUTPUT_DIR = grpotrainer.OUTPUT_DIR  # eval_<SPLIT>.json, eval_<SPLIT>_predictions.jsonl and runs/ go here
+OUTPUT_DIR = ""  # eval_<SPLIT>.json, predictions and runs/ go here; "" = ADAPTER, or outputs/eval/<model> without
 # ---------------------------------------------------------------------------------------------------------------
 
 # --smoke: the tiny random Qwen3 that grpotrainer --smoke trains (built if missing) on the fixture, fp32 on CPU.
@@ -269,7 +269,7 @@ def load_model(smoke=False):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cuda = not smoke and preflight.cuda_available()
+    cuda = preflight.on_gpu(smoke)
     kwargs = grpotrainer.model_init_kwargs(smoke)
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -278,7 +278,9 @@ def load_model(smoke=False):
     except OSError as err:
         raise ConfigError(f"MODEL_NAME {MODEL_NAME!r} could not be loaded: {err}") from None
     has_tokenizer = ADAPTER and (Path(ADAPTER) / "tokenizer_config.json").exists()  # trainer.save_model writes one
-    tokenizer = AutoTokenizer.from_pretrained(ADAPTER if has_tokenizer else MODEL_NAME, padding_side="left")
+    tokenizer = AutoTokenizer.from_pretrained(
+        ADAPTER if has_tokenizer else MODEL_NAME, padding_side="left", trust_remote_code=TRUST_REMOTE_CODE
+    )
     if ADAPTER:
         from peft import PeftModel
 
@@ -316,9 +318,14 @@ def check(smoke=False):
 
 
 def adapter_step(adapter):
-    """The training step an adapter folder was saved at (a checkpoint-N holds trainer_state.json), else 0."""
+    """The training step an adapter was saved at: a checkpoint-N's own trainer_state.json, or for a run's final
+    adapter its newest checkpoint's (transformers always checkpoints the last step); 0 when unknown."""
+    if not adapter:
+        return 0
     state = Path(adapter) / "trainer_state.json"
-    return json.loads(state.read_text()).get("global_step", 0) if adapter and state.is_file() else 0
+    if not state.is_file() and (newest := preflight.newest_checkpoint(adapter)) is not None:
+        state = newest / "trainer_state.json"
+    return json.loads(state.read_text()).get("global_step", 0) if state.is_file() else 0
 
 
 def new_logdir(output_dir, suffix=""):
@@ -329,10 +336,12 @@ def new_logdir(output_dir, suffix=""):
 
 
 def main(argv=()):
-    global MODEL_NAME
+    global MODEL_NAME, OUTPUT_DIR
     smoke, overrides = cli.parse(sys.modules[__name__], argv)
     logging.basicConfig(level=logging.INFO, format="[evaluate] %(message)s")
     check(smoke)
+    if not OUTPUT_DIR:  # next to the adapter it scores, so that scoring the base model never overwrites it
+        OUTPUT_DIR = ADAPTER or os.path.join("outputs", "eval", Path(MODEL_NAME).name)
     if smoke and "MODEL_NAME" not in overrides:
         from smoke import ensure_model_dir
 
@@ -341,7 +350,7 @@ def main(argv=()):
     for name in SHARED:  # grpotrainer's helpers read their own module's constants
         setattr(grpotrainer, name, globals()[name])
     dataset = grpotrainer.load_gsm8k(SPLIT, limit=LIMIT)
-    vllm = USE_VLLM and not smoke and preflight.cuda_available() and preflight.importable("vllm")
+    vllm = USE_VLLM and preflight.on_gpu(smoke) and preflight.importable("vllm")
     if vllm:
         generate, batch_size = vllm_generator(ADAPTER), len(dataset)  # vLLM schedules its own batches
     else:
@@ -360,14 +369,14 @@ def main(argv=()):
 # EVAL_BEFORE / EVAL_AFTER: grpotrainer.py scores the model it is training, without loading a second copy.
 
 
-def in_training(trainer, limit, when, load_gsm8k):
+def in_training(trainer, dataset, limit, when):
     """Score the trainer's model (LoRA adapter active) on the first `limit` test problems; rank 0 gets the metrics.
 
     `when` is "before" (logged at step 0) or "after" (at the final step). The scalars go into the TensorBoard run
     that training writes, so one run shows the baseline and the final accuracy; the files are
-    OUTPUT_DIR/eval_test_<when>.json and eval_test_<when>_predictions.jsonl. `load_gsm8k` is the caller's (it reads
-    the caller's DATASET), and the prompts, chat template kwargs and completion length are training's own; the
-    batch size is this module's BATCH_SIZE.
+    OUTPUT_DIR/eval_test_<when>.json and eval_test_<when>_predictions.jsonl. `dataset` is the test split, loaded by
+    the caller before any weights (grpotrainer.load_gsm8k, so a missing file fails early); the prompts, chat
+    template kwargs and completion length are training's own; the batch size is this module's BATCH_SIZE.
 
     Under torchrun every process generates a contiguous shard of the problems and rank 0 gathers the rows: no rank
     idles at a barrier while another generates (NCCL would time out on a long evaluation), and N GPUs finish N
@@ -389,7 +398,7 @@ def in_training(trainer, limit, when, load_gsm8k):
     from accelerate.utils import gather_object
 
     acc, args = trainer.accelerator, trainer.args
-    dataset = load_gsm8k("test", limit=limit)
+    dataset = dataset.select(range(min(limit, len(dataset))))
     per_rank = math.ceil(len(dataset) / acc.num_processes)
     lo = min(len(dataset), acc.process_index * per_rank)
     shard = dataset.select(range(lo, min(len(dataset), lo + per_rank)))
@@ -440,13 +449,13 @@ def training_logdir(trainer):
     The callback picks OUTPUT_DIR/runs/<date>_<host> when training begins unless its `logging_dir` is already set;
     setting it before `train()` makes the baseline accuracy land in the same run as the training curves.
     """
-    from transformers.integrations import TensorBoardCallback
+    from monitor import tensorboard_callback
 
-    for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, TensorBoardCallback):
-            callback.logging_dir = callback.logging_dir or new_logdir(trainer.args.output_dir)
-            return callback.logging_dir
-    return new_logdir(trainer.args.output_dir)
+    callback = tensorboard_callback(trainer)
+    if callback is None:
+        return new_logdir(trainer.args.output_dir)
+    callback.logging_dir = callback.logging_dir or new_logdir(trainer.args.output_dir)
+    return callback.logging_dir
 
 
 if __name__ == "__main__":

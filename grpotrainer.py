@@ -147,9 +147,9 @@ def build_config(smoke=False):
 def model_init_kwargs(smoke=False):
     """from_pretrained arguments: bf16 and the fastest attention kernel on CUDA, fp32 and sdpa on CPU."""
     attn = ATTN_IMPLEMENTATION
-    if attn == "auto":
-        cuda = not smoke and preflight.cuda_available()
-        attn = "flash_attention_2" if cuda and preflight.importable("flash_attn") else "sdpa"
+    if attn == "auto":  # flash-attn kernels run only in 16-bit, and we never train in fp16
+        fa2 = BF16 and preflight.on_gpu(smoke) and preflight.importable("flash_attn")
+        attn = "flash_attention_2" if fa2 else "sdpa"
     return {"dtype": "bfloat16" if BF16 else "float32", "attn_implementation": attn}
 
 
@@ -201,11 +201,15 @@ def load_gsm8k(split="train", limit=0):
         except datasets.exceptions.DatasetGenerationError as err:
             raise ConfigError(f"DATASET file {path} is not valid JSON lines ({err.__cause__ or err}).") from None
     else:
-        ds = datasets.load_dataset(DATASET, DATASET_CONFIG, split=split)
+        try:
+            ds = datasets.load_dataset(DATASET, DATASET_CONFIG, split=split)
+        except Exception as err:  # the Hub's errors have many types; each says what went wrong
+            raise ConfigError(
+                f"DATASET {DATASET!r} could not be loaded from the Hugging Face Hub ({type(err).__name__}: {err}). "
+                "Without Hub access, point DATASET at a local GSM8K-format .jsonl file or folder (see README)."
+            ) from None
     if missing := {"question", "answer"} - set(ds.column_names):
         raise ConfigError(f"DATASET {path} lacks the column(s) {sorted(missing)}; GSM8K rows have question, answer.")
-    if limit:
-        ds = ds.select(range(min(limit, len(ds))))
     golds = [rewards.extract_hash_answer(text) for text in ds["answer"]]
     if bad := [i for i, gold in enumerate(golds) if gold is None]:
         shown = "; ".join(f"row {i + 1}: ...{ds[i]['answer'][-40:]!r}" for i in bad[:3])
@@ -215,7 +219,7 @@ def load_gsm8k(split="train", limit=0):
                 f"e.g. {shown}. Fix those rows, or set SKIP_BAD_ROWS=True to train without them."
             )
         log.warning("skipping %d rows without a '#### N' answer (SKIP_BAD_ROWS=True), e.g. %s", len(bad), shown)
-    keep = [i for i, gold in enumerate(golds) if gold is not None]
+    keep = [i for i, gold in enumerate(golds) if gold is not None][: limit or None]
     questions = [ds[i]["question"] for i in keep]
     return datasets.Dataset.from_dict(
         {"prompt": [make_prompt(q) for q in questions], "answer": [golds[i] for i in keep], "question": questions}
@@ -240,6 +244,29 @@ def build_reward_funcs():
     return funcs
 
 
+def build_trainer(config, reward_funcs, train_dataset, callbacks):
+    """GRPOTrainer on MODEL_NAME with the LoRA config: TRL loads the model and wraps it."""
+    from peft import NoMatchingPeftModuleError
+    from trl import GRPOTrainer
+
+    try:
+        return GRPOTrainer(
+            model=MODEL_NAME,
+            reward_funcs=reward_funcs,
+            args=config,
+            train_dataset=train_dataset,
+            peft_config=build_peft_config(),
+            quantization_config=build_quantization_config(),
+            callbacks=callbacks,
+        )
+    except OSError as err:  # transformers' "not a valid model identifier", missing weights or tokenizer
+        raise ConfigError(f"MODEL_NAME {MODEL_NAME!r} could not be loaded: {err}") from None
+    except NoMatchingPeftModuleError as err:
+        raise ConfigError(
+            f"LORA_TARGET_MODULES={LORA_TARGET_MODULES!r} matches no layer of the model: {err}"
+        ) from None
+
+
 def main(argv=()):
     global MODEL_NAME
     smoke, overrides = cli.parse(sys.modules[__name__], argv)
@@ -249,47 +276,35 @@ def main(argv=()):
     preflight.check(sys.modules[__name__], smoke)
     reward_funcs = build_reward_funcs()
     train_dataset = load_gsm8k("train", limit=MAX_SAMPLES)
+    eval_dataset = load_gsm8k("test", limit=max(EVAL_BEFORE, EVAL_AFTER)) if EVAL_BEFORE or EVAL_AFTER else None
     if smoke and "MODEL_NAME" not in overrides:
         from smoke import ensure_model_dir
 
         MODEL_NAME = ensure_model_dir(Path(OUTPUT_DIR) / "smoke-model")
+    last = preflight.resume_checkpoint(sys.modules[__name__])
     config = build_config(smoke)
-    log.info(
-        "model %s, %s, attention %s, %d training problems",
-        MODEL_NAME,
-        config.model_init_kwargs["dtype"],
-        config.model_init_kwargs["attn_implementation"],
-        len(train_dataset),
-    )
-
-    from transformers.trainer_utils import get_last_checkpoint
-    from trl import GRPOTrainer
+    kwargs = config.model_init_kwargs
+    log.info("model %s, %s, attention %s", MODEL_NAME, kwargs["dtype"], kwargs["attn_implementation"])
 
     import evaluate
     import monitor
 
     health = monitor.HealthMonitor(monitor.Thresholds.from_constants(sys.modules[__name__]))  # advice; NaN stop
     samples = monitor.CompletionSamples(train_dataset)  # completions table in TensorBoard's Text tab
-    trainer = GRPOTrainer(
-        model=MODEL_NAME,
-        reward_funcs=reward_funcs,
-        args=config,
-        train_dataset=train_dataset,
-        peft_config=build_peft_config(),
-        quantization_config=build_quantization_config(),
-        callbacks=[health, samples],
-    )
+    trainer = build_trainer(config, reward_funcs, train_dataset, callbacks=[health, samples])
     health.trainer = samples.trainer = trainer  # they write through its TensorBoard writer (see monitor.py)
-    last = get_last_checkpoint(OUTPUT_DIR) if RESUME and os.path.isdir(OUTPUT_DIR) else None
     if last:
-        log.info("resuming from %s (set RESUME=False to start over)", last)
-    evaluate.in_training(trainer, EVAL_BEFORE, "before", load_gsm8k)  # baseline test accuracy, step 0
+        log.info("resuming from %s (the baseline evaluation, if any, was done by the first run)", last)
+    else:
+        evaluate.in_training(trainer, eval_dataset, EVAL_BEFORE, "before")  # baseline test accuracy at step 0
     trainer.train(resume_from_checkpoint=last)
     if health.stopped:
         raise ConfigError(f"training stopped: {health.stopped.message}")
     trainer.save_model(OUTPUT_DIR)  # the LoRA adapter and the tokenizer
     log.info("saved the adapter to %s", OUTPUT_DIR)
-    evaluate.in_training(trainer, EVAL_AFTER, "after", load_gsm8k)  # test accuracy at the final step
+    evaluate.in_training(trainer, eval_dataset, EVAL_AFTER, "after")  # test accuracy at the final step
+    trainer.accelerator.wait_for_everyone()  # no rank exits while another still uses the process group
+    trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end of a script
     return trainer
 
 

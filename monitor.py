@@ -123,7 +123,7 @@ class Advisor:
             "stop",
             f"{at}: the weights are diverging, so training stops before they are saved. {kept} Lower LEARNING_RATE "
             f"(now {self._setting('learning_rate')}) or raise BETA (now {self._setting('beta')}); a resumed run "
-            "keeps the checkpoint's learning rate, so start a fresh OUTPUT_DIR (or RESUME=False) to change it.",
+            "keeps the checkpoint's learning rate, so start a fresh OUTPUT_DIR to change it.",
         )
 
     def _kl(self, logs):
@@ -368,11 +368,13 @@ def tensorboard_writer(trainer):
 
     Writing through it keeps the text in the training run's own event file, which live TensorBoard follows.
     """
-    if trainer is None:
-        return None
+    callback = tensorboard_callback(trainer)
+    return None if callback is None else callback.tb_writer
+
+
+def tensorboard_callback(trainer):
+    """transformers' TensorBoardCallback among the trainer's callbacks, or None."""
     from transformers.integrations import TensorBoardCallback
 
-    for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, TensorBoardCallback):
-            return callback.tb_writer
-    return None
+    callbacks = trainer.callback_handler.callbacks if trainer is not None else []
+    return next((cb for cb in callbacks if isinstance(cb, TensorBoardCallback)), None)

@@ -6,12 +6,26 @@ all at once and exits with status 2 (see cli.run).
 
 import difflib
 import itertools
+import json
 import os
+from pathlib import Path
 
 from cli import ConfigError
 from rewards import REWARDS
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's _compute_loss
+ATTENTION = ("auto", "flash_attention_2", "sdpa", "eager")
+# constants that must be at least 1 (0 or less fails inside TRL/peft, some only after the model has loaded)
+POSITIVE = (
+    "LORA_R",
+    "MAX_COMPLETION_LENGTH",
+    "PER_DEVICE_TRAIN_BATCH_SIZE",
+    "GRADIENT_ACCUMULATION_STEPS",
+    "NUM_ITERATIONS",
+    "LOGGING_STEPS",
+    "SAVE_STEPS",
+    "SAVE_TOTAL_LIMIT",
+)
 
 
 def world_size():
@@ -59,6 +73,26 @@ def check(c, smoke=False):
         problems.append(f"TEMPERATURE is {c.TEMPERATURE}; GRPO samples, so it must be > 0 (0.7-1.0 is usual).")
     if c.VLLM_MODE not in ("colocate", "server"):
         problems.append(f"VLLM_MODE {c.VLLM_MODE!r} must be colocate or server.")
+    if c.ATTN_IMPLEMENTATION not in ATTENTION:
+        problems.append(f"ATTN_IMPLEMENTATION {c.ATTN_IMPLEMENTATION!r} must be one of {', '.join(ATTENTION)}.")
+    for name in [n for n in POSITIVE if getattr(c, n) < 1]:
+        problems.append(f"{name} is {getattr(c, name)}; it must be at least 1.")
+    if c.MAX_STEPS == 0 or c.MAX_STEPS < -1 or (c.MAX_STEPS == -1 and c.NUM_TRAIN_EPOCHS <= 0):
+        problems.append(
+            f"MAX_STEPS={c.MAX_STEPS} with NUM_TRAIN_EPOCHS={c.NUM_TRAIN_EPOCHS} trains nothing: set "
+            "MAX_STEPS to a positive number of steps, or to -1 with NUM_TRAIN_EPOCHS > 0."
+        )
+    if c.LEARNING_RATE <= 0:
+        problems.append(f"LEARNING_RATE is {c.LEARNING_RATE}; it must be > 0 (1e-5 to 5e-5 for LoRA).")
+    if c.EVAL_BEFORE < 0 or c.EVAL_AFTER < 0:
+        problems.append("EVAL_BEFORE and EVAL_AFTER are numbers of test problems: 0 (off) or more.")
+    model_dir = Path(c.MODEL_NAME).expanduser()
+    if (model_dir.exists() or c.MODEL_NAME.startswith(("/", ".", "~"))) and not (model_dir / "config.json").is_file():
+        problems.append(
+            f"MODEL_NAME points at the folder {model_dir}, which holds no config.json. Give a folder "
+            "with a model's config.json, weights and tokenizer (see README: weights on disk), or a Hub "
+            "id such as Qwen/Qwen3-8B."
+        )
     problems += hardware_problems(c, smoke)
     if problems:
         raise ConfigError("\n\n".join(problems))
@@ -67,7 +101,7 @@ def check(c, smoke=False):
 def hardware_problems(c, smoke):
     """What the requested precision, quantisation and kernels need from this machine."""
     problems = []
-    cuda = cuda_available() and not smoke
+    cuda = on_gpu(smoke)
     if cuda and world_size() == 1 and gpu_count() > 1:
         problems.append(
             f"{gpu_count()} GPUs are visible but only one process was started, and TRL refuses to spread one "
@@ -97,6 +131,11 @@ def hardware_problems(c, smoke):
             problems.append(f"{name} needs a CUDA GPU; set {name.split()[0]}=False on this machine.")
         elif flag and not importable(package):
             problems.append(f"{name} needs the {package} package, which is not installed; install it with {install}.")
+    if c.ATTN_IMPLEMENTATION == "flash_attention_2" and not (cuda and c.BF16 and importable("flash_attn")):
+        problems.append(
+            "ATTN_IMPLEMENTATION=flash_attention_2 needs a CUDA GPU, BF16=True and the flash-attn "
+            "package (requirements-cuda.txt); use auto to fall back to sdpa."
+        )
     if c.USE_VLLM and c.LOAD_IN_4BIT:
         problems.append(
             "USE_VLLM with LOAD_IN_4BIT is not supported: TRL must merge the LoRA weights into the base "
@@ -104,6 +143,46 @@ def hardware_problems(c, smoke):
             "3466, 3654). Use vLLM with bf16 LoRA, or QLoRA with HF generation."
         )
     return problems
+
+
+def resume_checkpoint(c):
+    """The checkpoint to resume from (None for a fresh start), after checking that resuming or not is safe.
+
+    The newest checkpoint-N holding trainer_state.json counts (transformers writes that file last, so a save cut
+    off by a kill is skipped). Starting over in a folder with checkpoints would overwrite and rotate them away, and
+    an adapter trained on another base model cannot be resumed: both are refused.
+    """
+    folders = [p for p in Path(c.OUTPUT_DIR).glob("checkpoint-*") if p.name.removeprefix("checkpoint-").isdigit()]
+    if folders and not c.RESUME:
+        raise ConfigError(
+            f"OUTPUT_DIR {c.OUTPUT_DIR} already holds {len(folders)} checkpoint(s) of an earlier run, which "
+            "RESUME=False would overwrite or delete (SAVE_TOTAL_LIMIT). Give this run a new OUTPUT_DIR, move the old "
+            "one away, or set RESUME=True to continue it."
+        )
+    last = newest_checkpoint(c.OUTPUT_DIR)
+    if last is None:
+        return None
+    adapter = last / "adapter_config.json"
+    base = json.loads(adapter.read_text()).get("base_model_name_or_path") if adapter.is_file() else None
+    if base and Path(base).name != Path(c.MODEL_NAME).name:  # a Hub id and a local copy of it share the last part
+        raise ConfigError(
+            f"OUTPUT_DIR {c.OUTPUT_DIR} holds checkpoints of an adapter for {base}, but MODEL_NAME is {c.MODEL_NAME}: "
+            f"resuming would fail on mismatched shapes. Set MODEL_NAME={base}, or give this run a new OUTPUT_DIR."
+        )
+    return str(last)
+
+
+def newest_checkpoint(output_dir):
+    """The complete checkpoint-N with the highest N in output_dir, or None. Complete = it holds trainer_state.json,
+    which transformers writes last, so a save cut off by a kill is never taken for the newest."""
+    done = [p for p in Path(output_dir).glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
+    done = [p for p in done if p.name.removeprefix("checkpoint-").isdigit()]
+    return max(done, key=lambda p: int(p.name.removeprefix("checkpoint-")), default=None)
+
+
+def on_gpu(smoke):
+    """Whether this run computes on CUDA: --smoke always runs on the CPU."""
+    return not smoke and cuda_available()
 
 
 def cuda_available():

@@ -39,9 +39,10 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     assert state["global_step"] == 4
 
 
-def test_resume_can_be_turned_off(tmp_path):
+def test_starting_over_in_a_used_output_dir_is_refused_and_loses_nothing(tmp_path):
     assert run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=2").returncode == 0
-    again = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=2", "--RESUME=false")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming" not in again.stderr
-    assert [s for s, _ in read_scalars(event_dirs(tmp_path)[-1])["train/loss"]] == [1, 2]  # started over
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    again = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--RESUME=false")
+    assert again.returncode == 2 and "Traceback" not in again.stderr
+    assert "already holds 1 checkpoint(s)" in again.stderr
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing touched

@@ -23,8 +23,9 @@ def test_import_is_light():
     assert out.stdout.strip() == "[]"
 
 
-def test_config_maps_constants_to_grpo_config(gt):
-    gt.BF16 = False  # this CPU machine cannot build a bf16 config; everything else keeps the defaults
+def test_config_maps_constants_to_grpo_config(gt, monkeypatch):
+    monkeypatch.setattr(preflight, "cuda_available", lambda: False)  # the same answer on a GPU machine
+    gt.BF16 = False  # a CPU machine cannot build a bf16 config; everything else keeps the defaults
     config = gt.build_config()
     # the tutorial's names translated to TRL 1.16: kl_coef -> beta, max_new_tokens -> max_completion_length
     assert config.beta == 0.05
@@ -50,6 +51,15 @@ def test_smoke_config_is_fp32_on_cpu(gt):
     config = gt.build_config(smoke=True)
     assert config.use_cpu and not config.bf16
     assert config.model_init_kwargs["attn_implementation"] == "sdpa"  # flash-attn is never picked on CPU
+
+
+def test_flash_attention_only_in_bf16_on_cuda(gt, monkeypatch):
+    monkeypatch.setattr(preflight, "cuda_available", lambda: True)
+    monkeypatch.setattr(preflight, "importable", lambda package: True)  # as if flash-attn were installed
+    assert gt.model_init_kwargs()["attn_implementation"] == "flash_attention_2"
+    gt.BF16 = False  # flash-attn kernels run only in 16-bit: fp32 (e.g. on a V100) must fall back to sdpa
+    assert gt.model_init_kwargs() == {"dtype": "float32", "attn_implementation": "sdpa"}
+    assert gt.model_init_kwargs(smoke=True)["attn_implementation"] == "sdpa"
 
 
 def test_lora_config(gt):
@@ -133,6 +143,17 @@ def smoke_gt(gt):
         (dict(USE_LIGER_KERNEL=True), "USE_LIGER_KERNEL needs a CUDA GPU"),
         (dict(USE_VLLM=True), "USE_VLLM needs a CUDA GPU"),
         (dict(USE_VLLM=True, LOAD_IN_4BIT=True), "merging into 4-bit weights is lossy"),
+        (dict(LORA_R=0), "LORA_R is 0; it must be at least 1"),
+        (dict(LOGGING_STEPS=0), "LOGGING_STEPS is 0; it must be at least 1"),
+        (dict(SAVE_STEPS=0), "SAVE_STEPS is 0; it must be at least 1"),
+        (dict(MAX_COMPLETION_LENGTH=0), "MAX_COMPLETION_LENGTH is 0; it must be at least 1"),
+        (dict(MAX_STEPS=0), "MAX_STEPS=0 with NUM_TRAIN_EPOCHS=3 trains nothing"),
+        (dict(MAX_STEPS=-1, NUM_TRAIN_EPOCHS=0), "MAX_STEPS=-1 with NUM_TRAIN_EPOCHS=0 trains nothing"),
+        (dict(LEARNING_RATE=0.0), "LEARNING_RATE is 0.0"),
+        (dict(EVAL_BEFORE=-1), "EVAL_BEFORE and EVAL_AFTER are numbers of test problems"),
+        (dict(ATTN_IMPLEMENTATION="flash"), "ATTN_IMPLEMENTATION 'flash' must be one of auto"),
+        (dict(ATTN_IMPLEMENTATION="flash_attention_2"), "flash_attention_2 needs a CUDA GPU, BF16=True"),
+        (dict(MODEL_NAME="/nonexistent/Qwen3-8B"), "MODEL_NAME points at the folder /nonexistent/Qwen3-8B"),
     ],
 )
 def test_preflight_errors(smoke_gt, settings, message):
@@ -199,6 +220,49 @@ def _literal(text):
     return re.escape(text)
 
 
+# --- resuming --------------------------------------------------------------------------------------------------
+
+
+def _checkpoint(output_dir, step, base="Qwen/Qwen3-8B", complete=True):
+    folder = output_dir / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base}))
+    if complete:  # transformers writes trainer_state.json last: without it the save was cut off
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return str(folder)
+
+
+def test_resume_picks_the_newest_complete_checkpoint(gt, tmp_path):
+    gt.OUTPUT_DIR = str(tmp_path)
+    assert preflight.resume_checkpoint(gt) is None  # nothing to resume
+    _checkpoint(tmp_path, 9)
+    ten = _checkpoint(tmp_path, 10)  # numeric order: 10 is newer than 9 although "10" < "9" as text
+    _checkpoint(tmp_path, 11, complete=False)  # a save cut off by a kill is skipped
+    assert preflight.resume_checkpoint(gt) == ten
+
+
+def test_resume_accepts_a_local_copy_of_the_hub_model(gt, tmp_path):
+    gt.OUTPUT_DIR, gt.MODEL_NAME = str(tmp_path), "/models/Qwen3-8B"
+    last = _checkpoint(tmp_path, 2, base="Qwen/Qwen3-8B")
+    assert preflight.resume_checkpoint(gt) == last
+
+
+def test_resume_refuses_another_base_model(gt, tmp_path):
+    gt.OUTPUT_DIR, gt.MODEL_NAME = str(tmp_path), "Qwen/Qwen3-1.7B"
+    _checkpoint(tmp_path, 2, base="Qwen/Qwen3-8B")
+    with pytest.raises(ConfigError, match="adapter for Qwen/Qwen3-8B, but MODEL_NAME is Qwen/Qwen3-1.7B"):
+        preflight.resume_checkpoint(gt)
+
+
+def test_starting_over_never_overwrites_checkpoints(gt, tmp_path):
+    gt.OUTPUT_DIR, gt.RESUME = str(tmp_path), False
+    _checkpoint(tmp_path, 2)
+    with pytest.raises(ConfigError, match="already holds 1 checkpoint.*new OUTPUT_DIR"):
+        preflight.resume_checkpoint(gt)
+    gt.OUTPUT_DIR = str(tmp_path / "fresh")
+    assert preflight.resume_checkpoint(gt) is None  # RESUME=False in an empty folder is a plain start
+
+
 # --- data ----------------------------------------------------------------------------------------------------------
 
 
@@ -241,6 +305,25 @@ def test_rows_without_answers_are_counted_and_shown(gt, tmp_path):
         gt.load_gsm8k()
     gt.SKIP_BAD_ROWS = True
     assert gt.load_gsm8k()["answer"] == ["0", "2", "4"]  # the two bad rows are dropped, the rest kept in order
+
+
+def test_hub_dataset_errors_are_explained(gt, monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(ConfigError, match="DATASET 'openai/gsm8k' could not be loaded.*local GSM8K-format"):
+        gt.load_gsm8k()
+
+
+def test_limit_counts_usable_rows(gt, tmp_path):
+    rows = [{"question": "q0", "answer": "no marker"}] + [{"question": f"q{i}", "answer": f"#### {i}"} for i in (1, 2)]
+    path = tmp_path / "some_bad.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gt.DATASET, gt.SKIP_BAD_ROWS = str(path), True
+    assert gt.load_gsm8k(limit=2)["answer"] == ["1", "2"]  # MAX_SAMPLES=2 gives 2 rows, after dropping the bad one
 
 
 def test_wrong_columns_and_bad_json(gt, tmp_path):
@@ -291,6 +374,8 @@ def test_unimportable_reward(gt):
         (["--smoke", "--REWARD_FUNCS=nope_reward", "--REWARD_WEIGHTS=1"], "unknown reward 'nope_reward'"),
         (["--smoke", "--DATASET=/nonexistent/gsm8k.jsonl"], "DATASET points at /nonexistent/gsm8k.jsonl"),
         (["--smoke", "--TEMPERATUR=1"], "Did you mean TEMPERATURE"),
+        (["--smoke", "--MODEL_NAME=nobody/no-such-model"], "MODEL_NAME 'nobody/no-such-model' could not be loaded"),
+        (["--smoke", "--LORA_TARGET_MODULES=no_such_proj"], "LORA_TARGET_MODULES='no_such_proj' matches no layer"),
         pytest.param(
             [], "no CUDA GPU is visible", marks=pytest.mark.skipif(HAS_CUDA, reason="would start a real run")
         ),
@@ -300,4 +385,16 @@ def test_cli_errors_exit_2_without_traceback(args, message, tmp_path):
     out = run_script("grpotrainer.py", *args, f"--OUTPUT_DIR={tmp_path}")
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
-    assert list(tmp_path.iterdir()) == []  # nothing written: the check came before any model or output
+    # nothing written, except for errors that only loading can find: then the smoke model folder is all there is
+    assert [p.name for p in tmp_path.iterdir()] in ([], ["smoke-model"])
+
+
+def test_missing_test_split_fails_before_training(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text((REPO / "data" / "smoke_gsm8k.jsonl").read_text())
+    out_dir = tmp_path / "out"
+    out = run_script("grpotrainer.py", "--smoke", f"--DATASET={data}", "--EVAL_AFTER=2", f"--OUTPUT_DIR={out_dir}")
+    # EVAL_AFTER needs test.jsonl: found missing before any weights load, not after the whole training
+    assert out.returncode == 2 and "test.jsonl, which does not exist" in out.stderr
+    assert not out_dir.exists()
