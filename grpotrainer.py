@@ -131,7 +131,7 @@ def build_config(smoke=False):
         gradient_accumulation_steps=GRADIENT_ACCUMULATION_STEPS,
         num_train_epochs=NUM_TRAIN_EPOCHS,
         max_steps=MAX_STEPS,
-        activation_checkpointing=ACTIVATION_CHECKPOINTING,
+        **checkpointing_kwarg(GRPOConfig),
         bf16=BF16,
         use_liger_kernel=USE_LIGER_KERNEL,
         use_cpu=smoke,
@@ -142,6 +142,14 @@ def build_config(smoke=False):
         save_steps=SAVE_STEPS,
         save_total_limit=SAVE_TOTAL_LIMIT,
     )
+
+
+def checkpointing_kwarg(config_class):
+    """ACTIVATION_CHECKPOINTING under the name this transformers knows: 5.24 (requirements.txt) calls it
+    activation_checkpointing and keeps gradient_checkpointing as a deprecated alias; 5.17, which vLLM pins
+    (requirements-vllm.txt), has only gradient_checkpointing."""
+    new = "activation_checkpointing" in config_class.__dataclass_fields__
+    return {"activation_checkpointing" if new else "gradient_checkpointing": ACTIVATION_CHECKPOINTING}
 
 
 def model_init_kwargs(smoke=False):

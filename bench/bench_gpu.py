@@ -85,12 +85,6 @@ def token_reward(completions, completion_ids, **kwargs):
     return [sum(ids) % 7 / 6 for ids in completion_ids]
 
 
-def importable(package):
-    import importlib.util
-
-    return importlib.util.find_spec(package) is not None
-
-
 @contextmanager
 def build_defaults(device, dtype):
     """Create tensors directly on `device` in `dtype`: an 8B model never exists in fp32 or on the CPU."""
@@ -244,12 +238,13 @@ def run_case(args, name, backend):
     import torch
 
     import grpotrainer
+    import preflight
     import smoke
 
     shape = {**smoke.TINY_QWEN3, **(DRY_SHAPES if args.dry_run else SHAPES)[name]}
     size = sizes(args)
     device, dtype = ("cpu", torch.float32) if args.dry_run else ("cuda", torch.bfloat16)
-    attn = "flash_attention_2" if not args.dry_run and importable("flash_attn") else "sdpa"
+    attn = "flash_attention_2" if not args.dry_run and preflight.importable("flash_attn") else "sdpa"
     if backend == "vllm":
         use_dummy_vllm_weights()
     started = time.perf_counter()
@@ -341,9 +336,11 @@ def parse_args(argv):
 
 def skip_reason(args, backend):
     """Why a case cannot run here, or None."""
+    import preflight
+
     if backend == "vllm" and args.dry_run:
         return "vLLM needs a CUDA GPU; the dry run covers the HF path only"
-    if backend == "vllm" and not importable("vllm"):
+    if backend == "vllm" and not preflight.importable("vllm"):
         return "vllm is not installed; it lives in its own environment (pip install -r requirements-vllm.txt)"
     return None
 

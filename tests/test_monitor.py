@@ -16,7 +16,6 @@ from transformers import TrainerControl, TrainerState
 import grpotrainer
 import monitor
 
-QUIET = {"OMP_NUM_THREADS": "1"}  # tiny models on shared cores: OpenMP spinning costs far more than it gains
 T = monitor.Thresholds(
     kl_warn=10.0,
     kl_act=20.0,
@@ -198,7 +197,7 @@ def read_texts(logdir):
 
 def test_smoke_run_logs_completions_advice_and_accuracy_to_one_tensorboard_run(tmp_path):
     args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--EVAL_BEFORE=4", "--EVAL_AFTER=4"]
-    result = run_script(*args, env=QUIET)
+    result = run_script(*args)
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = (tmp_path / "runs").iterdir()  # baseline, training and final accuracy share one run folder
 
@@ -232,7 +231,7 @@ def nan_from_second_step(completions, trainer_state=None, **kwargs):
 def test_nan_reward_stops_cleanly_and_keeps_the_last_good_checkpoint(tmp_path):
     args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--SAVE_STEPS=1"]
     args += ["--REWARD_FUNCS=test_monitor:nan_from_second_step", "--REWARD_WEIGHTS=1"]
-    result = run_script(*args, env={**QUIET, "PYTHONPATH": str(REPO / "tests")})
+    result = run_script(*args, env={"PYTHONPATH": str(REPO / "tests")})
     assert result.returncode == 2  # a clear message and a non-zero status, not a traceback
     assert "error: training stopped: reward is None at step 2" in result.stderr and "Traceback" not in result.stderr
     assert (tmp_path / "checkpoint-1").is_dir()  # the last good checkpoint is kept

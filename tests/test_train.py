@@ -46,6 +46,20 @@ def test_config_maps_constants_to_grpo_config(gt, monkeypatch):
     assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "sdpa"}
 
 
+def test_checkpointing_flag_follows_the_installed_transformers(gt):
+    import dataclasses
+
+    @dataclasses.dataclass
+    class OldConfig:  # transformers 5.17 (the vLLM environment) has no activation_checkpointing field
+        gradient_checkpointing: bool = False
+
+    gt.ACTIVATION_CHECKPOINTING = False
+    assert gt.checkpointing_kwarg(OldConfig) == {"gradient_checkpointing": False}
+    from trl import GRPOConfig
+
+    assert gt.checkpointing_kwarg(GRPOConfig) == {"activation_checkpointing": False}
+
+
 def test_smoke_config_is_fp32_on_cpu(gt):
     gt.__dict__.update(gt.SMOKE)
     config = gt.build_config(smoke=True)
