@@ -164,7 +164,8 @@ def model_init_kwargs(smoke=False):
 def build_peft_config():
     from peft import LoraConfig
 
-    targets = LORA_TARGET_MODULES if LORA_TARGET_MODULES == "all-linear" else LORA_TARGET_MODULES.split(",")
+    names = [name.strip() for name in LORA_TARGET_MODULES.split(",") if name.strip()]
+    targets = "all-linear" if names == ["all-linear"] else names
     return LoraConfig(
         r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=LORA_DROPOUT, target_modules=targets, task_type="CAUSAL_LM"
     )
@@ -181,7 +182,7 @@ def build_quantization_config():
         bnb_4bit_quant_type="nf4",
         bnb_4bit_use_double_quant=True,
         bnb_4bit_compute_dtype=torch.bfloat16 if BF16 else torch.float32,
-        bnb_4bit_quant_storage=torch.bfloat16 if BF16 else torch.float32,  # what ZeRO-3/FSDP need to shard it
+        bnb_4bit_quant_storage=torch.bfloat16 if BF16 else torch.uint8,  # ZeRO-3/FSDP shard it as the weights' dtype
     )
 
 
