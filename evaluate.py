@@ -284,8 +284,7 @@ def load_model(smoke=False):
     if ADAPTER:
         from peft import PeftModel
 
-        base = json.loads((Path(ADAPTER) / "adapter_config.json").read_text()).get("base_model_name_or_path")
-        if base and Path(base).name != Path(MODEL_NAME).name:  # a Hub id and a local copy of it share the last part
+        if base := preflight.other_base_model(ADAPTER, MODEL_NAME):
             log.warning("ADAPTER was trained on %s but MODEL_NAME is %s: set MODEL_NAME=%s", base, MODEL_NAME, base)
         model = PeftModel.from_pretrained(model, ADAPTER)
     if not cuda and kwargs["dtype"] == "bfloat16":

@@ -152,7 +152,7 @@ def resume_checkpoint(c):
     off by a kill is skipped). Starting over in a folder with checkpoints would overwrite and rotate them away, and
     an adapter trained on another base model cannot be resumed: both are refused.
     """
-    folders = [p for p in Path(c.OUTPUT_DIR).glob("checkpoint-*") if p.name.removeprefix("checkpoint-").isdigit()]
+    folders = checkpoints(c.OUTPUT_DIR)
     if folders and not c.RESUME:
         raise ConfigError(
             f"OUTPUT_DIR {c.OUTPUT_DIR} already holds {len(folders)} checkpoint(s) of an earlier run, which "
@@ -162,9 +162,7 @@ def resume_checkpoint(c):
     last = newest_checkpoint(c.OUTPUT_DIR)
     if last is None:
         return None
-    adapter = last / "adapter_config.json"
-    base = json.loads(adapter.read_text()).get("base_model_name_or_path") if adapter.is_file() else None
-    if base and Path(base).name != Path(c.MODEL_NAME).name:  # a Hub id and a local copy of it share the last part
+    if base := other_base_model(last, c.MODEL_NAME):
         raise ConfigError(
             f"OUTPUT_DIR {c.OUTPUT_DIR} holds checkpoints of an adapter for {base}, but MODEL_NAME is {c.MODEL_NAME}: "
             f"resuming would fail on mismatched shapes. Set MODEL_NAME={base}, or give this run a new OUTPUT_DIR."
@@ -175,9 +173,20 @@ def resume_checkpoint(c):
 def newest_checkpoint(output_dir):
     """The complete checkpoint-N with the highest N in output_dir, or None. Complete = it holds trainer_state.json,
     which transformers writes last, so a save cut off by a kill is never taken for the newest."""
-    done = [p for p in Path(output_dir).glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
-    done = [p for p in done if p.name.removeprefix("checkpoint-").isdigit()]
+    done = [p for p in checkpoints(output_dir) if (p / "trainer_state.json").is_file()]
     return max(done, key=lambda p: int(p.name.removeprefix("checkpoint-")), default=None)
+
+
+def checkpoints(output_dir):
+    """The checkpoint-N folders Trainer wrote in output_dir, complete or not."""
+    return [p for p in Path(output_dir).glob("checkpoint-*") if p.name.removeprefix("checkpoint-").isdigit()]
+
+
+def other_base_model(adapter_dir, model_name):
+    """The base model a LoRA adapter folder was trained on, when that is not `model_name`; else None."""
+    config = Path(adapter_dir) / "adapter_config.json"
+    base = json.loads(config.read_text()).get("base_model_name_or_path") if config.is_file() else None
+    return base if base and Path(base).name != Path(model_name).name else None  # a Hub id and its local copy match
 
 
 def on_gpu(smoke):

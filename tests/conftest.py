@@ -49,5 +49,17 @@ def read_scalars(logdir):
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def read_texts(logdir):
+    """{tag: [(step, text), ...]} of the text summaries in a run folder (TensorBoard stores them as tensors)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
+    acc.Reload()
+    return {
+        tag.removesuffix("/text_summary"): [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(tag)]
+        for tag in acc.Tags()["tensors"]
+    }
+
+
 def all_finite(points):
     return bool(points) and all(math.isfinite(value) for _, value in points)

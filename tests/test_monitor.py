@@ -10,7 +10,7 @@ import re
 from dataclasses import replace
 
 import pytest
-from conftest import REPO, read_scalars, run_script
+from conftest import REPO, read_scalars, read_texts, run_script
 from transformers import TrainerControl, TrainerState
 
 import grpotrainer
@@ -181,18 +181,6 @@ def test_sample_rows_spread_over_prompts_with_gold_and_rewards():
     ]
     assert [r["rewards"]["correctness_reward"] for r in rows] == [0.0, 1.0, 0.0, 0.0]
     assert [r["advantage"] for r in rows] == [-0.5, 1.0, -0.5, -0.5]
-
-
-def read_texts(logdir):
-    """{tag: [(step, text), ...]} of the text summaries in a run folder (TensorBoard stores them as tensors)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
-    acc.Reload()
-    return {
-        tag.removesuffix("/text_summary"): [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(tag)]
-        for tag in acc.Tags()["tensors"]
-    }
 
 
 def test_smoke_run_logs_completions_advice_and_accuracy_to_one_tensorboard_run(tmp_path):
