@@ -1,16 +1,22 @@
-"""Command-line plumbing shared by grpotrainer.py and evaluate.py: `--KEY=value` overrides and clean exits.
+"""Command-line plumbing for the scripts (grpotrainer.py, evaluate.py, export.py): settings in, clean exits out.
 
-Every UPPERCASE module-level constant of a script can be overridden from the command line, checked against the
-type of its default, so sweeps and `torchrun`/`accelerate launch` need no file edits:
+A script's settings are its UPPERCASE module-level constants. `parse` returns them as a plain dict, with a profile
+(`--smoke`) and `--KEY=value` overrides applied, each checked against the type of its default; the module itself is
+never changed. Lower-case `--field=value` arguments name fields of a config dataclass (TRL's GRPOConfig): they are
+typed by transformers' own argument parser and handed to the config unchanged, so every GRPOConfig option can be set
+without editing code:
 
-    python grpotrainer.py --LEARNING_RATE=2e-5 --REWARD_FUNCS=correctness_reward,format_reward
+    python grpotrainer.py --LEARNING_RATE=2e-5 --REWARD_FUNCS=correctness_reward,format_reward --top_p=0.9
+    python grpotrainer.py --help          # every constant with its comment
 
 Values are parsed as plain data (numbers, booleans, comma-separated lists), never evaluated as code.
 """
 
+import dataclasses
 import difflib
-import os
+import re
 import sys
+from pathlib import Path
 
 TRUE, FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
@@ -19,9 +25,18 @@ class ConfigError(Exception):
     """A problem the user can fix by changing a constant, an override or a file. Printed without a traceback."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    settings: dict  # UPPERCASE constant -> value, defaults < profile < command line
+    given: frozenset  # the UPPERCASE names set on the command line
+    profile: str | None  # "smoke", "demo", ... or None
+    fields: dict  # lower-case config fields from the command line, typed
+
+
 def constants(namespace):
-    """The overridable settings of a module: its public UPPERCASE names."""
-    return {k: v for k, v in vars(namespace).items() if k.isupper() and not k.startswith("_")}
+    """The settings of a module: its public UPPERCASE names (pass `globals()` or a module)."""
+    items = namespace.items() if isinstance(namespace, dict) else vars(namespace).items()
+    return {k: v for k, v in items if k.isupper() and not k.startswith("_")}
 
 
 def _coerce(key, raw, default):
@@ -43,9 +58,7 @@ def _coerce(key, raw, default):
             numeric = bool(default) and all(isinstance(x, (int, float)) for x in default)
             return [float(item) for item in items] if numeric else items
     except ValueError:
-        raise ConfigError(
-            f"--{key}={raw} is not a valid {want}; its default is {default!r}. Example: --{key}={_example(default)}"
-        ) from None
+        raise ConfigError(f"--{key}={raw} is not a valid {want} (default {_example(default)}).") from None
     raise ConfigError(f"{key} (a {want}) cannot be set from the command line; edit it in the file instead.")
 
 
@@ -55,46 +68,155 @@ def _example(default):
     return str(default).lower() if isinstance(default, bool) else str(default)
 
 
-def apply_overrides(namespace, args):
-    """Apply `--KEY=value` arguments to the module `namespace`; return the dict of what was set.
+def apply_overrides(settings, args):
+    """`settings` updated with `--KEY=value` arguments (a new dict), each typed like its default.
 
-    >>> import types
-    >>> ns = types.SimpleNamespace(STEPS=10, LR=1e-5, NAMES=["a"])
-    >>> apply_overrides(ns, ["--STEPS=20", "--NAMES=x,y"])
-    {'STEPS': 20, 'NAMES': ['x', 'y']}
+    >>> apply_overrides({"STEPS": 10, "LR": 1e-5, "NAMES": ["a"]}, ["--STEPS=20", "--NAMES=x,y"])
+    {'STEPS': 20, 'LR': 1e-05, 'NAMES': ['x', 'y']}
     """
-    known = constants(namespace)
-    done = {}
+    out = dict(settings)
     for arg in args:
-        key, sep, raw = arg.removeprefix("--").partition("=")
-        if not arg.startswith("--") or not sep:
-            raise ConfigError(
-                f"cannot read the argument {arg!r}: overrides are written --KEY=value, e.g. --MAX_STEPS=100"
-            )
-        if key not in known:
-            close = difflib.get_close_matches(key.upper(), known, n=3, cutoff=0.5)
-            hint = f" Did you mean {', '.join(close)}?" if close else " Constants are UPPERCASE, as in the file."
+        key, raw = _split(arg)
+        if key not in settings:
+            close = difflib.get_close_matches(key.upper(), settings, n=3, cutoff=0.5)
+            hint = f" Did you mean {', '.join(close)}?" if close else " See --help for the settings."
             raise ConfigError(f"unknown setting --{key}.{hint}")
-        done[key] = _coerce(key, raw, known[key])
-        setattr(namespace, key, done[key])
-    return done
+        out[key] = _coerce(key, raw, settings[key])
+    return out
 
 
-def parse(namespace, argv):
-    """Apply `--smoke` (the module's SMOKE settings, and no network) then the `--KEY=value` overrides to the module
-    `namespace`, so that overrides win. Return (smoke, the dict of overrides)."""
-    smoke = "--smoke" in argv
-    if smoke:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the smoke run must never wait on the network
-        for key, value in namespace.SMOKE.items():
-            setattr(namespace, key, value)
-    return smoke, apply_overrides(namespace, [arg for arg in argv if arg != "--smoke"])
+def _split(arg):
+    key, sep, raw = arg.removeprefix("--").partition("=")
+    if not arg.startswith("--") or not sep or not key:
+        raise ConfigError(f"cannot read the argument {arg!r}: write --KEY=value, e.g. --MAX_STEPS=100 (see --help)")
+    return key, raw
+
+
+def config_fields(args, config_class, owned, settings):
+    """Lower-case `--field=value` arguments as a dict typed for `config_class`, checked against its fields.
+
+    A field that a constant sets (LEARNING_RATE sets learning_rate; `owned` maps the others) is refused with the
+    constant's name, so that one setting never has two values.
+    """
+    if not dataclasses.is_dataclass(config_class):
+        config_class = config_class()  # a function that imports it: --help and bad constants need no trl
+    known = {f.name for f in dataclasses.fields(config_class) if f.init}
+    given = {}
+    for arg in args:
+        key, raw = _split(arg)
+        if (constant := owned.get(key) or (key.upper() if key.upper() in settings else None)) and key in known:
+            raise ConfigError(f"--{key} is set by the constant {constant}: use --{constant}=... instead.")
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+            close += difflib.get_close_matches(key.upper(), settings, n=1, cutoff=0.8)
+            hint = f" Did you mean {', '.join(close)}?" if close else " See --help for the constants."
+            raise ConfigError(f"unknown setting --{key}: not a constant nor a {config_class.__name__} field.{hint}")
+        given[key] = raw
+    if not given:
+        return {}
+    from transformers import HfArgumentParser  # types each value as the dataclass field declares it
+
+    parser = HfArgumentParser(config_class)
+
+    def refuse(message):  # argparse would print its usage and exit; say it in one line instead
+        raise ConfigError(f"{message.replace('argument ', '')} (a {config_class.__name__} field).")
+
+    parser.error = refuse
+    namespace, _ = parser.parse_known_args([f"--{key}={raw}" for key, raw in given.items()])
+    return {key: getattr(namespace, key) for key in given}
+
+
+def parse(settings, argv, profiles=None, config_class=None, owned=None, source=None):
+    """Resolve a script's settings from its constants and command line; return `Args`.
+
+    settings: the script's constants (`constants(globals())`); profiles: {"smoke": {...}} applied by `--smoke`;
+    config_class/owned: where lower-case `--field=value` go (see `config_fields`); source: the script file,
+    whose constants block `--help` prints.
+    """
+    if "--help" in argv or "-h" in argv:
+        print(help_text(source, profiles), flush=True)
+        sys.exit(0)
+    profiles = profiles or {}
+    profile = next((name for name in profiles if f"--{name}" in argv), None)
+    if profile and any(f"--{other}" in argv for other in profiles if other != profile):
+        raise ConfigError(f"choose one of {', '.join('--' + p for p in profiles)}.")
+    rest = [arg for arg in argv if arg.removeprefix("--") not in profiles]
+    upper = [arg for arg in rest if not _is_field(arg)]
+    lower = [arg for arg in rest if _is_field(arg)]
+    if lower and config_class is None:
+        upper += lower  # no config behind this script: report them as unknown settings
+        lower = []
+    resolved = apply_overrides({**settings, **profiles.get(profile, {})}, upper)
+    fields = config_fields(lower, config_class, owned or {}, settings) if lower else {}
+    given = frozenset(_split(arg)[0] for arg in upper)
+    return Args(resolved, given, profile, fields)
+
+
+def _is_field(arg):
+    key = arg.removeprefix("--").partition("=")[0]
+    return arg.startswith("--") and key[:1].islower() and key not in ("help",)
+
+
+_CONSTANT = re.compile(r"^([A-Z][A-Z0-9_]*) = (.*?)(?:  # (.*))?$")
+
+
+def help_text(source, profiles=None):
+    """The script's docstring head and its constants block: each constant with its default and comment."""
+    if source is None:
+        return "usage: --KEY=value overrides"
+    lines = Path(source).read_text(encoding="utf-8").splitlines()
+    doc_end = next((i for i, line in enumerate(lines[1:], 1) if line.strip().endswith('"""')), 0)
+    out = [line for line in lines[1:doc_end] if line.strip()][:8]
+    out += ["", "settings (--KEY=value; lower-case --field=value passes any GRPOConfig field through):"]
+    ruler = [i for i, line in enumerate(lines) if line.startswith("# ----")]
+    block = lines[ruler[0] + 1 : ruler[1]] if len(ruler) >= 2 else lines
+    for line in block:
+        if match := _CONSTANT.match(line):
+            name, value, comment = match.groups()
+            value = value if len(value) <= 40 else value[:37] + "..."
+            out.append(f"  --{name}={value}" + (f"\n        {comment}" if comment else ""))
+        elif line.startswith("# "):
+            out.append(f"\n {line[2:]}")
+    if profiles:
+        out.append("\nprofiles: " + ", ".join(f"--{name}" for name in profiles))
+    return "\n".join(out)
 
 
 def run(main):
     """Call `main(argv)`; print a ConfigError as one paragraph and exit 2 instead of showing a traceback."""
     try:
-        main(sys.argv[1:])
+        return main(sys.argv[1:])
     except ConfigError as err:
         print(f"\nerror: {err}\n", file=sys.stderr, flush=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        print("\ninterrupted.", file=sys.stderr, flush=True)
+        sys.exit(130)
+
+
+def setup_logging(prefix, rank0=True):
+    """Log the project's records (the "grpotrainer" logger and its children) to stderr as "[prefix] message".
+
+    The root logger stays unconfigured: libraries that attach their own handler (huggingface_hub does) would
+    otherwise print every message twice, once through theirs and once through the root's.
+    """
+    import logging
+
+    logger = logging.getLogger("grpotrainer")
+    if not logger.handlers:
+        logger.addHandler(logging.StreamHandler())
+    logger.handlers[0].setFormatter(logging.Formatter(f"[{prefix}] %(message)s"))
+    logger.setLevel(logging.INFO if rank0 else logging.WARNING)
+    logger.propagate = False
+    return logger
+
+
+def require(packages, script):
+    """Refuse to start, with the command that fixes it, when this Python lacks a package the script needs."""
+    import importlib.util
+
+    if missing := [p for p in packages if importlib.util.find_spec(p) is None]:
+        raise ConfigError(
+            f"this Python ({sys.executable}) lacks {', '.join(missing)}.\n"
+            f"Run `make install` once, then `.venv/bin/python {script} ...` (or `make smoke`, `make train`)."
+        )

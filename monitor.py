@@ -11,7 +11,10 @@ The signals and their thresholds (constants in grpotrainer.py, --KEY=value as us
     kl > KL_WARN (warn), > KL_ACT (act)         the policy drifts from the reference: raise BETA, lower LEARNING_RATE
     frac_reward_zero_std >= ZERO_STD_FRAC       for ZERO_STD_LOGS logs in a row: most groups' rewards are all equal
     reward flat over REWARD_FLAT_WINDOW logs    its mean moved less than REWARD_FLAT_DELTA between the window's halves
+                                                while most groups told their completions apart
     completions/clipped_ratio > CLIPPED_RATIO_MAX   completions are cut at MAX_COMPLETION_LENGTH
+    grad_norm > GRAD_NORM_MAX, or entropy pinned  divergence without a NaN: lower LEARNING_RATE
+      near log(vocab) after starting below it
     loss, grad_norm, kl or reward NaN or inf    stop; the last checkpoint stays as it was, the final save is skipped
 """
 
@@ -20,7 +23,7 @@ import logging
 import math
 import re
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from itertools import zip_longest
 
 from transformers import TrainerCallback
@@ -29,6 +32,7 @@ import rewards
 
 REPEAT_AFTER = 20  # logs before an advisory that keeps firing is shown again (at once if it gets more severe)
 LEVELS = {"warn": 1, "act": 2, "stop": 3}
+FLAT_NEEDS_SIGNAL = 0.5  # the flat-reward advice needs frac_reward_zero_std below this, on average over its window
 log = logging.getLogger("grpotrainer.monitor")
 
 
@@ -43,11 +47,23 @@ class Thresholds:
     reward_flat_window: int
     reward_flat_delta: float
     clipped_ratio_max: float
+    grad_norm_max: float = math.inf
+    entropy_max_frac: float = 0.9  # entropy above this share of log(vocab size) reads as uniform noise
+    entropy_logs: int = 3  # ... for this many logs in a row
 
     @classmethod
-    def from_constants(cls, module):
-        """Read KL_WARN, KL_ACT, ... from a module (grpotrainer, with its --KEY=value overrides applied)."""
-        return cls(**{f.name: getattr(module, f.name.upper()) for f in fields(cls)})
+    def from_settings(cls, s):
+        """The thresholds from grpotrainer's settings dict (KL_WARN, KL_ACT, ...)."""
+        return cls(
+            kl_warn=s["KL_WARN"],
+            kl_act=s["KL_ACT"],
+            zero_std_frac=s["ZERO_STD_FRAC"],
+            zero_std_logs=s["ZERO_STD_LOGS"],
+            reward_flat_window=s["REWARD_FLAT_WINDOW"],
+            reward_flat_delta=s["REWARD_FLAT_DELTA"],
+            clipped_ratio_max=s["CLIPPED_RATIO_MAX"],
+            grad_norm_max=s["GRAD_NORM_MAX"],
+        )
 
 
 @dataclass(frozen=True)
@@ -76,13 +92,15 @@ class Advisor:
         self.stop = None  # the Advice that stopped training, once a NaN was seen
         self.logs_seen = 0
         self._zero_std_run = 0
+        self._entropy_run, self._entropy_first = 0, None
         self._rewards = deque(maxlen=max(thresholds.reward_flat_window, 2))
+        self._signal = deque(maxlen=max(thresholds.reward_flat_window, 2))  # frac_reward_zero_std beside each reward
         self._shown = {}  # signal -> (log index, level) it was last shown at
 
     def update(self, logs, step=None):
         self.logs_seen += 1
         fired = [a for a in (self._nan(logs, step), self._kl(logs), self._zero_std(logs)) if a]
-        fired += [a for a in (self._flat_reward(logs), self._clipped(logs)) if a]
+        fired += [a for a in (self._flat_reward(logs), self._clipped(logs), self._diverging(logs)) if a]
         if self.stop is None and (stop := next((a for a in fired if a.level == "stop"), None)):
             self.stop = stop
         return [a for a in fired if self._due(a)]
@@ -171,7 +189,10 @@ class Advisor:
         if not isinstance(reward, (int, float)) or not math.isfinite(reward) or window < 2:
             return None
         self._rewards.append(reward)
-        if len(self._rewards) < window:
+        self._signal.append(logs.get("frac_reward_zero_std", 0.0))
+        # A plateau where most groups score all alike is zero_std's case, and the usual prelude to a jump: GRPO
+        # waits for the rare group that tells its completions apart. Flat counts only while most groups carry signal.
+        if len(self._rewards) < window or sum(self._signal) / len(self._signal) >= FLAT_NEEDS_SIGNAL:
             return None
         values = list(self._rewards)
         # Halves of the window, not first and last values: a per-step reward is noisy, its running mean is not.
@@ -202,6 +223,32 @@ class Advisor:
             "of the loss.",
         )
 
+    def _diverging(self, logs):
+        """Divergence without a NaN: the gradient norm explodes, or the entropy climbs to that of uniform noise."""
+        grad_norm, entropy, vocab = logs.get("grad_norm"), logs.get("entropy"), self.settings.get("vocab_size")
+        lr = f"Lower LEARNING_RATE (now {self._setting('learning_rate')}; e.g. 10x), from an earlier checkpoint."
+        if isinstance(grad_norm, (int, float)) and self.t.grad_norm_max < grad_norm < math.inf:  # inf: the NaN rule
+            return Advice(
+                "diverging",
+                "act",
+                f"grad_norm is {grad_norm:.3g} (> GRAD_NORM_MAX={self.t.grad_norm_max:g}): "
+                f"the updates are exploding. {lr}",
+            )
+        if not isinstance(entropy, (int, float)) or not vocab or not math.isfinite(entropy):
+            return None
+        top = self.t.entropy_max_frac * math.log(vocab)
+        self._entropy_first = entropy if self._entropy_first is None else self._entropy_first
+        self._entropy_run = self._entropy_run + 1 if entropy >= top else 0
+        if self._entropy_run < self.t.entropy_logs or self._entropy_first >= top:
+            return None  # a model that starts as noise (a random one) has not diverged
+        return Advice(
+            "diverging",
+            "act",
+            f"entropy is {entropy:.3g} nats, {entropy / math.log(vocab):.0%} of uniform noise over "
+            f"{vocab} tokens, for {self._entropy_run} logs (it began at {self._entropy_first:.3g}): the model has "
+            f"stopped producing text. {lr}",
+        )
+
 
 SETTINGS = ("beta", "learning_rate", "num_generations", "temperature", "max_completion_length")
 
@@ -229,6 +276,8 @@ class HealthMonitor(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.advisor.settings.update({name: getattr(args, name, None) for name in SETTINGS})
+        config = getattr(kwargs.get("model"), "config", None)
+        self.advisor.settings["vocab_size"] = getattr(config, "vocab_size", None)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         shown = self.advisor.update(logs or {}, state.global_step)
@@ -360,7 +409,7 @@ def md(text, max_chars=None):
     if max_chars and len(text) > max_chars:
         text = text[:max_chars] + f" ... ({len(text) - max_chars} more characters)"
     text = html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False)
-    return text.replace("\r\n", "\n").replace("\n", "<br>")
+    return "<br>".join(text.splitlines()) if text else text  # \r, \r\n, \x0b, \u2028, ...: each breaks a row
 
 
 def tensorboard_writer(trainer):

@@ -1,170 +1,330 @@
 """Checks that run in seconds, before any weights load, so that a mistake costs a message rather than a GPU hour.
 
-Each problem is one paragraph that names the constant to change and suggests a value; grpotrainer.py prints them
-all at once and exits with status 2 (see cli.run).
+`check(settings, cpu_only)` takes the resolved settings (a dict of grpotrainer.py's constants) and reports every
+problem at once: each is at most two lines, `CONSTANT=value`, why, and the fix. The rules are data where they can
+be (CHOICES, RANGES); the rest are small functions. `check_rewards` calls every reward function once on real rows
+before training, `check_lora_targets` matches LORA_TARGET_MODULES against the model built on the meta device.
 """
 
 import difflib
 import itertools
 import json
+import math
 import os
 from pathlib import Path
 
+import hardware
 from cli import ConfigError
 from rewards import REWARDS
 
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's _compute_loss
-ATTENTION = ("auto", "flash_attention_2", "sdpa", "eager")
-# constants that must be at least 1 (0 or less fails inside TRL/peft, some only after the model has loaded)
-POSITIVE = (
-    "LORA_R",
-    "MAX_COMPLETION_LENGTH",
-    "PER_DEVICE_TRAIN_BATCH_SIZE",
-    "GRADIENT_ACCUMULATION_STEPS",
-    "NUM_ITERATIONS",
-    "LOGGING_STEPS",
-    "SAVE_STEPS",
-    "SAVE_TOTAL_LIMIT",
-)
+# The allowed values of each choice setting (TRL 1.16 / transformers for the first ones).
+CHOICES = {
+    "LOSS_TYPE": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
+    "SCALE_REWARDS": ("group", "batch", "none"),
+    "VLLM_MODE": ("colocate", "server"),
+    "ATTN_IMPLEMENTATION": ("auto", "flash_attention_2", "sdpa", "eager"),
+    "REPORT_TO": ("tensorboard", "trackio", "wandb", "none"),
+}
+# (low, high, low_inclusive, high_inclusive, hint): a number outside fails inside TRL/peft, often after the weights
+# load, or silently wastes the run. Floats must also be finite.
+INF = math.inf
+RANGES = {
+    "LORA_R": (1, INF, True, True, "8-64"),
+    "LORA_ALPHA": (0, INF, False, True, "about 2 x LORA_R; 0 leaves the adapter out of the forward pass"),
+    "LORA_DROPOUT": (0, 1, True, False, "0-0.1"),
+    "MAX_SAMPLES": (0, INF, True, True, "0 = all problems"),
+    "NUM_GENERATIONS": (2, INF, True, True, "GRPO compares completions within a group: 4-8 is usual"),
+    "MAX_COMPLETION_LENGTH": (1, INF, True, True, "GSM8K solutions need ~100-250 tokens"),
+    "TEMPERATURE": (0, INF, False, False, "GRPO samples: 0.7-1.0 is usual"),
+    "BETA": (0, INF, True, False, "0 = no reference model; 0.01-0.1 is usual"),
+    "NUM_ITERATIONS": (1, INF, True, True, "1 is usual"),
+    "STEPS_PER_GENERATION": (0, INF, True, True, "0 = GRADIENT_ACCUMULATION_STEPS"),
+    "VLLM_GPU_MEMORY_UTILIZATION": (0, 1, False, True, "0.3 is usual when colocated"),
+    "LEARNING_RATE": (0, 1, False, True, "1e-5 to 5e-5 for LoRA; a step size above 1 destroys the weights"),
+    "PER_DEVICE_TRAIN_BATCH_SIZE": (1, INF, True, True, "lower it on out-of-memory"),
+    "GRADIENT_ACCUMULATION_STEPS": (1, INF, True, True, "8 is the default"),
+    "NUM_TRAIN_EPOCHS": (0, INF, True, False, "used when MAX_STEPS=-1"),
+    "SEED": (0, 2**32 - 1, True, True, "any number from 0 to 2**32-1"),
+    "DDP_TIMEOUT": (1, INF, True, True, "seconds a process waits for the others"),
+    "LOGGING_STEPS": (1, INF, True, True, "1 logs every step"),
+    "SAVE_STEPS": (1, INF, True, True, "a killed run loses at most this many steps"),
+    "SAVE_TOTAL_LIMIT": (1, INF, True, True, "keep at least the newest checkpoint"),
+    "EVAL_BEFORE": (0, INF, True, True, "0 = off"),
+    "EVAL_AFTER": (0, INF, True, True, "0 = off"),
+    "EVAL_BATCH_SIZE": (1, INF, True, True, "lower it on out-of-memory"),
+    "KL_WARN": (0, INF, False, False, "a per-token KL"),
+    "KL_ACT": (0, INF, False, False, "above KL_WARN"),
+    "ZERO_STD_FRAC": (0, 1, False, True, "a share of groups"),
+    "ZERO_STD_LOGS": (1, INF, True, True, "logs in a row"),
+    "REWARD_FLAT_WINDOW": (0, INF, True, True, "0 = off"),
+    "REWARD_FLAT_DELTA": (0, INF, True, False, "in reward units"),
+    "CLIPPED_RATIO_MAX": (0, 1, True, True, "a share of completions"),
+    "GRAD_NORM_MAX": (0, INF, False, False, "a gradient norm"),
+}
+THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
-def world_size():
-    return int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun and accelerate launch
-
-
-def check(c, smoke=False):
-    """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a GPU run."""
-    problems = []
-    spg = c.STEPS_PER_GENERATION or c.GRADIENT_ACCUMULATION_STEPS
-    per_step = c.PER_DEVICE_TRAIN_BATCH_SIZE * world_size()  # completions per micro-batch, all processes
-    batch = per_step * spg
-    spg_name = "STEPS_PER_GENERATION" if c.STEPS_PER_GENERATION else "GRADIENT_ACCUMULATION_STEPS"
-    if c.NUM_GENERATIONS < 2:
+def check(s, cpu_only=False):
+    """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a run."""
+    problems = [p for name in CHOICES if (p := _choice(name, s[name]))]
+    problems += [p for name in RANGES if name in s and (p := _in_range(name, s[name]))]
+    floats = [n for n, v in s.items() if isinstance(v, float) and not math.isfinite(v) and n not in RANGES]
+    problems += [f"{n}={s[n]}: a number here must be finite." for n in floats]
+    problems += _batch(s) + _rewards(s) + _steps(s) + _paths(s) + hardware_problems(s, cpu_only)
+    if s["ENABLE_THINKING"] and s["MAX_COMPLETION_LENGTH"] < THINKING_MIN_TOKENS:
         problems.append(
-            f"NUM_GENERATIONS is {c.NUM_GENERATIONS}; GRPO compares completions within a group, so it "
-            "needs at least 2 (4-8 is usual)."
+            f"ENABLE_THINKING=True with MAX_COMPLETION_LENGTH={s['MAX_COMPLETION_LENGTH']}: thinking is cut off "
+            f"before the answer, so every reward is 0.\nSet MAX_COMPLETION_LENGTH >= {THINKING_MIN_TOKENS}, "
+            "or ENABLE_THINKING=False."
         )
-    elif batch % c.NUM_GENERATIONS:
-        fix = next(s for s in itertools.count(spg + 1) if per_step * s % c.NUM_GENERATIONS == 0)
-        divisors = [d for d in range(2, batch + 1) if batch % d == 0]
-        alt = f", or NUM_GENERATIONS={min(divisors, key=lambda d: abs(d - c.NUM_GENERATIONS))}" if divisors else ""
-        problems.append(
-            f"each generation round makes PER_DEVICE_TRAIN_BATCH_SIZE x processes x {spg_name} = "
-            f"{c.PER_DEVICE_TRAIN_BATCH_SIZE} x {world_size()} x {spg} = {batch} completions, which must be a "
-            f"multiple of NUM_GENERATIONS ({c.NUM_GENERATIONS}) so that every prompt's group is complete. "
-            f"For example set {spg_name}={fix}{alt}."
-        )
-    if len(c.REWARD_WEIGHTS) != len(c.REWARD_FUNCS):
-        problems.append(
-            f"REWARD_WEIGHTS has {len(c.REWARD_WEIGHTS)} weights for {len(c.REWARD_FUNCS)} REWARD_FUNCS "
-            f"({c.REWARD_FUNCS}); give one weight per function, in the same order."
-        )
-    for name in [f for f in c.REWARD_FUNCS if isinstance(f, str) and f not in REWARDS and ":" not in f]:
-        close = difflib.get_close_matches(name, REWARDS, n=1)
-        problems.append(
-            f"REWARD_FUNCS names an unknown reward {name!r}. {f'Did you mean {close[0]}? ' if close else ''}"
-            f"Known rewards: {', '.join(REWARDS)}; or give your own as 'module:function'."
-        )
-    if c.LOSS_TYPE not in LOSS_TYPES:
-        problems.append(f"LOSS_TYPE {c.LOSS_TYPE!r} is not one of {', '.join(LOSS_TYPES)}; dapo is the default.")
-    if c.SCALE_REWARDS not in ("group", "batch", "none"):
-        problems.append(f"SCALE_REWARDS {c.SCALE_REWARDS!r} must be group, batch or none.")
-    if c.TEMPERATURE <= 0:
-        problems.append(f"TEMPERATURE is {c.TEMPERATURE}; GRPO samples, so it must be > 0 (0.7-1.0 is usual).")
-    if c.VLLM_MODE not in ("colocate", "server"):
-        problems.append(f"VLLM_MODE {c.VLLM_MODE!r} must be colocate or server.")
-    if c.ATTN_IMPLEMENTATION not in ATTENTION:
-        problems.append(f"ATTN_IMPLEMENTATION {c.ATTN_IMPLEMENTATION!r} must be one of {', '.join(ATTENTION)}.")
-    for name in [n for n in POSITIVE if getattr(c, n) < 1]:
-        problems.append(f"{name} is {getattr(c, name)}; it must be at least 1.")
-    if c.MAX_STEPS == 0 or c.MAX_STEPS < -1 or (c.MAX_STEPS == -1 and c.NUM_TRAIN_EPOCHS <= 0):
-        problems.append(
-            f"MAX_STEPS={c.MAX_STEPS} with NUM_TRAIN_EPOCHS={c.NUM_TRAIN_EPOCHS} trains nothing: set "
-            "MAX_STEPS to a positive number of steps, or to -1 with NUM_TRAIN_EPOCHS > 0."
-        )
-    if c.LEARNING_RATE <= 0:
-        problems.append(f"LEARNING_RATE is {c.LEARNING_RATE}; it must be > 0 (1e-5 to 5e-5 for LoRA).")
-    if c.EVAL_BEFORE < 0 or c.EVAL_AFTER < 0:
-        problems.append("EVAL_BEFORE and EVAL_AFTER are numbers of test problems: 0 (off) or more.")
-    model_dir = Path(c.MODEL_NAME).expanduser()
-    if (model_dir.exists() or c.MODEL_NAME.startswith(("/", ".", "~"))) and not (model_dir / "config.json").is_file():
-        problems.append(
-            f"MODEL_NAME points at the folder {model_dir}, which holds no config.json. Give a folder "
-            "with a model's config.json, weights and tokenizer (see README: weights on disk), or a Hub "
-            "id such as Qwen/Qwen3-8B."
-        )
-    problems += hardware_problems(c, smoke)
     if problems:
-        raise ConfigError("\n\n".join(problems))
+        raise ConfigError("\n\n".join(dict.fromkeys(problems)))
 
 
-def hardware_problems(c, smoke):
-    """What the requested precision, quantisation and kernels need from this machine."""
+def _choice(name, value):
+    if value not in CHOICES[name]:
+        close = difflib.get_close_matches(str(value), CHOICES[name], n=1)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        return f"{name}={value!r} is not one of {', '.join(CHOICES[name])}.{hint}"
+    return None
+
+
+def _in_range(name, value):
+    low, high, low_in, high_in, hint = RANGES[name]
+    ok = (value >= low if low_in else value > low) and (value <= high if high_in else value < high)
+    if ok and not (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    lo, hi = f"{'[' if low_in else '('}{low:g}", f"{high:g}{']' if high_in else ')'}"
+    return f"{name}={value} is outside {lo}, {hi}: {hint}."
+
+
+def _batch(s):
+    """GRPO's batch rule: a generation round must hold whole groups. Every suggested fix is checked to obey it."""
+    gens, per_device, spg = s["NUM_GENERATIONS"], s["PER_DEVICE_TRAIN_BATCH_SIZE"], s["STEPS_PER_GENERATION"]
+    if gens < 2 or per_device < 1 or spg < 0 or s["GRADIENT_ACCUMULATION_STEPS"] < 1:
+        return []  # reported by RANGES
+    name = "STEPS_PER_GENERATION" if spg else "GRADIENT_ACCUMULATION_STEPS"
+    steps = spg or s["GRADIENT_ACCUMULATION_STEPS"]
+    procs = hardware.world_size()
+    per_round = per_device * procs
+    if per_round * steps % gens == 0:
+        return []
+    fix = next(n for n in itertools.count(steps + 1) if per_round * n % gens == 0)
+    alt = [g for g in range(2, per_round * steps + 1) if per_round * steps % g == 0]
+    other = f", or NUM_GENERATIONS={min(alt, key=lambda g: abs(g - gens))}" if alt else ""
+    return [
+        f"PER_DEVICE_TRAIN_BATCH_SIZE x processes x {name} = {per_device} x {procs} x {steps} = {per_round * steps} "
+        f"completions per generation round, not a multiple of NUM_GENERATIONS={gens} (processes count every node).\n"
+        f"Set {name}={fix}{other}."
+    ]
+
+
+def _rewards(s):
+    funcs, weights = s["REWARD_FUNCS"], s["REWARD_WEIGHTS"]
+    if not funcs:
+        return ["REWARD_FUNCS is empty: GRPO needs at least one reward, e.g. correctness_reward."]
     problems = []
-    cuda = on_gpu(smoke)
-    if cuda and world_size() == 1 and gpu_count() > 1:
+    if len(weights) != len(funcs):
         problems.append(
-            f"{gpu_count()} GPUs are visible but only one process was started, and TRL refuses to spread one "
-            "process over several GPUs. Launch one process per GPU (torchrun --nproc_per_node "
-            f"{gpu_count()} grpotrainer.py, or accelerate launch with configs/accelerate/), or pick one GPU with "
-            "CUDA_VISIBLE_DEVICES=0."
+            f"REWARD_WEIGHTS has {len(weights)} weights for {len(funcs)} REWARD_FUNCS ({funcs}); "
+            "give one weight per function, in the same order."
         )
-    if not smoke and not cuda:
+    elif any(not math.isfinite(w) for w in weights) or not any(weights):
+        problems.append(f"REWARD_WEIGHTS={weights}: every weight must be finite and one at least non-zero.")
+    for name in [f for f in funcs if isinstance(f, str) and f not in REWARDS and ":" not in f]:
+        close = difflib.get_close_matches(name, REWARDS, n=1)
+        hint = f"Did you mean {close[0]}? " if close else ""
         problems.append(
-            "no CUDA GPU is visible, and a real run needs one (bf16 training of a billion-parameter "
-            "model on CPU would take weeks). Try the pipeline offline on CPU with: "
-            "python grpotrainer.py --smoke"
-        )
-    elif c.BF16 and not (cuda and bf16_gpu()):
-        problems.append(
-            "BF16=True needs a bf16-capable GPU, but --smoke runs on the CPU in fp32; leave BF16=False there."
-            if smoke
-            else "BF16=True needs a bf16-capable (Ampere or newer) GPU, and this one has no bf16 support. Set "
-            "BF16=False to train in fp32 (slower, twice the memory: consider LOAD_IN_4BIT or a smaller MODEL_NAME)."
-        )
-    for flag, name, package, install in [
-        (c.LOAD_IN_4BIT, "LOAD_IN_4BIT (QLoRA)", "bitsandbytes", "pip install -r requirements-cuda.txt"),
-        (c.USE_LIGER_KERNEL, "USE_LIGER_KERNEL", "liger_kernel", "pip install -r requirements-cuda.txt"),
-        (c.USE_VLLM, "USE_VLLM", "vllm", "a separate environment: pip install -r requirements-vllm.txt"),
-    ]:
-        if flag and not cuda:
-            problems.append(f"{name} needs a CUDA GPU; set {name.split()[0]}=False on this machine.")
-        elif flag and not importable(package):
-            problems.append(f"{name} needs the {package} package, which is not installed; install it with {install}.")
-    if c.ATTN_IMPLEMENTATION == "flash_attention_2" and not (cuda and c.BF16 and importable("flash_attn")):
-        problems.append(
-            "ATTN_IMPLEMENTATION=flash_attention_2 needs a CUDA GPU, BF16=True and the flash-attn "
-            "package (requirements-cuda.txt); use auto to fall back to sdpa."
-        )
-    if c.USE_VLLM and c.LOAD_IN_4BIT:
-        problems.append(
-            "USE_VLLM with LOAD_IN_4BIT is not supported: TRL must merge the LoRA weights into the base "
-            "model to send them to vLLM, and merging into 4-bit weights is lossy or crashes (TRL issues "
-            "3466, 3654). Use vLLM with bf16 LoRA, or QLoRA with HF generation."
+            f"REWARD_FUNCS names an unknown reward {name!r}. {hint}\n"
+            f"Known: {', '.join(REWARDS)}; or give your own as 'module:function'."
         )
     return problems
 
 
-def resume_checkpoint(c):
+def _steps(s):
+    if s["MAX_STEPS"] == 0 or s["MAX_STEPS"] < -1 or (s["MAX_STEPS"] == -1 and not s["NUM_TRAIN_EPOCHS"] > 0):
+        return [
+            f"MAX_STEPS={s['MAX_STEPS']} with NUM_TRAIN_EPOCHS={s['NUM_TRAIN_EPOCHS']} trains nothing.\n"
+            "Set MAX_STEPS to a positive number of steps, or to -1 with NUM_TRAIN_EPOCHS > 0."
+        ]
+    if s["KL_ACT"] < s["KL_WARN"]:
+        return [f"KL_ACT={s['KL_ACT']} is below KL_WARN={s['KL_WARN']}; the act level must be the higher one."]
+    return []
+
+
+def _paths(s):
+    problems = []
+    model_dir = Path(s["MODEL_NAME"]).expanduser()
+    if (model_dir.exists() or s["MODEL_NAME"].startswith(("/", ".", "~"))) and not (
+        model_dir / "config.json"
+    ).is_file():
+        problems.append(
+            f"MODEL_NAME={s['MODEL_NAME']}: that folder holds no config.json.\n"
+            "Give a folder with a model's config.json, weights and tokenizer, or a Hub id such as Qwen/Qwen3-8B."
+        )
+    out = s["OUTPUT_DIR"]
+    if not out.strip():
+        return problems + ["OUTPUT_DIR is empty; name the folder for checkpoints and the adapter."]
+    path = Path(out).expanduser()
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if path.exists() and not path.is_dir():
+        problems.append(f"OUTPUT_DIR={out} is a file, not a folder; give a folder path.")
+    elif existing is not None and existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        problems.append(f"OUTPUT_DIR={out}: {existing} is not writable; choose a folder you can write to.")
+    return problems
+
+
+def hardware_problems(s, cpu_only):
+    """What the requested precision, quantisation and kernels need from this machine."""
+    problems = []
+    cuda = hardware.on_gpu(cpu_only)
+    gpus = hardware.gpu_count() if cuda else 0
+    if cuda and hardware.world_size() == 1 and gpus > 1:
+        problems.append(
+            f"{gpus} GPUs are visible but one process was started, and TRL will not spread one process over several.\n"
+            f"Run torchrun --nproc_per_node {gpus} grpotrainer.py (see docs/launch.md), or set CUDA_VISIBLE_DEVICES=0."
+        )
+    if not cpu_only and not cuda:
+        problems.append(
+            "no CUDA GPU is visible; a real run needs one (bf16 training of a 1B+ model on a CPU takes weeks).\n"
+            "Try the pipeline offline on the CPU with: make smoke"
+        )
+    elif s["BF16"] and not (cuda and hardware.bf16_gpu()):
+        problems.append(
+            "BF16=True, but --smoke and --demo run on the CPU in fp32; set BF16=False there."
+            if cpu_only
+            else "BF16=True needs an Ampere or newer GPU, and this one has no bf16.\n"
+            "Set BF16=False (fp32: slower, twice the memory; consider LOAD_IN_4BIT or a smaller MODEL_NAME)."
+        )
+    for flag, package, install in [
+        ("LOAD_IN_4BIT", "bitsandbytes", "pip install -r requirements-cuda.txt"),
+        ("USE_LIGER_KERNEL", "liger_kernel", "pip install -r requirements-cuda.txt"),
+        ("USE_VLLM", "vllm", "pip install -r requirements-vllm.txt"),
+    ]:
+        if s[flag] and not cuda:
+            problems.append(f"{flag}=True needs a CUDA GPU; set {flag}=False on this machine.")
+        elif s[flag] and not hardware.importable(package):
+            problems.append(f"{flag}=True needs the {package} package, which is not installed: {install}")
+    report_to = s["REPORT_TO"]
+    if report_to in ("trackio", "wandb") and not hardware.importable(report_to):
+        problems.append(
+            f"REPORT_TO={report_to} needs the {report_to} package: pip install {report_to}, or REPORT_TO=tensorboard."
+        )
+    if s["ATTN_IMPLEMENTATION"] == "flash_attention_2" and not (
+        cuda and s["BF16"] and hardware.importable("flash_attn")
+    ):
+        problems.append(
+            "ATTN_IMPLEMENTATION=flash_attention_2 needs a CUDA GPU, BF16=True and flash-attn (docs/gpu.md).\n"
+            "Use auto to fall back to sdpa."
+        )
+    if s["USE_VLLM"] and s["LOAD_IN_4BIT"]:
+        problems.append(
+            "USE_VLLM=True with LOAD_IN_4BIT=True: TRL merges LoRA into the base weights for vLLM, lossy in 4-bit.\n"
+            "Use vLLM with bf16 LoRA, or QLoRA with transformers generation (TRL issues 3466, 3654)."
+        )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checks that need the data or the model's config (still before any weights load)
+
+
+def check_loaded(s, reward_funcs, train_dataset):
+    """The checks that need the data or the model's config, still before any weights load."""
+    if len(train_dataset) == 0:
+        raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
+    check_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"])
+    targets = [name.strip() for name in s["LORA_TARGET_MODULES"].split(",") if name.strip()]
+    check_lora_targets(s["MODEL_NAME"], "all-linear" if targets == ["all-linear"] else targets, s["TRUST_REMOTE_CODE"])
+
+
+def check_rewards(funcs, names, dataset, max_completion_length):
+    """Call every reward function once as GRPOTrainer will, on two real rows with placeholder completions.
+
+    Each must return one number (or None) per completion; any failure names the REWARD_FUNCS entry.
+    """
+    from transformers import TrainerState
+
+    rows = dataset.select(range(min(2, len(dataset))))
+    completions = [[{"role": "assistant", "content": f"{a} + 0 = {a}\n#### {a}"}] for a in rows["answer"]]
+    columns = {key: rows[key] for key in rows.column_names if key != "prompt"}
+    kwargs = dict(
+        prompts=rows["prompt"],
+        completions=completions,
+        completion_ids=[[0] * min(8, max_completion_length)] * len(rows),
+        trainer_state=TrainerState(),  # step 0, as at the first generation
+        log_extra=lambda column, values: None,
+        log_metric=lambda name, value: None,
+        **columns,
+    )
+    problems = []
+    for func, name in zip(funcs, names, strict=True):
+        try:
+            out = func(**kwargs)
+            out = list(out) if not isinstance(out, str | bytes) else out
+        except Exception as err:  # a user's function can raise anything; report it, never a traceback
+            problems.append(f"REWARD_FUNCS entry {name!r} fails on a real row: {type(err).__name__}: {err}")
+            continue
+        if not isinstance(out, list) or len(out) != len(completions):
+            got = f"{len(out)} values" if isinstance(out, list) else repr(out)[:60]
+            problems.append(
+                f"REWARD_FUNCS entry {name!r} returned {got} for {len(completions)} completions; "
+                "it must return one number (or None) per completion."
+            )
+        elif bad := [v for v in out if not (v is None or isinstance(v, int | float) and not isinstance(v, bool))]:
+            problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]!r}; each value must be a number or None.")
+    if problems:
+        raise ConfigError("\n\n".join(problems))
+
+
+def check_lora_targets(model_name, targets, trust_remote_code):
+    """LORA_TARGET_MODULES matched against the model's module names, with the model built on the meta device
+    (no weights) from a config available without network (a local folder or the Hub cache). Skipped otherwise."""
+    if targets == "all-linear":
+        return
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(model_name, local_files_only=True, trust_remote_code=trust_remote_code)
+        import torch
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except Exception:  # no local config (a Hub id not yet downloaded): the trainer checks after loading
+        return
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    if missing := [t for t in targets if t not in names and not any(n.endswith(t) for n, _ in model.named_modules())]:
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if type(m).__name__ == "Linear"})
+        raise ConfigError(
+            f"LORA_TARGET_MODULES={','.join(targets)}: {', '.join(missing)} matches no layer of {model_name}.\n"
+            f"Its linear layers: {', '.join(linear)}; or use all-linear."
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Resuming
+
+
+def resume_checkpoint(output_dir, resume, model_name):
     """The checkpoint to resume from (None for a fresh start), after checking that resuming or not is safe.
 
     The newest checkpoint-N holding trainer_state.json counts (transformers writes that file last, so a save cut
     off by a kill is skipped). Starting over in a folder with checkpoints would overwrite and rotate them away, and
     an adapter trained on another base model cannot be resumed: both are refused.
     """
-    folders = checkpoints(c.OUTPUT_DIR)
-    if folders and not c.RESUME:
+    folders = checkpoints(output_dir)
+    if folders and not resume:
         raise ConfigError(
-            f"OUTPUT_DIR {c.OUTPUT_DIR} already holds {len(folders)} checkpoint(s) of an earlier run, which "
+            f"OUTPUT_DIR {output_dir} already holds {len(folders)} checkpoint(s) of an earlier run, which "
             "RESUME=False would overwrite or delete (SAVE_TOTAL_LIMIT). Give this run a new OUTPUT_DIR, move the old "
             "one away, or set RESUME=True to continue it."
         )
-    last = newest_checkpoint(c.OUTPUT_DIR)
+    last = newest_checkpoint(output_dir)
     if last is None:
         return None
-    if base := other_base_model(last, c.MODEL_NAME):
+    if base := other_base_model(last, model_name):
         raise ConfigError(
-            f"OUTPUT_DIR {c.OUTPUT_DIR} holds checkpoints of an adapter for {base}, but MODEL_NAME is {c.MODEL_NAME}: "
+            f"OUTPUT_DIR {output_dir} holds checkpoints of an adapter for {base}, but MODEL_NAME is {model_name}: "
             f"resuming would fail on mismatched shapes. Set MODEL_NAME={base}, or give this run a new OUTPUT_DIR."
         )
     return str(last)
@@ -187,32 +347,3 @@ def other_base_model(adapter_dir, model_name):
     config = Path(adapter_dir) / "adapter_config.json"
     base = json.loads(config.read_text()).get("base_model_name_or_path") if config.is_file() else None
     return base if base and Path(base).name != Path(model_name).name else None  # a Hub id and its local copy match
-
-
-def on_gpu(smoke):
-    """Whether this run computes on CUDA: --smoke always runs on the CPU."""
-    return not smoke and cuda_available()
-
-
-def cuda_available():
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def gpu_count():
-    import torch
-
-    return torch.cuda.device_count()
-
-
-def bf16_gpu():
-    import torch
-
-    return torch.cuda.is_bf16_supported()
-
-
-def importable(package):
-    import importlib.util
-
-    return importlib.util.find_spec(package) is not None

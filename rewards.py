@@ -610,6 +610,37 @@ class OverlongReward:
         return f"OverlongReward(max_completion_length={self.max_completion_length}, soft_cache={self.soft_cache})"
 
 
+def load(names, max_completion_length, enable_thinking=False) -> list[Callable]:
+    """Reward callables for REWARD_FUNCS entries: registry names or "module:function" strings.
+
+    A class (a registry entry or a user's) is built with the run's `max_completion_length` and `enable_thinking`,
+    where its __init__ takes them. A module that fails to import is reported as a ConfigError naming the entry.
+    """
+    import importlib
+    import inspect
+
+    from cli import ConfigError
+
+    funcs = []
+    for name in names:
+        if name in REWARDS:
+            func = REWARDS[name]
+        else:  # "module:function" (preflight has already rejected unknown plain names)
+            module, _, attr = name.partition(":")
+            try:
+                func = getattr(importlib.import_module(module), attr)
+            except Exception as err:  # a user's module can fail to import in any way
+                raise ConfigError(
+                    f"REWARD_FUNCS entry {name!r} cannot be imported: {type(err).__name__}: {err}"
+                ) from None
+        if isinstance(func, type):
+            run = {"max_completion_length": max_completion_length, "enable_thinking": enable_thinking}
+            accepted = inspect.signature(func).parameters
+            func = func(**{key: value for key, value in run.items() if key in accepted})
+        funcs.append(func)
+    return funcs
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -14,7 +14,25 @@ import os
 import sys
 from pathlib import Path
 
-FIXTURE = Path(__file__).resolve().parent / "data" / "smoke_gsm8k.jsonl"  # our own GSM8K-format problems
+import gsm8k
+
+FIXTURE = gsm8k.FIXTURE  # our own GSM8K-format problems
+
+# `grpotrainer.py --smoke`: these settings over the constants, then the command line's. The same pipeline, offline on
+# the CPU in fp32 with one thread, on the tiny model below (built in OUTPUT_DIR/smoke-model unless MODEL_NAME is set).
+PROFILE = dict(
+    DATASET=str(FIXTURE),
+    OUTPUT_DIR="outputs/smoke",
+    MAX_COMPLETION_LENGTH=32,
+    PER_DEVICE_TRAIN_BATCH_SIZE=4,
+    GRADIENT_ACCUMULATION_STEPS=1,
+    MAX_STEPS=4,
+    SAVE_STEPS=2,
+    TEMPERATURE=1.0,
+    LEARNING_RATE=1e-3,
+    BF16=False,
+    ACTIVATION_CHECKPOINTING=False,
+)
 
 # Qwen's ChatML markers. Qwen3 ends an assistant turn with <|im_end|>; <|endoftext|> is its pad token.
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
@@ -50,9 +68,7 @@ VOCAB_SIZE = 512  # 256 byte symbols + special tokens + ~250 merges learnt from 
 
 def training_text():
     """Text the tokenizer is trained on: the fixture's questions and solutions, and the prompt words."""
-    from grpotrainer import SYSTEM_PROMPT  # the system prompt's words should tokenise compactly too
-
-    yield SYSTEM_PROMPT
+    yield gsm8k.SYSTEM_PROMPT  # the system prompt's words should tokenise compactly too
     with open(FIXTURE, encoding="utf-8") as f:
         for line in f:
             row = json.loads(line)
@@ -100,6 +116,16 @@ def build_model(tokenizer, seed=0, **overrides):
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
     return model
+
+
+def cpu_model(path):
+    """For the CPU profiles: one torch thread unless OMP_NUM_THREADS says otherwise (the tiny model runs fastest on
+    one, and more thrash a shared machine), and the tiny model folder at `path`, built if missing."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        torch.set_num_threads(1)
+    return ensure_model_dir(path)
 
 
 def ensure_model_dir(path):

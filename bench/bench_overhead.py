@@ -71,8 +71,9 @@ def smoke_constants():
     """grpotrainer's constants as --smoke sets them: the numbers the bare script copies, nothing else."""
     import cli
     import grpotrainer
+    import smoke
 
-    return {**cli.constants(grpotrainer), **grpotrainer.SMOKE}
+    return {**cli.constants(grpotrainer), **smoke.PROFILE}
 
 
 def run_bare(model_dir, steps, out_dir):

@@ -14,15 +14,35 @@ sys.path.insert(0, str(REPO))
 
 
 @pytest.fixture
-def gt():
-    """grpotrainer with its constants restored after the test (main() and overrides mutate module globals)."""
+def settings():
+    """A fresh dict of grpotrainer.py's constants, as `cli.parse` resolves them with no arguments."""
     import cli
     import grpotrainer
 
-    saved = cli.constants(grpotrainer)
-    yield grpotrainer
-    for key, value in saved.items():
-        setattr(grpotrainer, key, value)
+    return dict(cli.constants(grpotrainer))
+
+
+@pytest.fixture
+def smoke_settings(settings):
+    """The --smoke settings, which pass preflight on this CPU machine."""
+    import smoke
+
+    return {**settings, **smoke.PROFILE}
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """Answer hardware's questions as a machine with GPUs would: `gpu(count=1, bf16=True, packages=("vllm",))`."""
+    import hardware
+
+    def fake(count=1, bf16=True, packages=None):
+        monkeypatch.setattr(hardware, "cuda_available", lambda: count > 0)
+        monkeypatch.setattr(hardware, "gpu_count", lambda: count)
+        monkeypatch.setattr(hardware, "bf16_gpu", lambda: bf16)
+        if packages is not None:  # which optional packages are importable; None = as installed here
+            monkeypatch.setattr(hardware, "importable", lambda package: package in packages)
+
+    return fake
 
 
 def run_script(*args, timeout=300, env=None):

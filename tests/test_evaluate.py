@@ -13,7 +13,9 @@ import re
 import pytest
 from conftest import GSM8K_DIR, REPO, read_scalars, run_script
 
+import cli
 import evaluate
+import gsm8k
 from cli import ConfigError
 
 # Four completions whose grades are known by construction, gold "18" throughout unless noted:
@@ -31,38 +33,39 @@ CASES = [
 
 @pytest.mark.parametrize(("completion", "gold", "expected"), CASES)
 def test_grade(completion, gold, expected):
-    assert evaluate.grade(completion, gold) == expected
+    assert gsm8k.grade(completion, gold) == expected
 
 
 def test_grade_reads_chat_completions_like_plain_text():
     # TRL hands conversational completions as message lists; the grade must not depend on the wrapping.
     chat = [{"role": "assistant", "content": "9 * 2 = 18\n#### 18"}]
-    assert evaluate.grade(chat, "18") == CASES[0][2]
+    assert gsm8k.grade(chat, "18") == CASES[0][2]
 
 
 def test_score_counts_the_known_cases():
     golds, completions = [g for _, g, _ in CASES], [c for c, _, _ in CASES]
-    metrics = evaluate.score(golds, completions, completion_tokens=[10, 20, 30, 40], seconds=1.234)
-    # strict: case 1 only; lenient: 1 and 2 (\boxed); format: 1 and 3 have '#### N'; tokens: the mean of 10..40.
+    metrics = gsm8k.score(golds, completions, completion_tokens=[10, 20, 30, 40], truncated=[False] * 3 + [True])
+    # strict: case 1 only; lenient: 1 and 2 (\boxed); format: 1 and 3 have '#### N'; tokens: the mean of 10..40;
+    # one of four was cut off at the token limit.
     assert metrics == {
         "n": 4,
         "strict_accuracy": 0.25,
         "lenient_accuracy": 0.5,
         "format_rate": 0.5,
         "mean_completion_tokens": 25.0,
-        "seconds": 1.23,
+        "truncated_rate": 0.25,
     }
-    assert tuple(metrics) == evaluate.KEYS  # the JSON file's keys, in this order
+    assert tuple(metrics) == gsm8k.KEYS  # the JSON file's keys, in this order
 
 
 def test_score_compares_by_value_not_by_text():
     # "1,080", "1080.00" and "$1080" are all 1080 (rewards.answers_match compares Decimals): three right of three.
-    metrics = evaluate.score(["1080"] * 3, ["#### 1,080", "#### 1080.00", "The answer is $1080."])
+    metrics = gsm8k.score(["1080"] * 3, ["#### 1,080", "#### 1080.00", "The answer is $1080."])
     assert (metrics["strict_accuracy"], metrics["lenient_accuracy"]) == (0.6667, 1.0)
 
 
 def test_score_of_nothing_is_zero_not_an_error():
-    assert evaluate.score([], []) == dict.fromkeys(evaluate.KEYS, 0) | {"n": 0}
+    assert gsm8k.score([], []) == dict.fromkeys(gsm8k.KEYS, 0) | {"n": 0}
 
 
 @pytest.mark.gsm8k
@@ -83,12 +86,12 @@ def test_gsm8k_test_solutions_score_full_marks_and_boxed_ones_only_lenient():
     def shares(m):
         return m["n"], m["strict_accuracy"], m["lenient_accuracy"], m["format_rate"]
 
-    assert shares(evaluate.score(golds, [r["answer"] for r in rows])) == (1319, 1.0, 1.0, 1.0)
-    assert shares(evaluate.score(golds, boxed)) == (1319, 0.0, 1.0, 0.0)
+    assert shares(gsm8k.score(golds, [r["answer"] for r in rows])) == (1319, 1.0, 1.0, 1.0)
+    assert shares(gsm8k.score(golds, boxed)) == (1319, 0.0, 1.0, 0.0)
 
 
 def problems(n):
-    """A dataset like grpotrainer.load_gsm8k's: question i has gold answer str(i)."""
+    """A dataset like gsm8k.load's: question i has gold answer str(i)."""
     import datasets
 
     questions = [f"What is {i} plus zero?" for i in range(n)]
@@ -113,28 +116,30 @@ class StubGenerator:
         for prompt in prompts:
             i = int(prompt[-1]["content"].split()[2])
             text = f"#### {i}" if i % 2 == 0 else f"\\boxed{{{i}}}" if i % 3 == 1 else "#### -1"
-            out.append((text, i + 1))
+            out.append((text, i + 1, i == 6))  # the last one was cut off at the token limit
         return out
 
 
 def test_evaluate_with_a_stub_generator():
     stub = StubGenerator()
-    metrics, predictions = evaluate.evaluate(problems(7), stub, batch_size=3)
+    metrics, predictions = gsm8k.evaluate(problems(7), stub, batch_size=3)
     assert stub.batches == [3, 3, 1]  # 7 problems in batches of at most 3
     # i = 0..6. Strict (the even i): 0, 2, 4, 6 -> 4/7. Lenient adds the boxed i = 1 -> 5/7.
     # Format ('####'): the 4 even ones plus the wrong "#### -1" for i = 3 and 5 -> 6/7. Tokens: mean of 1..7 = 4.
-    assert {k: metrics[k] for k in evaluate.KEYS if k != "seconds"} == {
+    assert {k: metrics[k] for k in gsm8k.KEYS} == {
         "n": 7,
         "strict_accuracy": 0.5714,
         "lenient_accuracy": 0.7143,
         "format_rate": 0.8571,
         "mean_completion_tokens": 4.0,
+        "truncated_rate": 0.1429,
     }
     assert predictions[3] == {
         "question": "What is 3 plus zero?",
         "gold": "3",
         "completion": "#### -1",
         "completion_tokens": 4,
+        "truncated": False,
         "extracted": "-1",
         "correct": False,
         "strict_correct": False,
@@ -145,15 +150,16 @@ def test_evaluate_with_a_stub_generator():
 
 def test_a_generator_that_drops_completions_is_an_error():
     with pytest.raises(RuntimeError, match="returned 1 completions for 2"):
-        evaluate.generate_all(problems(2), lambda prompts: [("#### 0", 1)], batch_size=2)
+        gsm8k.generate_all(problems(2), lambda prompts: [("#### 0", 1, False)], batch_size=2)
 
 
 def test_report_writes_the_files_and_the_tensorboard_scalars(tmp_path, capsys):
-    metrics = evaluate.score(["18"] * 4, [c for c, _, _ in CASES], [1, 2, 3, 4])
+    metrics = gsm8k.score(["18"] * 4, [c for c, _, _ in CASES], [1, 2, 3, 4])
     predictions = [{"question": "q", "gold": "18", "completion": c} for c, _, _ in CASES]
-    evaluate.report(metrics, predictions, tmp_path, "eval_test", logdir=tmp_path / "runs" / "x", step=7)
+    settings = {"SYSTEM_PROMPT": "Be exact.", "MAX_COMPLETION_LENGTH": 24}
+    gsm8k.report(metrics, predictions, tmp_path, "eval_test", tmp_path / "runs" / "x", 7, settings=settings)
 
-    assert json.loads((tmp_path / "eval_test.json").read_text()) == metrics
+    assert json.loads((tmp_path / "eval_test.json").read_text()) == {**metrics, "step": 7, "settings": settings}
     lines = (tmp_path / "eval_test_predictions.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == predictions
     # 0.25 and 0.5 are exact in float32, the scalars' storage type.
@@ -168,16 +174,36 @@ def test_report_writes_the_files_and_the_tensorboard_scalars(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("setting", "value", "message"),
     [
-        ("ADAPTER", "no/such/adapter", "ADAPTER='no/such/adapter' is not a folder holding a LoRA adapter"),
-        ("LIMIT", -1, "LIMIT is -1"),
-        ("BATCH_SIZE", 0, "BATCH_SIZE is 0"),
-        ("SPLIT", "validation", "SPLIT 'validation' must be test or train"),
+        ("ADAPTER", "no/such/adapter", "ADAPTER=no/such/adapter holds no LoRA adapter"),
+        ("LIMIT", -1, "LIMIT=-1 must be at least 0"),
+        ("BATCH_SIZE", 0, "BATCH_SIZE=0 must be at least 1"),
+        ("SPLIT", "validation", "SPLIT='validation' must be test or train"),
     ],
 )
-def test_check_names_the_constant(monkeypatch, setting, value, message):
-    monkeypatch.setattr(evaluate, setting, value)  # restored after the test
+def test_check_names_the_constant(setting, value, message):
+    settings = {**cli.constants(evaluate), **evaluate.profiles["smoke"], setting: value}
     with pytest.raises(ConfigError, match=re.escape(message)):
-        evaluate.check(smoke=True)
+        evaluate.check(settings, cpu_only=True)
+
+
+def test_the_run_settings_decide_unless_given_here(tmp_path):
+    # the adapter's run recorded its prompt, length and base model; this command line still wins where it speaks
+    (tmp_path / "adapter_config.json").write_text("{}")
+    recorded = {"SYSTEM_PROMPT": "Be exact.", "MAX_COMPLETION_LENGTH": 24, "MODEL_NAME": "/m", "LEARNING_RATE": 1.0}
+    gsm8k.write_settings(tmp_path, recorded)
+    s, _ = evaluate.resolve([f"--ADAPTER={tmp_path}", "--MAX_COMPLETION_LENGTH=48"])
+    assert (s["SYSTEM_PROMPT"], s["MAX_COMPLETION_LENGTH"], s["MODEL_NAME"]) == ("Be exact.", 48, "/m")
+    assert s["OUTPUT_DIR"] == str(tmp_path)  # results go beside the adapter
+    s, _ = evaluate.resolve([f"--ADAPTER={tmp_path / 'checkpoint-2'}", "--SYSTEM_PROMPT=x"])
+    assert (s["SYSTEM_PROMPT"], s["MAX_COMPLETION_LENGTH"]) == ("x", 24)  # a checkpoint reads its run's settings
+
+
+def test_base_model_adapter_and_checkpoint_results_never_share_a_file():
+    # --smoke once wrote all three to outputs/smoke/eval_test.json
+    base, _ = evaluate.resolve(["--smoke"])
+    adapter, _ = evaluate.resolve(["--smoke", "--ADAPTER=runs/a"])
+    checkpoint, _ = evaluate.resolve(["--smoke", "--ADAPTER=runs/a/checkpoint-4"])
+    assert len({base["OUTPUT_DIR"], adapter["OUTPUT_DIR"], checkpoint["OUTPUT_DIR"]}) == 3
 
 
 def test_missing_adapter_exits_2_without_a_traceback(tmp_path):
@@ -190,7 +216,7 @@ def test_smoke_cli_writes_json_predictions_and_scalars(tmp_path):
     result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "eval_test.json").read_text())
-    assert tuple(metrics) == evaluate.KEYS
+    assert tuple(metrics) == (*gsm8k.KEYS, "seconds", "step", "settings")
     assert metrics["n"] == 8  # --smoke's LIMIT
     assert 1 <= metrics["mean_completion_tokens"] <= 32  # at most --smoke's MAX_COMPLETION_LENGTH, EOS included
     rows = [json.loads(line) for line in (tmp_path / "eval_test_predictions.jsonl").read_text().splitlines()]
@@ -213,12 +239,12 @@ def test_hf_generator_pads_on_the_left_so_batching_does_not_change_greedy_output
 
     tokenizer = build_tokenizer()
     model = build_model(tokenizer).eval()
-    generate = evaluate.hf_generator(model, tokenizer, max_new_tokens=8)
+    generate = gsm8k.hf_generator(model, tokenizer, max_new_tokens=8)
     prompts = [[{"role": "user", "content": q}] for q in ("Hi", "What is 12 plus 7 pencils in all, Mia?")]
     together = generate(prompts)
     alone = [generate([p])[0] for p in prompts]
     assert together == alone
-    assert all(1 <= n <= 8 for _, n in together)
+    assert all(1 <= n <= 8 and cut == (n == 8) for _, n, cut in together)  # no end-of-turn within 8: cut off
 
 
 def length_reward(completions, **kwargs):
@@ -246,6 +272,8 @@ def test_standalone_evaluation_of_a_saved_adapter_matches_the_in_training_one(tm
     assert completions("eval_test_before_predictions.jsonl") != completions("eval_test_after_predictions.jsonl")
     # ... and the saved adapter, loaded afresh, writes exactly what the model in training wrote.
     assert completions("eval_test_predictions.jsonl") == completions("eval_test_after_predictions.jsonl")
+    # ... and scored with the run's own settings, read back from run_settings.json
+    assert json.loads((tmp_path / "eval_test.json").read_text())["settings"]["MODEL_NAME"].endswith("smoke-model")
     keep = ("n", "strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens")
     in_training = json.loads((tmp_path / "eval_test_after.json").read_text())
     standalone = json.loads((tmp_path / "eval_test.json").read_text())

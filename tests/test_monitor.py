@@ -13,7 +13,6 @@ import pytest
 from conftest import REPO, read_scalars, read_texts, run_script
 from transformers import TrainerControl, TrainerState
 
-import grpotrainer
 import monitor
 
 T = monitor.Thresholds(
@@ -24,6 +23,7 @@ T = monitor.Thresholds(
     reward_flat_window=4,
     reward_flat_delta=0.02,
     clipped_ratio_max=0.2,
+    grad_norm_max=50.0,
 )
 SETTINGS = {
     "beta": 0.05,
@@ -86,6 +86,41 @@ def test_flat_reward_over_the_window():
     assert "REWARD_FLAT_WINDOW=4" in shown[3][0].message and "0.105 -> 0.105" in shown[3][0].message
 
 
+def test_a_plateau_without_signal_is_not_called_flat():
+    # A learning run's prelude: most groups score all alike (frac_reward_zero_std near 1) and the reward sits near
+    # 0 until GRPO finds its first signal; "flat, raise LEARNING_RATE" there was advice given just before the jump.
+    plateau = [{"reward": r, "frac_reward_zero_std": z} for r, z in [(0.0, 1.0), (0.25, 0.0), (0.0, 1.0), (0.0, 1.0)]]
+    shown, _ = advise(*plateau)
+    assert "flat_reward" not in [a.signal for s in shown for a in s]
+
+
+def test_exploding_gradients_advise_a_lower_learning_rate():
+    (quiet, loud), _ = advise({"grad_norm": 50.0}, {"grad_norm": 3e4})
+    assert quiet == [] and [a.signal for a in loud] == ["diverging"]
+    assert "GRAD_NORM_MAX=50" in loud[0].message and "Lower LEARNING_RATE (now 1e-05" in loud[0].message
+
+
+def test_entropy_pinned_at_noise_advises_a_lower_learning_rate():
+    # vocab 512: log(512) = 6.24 nats is uniform noise; a model that began at 1.0 and sits at 6.1 has diverged ...
+    advisor = monitor.Advisor(T, {**SETTINGS, "vocab_size": 512})
+    shown = [advisor.update({**HEALTHY, "entropy": e}) for e in (1.0, 6.1, 6.1, 6.1)]
+    assert [[a.signal for a in s] for s in shown] == [[], [], [], ["diverging"]]
+    assert "uniform noise" in shown[3][0].message and "LEARNING_RATE" in shown[3][0].message
+    # ... but a random model that starts as noise (the smoke model) has not
+    advisor = monitor.Advisor(T, {**SETTINGS, "vocab_size": 512})
+    assert [advisor.update({**HEALTHY, "entropy": 6.1}) for _ in range(5)] == [[]] * 5
+
+
+def test_every_line_break_stays_inside_its_cell():
+    # a lone \r (and the other breaks Python knows) once shifted a row's cells in 12 of 60 tables
+    from tensorboard.plugin_util import markdown_to_safe_html
+
+    for br in ("\r", "\r\n", "\n", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"):
+        row = {"question": "Q", "completion": f"a{br}| b", "extracted": "6", "gold": "6", "rewards": {"r": 1.0}}
+        rendered = markdown_to_safe_html(monitor.render_table([{**row, "advantage": 0.5}]))
+        assert rendered.count("<td>") == 6, repr(br)
+
+
 def test_flat_reward_is_off_with_a_zero_window():
     shown, _ = advise(*[{"reward": 0.1}] * 6, thresholds=replace(T, reward_flat_window=0))
     assert shown == [[]] * 6
@@ -117,9 +152,9 @@ def test_nan_stops(key, value, names):
     assert names in shown[0].message and "checkpoint-N in OUTPUT_DIR is kept" in shown[0].message
 
 
-def test_thresholds_are_read_from_grpotrainer_constants():
-    t = monitor.Thresholds.from_constants(grpotrainer)
-    assert (t.kl_warn, t.kl_act, t.clipped_ratio_max) == (grpotrainer.KL_WARN, grpotrainer.KL_ACT, 0.2)
+def test_thresholds_are_read_from_the_settings(settings):
+    t = monitor.Thresholds.from_settings({**settings, "KL_WARN": 3.0, "GRAD_NORM_MAX": 7.0})
+    assert (t.kl_warn, t.kl_act, t.clipped_ratio_max, t.grad_norm_max) == (3.0, settings["KL_ACT"], 0.2, 7.0)
 
 
 def callback_event(callback, method, logs=None, world_zero=True, step=7):

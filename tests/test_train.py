@@ -9,11 +9,14 @@ import pytest
 from conftest import REPO, run_script
 
 import cli
+import gsm8k
+import grpotrainer
+import hardware
 import preflight
 from cli import ConfigError
 
-FIXTURE = str(REPO / "data" / "smoke_gsm8k.jsonl")
-HAS_CUDA = preflight.cuda_available()
+FIXTURE = str(gsm8k.FIXTURE)
+HAS_CUDA = hardware.cuda_available()
 
 
 def test_import_is_light():
@@ -23,10 +26,9 @@ def test_import_is_light():
     assert out.stdout.strip() == "[]"
 
 
-def test_config_maps_constants_to_grpo_config(gt, monkeypatch):
-    monkeypatch.setattr(preflight, "cuda_available", lambda: False)  # the same answer on a GPU machine
-    gt.BF16 = False  # a CPU machine cannot build a bf16 config; everything else keeps the defaults
-    config = gt.build_config()
+def test_config_maps_constants_to_grpo_config(settings):
+    settings["BF16"] = False  # a CPU machine cannot build a bf16 config; everything else keeps the defaults
+    config = grpotrainer.build_config(settings, {}, cpu_only=True)
     # the tutorial's names translated to TRL 1.16: kl_coef -> beta, max_new_tokens -> max_completion_length
     assert config.beta == 0.05
     assert config.max_completion_length == 256
@@ -34,63 +36,108 @@ def test_config_maps_constants_to_grpo_config(gt, monkeypatch):
     assert config.temperature == 0.7
     assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (1, 8)
     assert config.num_train_epochs == 3 and config.max_steps == -1
-    assert config.activation_checkpointing is True  # the non-deprecated name of gradient_checkpointing
+    assert config.gradient_checkpointing is True
     assert config.learning_rate == 1e-5
     assert config.reward_weights == [1.0, 0.2]
     assert config.report_to == ["tensorboard"]
     assert config.logging_steps == 1
     assert config.chat_template_kwargs == {"enable_thinking": False}
     assert config.trust_remote_code is False
+    assert config.ddp_timeout == settings["DDP_TIMEOUT"]
     # STEPS_PER_GENERATION=0 means "one generation round per optimiser step": 1 x 1 process x 8 micro-batches
     assert (config.steps_per_generation, config.generation_batch_size) == (8, 8)
     assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "sdpa"}
 
 
-def test_checkpointing_flag_follows_the_installed_transformers(gt):
-    import dataclasses
-
-    @dataclasses.dataclass
-    class OldConfig:  # transformers 5.17 (the vLLM environment) has no activation_checkpointing field
-        gradient_checkpointing: bool = False
-
-    gt.ACTIVATION_CHECKPOINTING = False
-    assert gt.checkpointing_kwarg(OldConfig) == {"gradient_checkpointing": False}
-    from trl import GRPOConfig
-
-    assert gt.checkpointing_kwarg(GRPOConfig) == {"activation_checkpointing": False}
+def test_settings_are_values_not_module_state(settings):
+    # building a config twice from different dicts never leaks one into the other, and the module is unchanged
+    before = cli.constants(grpotrainer)
+    a = grpotrainer.build_config({**settings, "BF16": False, "LEARNING_RATE": 3e-5}, {}, cpu_only=True)
+    b = grpotrainer.build_config({**settings, "BF16": False}, {}, cpu_only=True)
+    assert (a.learning_rate, b.learning_rate) == (3e-5, 1e-5)
+    assert cli.constants(grpotrainer) == before
 
 
-def test_smoke_config_is_fp32_on_cpu(gt):
-    gt.__dict__.update(gt.SMOKE)
-    config = gt.build_config(smoke=True)
+@pytest.mark.parametrize("report_to, expected", [("tensorboard", ["tensorboard"]), ("none", [])])
+def test_report_to(settings, report_to, expected):
+    config = grpotrainer.build_config({**settings, "BF16": False, "REPORT_TO": report_to}, {}, cpu_only=True)
+    assert config.report_to == expected
+
+
+def test_grpo_config_fields_pass_through_typed(settings):
+    args = parse(["--top_p=0.9", "--epsilon_high=0.28", "--use_transformers_paged=false", "--min_p=0.05"])
+    assert args.fields == {"top_p": 0.9, "epsilon_high": 0.28, "use_transformers_paged": False, "min_p": 0.05}
+    config = grpotrainer.build_config({**settings, "BF16": False}, args.fields, cpu_only=True)
+    assert (config.top_p, config.epsilon_high, config.min_p) == (0.9, 0.28, 0.05)
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("--top_pp=0.9", "unknown setting --top_pp: not a constant nor a GRPOConfig field. Did you mean top_p"),
+        ("--learning_rate=1e-5", "--learning_rate is set by the constant LEARNING_RATE"),
+        ("--gradient_checkpointing=true", "set by the constant ACTIVATION_CHECKPOINTING"),
+        ("--top_p=high", "invalid float value: 'high'"),
+    ],
+)
+def test_bad_grpo_config_fields_are_clear(arg, message):
+    with pytest.raises(ConfigError, match=_literal(message)):
+        parse([arg])
+
+
+def test_grpo_config_refusals_become_config_errors(settings):
+    # a combination GRPOConfig itself rejects: an importance-sampling clip range whose minimum exceeds its maximum
+    with pytest.raises(ConfigError, match="GRPOConfig refuses these settings"):
+        grpotrainer.build_config(
+            {**settings, "BF16": False},
+            {"vllm_importance_sampling_clip_min": 2.0, "vllm_importance_sampling_clip_max": 1.0},
+            cpu_only=True,
+        )
+
+
+def test_help_lists_every_constant_with_its_comment():
+    out = run_script("grpotrainer.py", "--help")
+    assert out.returncode == 0 and not out.stderr
+    for name in cli.constants(grpotrainer):
+        assert f"--{name}=" in out.stdout
+    assert "adapter rank: 8-64" in out.stdout  # LORA_R's comment
+    assert "--smoke" in out.stdout
+
+
+def test_smoke_config_is_fp32_on_cpu(smoke_settings):
+    config = grpotrainer.build_config(smoke_settings, {}, cpu_only=True)
     assert config.use_cpu and not config.bf16
     assert config.model_init_kwargs["attn_implementation"] == "sdpa"  # flash-attn is never picked on CPU
 
 
-def test_flash_attention_only_in_bf16_on_cuda(gt, monkeypatch):
-    monkeypatch.setattr(preflight, "cuda_available", lambda: True)
-    monkeypatch.setattr(preflight, "importable", lambda package: True)  # as if flash-attn were installed
-    assert gt.model_init_kwargs()["attn_implementation"] == "flash_attention_2"
-    gt.BF16 = False  # flash-attn kernels run only in 16-bit: fp32 (e.g. on a V100) must fall back to sdpa
-    assert gt.model_init_kwargs() == {"dtype": "float32", "attn_implementation": "sdpa"}
-    assert gt.model_init_kwargs(smoke=True)["attn_implementation"] == "sdpa"
+def test_flash_attention_only_in_bf16_on_cuda(gpu):
+    gpu(packages={"flash_attn"})
+    assert hardware.model_init_kwargs("auto", True, cuda=True)["attn_implementation"] == "flash_attention_2"
+    # flash-attn kernels run only in 16-bit: fp32 (e.g. on a V100) must fall back to sdpa
+    assert hardware.model_init_kwargs("auto", False, cuda=True) == {"dtype": "float32", "attn_implementation": "sdpa"}
+    assert hardware.model_init_kwargs("auto", True, cuda=False)["attn_implementation"] == "sdpa"
 
 
-def test_lora_config(gt):
-    peft = gt.build_peft_config()
+def test_lora_config(settings):
+    peft = grpotrainer.build_peft_config(settings)
     assert (peft.r, peft.lora_alpha, peft.lora_dropout) == (16, 32, 0.05)
     assert peft.target_modules == "all-linear"
-    gt.LORA_TARGET_MODULES = "q_proj,v_proj"
-    assert set(gt.build_peft_config().target_modules) == {"q_proj", "v_proj"}
-    assert gt.build_quantization_config() is None  # LOAD_IN_4BIT is off by default
+    peft = grpotrainer.build_peft_config({**settings, "LORA_TARGET_MODULES": "q_proj, v_proj"})
+    assert set(peft.target_modules) == {"q_proj", "v_proj"}
+    assert hardware.quantization_config(False, True) is None  # LOAD_IN_4BIT is off by default
 
 
 # --- overrides ---------------------------------------------------------------------------------------------------
 
 
-def test_overrides_are_typed_by_the_default(gt):
-    done = cli.apply_overrides(
-        gt,
+def parse(argv):
+    return cli.parse(
+        cli.constants(grpotrainer), argv, grpotrainer.profiles, grpotrainer.grpo_config_class, grpotrainer.owned
+    )
+
+
+def test_overrides_are_typed_by_the_default():
+    args = parse(
         [
             "--NUM_GENERATIONS=8",
             "--LEARNING_RATE=2e-5",
@@ -100,132 +147,148 @@ def test_overrides_are_typed_by_the_default(gt):
             "--OUTPUT_DIR=runs/x",
             "--REWARD_FUNCS=correctness_reward, math_reward",
             "--REWARD_WEIGHTS=1,0.5",
-        ],
+        ]
     )
-    assert done["NUM_GENERATIONS"] == 8 and gt.NUM_GENERATIONS == 8
-    assert gt.LEARNING_RATE == 2e-5
-    assert gt.BETA == 0.0 and isinstance(gt.BETA, float)
-    assert gt.LOAD_IN_4BIT is True and gt.RESUME is False
-    assert gt.OUTPUT_DIR == "runs/x"
-    assert gt.REWARD_FUNCS == ["correctness_reward", "math_reward"]
-    assert gt.REWARD_WEIGHTS == [1.0, 0.5]
+    s = args.settings
+    assert s["NUM_GENERATIONS"] == 8 and s["LEARNING_RATE"] == 2e-5
+    assert s["BETA"] == 0.0 and isinstance(s["BETA"], float)
+    assert s["LOAD_IN_4BIT"] is True and s["RESUME"] is False
+    assert s["OUTPUT_DIR"] == "runs/x"
+    assert s["REWARD_FUNCS"] == ["correctness_reward", "math_reward"]
+    assert s["REWARD_WEIGHTS"] == [1.0, 0.5]
+    assert args.given == {"NUM_GENERATIONS", "LEARNING_RATE", "BETA", "LOAD_IN_4BIT", "RESUME", "OUTPUT_DIR"} | {
+        "REWARD_FUNCS",
+        "REWARD_WEIGHTS",
+    }
+    assert grpotrainer.NUM_GENERATIONS == 4  # the module keeps its defaults
+
+
+def test_profile_then_command_line():
+    args = parse(["--smoke", "--MAX_STEPS=7"])
+    assert args.profile == "smoke"
+    assert args.settings["MAX_STEPS"] == 7  # the command line wins over the profile ...
+    assert args.settings["MAX_COMPLETION_LENGTH"] == 32  # ... which wins over the constant
 
 
 @pytest.mark.parametrize(
     "arg, message",
     [
         ("--NUM_GENERATION=8", "Did you mean NUM_GENERATIONS"),
-        ("--learning_rate=1e-5", "Did you mean LEARNING_RATE"),
-        ("--NUM_GENERATIONS=four", "--NUM_GENERATIONS=four is not a valid int; its default is 4"),
+        ("--NUM_GENERATIONS=four", "--NUM_GENERATIONS=four is not a valid int (default 4)"),
         ("--BF16=maybe", "not a valid bool"),
         ("--REWARD_WEIGHTS=1,x", "not a valid list"),
-        ("NUM_GENERATIONS=8", "overrides are written --KEY=value"),
-        ("--MAX_STEPS", "overrides are written --KEY=value"),
+        ("NUM_GENERATIONS=8", "write --KEY=value"),
+        ("--MAX_STEPS", "write --KEY=value"),
     ],
 )
-def test_bad_overrides_are_clear(gt, arg, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
-        cli.apply_overrides(gt, [arg])
+def test_bad_overrides_are_clear(arg, message):
+    with pytest.raises(ConfigError, match=_literal(message)):
+        parse([arg])
 
 
 # --- preflight ---------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def smoke_gt(gt):
-    """grpotrainer with the --smoke settings, which pass preflight on this CPU machine."""
-    gt.__dict__.update(gt.SMOKE)
-    preflight.check(gt, smoke=True)  # the baseline is clean, so each test below isolates one mistake
-    return gt
+def smoke_ok(smoke_settings):
+    preflight.check(smoke_settings, cpu_only=True)  # the baseline is clean, so each test below isolates one mistake
+    return smoke_settings
 
 
 @pytest.mark.parametrize(
-    "settings, message",
+    "changes, message",
     [
         # 1 x 1 x 3 = 3 completions per round cannot hold whole groups of 4
         (dict(PER_DEVICE_TRAIN_BATCH_SIZE=1, GRADIENT_ACCUMULATION_STEPS=3), "1 x 1 x 3 = 3 completions"),
         (dict(PER_DEVICE_TRAIN_BATCH_SIZE=1, GRADIENT_ACCUMULATION_STEPS=3), "GRADIENT_ACCUMULATION_STEPS=4"),
         (dict(PER_DEVICE_TRAIN_BATCH_SIZE=2, STEPS_PER_GENERATION=1, NUM_GENERATIONS=8), "STEPS_PER_GENERATION=4"),
-        (dict(NUM_GENERATIONS=1), "needs at least 2"),
+        (dict(NUM_GENERATIONS=1), "NUM_GENERATIONS=1 is outside [2, inf]"),
         (dict(REWARD_FUNCS=["correctnes_reward", "format_reward"]), "Did you mean correctness_reward"),
         (dict(REWARD_WEIGHTS=[1.0]), "REWARD_WEIGHTS has 1 weights for 2 REWARD_FUNCS"),
-        (dict(LOSS_TYPE="ppo"), "LOSS_TYPE 'ppo' is not one of grpo, dr_grpo, dapo"),
-        (dict(TEMPERATURE=0.0), "TEMPERATURE is 0.0"),
-        (dict(SCALE_REWARDS="std"), "SCALE_REWARDS 'std'"),
-        (dict(BF16=True), "--smoke runs on the CPU in fp32"),
-        (dict(LOAD_IN_4BIT=True), "LOAD_IN_4BIT (QLoRA) needs a CUDA GPU"),
-        (dict(USE_LIGER_KERNEL=True), "USE_LIGER_KERNEL needs a CUDA GPU"),
-        (dict(USE_VLLM=True), "USE_VLLM needs a CUDA GPU"),
-        (dict(USE_VLLM=True, LOAD_IN_4BIT=True), "merging into 4-bit weights is lossy"),
-        (dict(LORA_R=0), "LORA_R is 0; it must be at least 1"),
-        (dict(LOGGING_STEPS=0), "LOGGING_STEPS is 0; it must be at least 1"),
-        (dict(SAVE_STEPS=0), "SAVE_STEPS is 0; it must be at least 1"),
-        (dict(MAX_COMPLETION_LENGTH=0), "MAX_COMPLETION_LENGTH is 0; it must be at least 1"),
+        (dict(LOSS_TYPE="ppo"), "LOSS_TYPE='ppo' is not one of grpo, dr_grpo, dapo"),
+        (dict(TEMPERATURE=0.0), "TEMPERATURE=0.0 is outside (0, inf)"),
+        (dict(SCALE_REWARDS="std"), "SCALE_REWARDS='std'"),
+        (
+            dict(REPORT_TO="tensorbaord"),
+            "REPORT_TO='tensorbaord' is not one of tensorboard, trackio, wandb, none. Did you mean tensorboard?",
+        ),
+        (dict(BF16=True), "--smoke and --demo run on the CPU in fp32"),
+        (dict(LOAD_IN_4BIT=True), "LOAD_IN_4BIT=True needs a CUDA GPU"),
+        (dict(USE_LIGER_KERNEL=True), "USE_LIGER_KERNEL=True needs a CUDA GPU"),
+        (dict(USE_VLLM=True), "USE_VLLM=True needs a CUDA GPU"),
+        (dict(USE_VLLM=True, LOAD_IN_4BIT=True), "lossy in 4-bit"),
+        (dict(LORA_R=0), "LORA_R=0 is outside [1, inf]"),
+        (dict(LOGGING_STEPS=0), "LOGGING_STEPS=0 is outside [1, inf]"),
+        (dict(SAVE_STEPS=0), "SAVE_STEPS=0 is outside [1, inf]"),
+        (dict(MAX_COMPLETION_LENGTH=0), "MAX_COMPLETION_LENGTH=0 is outside [1, inf]"),
         (dict(MAX_STEPS=0), "MAX_STEPS=0 with NUM_TRAIN_EPOCHS=3 trains nothing"),
         (dict(MAX_STEPS=-1, NUM_TRAIN_EPOCHS=0), "MAX_STEPS=-1 with NUM_TRAIN_EPOCHS=0 trains nothing"),
-        (dict(LEARNING_RATE=0.0), "LEARNING_RATE is 0.0"),
-        (dict(EVAL_BEFORE=-1), "EVAL_BEFORE and EVAL_AFTER are numbers of test problems"),
-        (dict(ATTN_IMPLEMENTATION="flash"), "ATTN_IMPLEMENTATION 'flash' must be one of auto"),
+        (dict(LEARNING_RATE=0.0), "LEARNING_RATE=0.0 is outside (0, 1]"),
+        (dict(EVAL_BEFORE=-1), "EVAL_BEFORE=-1 is outside [0, inf]"),
+        (dict(ATTN_IMPLEMENTATION="flash"), "ATTN_IMPLEMENTATION='flash' is not one of auto"),
         (dict(ATTN_IMPLEMENTATION="flash_attention_2"), "flash_attention_2 needs a CUDA GPU, BF16=True"),
-        (dict(MODEL_NAME="/nonexistent/Qwen3-8B"), "MODEL_NAME points at the folder /nonexistent/Qwen3-8B"),
+        (
+            dict(MODEL_NAME="/nonexistent/Qwen3-8B"),
+            "MODEL_NAME=/nonexistent/Qwen3-8B: that folder holds no config.json",
+        ),
     ],
 )
-def test_preflight_errors(smoke_gt, settings, message):
-    smoke_gt.__dict__.update(settings)
+def test_preflight_errors(smoke_ok, changes, message):
     with pytest.raises(ConfigError, match=_literal(message)):
-        preflight.check(smoke_gt, smoke=True)
+        preflight.check({**smoke_ok, **changes}, cpu_only=True)
 
 
-def test_preflight_counts_processes(smoke_gt, monkeypatch):
+def test_every_message_is_at_most_two_lines(smoke_ok):
+    # many mistakes at once: each problem is one paragraph of at most two lines (constant=value, why, the fix)
+    bad = dict(TEMPERATURE=-1.0, LOSS_TYPE="x", REWARD_WEIGHTS=[], LORA_ALPHA=0, BETA=-1.0, SEED=-1, MAX_SAMPLES=-2)
+    with pytest.raises(ConfigError) as err:
+        preflight.check({**smoke_ok, **bad, "ENABLE_THINKING": True, "USE_VLLM": True}, cpu_only=True)
+    paragraphs = str(err.value).split("\n\n")
+    assert len(paragraphs) == 9
+    assert all(p.count("\n") <= 1 for p in paragraphs), paragraphs
+
+
+def test_preflight_counts_processes(smoke_ok, monkeypatch):
     # torchrun sets WORLD_SIZE; 1 x 2 processes x 1 = 2 completions per round cannot hold a group of 4
     monkeypatch.setenv("WORLD_SIZE", "2")
-    smoke_gt.PER_DEVICE_TRAIN_BATCH_SIZE, smoke_gt.GRADIENT_ACCUMULATION_STEPS = 1, 1
     with pytest.raises(ConfigError, match="1 x 2 x 1 = 2 completions"):
-        preflight.check(smoke_gt, smoke=True)
+        preflight.check({**smoke_ok, "PER_DEVICE_TRAIN_BATCH_SIZE": 1}, cpu_only=True)
 
 
-def test_real_run_needs_cuda(gt, monkeypatch):
-    monkeypatch.setattr(preflight, "cuda_available", lambda: False)
-    with pytest.raises(ConfigError, match="no CUDA GPU is visible.*python grpotrainer.py --smoke"):
-        preflight.check(gt, smoke=False)
+def test_real_run_needs_cuda(settings, gpu):
+    gpu(count=0)
+    with pytest.raises(ConfigError, match="(?s)no CUDA GPU is visible.*make smoke"):
+        preflight.check(settings, cpu_only=False)
 
 
-def test_bf16_needs_a_bf16_gpu(gt, monkeypatch):
-    monkeypatch.setattr(preflight, "cuda_available", lambda: True)
-    monkeypatch.setattr(preflight, "bf16_gpu", lambda: False)  # e.g. a T4 or V100
-    monkeypatch.setattr(preflight, "gpu_count", lambda: 1)
-    with pytest.raises(ConfigError, match="this one has no bf16 support. Set BF16=False"):
-        preflight.check(gt, smoke=False)
-    gt.BF16 = False
-    preflight.check(gt, smoke=False)  # fp32 on that GPU is allowed
+def test_bf16_needs_a_bf16_gpu(settings, gpu):
+    gpu(count=1, bf16=False)  # e.g. a T4 or V100
+    with pytest.raises(ConfigError, match="this one has no bf16.\nSet BF16=False"):
+        preflight.check(settings, cpu_only=False)
+    preflight.check({**settings, "BF16": False}, cpu_only=False)  # fp32 on that GPU is allowed
 
 
-def test_several_gpus_need_one_process_each(gt, monkeypatch):
-    monkeypatch.setattr(preflight, "cuda_available", lambda: True)
-    monkeypatch.setattr(preflight, "bf16_gpu", lambda: True)
-    monkeypatch.setattr(preflight, "gpu_count", lambda: 4)
+def test_several_gpus_need_one_process_each(settings, gpu, monkeypatch):
+    gpu(count=4)
     # TRL refuses nn.DataParallel only after the weights load; preflight says so first, with the launch line
-    with pytest.raises(ConfigError, match="4 GPUs are visible.*torchrun --nproc_per_node 4"):
-        preflight.check(gt, smoke=False)
+    with pytest.raises(ConfigError, match="(?s)4 GPUs are visible.*torchrun --nproc_per_node 4"):
+        preflight.check(settings, cpu_only=False)
     monkeypatch.setenv("WORLD_SIZE", "4")
-    preflight.check(gt, smoke=False)  # one process per GPU is fine
+    preflight.check({**settings, "GRADIENT_ACCUMULATION_STEPS": 1}, cpu_only=False)  # one process per GPU is fine
 
 
-def test_missing_packages_are_explained(gt, monkeypatch):
-    monkeypatch.setattr(preflight, "cuda_available", lambda: True)
-    monkeypatch.setattr(preflight, "bf16_gpu", lambda: True)
-    monkeypatch.setattr(preflight, "gpu_count", lambda: 1)
-    monkeypatch.setattr(preflight, "importable", lambda package: False)
-    gt.USE_VLLM = True
-    with pytest.raises(ConfigError, match="needs the vllm package.*requirements-vllm.txt"):
-        preflight.check(gt, smoke=False)
-
-
-def test_all_problems_reported_at_once(smoke_gt):
-    smoke_gt.__dict__.update(TEMPERATURE=-1.0, LOSS_TYPE="x", REWARD_WEIGHTS=[])
-    with pytest.raises(ConfigError) as err:
-        preflight.check(smoke_gt, smoke=True)
-    assert str(err.value).count("\n\n") == 2  # three paragraphs, one per problem
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(USE_VLLM=True), "USE_VLLM=True needs the vllm package"),
+        (dict(REPORT_TO="wandb"), "REPORT_TO=wandb needs the wandb package"),
+        (dict(LOAD_IN_4BIT=True), "LOAD_IN_4BIT=True needs the bitsandbytes package"),
+    ],
+)
+def test_missing_packages_are_explained(settings, gpu, changes, message):
+    gpu(count=1, packages=set())
+    with pytest.raises(ConfigError, match=_literal(message)):
+        preflight.check({**settings, **changes}, cpu_only=False)
 
 
 def _literal(text):
@@ -246,111 +309,116 @@ def _checkpoint(output_dir, step, base="Qwen/Qwen3-8B", complete=True):
     return str(folder)
 
 
-def test_resume_picks_the_newest_complete_checkpoint(gt, tmp_path):
-    gt.OUTPUT_DIR = str(tmp_path)
-    assert preflight.resume_checkpoint(gt) is None  # nothing to resume
+def test_resume_picks_the_newest_complete_checkpoint(tmp_path):
+    assert preflight.resume_checkpoint(tmp_path, True, "Qwen/Qwen3-8B") is None  # nothing to resume
     _checkpoint(tmp_path, 9)
     ten = _checkpoint(tmp_path, 10)  # numeric order: 10 is newer than 9 although "10" < "9" as text
     _checkpoint(tmp_path, 11, complete=False)  # a save cut off by a kill is skipped
-    assert preflight.resume_checkpoint(gt) == ten
+    assert preflight.resume_checkpoint(tmp_path, True, "Qwen/Qwen3-8B") == ten
 
 
-def test_resume_accepts_a_local_copy_of_the_hub_model(gt, tmp_path):
-    gt.OUTPUT_DIR, gt.MODEL_NAME = str(tmp_path), "/models/Qwen3-8B"
+def test_resume_accepts_a_local_copy_of_the_hub_model(tmp_path):
     last = _checkpoint(tmp_path, 2, base="Qwen/Qwen3-8B")
-    assert preflight.resume_checkpoint(gt) == last
+    assert preflight.resume_checkpoint(tmp_path, True, "/models/Qwen3-8B") == last
 
 
-def test_resume_refuses_another_base_model(gt, tmp_path):
-    gt.OUTPUT_DIR, gt.MODEL_NAME = str(tmp_path), "Qwen/Qwen3-1.7B"
+def test_resume_refuses_another_base_model(tmp_path):
     _checkpoint(tmp_path, 2, base="Qwen/Qwen3-8B")
     with pytest.raises(ConfigError, match="adapter for Qwen/Qwen3-8B, but MODEL_NAME is Qwen/Qwen3-1.7B"):
-        preflight.resume_checkpoint(gt)
+        preflight.resume_checkpoint(tmp_path, True, "Qwen/Qwen3-1.7B")
 
 
-def test_starting_over_never_overwrites_checkpoints(gt, tmp_path):
-    gt.OUTPUT_DIR, gt.RESUME = str(tmp_path), False
+def test_starting_over_never_overwrites_checkpoints(tmp_path):
     _checkpoint(tmp_path, 2)
     with pytest.raises(ConfigError, match="already holds 1 checkpoint.*new OUTPUT_DIR"):
-        preflight.resume_checkpoint(gt)
-    gt.OUTPUT_DIR = str(tmp_path / "fresh")
-    assert preflight.resume_checkpoint(gt) is None  # RESUME=False in an empty folder is a plain start
+        preflight.resume_checkpoint(tmp_path, False, "Qwen/Qwen3-8B")
+    assert preflight.resume_checkpoint(tmp_path / "fresh", False, "x") is None  # an empty folder is a plain start
 
 
 # --- data ----------------------------------------------------------------------------------------------------------
 
 
-def test_fixture_maps_to_prompt_and_gold(gt):
-    gt.DATASET = FIXTURE
-    ds = gt.load_gsm8k("train")
-    assert len(ds) == 32 and set(ds.column_names) == {"prompt", "answer", "question"}
+def test_fixture_maps_to_prompt_and_gold():
+    ds = gsm8k.load(FIXTURE, "train", system_prompt="Be exact.")
+    assert len(ds) == 32 and set(ds.column_names) == {"prompt", "answer", "solution", "question"}
     first = ds[0]
-    assert first["prompt"][0] == {"role": "system", "content": gt.SYSTEM_PROMPT}
+    assert first["prompt"][0] == {"role": "system", "content": "Be exact."}
     assert first["prompt"][1] == {"role": "user", "content": first["question"]}
-    assert first["answer"] == "19"  # the number after "#### ", as a string
+    assert first["answer"] == first["solution"] == "19"  # the number after "#### ", under both names
     golds = set(ds["answer"])
     assert "2575" in golds  # "#### 2575" in a row whose working writes 2,575
     assert "-6" in golds  # a negative answer keeps its sign
-    assert len(gt.load_gsm8k("train", limit=5)) == 5
+    assert len(gsm8k.load(FIXTURE, "train", limit=5)) == 5
 
 
-def test_folder_dataset_reads_split_files(gt, tmp_path):
+def test_folder_dataset_reads_split_files(tmp_path):
     (tmp_path / "test.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "1+1=2\n#### 2"}) + "\n")
-    gt.DATASET = str(tmp_path)
-    assert gt.load_gsm8k("test")["answer"] == ["2"]
+    assert gsm8k.load(str(tmp_path), "test")["answer"] == ["2"]
     with pytest.raises(ConfigError, match="train.jsonl, which does not exist"):
-        gt.load_gsm8k("train")
+        gsm8k.load(str(tmp_path), "train")
 
 
-def test_missing_dataset_file(gt, tmp_path):
-    gt.DATASET = str(tmp_path / "nope.jsonl")
-    with pytest.raises(ConfigError, match="DATASET points at .*nope.jsonl, which does not exist"):
-        gt.load_gsm8k()
+def test_missing_dataset_file(tmp_path):
+    with pytest.raises(ConfigError, match="points at .*nope.jsonl, which does not exist"):
+        gsm8k.load(str(tmp_path / "nope.jsonl"))
 
 
-def test_rows_without_answers_are_counted_and_shown(gt, tmp_path):
+def test_rows_without_answers_are_counted_and_shown(tmp_path):
     rows = [{"question": f"q{i}", "answer": f"so {i}\n#### {i}"} for i in range(5)]
     rows[1]["answer"] = "forgot the marker, 7"
     rows[3]["answer"] = "#### seven"
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    gt.DATASET = str(bad)
-    with pytest.raises(ConfigError, match=r"2 of 5 rows .* e.g. row 2: .*forgot.*; row 4: .*SKIP_BAD_ROWS=True"):
-        gt.load_gsm8k()
-    gt.SKIP_BAD_ROWS = True
-    assert gt.load_gsm8k()["answer"] == ["0", "2", "4"]  # the two bad rows are dropped, the rest kept in order
+    with pytest.raises(ConfigError, match=r"(?s)2 of 5 rows .* e.g. row 2: .*forgot.*; row 4: .*SKIP_BAD_ROWS=True"):
+        gsm8k.load(str(bad))
+    # the two bad rows are dropped, the rest kept in order
+    assert gsm8k.load(str(bad), skip_bad_rows=True)["answer"] == ["0", "2", "4"]
 
 
-def test_hub_dataset_errors_are_explained(gt, monkeypatch):
+def test_hub_dataset_errors_are_explained(monkeypatch):
     import datasets
 
     def offline(*args, **kwargs):
         raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(ConfigError, match="DATASET 'openai/gsm8k' could not be loaded.*local GSM8K-format"):
-        gt.load_gsm8k()
+    with pytest.raises(ConfigError, match="(?s)DATASET 'openai/gsm8k' could not be loaded.*local GSM8K-format"):
+        gsm8k.load("openai/gsm8k")
 
 
-def test_limit_counts_usable_rows(gt, tmp_path):
+def test_limit_counts_usable_rows(tmp_path):
     rows = [{"question": "q0", "answer": "no marker"}] + [{"question": f"q{i}", "answer": f"#### {i}"} for i in (1, 2)]
     path = tmp_path / "some_bad.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    gt.DATASET, gt.SKIP_BAD_ROWS = str(path), True
-    assert gt.load_gsm8k(limit=2)["answer"] == ["1", "2"]  # MAX_SAMPLES=2 gives 2 rows, after dropping the bad one
+    # MAX_SAMPLES=2 gives 2 rows, after dropping the bad one
+    assert gsm8k.load(str(path), limit=2, skip_bad_rows=True)["answer"] == ["1", "2"]
 
 
-def test_wrong_columns_and_bad_json(gt, tmp_path):
-    other = tmp_path / "other.jsonl"
-    other.write_text(json.dumps({"problem": "1+1?", "solution": "2"}) + "\n")
-    gt.DATASET = str(other)
-    with pytest.raises(ConfigError, match=r"lacks the column\(s\) \['answer', 'question'\]"):
-        gt.load_gsm8k()
-    broken = tmp_path / "broken.jsonl"
-    broken.write_text('{"question": "1+1?", "answer": \n')
-    gt.DATASET = str(broken)
-    with pytest.raises(ConfigError, match="is not valid JSON lines"):
-        gt.load_gsm8k()
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "holds no problems"),
+        (b"\n\n  \n", "holds no problems"),
+        (b'{"question": "1+1?", "answer": \n', "line 1: not JSON"),
+        (b'{"problem": "1+1?", "solution": "2"}\n', "line 1: 'question' is missing, not text"),
+        (b'{"question": null, "answer": "#### 2"}\n', "line 1: 'question' is a NoneType, not text"),
+        (b'{"question": "1+1?", "answer": 2}\n', "line 1: 'answer' is a int, not text"),
+        (b'{"question": "1+1?", "answer": "#### 2"}\n[1, 2]\n', "line 2: a list, not an object"),
+        (b'{"question": "caf\xe9", "answer": "#### 2"}\n', "is not UTF-8 text (line 1"),
+    ],
+)
+def test_bad_dataset_content_names_the_line(tmp_path, content, message):
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=_literal(message)):
+        gsm8k.load(str(path))
+
+
+def test_a_bom_and_blank_lines_are_tolerated(tmp_path):
+    path = tmp_path / "data.jsonl"
+    row = json.dumps({"question": "1+1?", "answer": "#### 2"})
+    path.write_bytes(("\ufeff" + row + "\n\n  \n" + row + "\n").encode("utf-8"))
+    assert gsm8k.load(str(path))["answer"] == ["2", "2"]
 
 
 # --- rewards wiring ------------------------------------------------------------------------------------------------
@@ -360,22 +428,63 @@ def brevity_reward(completions, **kwargs):
     return [1.0 / (1 + len(str(c))) for c in completions]
 
 
-def test_reward_funcs_by_name_import_path_and_callable(gt):
+def test_reward_funcs_by_name_and_import_path():
     import rewards
 
-    gt.REWARD_FUNCS = ["correctness_reward", "test_train:brevity_reward", brevity_reward, "overlong_reward"]
-    funcs = gt.build_reward_funcs()
-    assert funcs[0] is rewards.REWARDS["correctness_reward"]
-    assert funcs[1].__name__ == "brevity_reward" and funcs[2] is brevity_reward
+    funcs = rewards.load(["correctness_reward", "test_train:brevity_reward", "overlong_reward"], 10)
+    assert funcs[0].__name__ == "correctness_reward"
+    assert funcs[1] is brevity_reward
     # parameterised rewards in the registry are classes, built with the run's completion length
-    assert funcs[3].__name__ == "overlong_reward"
-    assert funcs[3]([[1] * 10], completion_ids=[[1] * 10]) == [0.0]
+    assert funcs[2].__name__ == "overlong_reward"
+    assert funcs[2]([[1] * 10], completion_ids=[[1] * 10]) == [-1.0]
 
 
-def test_unimportable_reward(gt):
-    gt.REWARD_FUNCS = ["no_such_module:f"]
-    with pytest.raises(ConfigError, match="'no_such_module:f' could not be imported"):
-        gt.build_reward_funcs()
+def test_unimportable_reward():
+    import rewards
+
+    with pytest.raises(ConfigError, match="'no_such_module:f' cannot be imported: ModuleNotFoundError"):
+        rewards.load(["no_such_module:f"], 10)
+
+
+def wrong_length_reward(completions, **kwargs):
+    return [1.0]
+
+
+def text_reward(completions, **kwargs):
+    return ["good" for _ in completions]
+
+
+def raising_reward(completions, **kwargs):
+    raise KeyError("difficulty")
+
+
+def no_kwargs_reward(completions):
+    return [0.0 for _ in completions]
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("test_train:wrong_length_reward", "returned 1 values for 2 completions"),
+        ("test_train:text_reward", "returned 'good'; each value must be a number or None"),
+        ("test_train:raising_reward", "fails on a real row: KeyError: 'difficulty'"),
+        ("test_train:no_kwargs_reward", "fails on a real row: TypeError"),
+    ],
+)
+def test_every_reward_is_tried_on_real_rows_before_training(name, message):
+    import rewards
+
+    funcs = rewards.load(["correctness_reward", name], 32)
+    dataset = gsm8k.load(FIXTURE, limit=4)
+    with pytest.raises(ConfigError, match=_literal(f"REWARD_FUNCS entry {name!r} ") + ".*" + _literal(message)):
+        preflight.check_rewards(funcs, ["correctness_reward", name], dataset, 32)
+
+
+def test_the_registry_passes_the_reward_check():
+    import rewards
+
+    names = list(rewards.REWARDS)
+    preflight.check_rewards(rewards.load(names, 32), names, gsm8k.load(FIXTURE, limit=4), 32)
 
 
 # --- the command line, end to end: a clean message, exit 2, no traceback --------------------------------------------
@@ -384,12 +493,12 @@ def test_unimportable_reward(gt):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--smoke", "--NUM_GENERATIONS=3"], "must be a multiple of NUM_GENERATIONS (3)"),
+        (["--smoke", "--NUM_GENERATIONS=3"], "not a multiple of NUM_GENERATIONS=3"),
         (["--smoke", "--REWARD_FUNCS=nope_reward", "--REWARD_WEIGHTS=1"], "unknown reward 'nope_reward'"),
-        (["--smoke", "--DATASET=/nonexistent/gsm8k.jsonl"], "DATASET points at /nonexistent/gsm8k.jsonl"),
+        (["--smoke", "--DATASET=/nonexistent/gsm8k.jsonl"], "DATASET=/nonexistent/gsm8k.jsonl points at"),
         (["--smoke", "--TEMPERATUR=1"], "Did you mean TEMPERATURE"),
-        (["--smoke", "--MODEL_NAME=nobody/no-such-model"], "MODEL_NAME 'nobody/no-such-model' could not be loaded"),
-        (["--smoke", "--LORA_TARGET_MODULES=no_such_proj"], "LORA_TARGET_MODULES='no_such_proj' matches no layer"),
+        (["--smoke", "--MODEL_NAME=nobody/no-such-model"], "MODEL_NAME=nobody/no-such-model could not be loaded"),
+        (["--smoke", "--LORA_TARGET_MODULES=no_such_proj"], "no_such_proj matches no layer"),
         pytest.param(
             [], "no CUDA GPU is visible", marks=pytest.mark.skipif(HAS_CUDA, reason="would start a real run")
         ),
@@ -412,3 +521,21 @@ def test_missing_test_split_fails_before_training(tmp_path):
     # EVAL_AFTER needs test.jsonl: found missing before any weights load, not after the whole training
     assert out.returncode == 2 and "test.jsonl, which does not exist" in out.stderr
     assert not out_dir.exists()
+
+
+def test_a_python_without_the_packages_gets_the_command_that_fixes_it(tmp_path):
+    # the system python of a fresh machine has no trl: a clear message and exit 2, not a ModuleNotFoundError
+    out = run_script("-c", "import cli; cli.run(lambda argv: cli.require(['no_such_package_xyz'], 'grpotrainer.py'))")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "lacks no_such_package_xyz" in out.stderr and "make install" in out.stderr
+
+
+def test_logging_prints_each_library_message_once():
+    # huggingface_hub attaches its own handler; configuring the root logger as well printed each Hub retry twice
+    code = (
+        "import cli, logging, huggingface_hub.utils.logging as h; cli.setup_logging('grpotrainer'); "
+        "h.get_logger('huggingface_hub.test').warning('retrying in 1s'); logging.getLogger('grpotrainer.x').info('hi')"
+    )
+    out = run_script("-c", code)
+    assert out.stderr.count("retrying in 1s") == 1
+    assert "[grpotrainer] hi" in out.stderr

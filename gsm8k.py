@@ -1,0 +1,499 @@
+"""The GSM8K task, shared by training (grpotrainer.py) and evaluation (evaluate.py): prompts, data, grading.
+
+Both scripts import this module and never each other, so a before/after accuracy is measured with exactly the prompt,
+chat template and grader that training used. Every function takes its settings as parameters; a run writes the
+settings it used to OUTPUT_DIR/run_settings.json (`write_settings`) and evaluate.py reads them back (`run_settings`).
+
+    load(dataset, split, system_prompt=...)     rows with prompt (chat messages), answer and solution (gold), question
+    evaluate(dataset, generate, batch_size)     generate for every problem and score: (metrics, predictions)
+    hf_generator / vllm_generator               a `generate(prompts)` from a transformers model or from vLLM
+    evaluate_trainer(trainer, ...)              EVAL_BEFORE / EVAL_AFTER on the model being trained
+
+Metrics (`KEYS`): strict_accuracy (the number after the last '####', GSM8K's official format, equals the gold),
+lenient_accuracy (rewards.extract_answer: '####', \\boxed{}, 'the answer is', last number), format_rate (a readable
+'#### N'), mean_completion_tokens (the end-of-turn token included), truncated_rate (completions cut off at the
+token limit) and seconds. A lenient accuracy far above the strict one means the model solves the problems but
+ignores the asked format.
+"""
+
+import contextlib
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+import rewards
+from cli import ConfigError
+
+# The instruction before every problem; grpotrainer.py and evaluate.py start from this default.
+SYSTEM_PROMPT = (
+    "You are a careful math tutor. Solve the problem step by step, showing each calculation. "
+    "Then write the final answer on its own last line as '#### <number>', with no units."
+)
+FIXTURE = Path(__file__).resolve().parent / "data" / "smoke_gsm8k.jsonl"  # our own 32 problems, for --smoke
+SETTINGS_FILE = "run_settings.json"
+KEYS = ("n", "strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens", "truncated_rate")
+SCALARS = {
+    "strict_accuracy": "eval/gsm8k_strict_accuracy",
+    "lenient_accuracy": "eval/gsm8k_lenient_accuracy",
+    "format_rate": "eval/gsm8k_format_rate",
+}
+log = logging.getLogger("grpotrainer.gsm8k")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prompts and data
+
+
+def make_prompt(question, system_prompt=SYSTEM_PROMPT):
+    """Chat messages for one problem: the system prompt, then the question.
+
+    >>> make_prompt("1+1?", "Be brief.")
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': '1+1?'}]
+    """
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
+
+
+def is_local(dataset):
+    path = Path(dataset).expanduser()
+    return path.suffix in (".jsonl", ".json") or path.exists() or dataset.startswith((".", "/", "~"))
+
+
+def load(
+    dataset, split="train", *, config="main", limit=0, skip_bad_rows=False, system_prompt=SYSTEM_PROMPT, name="DATASET"
+):
+    """GSM8K (or a local file in its format) as a Dataset with `prompt` (chat messages), `answer` and `solution` (the
+    gold number, under both names so that TRL's own rewards, which read `solution`, run beside ours) and `question`.
+
+    `dataset` is a Hub id (with `config`), a .jsonl file, or a folder holding {split}.jsonl. Rows whose answer has no
+    '#### N' are an error naming them, or are dropped with `skip_bad_rows`. `limit` keeps the first N usable rows.
+    """
+    rows, source = _read_local(dataset, split, name) if is_local(dataset) else _read_hub(dataset, config, split, name)
+    golds = [rewards.extract_hash_answer(row["answer"]) for row in rows]
+    if bad := [i for i, gold in enumerate(golds) if gold is None]:
+        shown = "; ".join(f"row {i + 1}: ...{rows[i]['answer'][-40:]!r}" for i in bad[:3])
+        if not skip_bad_rows:
+            raise ConfigError(
+                f"{len(bad)} of {len(rows)} rows of {name} {source} have no '#### N' answer, e.g. {shown}.\n"
+                "Fix those rows, or set SKIP_BAD_ROWS=True to train without them."
+            )
+        log.warning("skipping %d rows without a '#### N' answer (SKIP_BAD_ROWS=True), e.g. %s", len(bad), shown)
+    keep = [i for i, gold in enumerate(golds) if gold is not None][: limit or None]
+    import datasets
+
+    questions = [rows[i]["question"] for i in keep]
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [make_prompt(q, system_prompt) for q in questions],
+            "answer": [golds[i] for i in keep],
+            "solution": [golds[i] for i in keep],
+            "question": questions,
+        }
+    )
+
+
+def _read_hub(dataset, config, split, name):
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(dataset, config, split=split)
+    except Exception as err:  # the Hub's errors have many types; each says what went wrong
+        raise ConfigError(
+            f"{name} {dataset!r} could not be loaded from the Hugging Face Hub ({type(err).__name__}: {err}).\n"
+            f"Without Hub access, point {name} at a local GSM8K-format .jsonl file or folder (see README)."
+        ) from None
+    if missing := {"question", "answer"} - set(ds.column_names):
+        raise ConfigError(f"{name} {dataset} lacks the column(s) {sorted(missing)}; GSM8K rows have question, answer.")
+    return [{"question": q, "answer": a} for q, a in zip(ds["question"], ds["answer"], strict=True)], dataset
+
+
+def _read_local(dataset, split, name):
+    """The rows of a GSM8K-format .jsonl file, checked line by line: every problem names its line number.
+
+    Read by hand rather than with datasets' JSON builder, whose errors name neither the line nor the field.
+    A byte-order mark and blank lines are tolerated.
+    """
+    path = Path(dataset).expanduser()
+    path = path / f"{split}.jsonl" if path.is_dir() else path
+    where = f"{name}={dataset}" + (f" ({split} split)" if path.name == f"{split}.jsonl" else "")
+    if not path.is_file():
+        raise ConfigError(
+            f"{where} points at {path}, which does not exist.\nGive a GSM8K-format .jsonl file "
+            '(one {"question": ..., "answer": "... #### N"} per line), a folder with train.jsonl and test.jsonl, '
+            "or the Hub id openai/gsm8k."
+        )
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise ConfigError(f"{path} is not UTF-8 text (line {line}, byte {err.start}); save it as UTF-8.") from None
+    rows, problems = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            problems.append(f"line {number}: not JSON ({err.msg})")
+            continue
+        if not isinstance(row, dict):
+            problems.append(f"line {number}: a {type(row).__name__}, not an object")
+            continue
+        for key in ("question", "answer"):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                what = "missing" if key not in row else "empty" if row[key] == "" else f"a {type(row[key]).__name__}"
+                problems.append(f"line {number}: {key!r} is {what}, not text")
+        rows.append(row)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise ConfigError(
+            f"{where}: {path} has bad rows: {'; '.join(problems[:3])}{more}.\nEach line must be "
+            '{"question": "...", "answer": "... #### N"}.'
+        )
+    if not rows:
+        raise ConfigError(f"{where}: {path} holds no problems; give a GSM8K-format .jsonl file with rows.")
+    return rows, path
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A run's settings, written by grpotrainer.py and read back by evaluate.py and export.py
+
+
+def write_settings(output_dir, settings):
+    """Write the resolved settings of a run to OUTPUT_DIR/run_settings.json (atomically); return the path."""
+    path = Path(output_dir) / SETTINGS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(settings, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def run_settings(adapter):
+    """The settings a run recorded, for an adapter folder (a run's OUTPUT_DIR or a checkpoint-N in it); {} if none."""
+    for folder in (Path(adapter), Path(adapter).parent):
+        path = folder / SETTINGS_FILE
+        if path.is_file():
+            try:
+                return json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as err:
+                raise ConfigError(f"{path} cannot be read ({err}); delete it or fix it.") from None
+    return {}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Grading and scoring
+
+
+def grade(completion, gold, truncated=False, thinking=False):
+    """One completion against its gold answer: what the lenient extractor reads, and the three verdicts.
+
+    >>> grade("9 * 2 = 18\\n#### 18", "18")
+    {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True}
+    >>> grade("So the answer is \\\\boxed{18}.", "18")
+    {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False}
+    """
+    text = rewards.completion_to_text(completion)
+    extracted, strict = rewards.extract_answer(text), rewards.extract_hash_answer(text)
+    return {
+        "extracted": extracted,
+        "correct": rewards.answers_match(extracted, gold),
+        "strict_correct": rewards.answers_match(strict, gold),
+        "formatted": strict is not None,
+    }
+
+
+def score(golds, completions, completion_tokens=None, truncated=None):
+    """The metrics dict (keys `KEYS`) for completions graded against their gold answers; pure, no model.
+
+    Shares are rounded to 4 decimals, so 1 of 3 is 0.3333.
+
+    >>> m = score(["18", "5", "7"], ["#### 18", "The answer is 5.", "#### 8"], [4, 6, 2])
+    >>> m["n"], m["strict_accuracy"], m["lenient_accuracy"], m["format_rate"], m["mean_completion_tokens"]
+    (3, 0.3333, 0.6667, 0.6667, 4.0)
+    """
+    truncated = truncated or [False] * len(completions)
+    graded = [{**grade(c, g, t), "truncated": t} for c, g, t in zip(completions, golds, truncated, strict=True)]
+    return summarize(graded, completion_tokens or [0] * len(graded))
+
+
+def summarize(graded, completion_tokens):
+    """The metrics of already graded completions (dicts from `grade`, with `truncated`) and their token counts."""
+    n = len(graded)
+
+    def share(key):
+        return round(sum(bool(g.get(key)) for g in graded) / n, 4) if n else 0.0
+
+    return {
+        "n": n,
+        "strict_accuracy": share("strict_correct"),
+        "lenient_accuracy": share("correct"),
+        "format_rate": share("formatted"),
+        "mean_completion_tokens": round(sum(completion_tokens) / n, 2) if n else 0.0,
+        "truncated_rate": share("truncated"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Generating and evaluating
+
+
+def generate_all(dataset, generate, batch_size, desc="GSM8K", progress=True):
+    """Run `generate` over the dataset's prompts in batches, with a progress bar.
+
+    `generate(prompts)` takes a list of chat prompts (lists of messages) and returns one `(text, n_tokens, truncated)`
+    per prompt: `hf_generator` and `vllm_generator` make one from a model, and a test can pass a stub.
+    Returns one row per problem: question, gold, completion, completion_tokens, truncated.
+    """
+    from tqdm.auto import tqdm
+
+    rows = []
+    with tqdm(total=len(dataset), desc=desc, unit="problem", disable=not (progress and len(dataset))) as bar:
+        for start in range(0, len(dataset), batch_size):
+            batch = dataset[start : start + batch_size]
+            outputs = generate(batch["prompt"])
+            if len(outputs) != len(batch["prompt"]):
+                raise RuntimeError(f"the generator returned {len(outputs)} completions for {len(batch['prompt'])}")
+            for question, gold, (text, n_tokens, cut) in zip(batch["question"], batch["answer"], outputs, strict=True):
+                rows.append(
+                    {
+                        "question": question,
+                        "gold": gold,
+                        "completion": text,
+                        "completion_tokens": n_tokens,
+                        "truncated": cut,
+                    }
+                )
+            bar.update(len(batch["prompt"]))
+    return rows
+
+
+def results(rows, seconds, thinking=False):
+    """The metrics and the prediction records (question, gold, completion, extracted, correct, ...) of `rows`."""
+    predictions = [{**r, **grade(r["completion"], r["gold"], r["truncated"], thinking)} for r in rows]
+    metrics = summarize(predictions, [r["completion_tokens"] for r in rows])
+    return {**metrics, "seconds": round(seconds, 2)}, predictions
+
+
+def evaluate(dataset, generate, batch_size, desc="GSM8K", thinking=False):
+    """Generate for every problem of `dataset` (columns prompt, answer, question) and score: (metrics, predictions)."""
+    start = time.perf_counter()
+    rows = generate_all(dataset, generate, batch_size, desc)
+    return results(rows, time.perf_counter() - start, thinking)
+
+
+def report(metrics, predictions, output_dir, stem, logdir=None, step=0, title="GSM8K", settings=None):
+    """Print the table; write <stem>.json (the metrics and, under "settings", what they were measured with) and
+    <stem>_predictions.jsonl; log the TensorBoard scalars at `step` when `logdir` is given."""
+    print(format_table(metrics, title), flush=True)
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {**metrics, "step": step, "settings": settings or {}}
+    (out / f"{stem}.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    with open(out / f"{stem}_predictions.jsonl", "w", encoding="utf-8") as f:
+        for p in predictions:
+            f.write(json.dumps(p, ensure_ascii=False) + "\n")
+    if logdir:
+        from torch.utils.tensorboard import SummaryWriter
+
+        with SummaryWriter(log_dir=str(logdir)) as writer:
+            for key, tag in SCALARS.items():
+                writer.add_scalar(tag, metrics[key], step)
+    log.info(
+        "wrote %s/%s.json and %s_predictions.jsonl%s", out, stem, stem, f"; TensorBoard: {logdir}" if logdir else ""
+    )
+
+
+def format_table(metrics, title="GSM8K"):
+    """The metrics as a small aligned text table."""
+    lines = [title, *(f"  {key:<24}{value:>10}" for key, value in metrics.items())]
+    return "\n".join(lines)
+
+
+def eos_ids(model, tokenizer):
+    """Token ids that end a completion: the generation config's (Qwen3: <|im_end|>, <|endoftext|>), else the EOS."""
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    eos = tokenizer.eos_token_id if eos is None else eos
+    return [eos] if isinstance(eos, int) else list(eos)
+
+
+def hf_generator(model, tokenizer, max_new_tokens, enable_thinking=False):
+    """A `generate(prompts)` for `generate_all` on a transformers model: chat template, left padding, greedy.
+
+    Prompts are rendered with the same chat template and `enable_thinking` as training, left-padded so that every
+    prompt ends right where generation starts, and decoded greedily. Each completion's tokens are counted up to and
+    including the first end-of-turn token (the rest is padding), as TRL counts them; its text is decoded without
+    special tokens, as TRL decodes it for the rewards. A completion without an end-of-turn token was cut off.
+    """
+    import torch
+    from transformers import GenerationConfig
+
+    eos = eos_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=pad)
+
+    def generate(prompts):
+        texts = [
+            tokenizer.apply_chat_template(
+                p, tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
+            )
+            for p in prompts
+        ]
+        inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        inputs = inputs.to(model.device)
+        with torch.no_grad():
+            output = model.generate(**inputs, generation_config=config)
+        outputs = []
+        for ids in output[:, inputs["input_ids"].shape[1] :].tolist():
+            end = next((i for i, t in enumerate(ids) if t in eos), None)
+            n_tokens = len(ids) if end is None else end + 1
+            outputs.append((tokenizer.decode(ids[:n_tokens], skip_special_tokens=True), n_tokens, end is None))
+        return outputs
+
+    return generate
+
+
+def vllm_generator(
+    model_name, adapter, *, max_completion_length, enable_thinking, bf16, trust_remote_code, gpu_memory_utilization
+):
+    """A `generate(prompts)` backed by vLLM, greedy, with the adapter (if any) as a LoRA request."""
+    from vllm import LLM, SamplingParams
+    from vllm.lora.request import LoRARequest
+
+    rank = json.loads((Path(adapter) / "adapter_config.json").read_text())["r"] if adapter else 0
+    llm = LLM(
+        model=model_name,
+        dtype="bfloat16" if bf16 else "float32",
+        trust_remote_code=trust_remote_code,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_completion_length + 1024,  # GSM8K prompts are well under 1024 tokens
+        enable_lora=bool(adapter),
+        max_lora_rank=next((r for r in (8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), rank) if adapter else 16,
+        seed=0,
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=max_completion_length)
+    lora = LoRARequest("adapter", 1, str(Path(adapter).resolve())) if adapter else None
+
+    def generate(prompts):
+        kwargs = {"enable_thinking": enable_thinking}
+        outs = llm.chat(prompts, params, lora_request=lora, chat_template_kwargs=kwargs, use_tqdm=True)
+        return [(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason == "length") for o in outs]
+
+    return generate
+
+
+def adapter_step(adapter):
+    """The training step an adapter was saved at: a checkpoint-N's own trainer_state.json, or for a run's final
+    adapter its newest checkpoint's (transformers always checkpoints the last step); 0 when unknown."""
+    if not adapter:
+        return 0
+    state = Path(adapter) / "trainer_state.json"
+    if not state.is_file():
+        steps = [p for p in Path(adapter).glob("checkpoint-*/trainer_state.json") if p.parent.name[11:].isdigit()]
+        state = max(steps, key=lambda p: int(p.parent.name[11:]), default=state)
+    try:
+        return json.loads(state.read_text()).get("global_step", 0) if state.is_file() else 0
+    except (OSError, json.JSONDecodeError):
+        return 0
+
+
+def new_logdir(output_dir, suffix=""):
+    """A new TensorBoard run folder, output_dir/runs/<date>_<host><suffix>, named as transformers names its runs."""
+    from transformers.integrations.integration_utils import default_logdir
+
+    return os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(output_dir, default_logdir() + suffix)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# EVAL_BEFORE / EVAL_AFTER: grpotrainer.py scores the model it is training, without loading a second copy.
+
+
+def evaluate_trainer(trainer, dataset, limit, when, batch_size, settings=None):
+    """Score the trainer's model (LoRA adapter active) on the first `limit` test problems; rank 0 gets the metrics.
+
+    `when` is "before" (logged at step 0) or "after" (at the final step). The scalars go into the TensorBoard run
+    that training writes, so one run shows the baseline and the final accuracy; the files are
+    OUTPUT_DIR/eval_test_<when>.json and eval_test_<when>_predictions.jsonl. `dataset` is the test split, loaded by
+    the caller before any weights (so a missing file fails early); the prompts, chat template kwargs and completion
+    length are training's own. `settings` is recorded in the json.
+
+    Under torchrun every process generates a contiguous shard of the problems and rank 0 gathers the rows: no rank
+    idles at a barrier while another generates (NCCL would time out on a long evaluation), and N GPUs finish N
+    times sooner. The model is put in eval mode (no LoRA dropout) without activation checkpointing and restored
+    afterwards. DeepSpeed and FSDP shard or wrap the weights differently before and after `train()`, so there this
+    is skipped with a warning: evaluate the saved adapter with evaluate.py instead.
+    """
+    if not limit:
+        return None
+    if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+        log.warning(
+            "EVAL_%s is skipped under DeepSpeed/FSDP; evaluate the saved adapter: python evaluate.py --ADAPTER=%s",
+            when.upper(),
+            trainer.args.output_dir,
+        )
+        return None
+    from accelerate.utils import gather_object
+
+    acc, args = trainer.accelerator, trainer.args
+    dataset = dataset.select(range(min(limit, len(dataset))))
+    per_rank = math.ceil(len(dataset) / acc.num_processes)
+    lo = min(len(dataset), acc.process_index * per_rank)
+    shard = dataset.select(range(lo, min(len(dataset), lo + per_rank)))
+    thinking = (args.chat_template_kwargs or {}).get("enable_thinking", False)
+    start = time.perf_counter()
+    with generation_ready(trainer) as model:
+        generate = hf_generator(model, trainer.processing_class, args.max_completion_length, thinking)
+        rows = generate_all(shard, generate, batch_size, f"GSM8K test, {when} training", acc.is_main_process)
+    rows = gather_object(rows)  # every rank's rows, in rank order
+    if not acc.is_main_process:
+        return None
+    metrics, predictions = results(rows, time.perf_counter() - start, thinking)
+    step = 0 if when == "before" else trainer.state.global_step
+    title = f"GSM8K test {when} training (step {step})"
+    logdir = training_logdir(trainer)
+    report(metrics, predictions, args.output_dir, f"eval_test_{when}", logdir, step, title, settings)
+    return metrics
+
+
+@contextlib.contextmanager
+def generation_ready(trainer):
+    """The trainer's unwrapped model in eval mode without activation checkpointing, under no_grad; restored after.
+
+    TRL's unwrap_model_for_generation (what GRPOTrainer itself generates under) turns activation checkpointing off
+    and back on; eval mode switches LoRA dropout off for greedy decoding, and the train/eval mode is put back.
+    """
+    import torch
+    from trl.models import unwrap_model_for_generation
+
+    was_training = trainer.model.training
+    with (
+        unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model,
+        torch.no_grad(),
+    ):
+        model.eval()
+        try:
+            yield model
+        finally:
+            trainer.model.train(was_training)
+
+
+def training_logdir(trainer):
+    """The folder transformers' TensorBoardCallback writes this run's events to, fixed now if it is not yet; None
+    when the run does not report to TensorBoard.
+
+    The callback picks OUTPUT_DIR/runs/<date>_<host> when training begins unless its `logging_dir` is already set;
+    setting it before `train()` makes the baseline accuracy land in the same run as the training curves.
+    """
+    from monitor import tensorboard_callback
+
+    callback = tensorboard_callback(trainer)
+    if callback is None:
+        return None
+    callback.logging_dir = callback.logging_dir or new_logdir(trainer.args.output_dir)
+    return callback.logging_dir
