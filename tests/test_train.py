@@ -9,8 +9,8 @@ import pytest
 from conftest import REPO, run_script
 
 import cli
-import gsm8k
 import grpotrainer
+import gsm8k
 import hardware
 import preflight
 from cli import ConfigError
