@@ -1,0 +1,354 @@
+"""Merge a trained LoRA adapter into its base model and write a standalone model folder; optionally push it.
+
+    python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo                  # writes outputs/qwen3-gsm8k-grpo-merged
+    python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo/checkpoint-100   # writes ...-grpo-checkpoint-100-merged
+    python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --OUTPUT_DIR=outputs/qwen3-8b-gsm8k
+    python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --PUSH_TO_HUB=you/qwen3-8b-gsm8k-grpo   # private repo
+
+The folder holds safetensors weights in the run's dtype (no adapter files: plain transformers loads it without
+peft, and `vllm serve <folder>` serves it), the tokenizer, the chat template with the run's thinking default (so a
+caller who never passes `enable_thinking` is prompted as in training), the base model's generation config, a model
+card (README.md) and export_settings.json, which records what was merged. Greedy generation from it equals the base
+model plus the adapter (exactly in fp32; to rounding in bf16, which merging rounds once more).
+
+What the run was is read from the run's own records, not assumed: run_settings.json (the run's OUTPUT_DIR; for a
+checkpoint-N, its parent) gives the base model, BF16 and ENABLE_THINKING, and adapter_config.json the base model
+when that file is missing. An adapter on a base model it was not trained from is refused. An OUTPUT_DIR that exists
+is only replaced when an earlier export.py wrote it; anything else there is left alone. With PUSH_TO_HUB, a missing
+token (`hf auth login`) or HF_HUB_OFFLINE=1 stops the script before any work.
+"""
+
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import cli
+import modelcard
+import preflight
+from cli import ConfigError
+
+# ---------------------------------------------------------------------------------------------------------------
+# what to merge
+ADAPTER = ""  # a run's OUTPUT_DIR (its final adapter) or a checkpoint-N folder in it; required
+MODEL_NAME = ""  # the base model; "" = the run's (run_settings.json), else adapter_config.json's base model
+TRUST_REMOTE_CODE = False  # run a model repo's own Python code; Qwen3 needs none
+# what to write
+OUTPUT_DIR = ""  # "" = beside the run: <run>-merged, or <run>-checkpoint-N-merged for a checkpoint
+DTYPE = ""  # bfloat16, float16 or float32; "" = the run's (BF16 in run_settings.json), else the base's config
+ENABLE_THINKING = ""  # true or false: the chat template's default for enable_thinking; "" = the run's
+# where to publish
+PUSH_TO_HUB = ""  # a Hub repo id (you/name) to upload the folder to; "" = do not push
+PRIVATE = True  # create the Hub repo private; it is never made public by this script once it exists
+# ---------------------------------------------------------------------------------------------------------------
+
+MARKER = "export_settings.json"  # written into every export: marks a folder export.py may replace
+DTYPES = ("bfloat16", "float16", "float32")
+log = logging.getLogger("grpotrainer.export")
+
+
+def main(argv=()):
+    c = settings(argv)
+    logging.basicConfig(level=logging.INFO, format="[export] %(message)s")
+    if c["PUSH_TO_HUB"]:
+        check_push(c["PUSH_TO_HUB"])  # before any work: a missing token must not cost a merge first
+    run = resolve(c)
+    out = Path(c["OUTPUT_DIR"])
+    check_output_dir(out)
+    log.info("merging %s into %s (%s)", c["ADAPTER"], c["MODEL_NAME"], c["DTYPE"])
+    model = merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
+    tokenizer = load_tokenizer(c["ADAPTER"], c["MODEL_NAME"], c["ENABLE_THINKING"], c["TRUST_REMOTE_CODE"])
+    record = {**{k: c[k] for k in ("ADAPTER", "MODEL_NAME", "DTYPE", "ENABLE_THINKING")}, "step": c["STEP"]}
+    write_folder(out, model, tokenizer, {**record, "run_settings": run}, licence_files(c["MODEL_NAME"]))
+    before, after = modelcard.read_metrics(run_dir(c["ADAPTER"]))
+    modelcard.write_card(
+        out,
+        run,
+        library_name="transformers",
+        metrics_before=before,
+        metrics_after=after,
+        steps=c["STEP"] or None,
+        dataset_sizes=run.get("dataset_sizes"),
+        repo_id=c["PUSH_TO_HUB"],
+        adapter_dir=c["ADAPTER"],
+    )
+    log.info("wrote %s: load it with AutoModelForCausalLM.from_pretrained(%r)", out, str(out))
+    if c["PUSH_TO_HUB"]:
+        push(out, c["PUSH_TO_HUB"], c["PRIVATE"])
+    return out
+
+
+def settings(argv):
+    """This module's constants with the `--KEY=value` overrides applied, as a dict (the module is not changed)."""
+    namespace = types.SimpleNamespace(**cli.constants(sys.modules[__name__]))
+    cli.apply_overrides(namespace, list(argv))
+    return vars(namespace)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what the run was
+
+
+def run_dir(adapter):
+    """The run folder of an adapter: the adapter itself, or the parent of a checkpoint-N."""
+    path = Path(adapter)
+    return path.parent if re.fullmatch(r"checkpoint-\d+", path.name) else path
+
+
+def read_json(path):
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path} is not valid JSON ({err}); restore it or delete it.") from None
+
+
+def resolve(c):
+    """Fill in the settings left "" from the run's records (in place: MODEL_NAME, DTYPE, ENABLE_THINKING,
+    OUTPUT_DIR, and STEP, the step the adapter was saved at); return the run's settings dict for the model card."""
+    adapter = c["ADAPTER"]
+    if not adapter:
+        raise ConfigError("give the adapter to merge: --ADAPTER=<a run's OUTPUT_DIR or a checkpoint-N in it>.")
+    config = read_json(Path(adapter) / "adapter_config.json")
+    if not config:
+        newest = preflight.newest_checkpoint(adapter) if Path(adapter).is_dir() else None
+        hint = f" The newest checkpoint there is {newest}." if newest else ""
+        raise ConfigError(
+            f"ADAPTER={adapter!r} holds no LoRA adapter (no adapter_config.json). Point it at a training run's "
+            f"OUTPUT_DIR or a checkpoint-N folder in it.{hint}"
+        )
+    run = read_json(run_dir(adapter) / "run_settings.json") or settings_from_adapter(config)
+    trained_on = config.get("base_model_name_or_path") or run.get("MODEL_NAME") or ""
+    c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or trained_on
+    if not c["MODEL_NAME"]:
+        raise ConfigError(f"the base model of {adapter} is not recorded; give it: --MODEL_NAME=<Hub id or folder>.")
+    if trained_on and preflight.other_base_model(adapter, c["MODEL_NAME"]):
+        raise ConfigError(
+            f"ADAPTER {adapter} was trained on {trained_on}, but MODEL_NAME is {c['MODEL_NAME']}: merging it there "
+            f"gives a broken model. Leave MODEL_NAME empty to use {trained_on} (a local copy must keep its name)."
+        )
+    c["DTYPE"] = c["DTYPE"] or run_dtype(run, c["MODEL_NAME"])
+    if c["DTYPE"] not in DTYPES:
+        raise ConfigError(f'DTYPE is {c["DTYPE"]!r}; give one of {", ".join(DTYPES)}, or "" for the run\'s.')
+    c["ENABLE_THINKING"] = thinking_default(c["ENABLE_THINKING"], run)
+    c["OUTPUT_DIR"] = c["OUTPUT_DIR"] or default_output_dir(adapter)
+    c["STEP"] = adapter_step(adapter)
+    run = {**run, "MODEL_NAME": c["MODEL_NAME"], "ENABLE_THINKING": c["ENABLE_THINKING"]}
+    if run.get("LOAD_IN_4BIT"):
+        log.warning("the run trained on 4-bit (QLoRA) base weights; the merge uses %s weights instead", c["DTYPE"])
+    return run
+
+
+def settings_from_adapter(config):
+    """What an adapter_config.json says about a run that left no run_settings.json (runs from before it existed)."""
+    targets = config.get("target_modules")
+    return {
+        "MODEL_NAME": config.get("base_model_name_or_path") or "",
+        "LORA_R": config.get("r"),
+        "LORA_ALPHA": config.get("lora_alpha"),
+        "LORA_DROPOUT": config.get("lora_dropout"),
+        "LORA_TARGET_MODULES": ",".join(sorted(targets)) if isinstance(targets, list) else targets,
+    }
+
+
+def run_dtype(run, model_name):
+    """The dtype the run computed in: BF16 from its settings, else the base model's config.json, else float32."""
+    if "BF16" in run:
+        return "bfloat16" if run["BF16"] else "float32"
+    config = read_json(Path(model_name) / "config.json") if Path(model_name).is_dir() else {}
+    dtype = config.get("dtype") or config.get("torch_dtype")
+    return dtype if dtype in DTYPES else "float32"
+
+
+def thinking_default(value, run):
+    """ENABLE_THINKING as a bool: the override ("true"/"false"), else the run's setting, else False."""
+    if value == "":
+        return bool(run.get("ENABLE_THINKING", False))
+    if str(value).lower() in cli.TRUE | cli.FALSE:
+        return str(value).lower() in cli.TRUE
+    raise ConfigError(f'ENABLE_THINKING is {value!r}; give true or false, or "" for the run\'s setting.')
+
+
+def default_output_dir(adapter):
+    """<run>-merged beside the run, or <run>-checkpoint-N-merged: never inside the run, whose folders Trainer owns."""
+    path = Path(adapter).resolve()
+    return str(run_dir(path)) + (f"-{path.name}" if path != run_dir(path) else "") + "-merged"
+
+
+def adapter_step(adapter):
+    """The step an adapter was saved at: a checkpoint-N's trainer_state.json, or a run's newest checkpoint's."""
+    state = Path(adapter) / "trainer_state.json"
+    if not state.is_file() and (newest := preflight.newest_checkpoint(adapter)) is not None:
+        state = newest / "trainer_state.json"
+    return read_json(state).get("global_step", 0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# checks that run before any weights load
+
+
+def check_push(repo_id):
+    """Refuse PUSH_TO_HUB without a Hub token or with the Hub switched off, naming the fix."""
+    from huggingface_hub import constants, get_token
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise ConfigError(f"PUSH_TO_HUB={repo_id!r} is not a Hub repo id ({err}); write it as you/name.") from None
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in cli.TRUE:
+        raise ConfigError(
+            f"PUSH_TO_HUB={repo_id} needs the Hub, but HF_HUB_OFFLINE is set. Unset it, or export without "
+            "PUSH_TO_HUB and upload the folder later (hf upload)."
+        )
+    if get_token() is None:
+        raise ConfigError(
+            f"PUSH_TO_HUB={repo_id} needs a Hugging Face token with write access: run `hf auth login` or set HF_TOKEN."
+        )
+
+
+def check_output_dir(out):
+    """OUTPUT_DIR must be new, empty, or an earlier export (which is then replaced); never other data."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"OUTPUT_DIR {out} is a file; give a folder path.")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise ConfigError(
+            f"OUTPUT_DIR {out} already holds files that export.py did not write; it will not overwrite them. "
+            "Give a new folder: --OUTPUT_DIR=<path>."
+        )
+
+
+def shape_problems(model, adapter):
+    """The adapter's LoRA matrices that do not fit a layer of `model`: a layer missing, or in/out sizes differing."""
+    from safetensors import safe_open
+
+    weights = Path(adapter) / "adapter_model.safetensors"
+    if not weights.is_file():
+        return []  # an adapter_model.bin: peft's own size check reports it when it loads
+    layers = dict(model.named_modules())
+    problems = []
+    with safe_open(str(weights), framework="pt") as f:
+        for key in f.keys():  # noqa: SIM118 (safe_open has keys() but is not iterable)
+            match = re.fullmatch(r"base_model\.model\.(.+)\.lora_(A|B)\.weight", key)
+            if not match:
+                continue
+            name, which = match.groups()
+            shape = tuple(f.get_slice(key).get_shape())
+            layer = layers.get(name)
+            if layer is None:
+                problems.append(f"{name}: no such layer in the base model")
+            elif which == "A" and getattr(layer, "in_features", shape[1]) != shape[1]:
+                problems.append(f"{name}: adapter input size {shape[1]}, layer {layer.in_features}")
+            elif which == "B" and getattr(layer, "out_features", shape[0]) != shape[0]:
+                problems.append(f"{name}: adapter output size {shape[0]}, layer {layer.out_features}")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the merge and the folder
+
+
+def merged_model(model_name, adapter, dtype, trust_remote_code=False):
+    """The base model in `dtype` on the CPU with the adapter merged into its weights: a plain transformers model."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    try:
+        base = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype, trust_remote_code=trust_remote_code)
+    except OSError as err:
+        raise ConfigError(f"MODEL_NAME {model_name!r} could not be loaded: {err}") from None
+    if problems := shape_problems(base, adapter):
+        shown = "; ".join(problems[:3]) + (f"; ... ({len(problems)} in all)" if len(problems) > 3 else "")
+        raise ConfigError(
+            f"ADAPTER {adapter} does not fit MODEL_NAME {model_name} ({shown}): it was trained on another model. "
+            "Leave MODEL_NAME empty to use the run's base model."
+        )
+    model = PeftModel.from_pretrained(base, adapter)
+    return model.merge_and_unload().eval()  # W + scale * B @ A in every adapted layer; the LoRA modules removed
+
+
+def load_tokenizer(adapter, model_name, enable_thinking, trust_remote_code=False):
+    """The run's tokenizer (trainer.save_model wrote one beside the adapter; else the base's), its chat template
+    defaulting to the run's thinking mode."""
+    from transformers import AutoTokenizer
+
+    source = adapter if (Path(adapter) / "tokenizer_config.json").is_file() else model_name
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    template = tokenizer.chat_template
+    if isinstance(template, dict):  # named templates (e.g. default and tool_use): each gets the default
+        tokenizer.chat_template = {k: with_thinking_default(v, enable_thinking) for k, v in template.items()}
+    elif template:
+        tokenizer.chat_template = with_thinking_default(template, enable_thinking)
+    return tokenizer
+
+
+def with_thinking_default(template, enable_thinking):
+    """`template` with enable_thinking defaulting to the run's value when the caller does not pass it.
+
+    Qwen3's template reads `enable_thinking` and thinks when it is undefined; a run trained without thinking would
+    then be served in a mode it never learnt. A caller's explicit value still wins. Applying it twice changes
+    nothing but the value.
+
+    >>> t = with_thinking_default("{{ enable_thinking }}", False)
+    >>> t == with_thinking_default(with_thinking_default("{{ enable_thinking }}", True), False)
+    True
+    >>> from jinja2 import Template
+    >>> Template(t).render(), Template(t).render(enable_thinking=True)
+    ('False', 'True')
+    """
+    value = "true" if enable_thinking else "false"
+    prefix = "{%- if enable_thinking is not defined %}{%- set enable_thinking = " + value + " %}{%- endif %}"
+    old = re.match(
+        r"\{%- if enable_thinking is not defined %\}\{%- set enable_thinking = (true|false) %\}\{%- endif %\}",
+        template,
+    )
+    return prefix + template[old.end() if old else 0 :]
+
+
+def licence_files(model_name):
+    """The base model folder's LICENSE / NOTICE files, which its licence (e.g. Apache-2.0) asks to pass on."""
+    folder = Path(model_name)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.upper().startswith(("LICENSE", "NOTICE")))
+
+
+def write_folder(out, model, tokenizer, record, extra_files=()):
+    """Write the model, tokenizer, extra files and MARKER into a hidden sibling folder, then move it into place,
+    so OUTPUT_DIR never holds half an export, and an earlier export is replaced whole (no stale weight shards)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    try:
+        model.save_pretrained(partial)  # model.safetensors (or shards), config.json, generation_config.json
+        tokenizer.save_pretrained(partial)  # tokenizer files and chat_template.jinja
+        for path in extra_files:
+            shutil.copy2(path, partial / path.name)
+        (partial / MARKER).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+        if out.exists():
+            log.info("replacing the earlier export in %s", out)
+            out.rename(old)
+        partial.rename(out)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def push(out, repo_id, private):
+    """Create the Hub repo (private unless PRIVATE=False; an existing repo keeps its visibility) and upload."""
+    from huggingface_hub import create_repo, upload_folder
+
+    url = create_repo(repo_id, private=private, exist_ok=True)
+    upload_folder(repo_id=repo_id, folder_path=str(out), commit_message="Upload a merged GRPO GSM8K model")
+    log.info("pushed %s to %s", out, url)
+
+
+if __name__ == "__main__":
+    cli.run(main)

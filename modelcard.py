@@ -1,0 +1,477 @@
+"""The model card (OUTPUT_DIR/README.md) of a trained adapter or a merged model: what was trained, on what, how
+well, and how to load it.
+
+TRL writes a card of its own at every checkpoint, and PEFT rewrites it in `save_pretrained`; for a local base model
+it reads "fine-tuned version of [None]" and names no dataset and no accuracy. This card replaces it, so it must be
+written after the last `trainer.save_model(...)` (see `write_card`). Everything it shows comes in as values: the
+run's settings dict (the UPPERCASE constants of grpotrainer.py, as in run_settings.json), the metrics of the
+in-training evaluation (eval_test_before.json / eval_test_after.json), the steps trained and the dataset sizes.
+
+Text that came from the user (paths, reward names, the system prompt) is shown in code spans or fenced blocks
+that it cannot break out of, and YAML front matter is written by huggingface_hub, so no value can change the card's
+structure.
+"""
+
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+
+TAGS = ["grpo", "trl", "gsm8k", "lora"]  # front-matter tags; the Hub lists the model under each
+GSM8K_HUB_ID = "openai/gsm8k"
+METRICS = (  # (key in eval_test_*.json, label, format)
+    ("strict_accuracy", "strict accuracy (`#### N` equals the gold answer)", "{:.1%}"),
+    ("lenient_accuracy", "lenient accuracy (any final-answer form equals the gold)", "{:.1%}"),
+    ("format_rate", "format rate (a readable `#### N`)", "{:.1%}"),
+    ("mean_completion_tokens", "mean completion tokens", "{:.1f}"),
+    ("n", "test problems scored", "{}"),
+)
+SETTINGS = (  # (settings key, label) in the "Training settings" table, in this order
+    ("LEARNING_RATE", "learning rate"),
+    ("LORA_R", "LoRA rank r"),
+    ("LORA_ALPHA", "LoRA alpha"),
+    ("LORA_DROPOUT", "LoRA dropout"),
+    ("LORA_TARGET_MODULES", "LoRA target modules"),
+    ("LOAD_IN_4BIT", "4-bit base weights (QLoRA)"),
+    ("NUM_GENERATIONS", "completions per prompt (num_generations)"),
+    ("MAX_COMPLETION_LENGTH", "max completion length (tokens)"),
+    ("TEMPERATURE", "sampling temperature"),
+    ("BETA", "KL coefficient beta"),
+    ("LOSS_TYPE", "loss type"),
+    ("SCALE_REWARDS", "reward scaling"),
+    ("PER_DEVICE_TRAIN_BATCH_SIZE", "per-device batch size"),
+    ("GRADIENT_ACCUMULATION_STEPS", "gradient accumulation steps"),
+    ("MAX_STEPS", "max steps (-1 = by epochs)"),
+    ("NUM_TRAIN_EPOCHS", "epochs"),
+    ("BF16", "bf16"),
+    ("ENABLE_THINKING", "thinking mode (enable_thinking)"),
+    ("SEED", "seed"),
+)
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the --max-lora-rank values vLLM accepts
+EXAMPLE_QUESTION = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?"
+)
+UNKNOWN = "unknown"  # the Hub's licence id for "not known"
+
+
+def write_card(
+    output_dir,
+    settings,
+    *,
+    library_name="peft",
+    metrics_before=None,
+    metrics_after=None,
+    steps=None,
+    dataset_sizes=None,
+    repo_id="",
+    adapter_dir=None,
+    licence=None,
+):
+    """Write OUTPUT_DIR/README.md, replacing TRL's and PEFT's card; return its path.
+
+    Args:
+        output_dir: the folder the card describes: a run's OUTPUT_DIR (adapter) or an export.py folder (merged).
+        settings: the run's settings dict (UPPERCASE constant -> value, as in run_settings.json); missing keys are
+            shown as "not recorded".
+        library_name: "peft" for a LoRA adapter folder, "transformers" for a merged, standalone model.
+        metrics_before, metrics_after: evaluate.py metrics dicts (n, strict_accuracy, lenient_accuracy, ...), or
+            None when that evaluation was not run.
+        steps: optimiser steps trained (trainer.state.global_step), or None.
+        dataset_sizes: rows per split actually used, e.g. {"train": 7473, "test": 200}, or None.
+        repo_id: the Hub repo the folder is pushed to; the snippets load from it instead of the local folder.
+        adapter_dir: where the LoRA adapter lives (for a merged card's peft and vLLM --enable-lora snippets);
+            defaults to output_dir for an adapter card.
+        licence: the base model's licence dict (see `base_licence`); None = look it up.
+
+    Call it after the last `trainer.save_model(...)`: PEFT's save_pretrained rewrites README.md (tags, base_model),
+    and GRPOTrainer writes TRL's card at every checkpoint, i.e. during `train()`.
+    """
+    output_dir = Path(output_dir)
+    if licence is None:
+        licence = base_licence(str(settings.get("MODEL_NAME", "")))
+    text = render_card(
+        settings,
+        name=repo_id.split("/")[-1] if repo_id else output_dir.resolve().name,
+        location=repo_id or str(output_dir),
+        library_name=library_name,
+        metrics_before=metrics_before,
+        metrics_after=metrics_after,
+        steps=steps,
+        dataset_sizes=dataset_sizes,
+        adapter_dir=str(adapter_dir or (output_dir if library_name == "peft" else "")),
+        licence=licence,
+        versions=framework_versions(),
+    )
+    path = output_dir / "README.md"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def render_card(
+    settings,
+    *,
+    name,
+    location,
+    library_name,
+    licence,
+    metrics_before=None,
+    metrics_after=None,
+    steps=None,
+    dataset_sizes=None,
+    adapter_dir="",
+    versions=None,
+):
+    """The card's text (front matter and markdown) from values alone: no files, no network."""
+    if library_name not in ("peft", "transformers"):
+        raise ValueError(f"library_name must be peft or transformers, not {library_name!r}")
+    base = str(settings.get("MODEL_NAME", ""))
+    sections = [
+        front_matter(base, settings.get("DATASET", ""), library_name, licence),
+        f"# {escape(name)}\n\n{summary(base, library_name)}",
+        data_section(settings, dataset_sizes),
+        rewards_section(settings),
+        settings_section(settings, steps),
+        metrics_section(metrics_before, metrics_after, settings),
+        usage_section(settings, library_name, location, adapter_dir),
+        licence_section(base, licence),
+    ]
+    if versions:
+        sections.append("## Framework versions\n\n" + "\n".join(f"- {k} {v}" for k, v in versions.items()))
+    return "\n\n".join(sections) + "\n"
+
+
+def front_matter(base, dataset, library_name, licence):
+    """YAML front matter the Hub reads: base_model (only a Hub id), licence, library, datasets, tags."""
+    from huggingface_hub import ModelCardData
+
+    base_id = hub_model_id(base)
+    data = ModelCardData(
+        base_model=base_id,
+        library_name=library_name,
+        license=licence.get("license", UNKNOWN),
+        license_name=licence.get("license_name"),
+        license_link=licence.get("license_link"),
+        datasets=[dataset] if dataset and not is_local(dataset) else None,  # a local path is no Hub dataset
+        tags=[*TAGS, *([f"base_model:adapter:{base_id}"] if base_id and library_name == "peft" else [])],
+        pipeline_tag="text-generation",
+    )
+    return f"---\n{data.to_yaml()}\n---"
+
+
+def summary(base, library_name):
+    what = "A LoRA adapter for" if library_name == "peft" else "A standalone model: a LoRA adapter merged into"
+    return (
+        f"{what} {model_link(base)}, trained with GRPO (TRL's `GRPOTrainer`) to solve grade-school math word "
+        "problems (GSM8K) step by step and end with the answer on its own line as `#### <number>`, by grpotrainer."
+    )
+
+
+def data_section(settings, dataset_sizes):
+    dataset = str(settings.get("DATASET", ""))
+    if not dataset:
+        source = "not recorded"
+    elif is_local(dataset):
+        source = f"the local GSM8K-format file {code(dataset)}"
+    else:
+        config = settings.get("DATASET_CONFIG")
+        source = (
+            f"[{escape(dataset)}](https://huggingface.co/datasets/{dataset})"
+            if valid_repo_id(dataset)
+            else code(dataset)
+        )
+        source += f" (config {code(config)})" if config else ""
+    sizes = ", ".join(f"{escape(str(split))} {n:,}" for split, n in (dataset_sizes or {}).items()) or "not recorded"
+    lines = [
+        "## Training data",
+        "",
+        f"- Dataset: {source}",
+        f"- Problems used: {sizes}",
+        f"- Prompt: the system prompt below, then the question as the user turn, rendered with the model's chat "
+        f"template and `enable_thinking={bool(settings.get('ENABLE_THINKING', False))}`.",
+    ]
+    if settings.get("SYSTEM_PROMPT"):
+        lines += ["", fence(str(settings["SYSTEM_PROMPT"]), "text")]
+    return "\n".join(lines)
+
+
+def rewards_section(settings):
+    funcs = list(settings.get("REWARD_FUNCS") or [])
+    weights = list(settings.get("REWARD_WEIGHTS") or [])
+    if len(weights) != len(funcs):  # TRL weighs every reward 1.0 when no weights are given
+        weights = [1.0] * len(funcs)
+    rows = [f"| {cell(reward_name(f))} | {cell(w)} |" for f, w in zip(funcs, weights, strict=True)]
+    table = "\n".join(["| reward function | weight |", "| --- | ---: |", *rows]) if rows else "Not recorded."
+    return (
+        "## Rewards\n\nEach completion's reward is the weighted sum of these functions (grpotrainer's `rewards.py`; "
+        f"answers are compared by value, model output is never executed):\n\n{table}"
+    )
+
+
+def settings_section(settings, steps):
+    rows = [f"| {label} | {cell(settings[key]) if key in settings else 'not recorded'} |" for key, label in SETTINGS]
+    rows.append(f"| steps trained | {cell(steps) if steps is not None else 'not recorded'} |")
+    extra = settings.get("grpo_config") or {}
+    lines = ["## Training settings", "", "| setting | value |", "| --- | --- |", *rows]
+    if extra:
+        lines += ["", "Other GRPOConfig fields given on the command line: "]
+        lines[-1] += ", ".join(code(f"{k}={v}") for k, v in extra.items()) + "."
+    return "\n".join(lines)
+
+
+def metrics_section(before, after, settings):
+    if not before and not after:
+        return (
+            "## GSM8K test accuracy\n\nNot measured during training (EVAL_BEFORE and EVAL_AFTER were 0). Measure it "
+            "with `python evaluate.py --ADAPTER=<this adapter>`."
+        )
+
+    def value(metrics, key, fmt):
+        return fmt.format(metrics[key]) if metrics and key in metrics else "not measured"
+
+    rows = [f"| {label} | {value(before, k, f)} | {value(after, k, f)} |" for k, label, f in METRICS]
+    thinking = bool(settings.get("ENABLE_THINKING", False))
+    return "\n".join(
+        [
+            "## GSM8K test accuracy",
+            "",
+            "| | before training | after training |",
+            "| --- | ---: | ---: |",
+            *rows,
+            "",
+            "Greedy decoding on the first problems of the test split, with the training prompt and "
+            f"`enable_thinking={thinking}`, scored by grpotrainer's `evaluate.py`. A lenient accuracy far above the "
+            "strict one means the model solves problems but ignores the asked format.",
+        ]
+    )
+
+
+def usage_section(settings, library_name, location, adapter_dir):
+    """How to load it: transformers (merged), peft (adapter) and vLLM (merged, or base with --enable-lora)."""
+    base = str(settings.get("MODEL_NAME", "")) or "<base model>"
+    thinking = bool(settings.get("ENABLE_THINKING", False))
+    system = str(settings.get("SYSTEM_PROMPT") or "")
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": EXAMPLE_QUESTION})
+    max_tokens = int(settings.get("MAX_COMPLETION_LENGTH") or 256)
+    shown = ",\n".join(f'    {{"role": {q(m["role"])}, "content": {q(m["content"])}}}' for m in messages)
+    generate = (
+        f"messages = [\n{shown},\n]\n"
+        f"inputs = tokenizer.apply_chat_template(\n    messages, add_generation_prompt=True, "
+        f'enable_thinking={thinking}, return_tensors="pt", return_dict=True\n).to(model.device)\n'
+        f"output = model.generate(**inputs, max_new_tokens={max_tokens}, do_sample=False)\n"
+        'print(tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))'
+    )
+    parts = ["## How to use", "", "Prompt it as it was trained: the same system prompt and thinking setting."]
+    if library_name == "transformers":
+        parts += ["", "### transformers", "", fence(transformers_snippet(location, generate), "python")]
+        parts += ["", "### vLLM", "", fence(f"vllm serve {shlex.quote(location)}", "bash")]
+    if adapter_dir:
+        rank = int(settings.get("LORA_R") or 16)
+        lora_rank = next((r for r in VLLM_LORA_RANKS if r >= rank), rank)
+        adapter = location if library_name == "peft" else adapter_dir
+        if library_name == "transformers":
+            parts += ["", f"The LoRA adapter it was merged from is {code(adapter_dir)}; it can be served on its own:"]
+        parts += [
+            "",
+            "### peft (the adapter on its base model)",
+            "",
+            fence(peft_snippet(base, adapter, generate), "python"),
+        ]
+        serve = (
+            f"vllm serve {shlex.quote(base)} --enable-lora --lora-modules gsm8k={shlex.quote(adapter)} "
+            f"--max-lora-rank {lora_rank}"
+        )
+        parts += ["", "### vLLM with the adapter (`--enable-lora`)", "", fence(serve, "bash"), ""]
+        parts += [
+            "Then ask for the model `gsm8k` and pass the thinking setting to the chat template: "
+            f'`"chat_template_kwargs": {{"enable_thinking": {json.dumps(thinking)}}}`.'
+        ]
+    if library_name == "peft":
+        parts += ["", "To merge it into a standalone model: `python export.py --ADAPTER=<this folder>`."]
+    return "\n".join(parts)
+
+
+def transformers_snippet(location, generate):
+    return (
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+        f"tokenizer = AutoTokenizer.from_pretrained({q(location)})\n"
+        f'model = AutoModelForCausalLM.from_pretrained({q(location)}, dtype="auto", device_map="auto")\n'
+        f"{generate}"
+    )
+
+
+def peft_snippet(base, adapter, generate):
+    return (
+        "from peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+        f"tokenizer = AutoTokenizer.from_pretrained({q(base)})\n"
+        f'base = AutoModelForCausalLM.from_pretrained({q(base)}, dtype="auto", device_map="auto")\n'
+        f"model = PeftModel.from_pretrained(base, {q(adapter)})  # .merge_and_unload() for faster generation\n"
+        f"{generate}"
+    )
+
+
+def licence_section(base, licence):
+    lic = licence.get("license", UNKNOWN)
+    name = code(base) if base else "the base model"
+    if lic == UNKNOWN:
+        return (
+            f"## Licence\n\nThe licence of the base model {name} could not be determined; this model is derived "
+            "from it and falls under its terms. Check them before redistributing."
+        )
+    shown = code(licence.get("license_name") or lic)
+    link = licence.get("license_link")
+    if link and re.fullmatch(r"https?://[^\s()<>]+", str(link)):
+        shown += f" ({link})"
+    return f"## Licence\n\n{shown}: the licence of the base model {name}, from which this model is derived."
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the base model's identity and licence
+
+
+def hub_model_id(model_name):
+    """The Hub id of a base model: itself for a Hub id, `org/name` for a folder in the Hub cache, else None.
+
+    >>> hub_model_id("Qwen/Qwen3-8B"), hub_model_id("/data/hub/models--Qwen--Qwen3-8B/snapshots/abc123")
+    ('Qwen/Qwen3-8B', 'Qwen/Qwen3-8B')
+    >>> hub_model_id("outputs/smoke/smoke-model") is None
+    True
+    """
+    parts = Path(model_name).parts
+    for i, part in enumerate(parts[:-1]):  # <cache>/models--org--name/snapshots/<revision>
+        if part.startswith("models--") and parts[i + 1] == "snapshots":
+            return part.removeprefix("models--").replace("--", "/", 1)
+    if not model_name or os.path.isdir(model_name) or not valid_repo_id(model_name):
+        return None
+    return model_name
+
+
+def base_licence(model_name, *, cache_dir=None, fetch=None):
+    """The base model's licence from its README.md front matter: {"license": id} plus license_name/license_link
+    when the README gives them (e.g. `license: other`); {"license": "unknown"} when there is no README to read.
+
+    The README is read from a local folder, else from the Hub cache, else, when `fetch` (default: the Hub is not
+    switched off with HF_HUB_OFFLINE), downloaded from the Hub. Nothing is assumed from the model's name.
+    """
+    readme = Path(model_name) / "README.md" if model_name else None
+    if readme is None or not readme.is_file():
+        readme = hub_readme(model_name, cache_dir, fetch) if hub_model_id(model_name) else None
+    if readme is None:
+        return {"license": UNKNOWN}
+    from huggingface_hub import metadata_load
+
+    try:
+        meta = metadata_load(readme) or {}
+    except Exception:  # a README whose front matter is not YAML says nothing about the licence
+        return {"license": UNKNOWN}
+    licence = meta.get("license")
+    if not isinstance(licence, str) or not licence:
+        return {"license": UNKNOWN}
+    found = {"license": licence}
+    found.update({k: str(meta[k]) for k in ("license_name", "license_link") if meta.get(k)})
+    return found
+
+
+def hub_readme(model_name, cache_dir=None, fetch=None):
+    """Path of the base model's README.md from the Hub cache or, when allowed, the Hub; None when unavailable."""
+    from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
+
+    repo_id = hub_model_id(model_name)
+    cached = try_to_load_from_cache(repo_id, "README.md", cache_dir=cache_dir)
+    if isinstance(cached, str):
+        return Path(cached)
+    if fetch is None:
+        fetch = not (constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true"))
+    if not fetch:
+        return None
+    try:
+        return Path(hf_hub_download(repo_id, "README.md", cache_dir=cache_dir, etag_timeout=5))
+    except Exception:  # no network, a private or gated repo, no README: the licence stays unknown
+        return None
+
+
+def read_metrics(run_dir):
+    """(before, after): the metrics dicts a run's EVAL_BEFORE / EVAL_AFTER wrote, None where it wrote none."""
+    found = []
+    for when in ("before", "after"):
+        path = Path(run_dir) / f"eval_test_{when}.json"
+        found.append(json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None)
+    return tuple(found)
+
+
+def framework_versions():
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in ("trl", "transformers", "peft", "torch"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# markdown that user text cannot break
+
+
+def is_local(name):
+    """Whether a MODEL_NAME / DATASET value names a local path rather than a Hub id (grpotrainer's rule)."""
+    name = str(name)
+    return Path(name).suffix in (".jsonl", ".json") or os.path.exists(name) or name.startswith((".", "/", "~"))
+
+
+def valid_repo_id(name):
+    """Whether `name` is a well-formed Hub repo id (`org/name` or `name`)."""
+    return bool(re.fullmatch(r"(?:[\w.-]+/)?[\w.-]+", name)) and ".." not in name and not name.startswith(("-", "."))
+
+
+def model_link(base):
+    if base_id := hub_model_id(base):
+        return f"[{escape(base_id)}](https://huggingface.co/{base_id})"
+    return f"the local model {code(base)}" if base else "a base model (not recorded)"
+
+
+def reward_name(func):
+    return func if isinstance(func, str) else getattr(func, "__name__", type(func).__name__)
+
+
+def escape(text):
+    r"""Plain text with the markdown characters that could start markup backslash-escaped, on one line.
+
+    >>> escape("my_run *v2* [x]|<b>")
+    'my\\_run \\*v2\\* \\[x\\]\\|\\<b\\>'
+    """
+    return re.sub(r"([\\`*_\[\]<>|#~!])", r"\\\1", " ".join(str(text).split()))
+
+
+def code(text):
+    """An inline code span holding `text` on one line, whatever backticks it contains.
+
+    >>> code("q_proj,v_proj"), code("a`b")
+    ('`q_proj,v_proj`', '``a`b``')
+    """
+    text = " ".join(str(text).split())
+    ticks = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def cell(value):
+    """A value as a table cell: an inline code span with `|` escaped (GFM splits cells on it even in code)."""
+    if isinstance(value, list):
+        value = ", ".join(str(v) for v in value)
+    return code(value).replace("|", "\\|")
+
+
+def q(text):
+    """A Python string literal for `text` (JSON's escaping is valid Python)."""
+    return json.dumps(str(text), ensure_ascii=False)
+
+
+def fence(text, lang=""):
+    """A fenced code block longer than any backtick run in `text`, so the text cannot close it."""
+    ticks = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{ticks}{lang}\n{text}\n{ticks}"

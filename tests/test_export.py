@@ -1,0 +1,336 @@
+"""export.py: a trained adapter merged into a standalone folder that plain transformers loads and that generates
+exactly what base plus adapter generates; and the cases it refuses, before writing anything.
+
+    .venv/bin/python -m pytest tests/test_export.py -q                 # all (~1 min: one smoke run, one export)
+    .venv/bin/python -m pytest tests/test_export.py -q -m "not slow"    # the checks that need no model
+
+The smoke run trains once per module with a reward that differs between completions (the smoke model's rewards are
+otherwise all 0, so GRPO's advantages, and the adapter, would stay exactly zero and "merged equals base plus
+adapter" would hold trivially); the tests check that the adapter moved the logits.
+"""
+
+import json
+import os
+
+import pytest
+from conftest import run_script
+
+import export
+from cli import ConfigError
+
+
+def length_reward(completions, **kwargs):
+    """Completion length in characters / 100: never the same for a whole group, so the adapter learns something."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [len(text) / 100 for text in texts]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# fast: the decisions export.py makes from a run's records
+
+
+def adapter_folder(path, base="/models/Qwen3-8B", run_settings=None, name="run"):
+    """A fake run folder: adapter_config.json (and run_settings.json), no weights: enough for resolve()."""
+    folder = path / name
+    folder.mkdir(parents=True)
+    config = {"base_model_name_or_path": base, "r": 8, "lora_alpha": 16, "target_modules": ["v_proj", "q_proj"]}
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    if run_settings is not None:
+        (folder / "run_settings.json").write_text(json.dumps(run_settings))
+    return folder
+
+
+def settings_for(adapter, **overrides):
+    return {**export.settings([]), "ADAPTER": str(adapter), **overrides}
+
+
+@pytest.mark.parametrize(
+    "run_settings, overrides, dtype, thinking",
+    [
+        ({"MODEL_NAME": "/models/Qwen3-8B", "BF16": True, "ENABLE_THINKING": False}, {}, "bfloat16", False),
+        ({"MODEL_NAME": "/models/Qwen3-8B", "BF16": False, "ENABLE_THINKING": True}, {}, "float32", True),
+        # an override wins over the run's record
+        ({"BF16": True}, {"DTYPE": "float16", "ENABLE_THINKING": "true"}, "float16", True),
+        # no run_settings.json (an older run) and no base config.json to read: fp32, thinking off
+        (None, {}, "float32", False),
+    ],
+)
+def test_resolve_reads_the_run(tmp_path, run_settings, overrides, dtype, thinking):
+    folder = adapter_folder(tmp_path, run_settings=run_settings)
+    c = settings_for(folder, **overrides)
+    run = export.resolve(c)
+    # the base model comes from run_settings.json, else adapter_config.json: both say /models/Qwen3-8B here
+    assert (c["MODEL_NAME"], c["DTYPE"], c["ENABLE_THINKING"]) == ("/models/Qwen3-8B", dtype, thinking)
+    assert c["OUTPUT_DIR"] == str(folder.resolve()) + "-merged"
+    assert run["ENABLE_THINKING"] is thinking  # the card shows the thinking default the folder really has
+
+
+def test_resolve_without_run_settings_takes_lora_from_the_adapter(tmp_path):
+    run = export.resolve(settings_for(adapter_folder(tmp_path)))
+    # what adapter_config.json records, so the card of an older run still shows its LoRA settings
+    assert {k: run[k] for k in ("LORA_R", "LORA_ALPHA", "LORA_TARGET_MODULES")} == {
+        "LORA_R": 8,
+        "LORA_ALPHA": 16,
+        "LORA_TARGET_MODULES": "q_proj,v_proj",
+    }
+
+
+@pytest.mark.parametrize(
+    "adapter, expected",
+    [
+        ("outputs/run", "outputs/run-merged"),
+        ("outputs/run/", "outputs/run-merged"),  # a trailing slash does not give outputs/run/-merged
+        ("outputs/run/checkpoint-100", "outputs/run-checkpoint-100-merged"),  # beside the run, not inside it
+        ("outputs/run/checkpoint-best", "outputs/run/checkpoint-best-merged"),  # not a Trainer checkpoint name
+    ],
+)
+def test_default_output_dir(tmp_path, adapter, expected):
+    assert export.default_output_dir(tmp_path / adapter) == str((tmp_path / expected).resolve())
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"ADAPTER": ""}, "give the adapter to merge"),
+        ({"MODEL_NAME": "/models/Llama-3-8B"}, "was trained on /models/Qwen3-8B, but MODEL_NAME is"),
+        ({"DTYPE": "fp8"}, "DTYPE is 'fp8'"),
+        ({"ENABLE_THINKING": "maybe"}, "ENABLE_THINKING is 'maybe'"),
+    ],
+)
+def test_resolve_refuses(tmp_path, overrides, message):
+    c = {**settings_for(adapter_folder(tmp_path)), **overrides}
+    with pytest.raises(ConfigError, match=message):
+        export.resolve(c)
+
+
+def test_resolve_accepts_a_local_copy_of_the_hub_base(tmp_path):
+    # the adapter says Qwen/Qwen3-8B; the same model in a local folder of that name is the same base
+    c = settings_for(adapter_folder(tmp_path, base="Qwen/Qwen3-8B"), MODEL_NAME="/data/Qwen3-8B")
+    export.resolve(c)
+    assert c["MODEL_NAME"] == "/data/Qwen3-8B"
+
+
+def test_missing_adapter_names_the_newest_checkpoint(tmp_path):
+    (tmp_path / "checkpoint-4").mkdir()
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    # a run killed before its final save: the message points at what can be merged instead
+    with pytest.raises(ConfigError, match="holds no LoRA adapter .* newest checkpoint there is .*checkpoint-4"):
+        export.resolve(settings_for(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "files, refused",
+    [
+        ({}, False),  # an empty folder
+        ({export.MARKER: "{}", "model.safetensors": ""}, False),  # an earlier export: replaced
+        ({"notes.txt": "mine"}, True),  # anything else is never overwritten
+    ],
+)
+def test_check_output_dir(tmp_path, files, refused):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    if refused:
+        with pytest.raises(ConfigError, match="did not write; it will not overwrite them"):
+            export.check_output_dir(tmp_path)
+    else:
+        export.check_output_dir(tmp_path)
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+@pytest.mark.parametrize("kwarg", [None, False, True])
+def test_template_default_is_the_runs_and_an_explicit_value_wins(thinking, kwarg):
+    from jinja2 import Template
+
+    template = export.with_thinking_default("{{ 'off' if enable_thinking is false else 'on' }}", thinking)
+    rendered = Template(template).render(**({} if kwarg is None else {"enable_thinking": kwarg}))
+    expected = thinking if kwarg is None else kwarg
+    assert rendered == ("on" if expected else "off")
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"HF_HUB_OFFLINE": "0", "HF_TOKEN": ""}, "needs a Hugging Face token with write access"),
+        ({"HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_not_a_real_token"}, "needs the Hub, but HF_HUB_OFFLINE is set"),
+    ],
+)
+def test_push_is_refused_before_any_work(tmp_path, env, message):
+    # no adapter at all: the push check must come first, so the message is about the push, and nothing is written
+    out = run_script(
+        "export.py",
+        f"--ADAPTER={tmp_path / 'missing'}",
+        f"--OUTPUT_DIR={tmp_path / 'out'}",
+        "--PUSH_TO_HUB=someone/gsm8k-model",
+        env={**env, "HF_HOME": str(tmp_path / "hf-home")},  # no stored token from the machine's login
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_push_refuses_a_malformed_repo_id():
+    with pytest.raises(ConfigError, match="is not a Hub repo id"):
+        export.check_push("a/b/c")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# slow: a real smoke run, exported
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A smoke run (4 GRPO steps, EVAL_BEFORE/EVAL_AFTER on 4 problems) whose adapter really moved; with
+    run_settings.json as settings_contract.md describes it (written here when the run did not write one)."""
+    import cli
+    import grpotrainer
+
+    path = tmp_path_factory.mktemp("run")
+    overrides = {
+        "REWARD_FUNCS": ["correctness_reward", "test_export:length_reward"],
+        "REWARD_WEIGHTS": [1.0, 1.0],
+        "LEARNING_RATE": 0.05,
+        "EVAL_BEFORE": 4,
+        "EVAL_AFTER": 4,
+    }
+    args = [f"--{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in overrides.items()]
+    out = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={path}", *args, env={"PYTHONPATH": "tests"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    if not (path / "run_settings.json").exists():
+        constants = {k: v for k, v in cli.constants(grpotrainer).items() if k != "SMOKE"}
+        settings = {**constants, **grpotrainer.SMOKE, **overrides, "OUTPUT_DIR": str(path)}
+        settings["MODEL_NAME"] = str(path / "smoke-model")  # the real path used, as the contract says
+        (path / "run_settings.json").write_text(json.dumps({**settings, "grpo_config": {}}, indent=2))
+    return path
+
+
+@pytest.fixture(scope="module")
+def exported(trained_run, tmp_path_factory):
+    """export.py run as a user runs it, on the smoke run: (its output folder, the finished process)."""
+    out_dir = tmp_path_factory.mktemp("export") / "merged"
+    out = run_script("export.py", f"--ADAPTER={trained_run}", f"--OUTPUT_DIR={out_dir}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out_dir, out
+
+
+def load_pair(trained_run, out_dir):
+    """(the exported model through plain transformers, the base model with the adapter through peft), fp32."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    merged = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
+    base = AutoModelForCausalLM.from_pretrained(trained_run / "smoke-model", dtype=torch.float32)
+    return merged, PeftModel.from_pretrained(base, trained_run).eval()
+
+
+@pytest.mark.slow
+def test_export_writes_a_standalone_folder(exported):
+    out_dir, _ = exported
+    names = {p.name for p in out_dir.iterdir()}
+    # weights, config, generation config, tokenizer with its template, card, and the record of what was merged
+    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+                 "chat_template.jinja", "README.md", export.MARKER):  # fmt: skip
+        assert name in names
+    assert not {n for n in names if n.startswith("adapter_")}  # no adapter_config.json, adapter_model.*
+    assert json.loads((out_dir / "config.json").read_text())["dtype"] == "float32"  # the smoke run's BF16=False
+    record = json.loads((out_dir / export.MARKER).read_text())
+    assert (record["step"], record["DTYPE"], record["ENABLE_THINKING"]) == (4, "float32", False)
+
+
+@pytest.mark.slow
+def test_plain_transformers_generates_exactly_what_base_plus_adapter_generates(trained_run, exported):
+    import torch
+    from transformers import AutoTokenizer
+
+    merged, peft_model = load_pair(trained_run, exported[0])
+    assert type(merged).__name__ == "Qwen3ForCausalLM"
+    assert not [name for name, _ in merged.named_modules() if "lora" in name]  # no peft layers left
+    tokenizer = AutoTokenizer.from_pretrained(exported[0])
+    prompts = [[{"role": "user", "content": q}] for q in ("Mia has 12 pencils and buys 7 more.", "What is 6 * 8?")]
+    inputs = tokenizer.apply_chat_template(
+        prompts, add_generation_prompt=True, padding=True, return_tensors="pt", return_dict=True
+    )
+    with torch.no_grad():
+        logits, peft_logits = merged(**inputs).logits, peft_model(**inputs).logits
+        with peft_model.disable_adapter():
+            base_logits = peft_model(**inputs).logits
+        greedy = {"max_new_tokens": 24, "do_sample": False}
+        tokens, peft_tokens = merged.generate(**inputs, **greedy), peft_model.generate(**inputs, **greedy)
+        with peft_model.disable_adapter():
+            base_tokens = peft_model.generate(**inputs, **greedy)
+    # the adapter changed the model (else the comparison below would prove nothing) ...
+    assert (logits - base_logits).abs().max() > 1e-2  # measured ~6 nats after 4 steps at LEARNING_RATE=0.05
+    assert tokens.tolist() != base_tokens.tolist()
+    # ... and the merged weights compute what base + adapter computes, to fp32 rounding, token for token
+    assert torch.allclose(logits, peft_logits, atol=1e-4)
+    assert tokens.tolist() == peft_tokens.tolist()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kwargs, suffix",
+    [
+        ({}, "<|im_start|>assistant\n<think>\n\n</think>\n\n"),  # the run's default (thinking off), no kwarg needed
+        ({"enable_thinking": False}, "<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+        ({"enable_thinking": True}, "<|im_start|>assistant\n"),  # an explicit choice still wins
+    ],
+)
+def test_exported_template_defaults_to_the_runs_thinking(exported, kwargs, suffix):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(exported[0])
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True, **kwargs
+    )
+    assert text.endswith("hi<|im_end|>\n" + suffix)
+
+
+@pytest.mark.slow
+def test_exported_card(trained_run, exported):
+    from huggingface_hub import metadata_load
+
+    card = (exported[0] / "README.md").read_text()
+    meta = metadata_load(exported[0] / "README.md")
+    after = json.loads((trained_run / "eval_test_after.json").read_text())
+    assert (meta["library_name"], meta["license"]) == ("transformers", "unknown")  # the smoke model has no licence
+    assert "correctness_reward" in card and "length_reward" in card and "GSM8K" in card
+    assert str(trained_run / "smoke-model") in card  # the base model, by the path the run used
+    assert f"| test problems scored | {after['n']} | {after['n']} |" in card
+    assert "| steps trained | `4` |" in card
+
+
+@pytest.mark.slow
+def test_reexport_replaces_an_earlier_export_whole(trained_run, exported, tmp_path):
+    import shutil
+
+    out_dir = tmp_path / "again"
+    shutil.copytree(exported[0], out_dir)
+    (out_dir / "model-00002-of-00002.safetensors").write_text("stale shard of an earlier export")
+    export.main([f"--ADAPTER={trained_run}", f"--OUTPUT_DIR={out_dir}", "--DTYPE=bfloat16"])
+    assert "model-00002-of-00002.safetensors" not in os.listdir(out_dir)  # replaced whole, not file by file
+    assert json.loads((out_dir / "config.json").read_text())["dtype"] == "bfloat16"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no partial or old folder left behind
+
+
+@pytest.mark.slow
+def test_a_base_model_of_other_shapes_is_refused(trained_run, tmp_path):
+    import smoke
+
+    # same folder name as the run's base (so the name check passes), but wider layers: only the shapes differ
+    other = tmp_path / "smoke-model"
+    tokenizer = smoke.build_tokenizer()
+    smoke.build_model(tokenizer, hidden_size=48).save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    out = run_script(
+        "export.py", f"--ADAPTER={trained_run}", f"--MODEL_NAME={other}", f"--OUTPUT_DIR={tmp_path / 'o'}"
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "does not fit MODEL_NAME" in out.stderr and "size 32, layer 48" in out.stderr  # hidden size 32 vs 48
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_adapter_exits_2_and_writes_nothing(tmp_path):
+    out = run_script("export.py", f"--ADAPTER={tmp_path}", timeout=60)
+    assert out.returncode == 2 and "holds no LoRA adapter" in out.stderr and "Traceback" not in out.stderr
+    assert not os.path.exists(str(tmp_path) + "-merged")

@@ -1,0 +1,262 @@
+"""modelcard.py: the card names what was trained and how well, loads on the Hub, and user text cannot break it.
+
+.venv/bin/python -m pytest tests/test_modelcard.py -q      # no model, no network: about a second
+"""
+
+import json
+import re
+
+import pytest
+import yaml
+
+import modelcard
+
+SETTINGS = {  # a run's settings as run_settings.json holds them (the keys the card reads, plus others it ignores)
+    "MODEL_NAME": "Qwen/Qwen3-8B",
+    "DATASET": "openai/gsm8k",
+    "DATASET_CONFIG": "main",
+    "SYSTEM_PROMPT": "Solve it. End with '#### <number>'.",
+    "REWARD_FUNCS": ["correctness_reward", "format_reward"],
+    "REWARD_WEIGHTS": [1.0, 0.2],
+    "LEARNING_RATE": 1e-05,
+    "LORA_R": 16,
+    "LORA_ALPHA": 32,
+    "LORA_TARGET_MODULES": "all-linear",
+    "NUM_GENERATIONS": 4,
+    "MAX_COMPLETION_LENGTH": 256,
+    "TEMPERATURE": 0.7,
+    "BETA": 0.05,
+    "LOSS_TYPE": "dapo",
+    "ENABLE_THINKING": False,
+    "BF16": True,
+    "OUTPUT_DIR": "outputs/qwen3-gsm8k-grpo",
+    "grpo_config": {"warmup_ratio": 0.1},
+}
+BEFORE = dict(n=200, strict_accuracy=0.415, lenient_accuracy=0.82, format_rate=0.5, mean_completion_tokens=180.25)
+AFTER = dict(n=200, strict_accuracy=0.875, lenient_accuracy=0.9, format_rate=0.98, mean_completion_tokens=150.0)
+APACHE = {"license": "apache-2.0"}
+
+
+def render(settings=SETTINGS, **kwargs):
+    defaults = dict(name="qwen3-gsm8k-grpo", location="outputs/qwen3-gsm8k-grpo", library_name="peft", licence=APACHE)
+    return modelcard.render_card(settings, **{**defaults, **kwargs})
+
+
+def front_matter(card):
+    match = re.match(r"---\n(.*?)\n---\n", card, re.S)
+    return yaml.safe_load(match.group(1))
+
+
+def code_blocks(card, lang):
+    return re.findall(rf"^(`{{3,}}){lang}\n(.*?)\n\1$", card, re.S | re.M)
+
+
+@pytest.mark.parametrize(
+    "model, dataset, library, expected",
+    [
+        # a Hub base and the Hub dataset: both linked, and an adapter gets the Hub's base_model:adapter tag
+        ("Qwen/Qwen3-8B", "openai/gsm8k", "peft", {
+            "base_model": "Qwen/Qwen3-8B", "datasets": ["openai/gsm8k"], "library_name": "peft",
+            "tags": [*modelcard.TAGS, "base_model:adapter:Qwen/Qwen3-8B"]}),
+        # a local base and a local file: neither is a Hub id, so neither goes into the metadata
+        ("/models/my-qwen", "data/train.jsonl", "transformers", {
+            "library_name": "transformers", "tags": modelcard.TAGS}),
+        # a folder of the Hub cache is the Hub model it holds
+        ("/hf/hub/models--Qwen--Qwen3-1.7B/snapshots/0123abc", "openai/gsm8k", "transformers", {
+            "base_model": "Qwen/Qwen3-1.7B", "datasets": ["openai/gsm8k"], "library_name": "transformers",
+            "tags": modelcard.TAGS}),
+    ],
+)  # fmt: skip
+def test_front_matter_is_what_the_hub_reads(model, dataset, library, expected):
+    meta = front_matter(render({**SETTINGS, "MODEL_NAME": model, "DATASET": dataset}, library_name=library))
+    assert meta == {**expected, "license": "apache-2.0", "pipeline_tag": "text-generation"}
+
+
+def test_card_names_base_data_rewards_settings_and_steps():
+    card = render(steps=120, dataset_sizes={"train": 7473, "test": 200})
+    # TRL's card says "fine-tuned version of [None]"; ours links the base model
+    assert "A LoRA adapter for [Qwen/Qwen3-8B](https://huggingface.co/Qwen/Qwen3-8B)" in card
+    assert "- Dataset: [openai/gsm8k](https://huggingface.co/datasets/openai/gsm8k) (config `main`)" in card
+    assert "- Problems used: train 7,473, test 200" in card
+    for line in (
+        "| `correctness_reward` | `1.0` |",
+        "| `format_reward` | `0.2` |",
+        "| learning rate | `1e-05` |",
+        "| LoRA rank r | `16` |",
+        "| LoRA alpha | `32` |",
+        "| LoRA target modules | `all-linear` |",
+        "| completions per prompt (num_generations) | `4` |",
+        "| max completion length (tokens) | `256` |",
+        "| KL coefficient beta | `0.05` |",
+        "| loss type | `dapo` |",
+        "| sampling temperature | `0.7` |",
+        "| LoRA dropout | not recorded |",  # a key the settings lack is said to be missing, not guessed
+        "| steps trained | `120` |",
+    ):
+        assert line in card.splitlines(), line
+    assert "Other GRPOConfig fields given on the command line: `warmup_ratio=0.1`." in card
+
+
+@pytest.mark.parametrize(
+    "funcs, weights, rows",
+    [
+        (["correctness_reward"], [], ["| `correctness_reward` | `1.0` |"]),  # no weights: TRL weighs each 1.0
+        (["mymod:my_reward", len], [0.5, 2], ["| `mymod:my_reward` | `0.5` |", "| `len` | `2` |"]),  # callables
+    ],
+)
+def test_reward_rows(funcs, weights, rows):
+    card = render({**SETTINGS, "REWARD_FUNCS": funcs, "REWARD_WEIGHTS": weights})
+    table = card.split("| reward function | weight |\n| --- | ---: |\n")[1].split("\n\n")[0]
+    assert table.splitlines() == rows
+
+
+@pytest.mark.parametrize(
+    "before, after, expected",
+    [
+        (BEFORE, AFTER, [
+            "| strict accuracy (`#### N` equals the gold answer) | 41.5% | 87.5% |",
+            "| lenient accuracy (any final-answer form equals the gold) | 82.0% | 90.0% |",
+            "| format rate (a readable `#### N`) | 50.0% | 98.0% |",
+            "| mean completion tokens | 180.2 | 150.0 |",
+            "| test problems scored | 200 | 200 |"]),
+        (None, AFTER, ["| strict accuracy (`#### N` equals the gold answer) | not measured | 87.5% |"]),
+        (None, None, ["Not measured during training (EVAL_BEFORE and EVAL_AFTER were 0). Measure it with "
+                      "`python evaluate.py --ADAPTER=<this adapter>`."]),
+    ],
+)  # fmt: skip
+def test_accuracy_before_and_after(before, after, expected):
+    lines = render(metrics_before=before, metrics_after=after).splitlines()
+    for line in expected:
+        assert line in lines, line
+
+
+@pytest.mark.parametrize(
+    "library, repo_id, adapter_dir, lora_r, expected",
+    [
+        # an adapter card: peft on its base, and vLLM serving the base with the adapter as a LoRA module
+        ("peft", "you/qwen3-gsm8k", "", 16, [
+            'model = PeftModel.from_pretrained(base, "you/qwen3-gsm8k")',
+            "vllm serve Qwen/Qwen3-8B --enable-lora --lora-modules gsm8k=you/qwen3-gsm8k --max-lora-rank 16"]),
+        # vLLM's --max-lora-rank takes only some values: rank 24 needs 32
+        ("peft", "", "", 24, ["--lora-modules gsm8k=outputs/qwen3-gsm8k-grpo --max-lora-rank 32"]),
+        # a merged card: plain transformers and vLLM on the folder itself, and the adapter it came from
+        ("transformers", "you/qwen3-gsm8k", "outputs/run", 16, [
+            'model = AutoModelForCausalLM.from_pretrained("you/qwen3-gsm8k", dtype="auto", device_map="auto")',
+            "vllm serve you/qwen3-gsm8k",
+            "vllm serve Qwen/Qwen3-8B --enable-lora --lora-modules gsm8k=outputs/run --max-lora-rank 16"]),
+    ],
+)  # fmt: skip
+def test_how_to_load(library, repo_id, adapter_dir, lora_r, expected):
+    location = repo_id or "outputs/qwen3-gsm8k-grpo"
+    adapter_dir = adapter_dir or (location if library == "peft" else "")
+    card = render({**SETTINGS, "LORA_R": lora_r}, library_name=library, location=location, adapter_dir=adapter_dir)
+    for snippet in expected:
+        assert snippet in card, snippet
+    assert '"chat_template_kwargs": {"enable_thinking": false}' in card  # vLLM users keep the training prompt
+
+
+HOSTILE = {  # user text that would break a naive card: fences, table pipes, headings, links, quotes, newlines
+    **SETTINGS,
+    "MODEL_NAME": "/models/my `model` | x",
+    "SYSTEM_PROMPT": 'Answer.\n```\n# Injected heading\n""" \' \\ end',
+    "REWARD_FUNCS": ["a|b_reward", "[click](http://evil)"],
+    "REWARD_WEIGHTS": [1.0, 1.0],
+    "LORA_TARGET_MODULES": "q_proj|v_proj",
+}
+
+
+def test_user_text_cannot_break_the_card():
+    card = render(HOSTILE, library_name="transformers", adapter_dir="/runs/it's here")
+    # the system prompt sits inside a fence longer than the ``` it contains, so its heading stays text
+    assert "````text\nAnswer.\n```\n# Injected heading" in card
+    outside = re.sub(r"^(`{3,})\w*\n.*?\n\1$", "", card, flags=re.S | re.M)
+    assert "# Injected heading" not in outside
+    # every table row keeps its cell count: pipes in values are escaped
+    assert "| `a\\|b_reward` | `1.0` |" in card and "| LoRA target modules | `q_proj\\|v_proj` |" in card
+    assert "[click](http://evil)" not in outside.replace("`[click](http://evil)`", "")
+    # every Python snippet still compiles, whatever quotes and backslashes the paths and prompt hold
+    blocks = code_blocks(card, "python")
+    assert len(blocks) == 2
+    for _, source in blocks:
+        compile(source, "<card>", "exec")
+
+
+@pytest.mark.parametrize(
+    "func, text, expected",
+    [
+        (modelcard.code, "all-linear", "`all-linear`"),
+        (modelcard.code, "a`b", "``a`b``"),  # a longer backtick run than the text holds
+        (modelcard.code, "`x`", "`` `x` ``"),  # padded so the text's own backticks are not part of the delimiter
+        (modelcard.code, "two\nlines", "`two lines`"),  # one line: a newline would end a table row
+        (modelcard.cell, "a|b", "`a\\|b`"),
+        (modelcard.cell, ["q_proj", "v_proj"], "`q_proj, v_proj`"),
+        (modelcard.escape, "my_run *v2*", "my\\_run \\*v2\\*"),
+        (modelcard.escape, "<b>[x]</b>", "\\<b\\>\\[x\\]\\</b\\>"),
+        (modelcard.fence, "plain", "```\nplain\n```"),
+        (modelcard.fence, "has ```` four", "`````\nhas ```` four\n`````"),
+    ],
+)
+def test_markdown_helpers(func, text, expected):
+    assert func(text) == expected
+
+
+@pytest.mark.parametrize(
+    "readme, expected",
+    [
+        ("---\nlicense: apache-2.0\nlibrary_name: transformers\n---\n# Qwen3\n", {"license": "apache-2.0"}),
+        (  # a custom licence: its name and link come along, as the Hub wants them for `other`
+            "---\nlicense: other\nlicense_name: qwen-research\nlicense_link: https://example.org/LICENSE\n---\n",
+            {"license": "other", "license_name": "qwen-research", "license_link": "https://example.org/LICENSE"},
+        ),
+        ("# A model\nNo front matter.\n", {"license": "unknown"}),
+        ("---\nlicense: [unclosed\n---\n", {"license": "unknown"}),  # front matter that is not YAML
+        (None, {"license": "unknown"}),  # no README at all (the smoke model)
+    ],
+)
+def test_base_licence_from_a_local_folder(tmp_path, readme, expected):
+    if readme is not None:
+        (tmp_path / "README.md").write_text(readme)
+    assert modelcard.base_licence(str(tmp_path), fetch=False) == expected
+
+
+def test_base_licence_from_the_hub_cache(tmp_path):
+    # the layout huggingface_hub writes: refs/main names the snapshot that holds the files
+    repo = tmp_path / "models--Qwen--Qwen3-8B"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("b968826d9c46dd6066d109eabc6255188de91218")
+    snapshot = repo / "snapshots" / "b968826d9c46dd6066d109eabc6255188de91218"
+    snapshot.mkdir(parents=True)
+    (snapshot / "README.md").write_text("---\nlicense: apache-2.0\n---\n")
+    assert modelcard.base_licence("Qwen/Qwen3-8B", cache_dir=tmp_path, fetch=False) == APACHE
+    # not cached and not allowed to fetch: unknown, never guessed from the name
+    assert modelcard.base_licence("Qwen/Qwen3-4B", cache_dir=tmp_path, fetch=False) == {"license": "unknown"}
+
+
+@pytest.mark.parametrize(
+    "licence, expected",
+    [
+        (APACHE, "## Licence\n\n`apache-2.0`: the licence of the base model `Qwen/Qwen3-8B`, from which"),
+        ({"license": "other", "license_name": "qwen-research", "license_link": "https://example.org/L"},
+         "## Licence\n\n`qwen-research` (https://example.org/L): the licence of the base model"),
+        ({"license": "unknown"},
+         "## Licence\n\nThe licence of the base model `Qwen/Qwen3-8B` could not be determined"),
+    ],
+)  # fmt: skip
+def test_licence_section(licence, expected):
+    assert expected in render(licence=licence)
+
+
+def test_write_card_replaces_trls_card_and_reads_the_runs_metrics(tmp_path):
+    (tmp_path / "README.md").write_text("This model is a fine-tuned version of [None](https://huggingface.co/None).")
+    (tmp_path / "eval_test_after.json").write_text(json.dumps(AFTER))
+    before, after = modelcard.read_metrics(tmp_path)
+    assert (before, after) == (None, AFTER)  # EVAL_BEFORE was 0 in this run
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "README.md").write_text("---\nlicense: mit\n---\n")
+    path = modelcard.write_card(tmp_path, {**SETTINGS, "MODEL_NAME": str(base)}, metrics_after=after, steps=7)
+    card = path.read_text()
+    assert path == tmp_path / "README.md" and "[None]" not in card
+    assert front_matter(card)["license"] == "mit"  # read from the local base model's own README
+    assert card.startswith("---\n") and f"# {modelcard.escape(tmp_path.name)}\n" in card
+    assert "| strict accuracy (`#### N` equals the gold answer) | not measured | 87.5% |" in card
