@@ -98,8 +98,11 @@ def config_fields(args, config_class, owned, settings):
     A field that a constant sets (LEARNING_RATE sets learning_rate; `owned` maps the others) is refused with the
     constant's name, so that one setting never has two values.
     """
-    if not dataclasses.is_dataclass(config_class):
-        config_class = config_class()  # a function that imports it: --help and bad constants need no trl
+    if isinstance(config_class, str):  # "module:Class", imported only when a field is given: --help needs no trl
+        import importlib
+
+        module, _, name = config_class.partition(":")
+        config_class = getattr(importlib.import_module(module), name)
     known = {f.name for f in dataclasses.fields(config_class) if f.init}
     given = {}
     for arg in args:

@@ -23,11 +23,10 @@ import logging
 import os
 import re
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import cli
+import gsm8k
 import modelcard
 import preflight
 from cli import ConfigError
@@ -53,7 +52,7 @@ log = logging.getLogger("grpotrainer.export")
 
 def main(argv=()):
     c = settings(argv)
-    logging.basicConfig(level=logging.INFO, format="[export] %(message)s")
+    cli.setup_logging("export")
     if c["PUSH_TO_HUB"]:
         check_push(c["PUSH_TO_HUB"])  # before any work: a missing token must not cost a merge first
     run = resolve(c)
@@ -84,9 +83,7 @@ def main(argv=()):
 
 def settings(argv):
     """This module's constants with the `--KEY=value` overrides applied, as a dict (the module is not changed)."""
-    namespace = types.SimpleNamespace(**cli.constants(sys.modules[__name__]))
-    cli.apply_overrides(namespace, list(argv))
-    return vars(namespace)
+    return cli.parse(cli.constants(globals()), list(argv), source=__file__).settings
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -105,8 +102,8 @@ def read_json(path):
         return {}
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path} is not valid JSON ({err}); restore it or delete it.") from None
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path} cannot be read ({err}); restore it or delete it.") from None
 
 
 def resolve(c):
@@ -123,7 +120,7 @@ def resolve(c):
             f"ADAPTER={adapter!r} holds no LoRA adapter (no adapter_config.json). Point it at a training run's "
             f"OUTPUT_DIR or a checkpoint-N folder in it.{hint}"
         )
-    run = read_json(run_dir(adapter) / "run_settings.json") or settings_from_adapter(config)
+    run = gsm8k.run_settings(adapter) or settings_from_adapter(config)
     trained_on = config.get("base_model_name_or_path") or run.get("MODEL_NAME") or ""
     c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or trained_on
     if not c["MODEL_NAME"]:
@@ -138,7 +135,7 @@ def resolve(c):
         raise ConfigError(f'DTYPE is {c["DTYPE"]!r}; give one of {", ".join(DTYPES)}, or "" for the run\'s.')
     c["ENABLE_THINKING"] = thinking_default(c["ENABLE_THINKING"], run)
     c["OUTPUT_DIR"] = c["OUTPUT_DIR"] or default_output_dir(adapter)
-    c["STEP"] = adapter_step(adapter)
+    c["STEP"] = gsm8k.adapter_step(adapter)
     run = {**run, "MODEL_NAME": c["MODEL_NAME"], "ENABLE_THINKING": c["ENABLE_THINKING"]}
     if run.get("LOAD_IN_4BIT"):
         log.warning("the run trained on 4-bit (QLoRA) base weights; the merge uses %s weights instead", c["DTYPE"])
@@ -179,14 +176,6 @@ def default_output_dir(adapter):
     """<run>-merged beside the run, or <run>-checkpoint-N-merged: never inside the run, whose folders Trainer owns."""
     path = Path(adapter).resolve()
     return str(run_dir(path)) + (f"-{path.name}" if path != run_dir(path) else "") + "-merged"
-
-
-def adapter_step(adapter):
-    """The step an adapter was saved at: a checkpoint-N's trainer_state.json, or a run's newest checkpoint's."""
-    state = Path(adapter) / "trainer_state.json"
-    if not state.is_file() and (newest := preflight.newest_checkpoint(adapter)) is not None:
-        state = newest / "trainer_state.json"
-    return read_json(state).get("global_step", 0)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -13,11 +13,13 @@ needs: the prompt and data (gsm8k.py), the rewards (rewards.py), checks that fai
 advice while training (monitor.py). A run writes its settings to OUTPUT_DIR/run_settings.json for evaluate.py.
 """
 
+import logging
 from pathlib import Path
 
 import cli
 import gsm8k
 import hardware
+import modelcard
 import preflight
 import rewards
 import smoke
@@ -97,15 +99,10 @@ owned |= {"gradient_checkpointing": "ACTIVATION_CHECKPOINTING", "generation_batc
 needs = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")  # what `make install` puts in .venv
 
 
-def grpo_config_class():
-    from trl import GRPOConfig
-
-    return GRPOConfig
-
-
 def build_config(s, fields, cpu_only):
     """The GRPOConfig for the settings `s`, plus lower-case `fields` from the command line, checked by TRL."""
-    GRPOConfig = grpo_config_class()
+    from trl import GRPOConfig
+
     cuda = hardware.on_gpu(cpu_only)
     checkpointing = (
         "activation_checkpointing"
@@ -159,12 +156,11 @@ def build_config(s, fields, cpu_only):
 def build_peft_config(s):
     from peft import LoraConfig
 
-    names = [name.strip() for name in s["LORA_TARGET_MODULES"].split(",") if name.strip()]
     return LoraConfig(
         r=s["LORA_R"],
         lora_alpha=s["LORA_ALPHA"],
         lora_dropout=s["LORA_DROPOUT"],
-        target_modules="all-linear" if names == ["all-linear"] else names,
+        target_modules=preflight.lora_targets(s["LORA_TARGET_MODULES"]),
         task_type="CAUSAL_LM",
     )
 
@@ -197,46 +193,60 @@ def load_data(s):
     return train, gsm8k.load(s["DATASET"], "test", limit=evals, **kwargs) if evals else None
 
 
-def build_callbacks(s, trainer, train_dataset):
+def add_callbacks(s, trainer, train_dataset):
     """Health advice with a clean stop on NaN, and the completions table, both writing through the trainer."""
     import monitor
 
-    return monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer), monitor.CompletionSamples(
-        train_dataset, trainer
-    )
+    health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer)
+    trainer.add_callback(health)
+    trainer.add_callback(monitor.CompletionSamples(train_dataset, trainer))
+    return health
+
+
+def finish(trainer, s, eval_dataset, record, before):
+    """Save the adapter, score it (EVAL_AFTER), write our model card, and close the process group cleanly."""
+    trainer.save_model(s["OUTPUT_DIR"])  # the LoRA adapter and the tokenizer
+    after = gsm8k.evaluate_trainer(trainer, eval_dataset, s["EVAL_AFTER"], "after", s["EVAL_BATCH_SIZE"], record)
+    if trainer.is_world_process_zero():  # our model card, last: save_model rewrote TRL's (see modelcard.py)
+        steps, sizes = trainer.state.global_step, record["dataset_sizes"]
+        modelcard.write_card(
+            s["OUTPUT_DIR"], record, metrics_before=before, metrics_after=after, steps=steps, dataset_sizes=sizes
+        )
+        logging.getLogger("grpotrainer").info("saved the adapter and its model card to %s", s["OUTPUT_DIR"])
+    trainer.accelerator.wait_for_everyone()  # no rank exits while another still uses the process group
+    trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end of a script
 
 
 def main(argv=()):
-    args = cli.parse(cli.constants(globals()), argv, profiles, grpo_config_class, owned, __file__)
+    args = cli.parse(cli.constants(globals()), argv, profiles, "trl:GRPOConfig", owned, __file__)
     s, cpu_only = dict(args.settings), args.profile is not None
     log = cli.setup_logging("grpotrainer", hardware.is_main_process())
     cli.require(needs, "grpotrainer.py")
     preflight.check(s, cpu_only)  # every setting, in seconds
-    config = build_config(s, args.fields, cpu_only)
     train_dataset, eval_dataset = load_data(s)
     reward_funcs = rewards.load(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])
-    if cpu_only and "MODEL_NAME" not in args.given:
+    if cpu_only and "MODEL_NAME" not in args.given:  # built before GRPOConfig starts torch.distributed
         s["MODEL_NAME"] = smoke.cpu_model(Path(s["OUTPUT_DIR"]) / "smoke-model")  # tiny Qwen3, one thread
+    config = build_config(s, args.fields, cpu_only)
     preflight.check_loaded(s, reward_funcs, train_dataset)  # rewards on real rows, LoRA targets on a meta model
     last = preflight.resume_checkpoint(s["OUTPUT_DIR"], s["RESUME"], s["MODEL_NAME"])
     log.info("model %s, %s", s["MODEL_NAME"], config.model_init_kwargs)
     trainer = build_trainer(s, config, reward_funcs, train_dataset)
-    health, samples = build_callbacks(s, trainer, train_dataset)
-    trainer.add_callback(health)
-    trainer.add_callback(samples)
-    record = {**s, "grpo_config": args.fields, "profile": args.profile}
+    health = add_callbacks(s, trainer, train_dataset)
+    sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # what the run records, for its card
+    record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}
     if trainer.accelerator.is_main_process:
         gsm8k.write_settings(s["OUTPUT_DIR"], record)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
-    if not last:  # a resumed run had its baseline evaluation in its first run
-        gsm8k.evaluate_trainer(trainer, eval_dataset, s["EVAL_BEFORE"], "before", s["EVAL_BATCH_SIZE"], record)
+    if last:  # a resumed run measured its baseline in its first run
+        before = modelcard.read_metrics(s["OUTPUT_DIR"])[0]
+    else:
+        before = gsm8k.evaluate_trainer(
+            trainer, eval_dataset, s["EVAL_BEFORE"], "before", s["EVAL_BATCH_SIZE"], record
+        )
     trainer.train(resume_from_checkpoint=last)
     if health.stopped:
         raise cli.ConfigError(f"training stopped: {health.stopped.message}")
-    trainer.save_model(s["OUTPUT_DIR"])  # the LoRA adapter and the tokenizer
-    log.info("saved the adapter to %s", s["OUTPUT_DIR"])
-    gsm8k.evaluate_trainer(trainer, eval_dataset, s["EVAL_AFTER"], "after", s["EVAL_BATCH_SIZE"], record)
-    trainer.accelerator.wait_for_everyone()  # no rank exits while another still uses the process group
-    trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end of a script
+    finish(trainer, s, eval_dataset, record, before)
     return trainer
 
 

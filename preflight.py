@@ -234,8 +234,17 @@ def check_loaded(s, reward_funcs, train_dataset):
     if len(train_dataset) == 0:
         raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
     check_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"])
-    targets = [name.strip() for name in s["LORA_TARGET_MODULES"].split(",") if name.strip()]
-    check_lora_targets(s["MODEL_NAME"], "all-linear" if targets == ["all-linear"] else targets, s["TRUST_REMOTE_CODE"])
+    check_lora_targets(s["MODEL_NAME"], lora_targets(s["LORA_TARGET_MODULES"]), s["TRUST_REMOTE_CODE"])
+
+
+def lora_targets(text):
+    """LORA_TARGET_MODULES as peft takes it: "all-linear", or the list of module names (spaces tolerated).
+
+    >>> lora_targets("q_proj, v_proj"), lora_targets("all-linear")
+    (['q_proj', 'v_proj'], 'all-linear')
+    """
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    return "all-linear" if names == ["all-linear"] else names
 
 
 def check_rewards(funcs, names, dataset, max_completion_length):

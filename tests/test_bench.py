@@ -38,6 +38,7 @@ def test_token_reward_ignores_text_and_extra_columns():
     assert bench_gpu.token_reward(["?", "?"], completion_ids=[[1, 2], [6]], trainer_state=None) == [0.5, 1.0]
 
 
+@pytest.mark.slow
 def test_gpu_bench_dry_run(tmp_path):
     result = run_script("bench/bench_gpu.py", "--dry-run", "--json", str(tmp_path / "gpu.json"))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -59,6 +60,7 @@ def test_gpu_bench_dry_run(tmp_path):
     assert case["gen_tokens_per_s"] > 0 and case["train_tokens_per_s"] > 0 and case["bandwidth_fraction"] > 0
 
 
+@pytest.mark.slow
 def test_overhead_bench_runs_and_times_the_same_work(tmp_path):
     args = ["--steps", "4", "--warmup", "1", "--repeats", "1", "--json", str(tmp_path / "overhead.json")]
     result = run_script("bench/bench_overhead.py", *args)

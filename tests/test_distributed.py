@@ -22,6 +22,7 @@ def torchrun(tmp_path, *overrides):
     return run_script(*TORCHRUN, "grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", *overrides, timeout=600)
 
 
+@pytest.mark.slow
 def test_two_process_smoke_trains_on_both_ranks(tmp_path):
     result = torchrun(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -8,6 +8,7 @@ where a 30-dimensional model needs them: a high learning rate, and BETA=0 (with 
 small a model barely moves in 150 steps; Dr. GRPO and DAPO also train with BETA=0).
 """
 
+import pytest
 from conftest import event_dirs, read_scalars, run_script
 
 STEPS, WINDOW = 150, 15
@@ -19,6 +20,7 @@ def marker_reward(completions, **kwargs):
     return [float("####" in text) for text in texts]
 
 
+@pytest.mark.slow
 def test_grpo_raises_the_reward_of_a_tiny_model(tmp_path):
     out = run_script(
         "grpotrainer.py",

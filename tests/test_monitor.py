@@ -218,6 +218,7 @@ def test_sample_rows_spread_over_prompts_with_gold_and_rewards():
     assert [r["advantage"] for r in rows] == [-0.5, 1.0, -0.5, -0.5]
 
 
+@pytest.mark.slow
 def test_smoke_run_logs_completions_advice_and_accuracy_to_one_tensorboard_run(tmp_path):
     args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--EVAL_BEFORE=4", "--EVAL_AFTER=4"]
     result = run_script(*args)
@@ -251,6 +252,7 @@ def nan_from_second_step(completions, trainer_state=None, **kwargs):
     return [math.nan if trainer_state.global_step >= 1 else 1.0 for _ in completions]
 
 
+@pytest.mark.slow
 def test_nan_reward_stops_cleanly_and_keeps_the_last_good_checkpoint(tmp_path):
     args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--SAVE_STEPS=1"]
     args += ["--REWARD_FUNCS=test_monitor:nan_from_second_step", "--REWARD_WEIGHTS=1"]

@@ -5,9 +5,11 @@
 
 import json
 
+import pytest
 from conftest import all_finite, event_dirs, read_scalars, run_script
 
 
+@pytest.mark.slow
 def test_smoke_run_logs_and_saves_an_adapter(tmp_path):
     out = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -24,6 +26,7 @@ def test_smoke_run_logs_and_saves_an_adapter(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]  # SAVE_STEPS=2
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_last_checkpoint(tmp_path):
     first = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=2")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -39,6 +42,7 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     assert state["global_step"] == 4
 
 
+@pytest.mark.slow
 def test_starting_over_in_a_used_output_dir_is_refused_and_loses_nothing(tmp_path):
     assert run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=2").returncode == 0
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}

@@ -131,9 +131,7 @@ def test_lora_config(settings):
 
 
 def parse(argv):
-    return cli.parse(
-        cli.constants(grpotrainer), argv, grpotrainer.profiles, grpotrainer.grpo_config_class, grpotrainer.owned
-    )
+    return cli.parse(cli.constants(grpotrainer), argv, grpotrainer.profiles, "trl:GRPOConfig", grpotrainer.owned)
 
 
 def test_overrides_are_typed_by_the_default():
