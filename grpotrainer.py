@@ -142,6 +142,8 @@ def build_config(s, fields, cpu_only):
             ddp_timeout=s["DDP_TIMEOUT"],
             report_to=[] if s["REPORT_TO"] == "none" else [s["REPORT_TO"]],
             logging_steps=s["LOGGING_STEPS"],
+            log_completions=True,  # each logged batch to OUTPUT_DIR/completions/*.parquet: the completions table
+            num_completions_to_print=0,  # ... and not to the console
             save_steps=s["SAVE_STEPS"],
             save_total_limit=s["SAVE_TOTAL_LIMIT"],
             use_cpu=cpu_only,
@@ -193,13 +195,13 @@ def load_data(s):
     return train, gsm8k.load(s["DATASET"], "test", limit=evals, **kwargs) if evals else None
 
 
-def add_callbacks(s, trainer, train_dataset):
+def add_callbacks(s, trainer):
     """Health advice with a clean stop on NaN, and the completions table, both writing through the trainer."""
     import monitor
 
     health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer)
     trainer.add_callback(health)
-    trainer.add_callback(monitor.CompletionSamples(train_dataset, trainer))
+    trainer.add_callback(monitor.CompletionSamples(trainer))
     return health
 
 
@@ -232,7 +234,7 @@ def main(argv=()):
     last = preflight.resume_checkpoint(s["OUTPUT_DIR"], s["RESUME"], s["MODEL_NAME"])
     log.info("model %s, %s", s["MODEL_NAME"], config.model_init_kwargs)
     trainer = build_trainer(s, config, reward_funcs, train_dataset)
-    health = add_callbacks(s, trainer, train_dataset)
+    health = add_callbacks(s, trainer)
     sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # what the run records, for its card
     record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}
     if trainer.accelerator.is_main_process:

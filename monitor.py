@@ -25,6 +25,7 @@ import re
 from collections import deque
 from dataclasses import dataclass
 from itertools import zip_longest
+from pathlib import Path
 
 from transformers import TrainerCallback
 
@@ -304,59 +305,64 @@ class HealthMonitor(TrainerCallback):
 
 
 class CompletionSamples(TrainerCallback):
-    """At each log, a table of a few prompts of the newest generation batch in TensorBoard's Text tab.
+    """At each log, a table of a few completions of the newest generation batch in TensorBoard's Text tab.
 
-    Columns: question, completion, extracted answer (rewards.extract_answer), gold, one column per reward function,
-    and the advantage. TRL 1.16 keeps the newest generation batch only in the trainer's private `_logs` (prompt,
-    completion, rewards by function name, advantages; gathered from all processes) and sends it to W&B, Trackio or
-    parquet files, never to TensorBoard, and gives callbacks no handle on it; so this callback holds the trainer and
-    reads `_logs` (checked in tests/test_monitor.py against a real smoke run). The gold is not in `_logs`: it is
-    looked up by question in the training set, which keeps the reward functions free of logging duties.
+    Columns: question, completion, extracted and gold answers (the `extracted` and `gold` columns correctness_reward
+    logs through TRL's `log_extra`; without them the answer is extracted here and the gold shown as "?"), one column
+    per reward function, and the advantage. The rows come from TRL's own completion records: with
+    `log_completions=True` GRPOTrainer writes every logged batch to OUTPUT_DIR/completions/completions_NNNNN.parquet,
+    right after the callbacks' `on_log`; so the table of a log is written when the next step begins, or when the
+    checkpoint that follows the log is saved (the final step's).
     """
 
-    def __init__(self, dataset, trainer=None, num_samples=4, tag="completions/samples"):
-        self.golds = dict(zip(dataset["question"], dataset["answer"], strict=True))
-        self.trainer = trainer
+    def __init__(self, trainer, num_samples=4, tag="completions/samples"):
+        self.trainer = trainer  # for TensorBoard's writer and the reward functions' names
         self.num_samples = num_samples
         self.tag = tag
+        self.pending = None  # the step of a log whose records TRL is about to write
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        # "reward" is in the log only when a new batch was generated since the last log: no table twice.
-        if not state.is_world_process_zero or self.trainer is None or "reward" not in (logs or {}):
-            return
+        if "reward" in (logs or {}):  # a new batch was generated since the last log
+            self.pending = state.global_step
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        step, self.pending = self.pending, None
         writer = tensorboard_writer(self.trainer)
-        batch = getattr(self.trainer, "_logs", None)
-        if writer is None or not batch:
+        path = Path(args.output_dir) / "completions" / f"completions_{step or 0:05d}.parquet"
+        if step is None or writer is None or not state.is_world_process_zero or not path.is_file():
             return
-        rows = sample_rows(batch, self.golds, self.num_samples)
+        import pyarrow.parquet as pq
+
+        records = pq.read_table(path).to_pylist()  # one dict per completion, in batch order
+        rows = sample_rows(records, self.trainer.reward_func_names, self.num_samples)
         if rows:
-            writer.add_text(self.tag, render_table(rows), state.global_step)
+            writer.add_text(self.tag, render_table(rows), step)
             writer.flush()
 
+    on_save = on_step_begin  # the last step's table: the final checkpoint is saved after the log, before train end
 
-def sample_rows(batch, golds, n=4):
-    """Up to `n` rows of a TRL `_logs` batch, spread over its prompts: the first completion of each prompt, then the
-    second of each, and so on, so that a batch of one prompt shows its group and a batch of many shows many prompts.
+
+def sample_rows(records, reward_names, n=4):
+    """Up to `n` of TRL's completion records, spread over their prompts: the first completion of each prompt, then
+    the second of each, and so on, so that a batch of one prompt shows its group and a batch of many shows many
+    prompts. Each row: question, completion, extracted, gold, rewards (by function name), advantage.
     """
-    questions = [question_of(p) for p in batch["prompt"]]
+    questions = [question_of(r.get("prompt")) for r in records]
     groups = {}  # question -> indices of its completions, in batch order
-    for i, question in enumerate(questions[: len(batch["completion"])]):
+    for i, question in enumerate(questions):
         groups.setdefault(question, []).append(i)
     round_robin = [i for rank in zip_longest(*groups.values()) for i in rank if i is not None]
-    picked = sorted(round_robin[:n])  # shown in batch order, so a group's completions stay together
-    scores = {name: list(values) for name, values in batch.get("rewards", {}).items()}
-    advantages = list(batch.get("advantages", []))
     rows = []
-    for i in picked:
-        text = rewards.completion_to_text(batch["completion"][i])
+    for i in sorted(round_robin[:n]):  # shown in batch order, so a group's completions stay together
+        record, text = records[i], rewards.completion_to_text(records[i].get("completion"))
         rows.append(
             {
                 "question": questions[i],
                 "completion": text,
-                "extracted": rewards.extract_answer(text),
-                "gold": golds.get(questions[i]),
-                "rewards": {name: values[i] if i < len(values) else None for name, values in scores.items()},
-                "advantage": advantages[i] if i < len(advantages) else None,
+                "extracted": record["extracted"] if "extracted" in record else rewards.extract_answer(text),
+                "gold": record.get("gold"),
+                "rewards": {name: record.get(name) for name in reward_names},
+                "advantage": record.get("advantage"),
             }
         )
     return rows
@@ -366,7 +372,7 @@ def question_of(prompt):
     """The user's text of a chat prompt (its last user message), or the prompt itself when it is plain text."""
     if isinstance(prompt, str):
         return prompt
-    users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+    users = [m.get("content", "") for m in prompt or [] if isinstance(m, dict) and m.get("role") == "user"]
     return rewards.completion_to_text([{"content": users[-1]}]) if users else ""
 
 

@@ -199,14 +199,24 @@ def test_markdown_cells_cannot_format_break_the_table_or_inject_html():
 
 
 def test_sample_rows_spread_over_prompts_with_gold_and_rewards():
+    # records as TRL's completions_NNNNN.parquet holds them: prompt, completion, one column per reward function,
+    # the log_extra columns (extracted, gold) and the advantage
     prompt = lambda q: [{"role": "system", "content": "S"}, {"role": "user", "content": q}]  # noqa: E731
-    batch = {
-        "prompt": [prompt("A?")] * 3 + [prompt("B?")] * 3,
-        "completion": [[{"role": "assistant", "content": f"#### {i}"}] for i in range(6)],
-        "rewards": {"correctness_reward": [0.0, 1.0, 0.0, 0.0, 0.0, 1.0], "format_reward": [1.0] * 6},
-        "advantages": [-0.5, 1.0, -0.5, -0.5, -0.5, 1.0],
-    }
-    rows = monitor.sample_rows(batch, {"A?": "1", "B?": "5"}, n=4)
+    correctness, advantages = [0.0, 1.0, 0.0, 0.0, 0.0, 1.0], [-0.5, 1.0, -0.5, -0.5, -0.5, 1.0]
+    records = [
+        {
+            "step": 3,
+            "prompt": prompt("A?" if i < 3 else "B?"),
+            "completion": [{"role": "assistant", "content": f"#### {i}"}],
+            "correctness_reward": correctness[i],
+            "format_reward": 1.0,
+            "extracted": str(i),
+            "gold": "1" if i < 3 else "5",
+            "advantage": advantages[i],
+        }
+        for i in range(6)
+    ]
+    rows = monitor.sample_rows(records, ["correctness_reward", "format_reward"], n=4)
     # Round robin: first completions of A and B (0, 3), then second ones (1, 4); shown in batch order.
     assert [(r["question"], r["completion"], r["gold"], r["extracted"]) for r in rows] == [
         ("A?", "#### 0", "1", "0"),
@@ -216,6 +226,14 @@ def test_sample_rows_spread_over_prompts_with_gold_and_rewards():
     ]
     assert [r["rewards"]["correctness_reward"] for r in rows] == [0.0, 1.0, 0.0, 0.0]
     assert [r["advantage"] for r in rows] == [-0.5, 1.0, -0.5, -0.5]
+    # without the log_extra columns (a run without correctness_reward): extracted here, gold unknown
+    bare = [{k: v for k, v in r.items() if k not in ("extracted", "gold")} for r in records]
+    assert [(r["extracted"], r["gold"]) for r in monitor.sample_rows(bare, [], n=1)] == [("0", None)]
+
+
+def test_no_module_reads_trls_private_logs():
+    for path in REPO.glob("*.py"):
+        assert "._logs" not in path.read_text(encoding="utf-8"), path.name
 
 
 @pytest.mark.slow
