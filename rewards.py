@@ -143,10 +143,10 @@ _NO_ANSWER = re.compile(
     r"|not[ \t]++enough[ \t]++information|insufficient[ \t]++(?:information|data)|no[ \t]++(?:valid[ \t]++"
     r"|possible[ \t]++|unique[ \t]++)?solution|unsolvable|indeterminate|undetermined)"
 )
-# A number in a purpose clause restates the question: "to make 15 flans", "to buy the 3 toys".
+# A number in a purpose clause restates the question: "to make 15 flans", "to reach his goal of 100".
 _PURPOSE = re.compile(
-    r"\bto[ \t]++(?!be\b)[a-z]++[ \t]++(?:(?:the|a|an|his|her|their|its|all|another|those|these|each|every|more"
-    r"|at[ \t]++least|up[ \t]++to|a[ \t]++total[ \t]++of)[ \t]++)?$"
+    r"\bto[ \t]++(?!(?:be|the|a|an|his|her|their|its|each|every|this|that|me|him|them|us)\b)[a-z]++"
+    r"(?:[ \t]++(?!(?:is|are|was|were|and|so|which|then|but|he|she|they|it|we|i|you)\b)[a-z']++){0,3}[ \t]++$"
 )
 # ... unless "to" belongs to the main verb: "needs to babysit 5 times", "has to pay 18".
 _MODAL_TO = re.compile(
@@ -156,7 +156,7 @@ _MODAL_TO = re.compile(
 )
 # A number after these restates a condition when nothing says which number was computed: "$16 after 60 days".
 _CONTEXT = re.compile(
-    r"\b(?:after|for|per|each|every|in|within|over|during|at)[ \t]++"
+    r"\b(?:after|for|per|each|every|in|within|over|during)[ \t]++(?:[a-z]{1,20}?ing[ \t]++(?:away[ \t]++)?)?"
     r"(?:(?:the|a|an|another|its|his|her|their|next|first|last)[ \t]++)?$",
     re.IGNORECASE,
 )
