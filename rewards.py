@@ -71,7 +71,7 @@ _DIGITS = "0123456789"
 # number never starts inside a word, after a decimal point, or as the minutes of a time "2:00") and possessive
 # quantifiers keep it linear.
 _NUMBER = re.compile(
-    r"(?<![\w.])(?<![0-9]:)(?P<neg>-(?=\$?\.?[0-9]))?\$?"
+    r"(?<![\w.])(?!(?<=[0-9]:)[0-5][0-9](?![0-9]))(?P<neg>-(?=\$?\.?[0-9]))?\$?"
     r"(?P<body>[0-9]{1,3}(?:,[0-9]{3})++(?![0-9])(?:\.[0-9]++)?|[0-9]++(?:\.[0-9]++)?|\.[0-9]++)"
     r"(?:[ \t]*+(?P<scale>(?i:thousand|million|billion|trillion))\b)?"
 )
@@ -146,7 +146,8 @@ _NO_ANSWER = re.compile(
 # A number in a purpose clause restates the question: "to make 15 flans", "to reach his goal of 100".
 _PURPOSE = re.compile(
     r"\bto[ \t]++(?!(?:be|the|a|an|his|her|their|its|each|every|this|that|me|him|them|us)\b)[a-z]++"
-    r"(?:[ \t]++(?!(?:is|are|was|were|and|so|which|then|but|he|she|they|it|we|i|you)\b)[a-z']++){0,3}[ \t]++$"
+    r"(?:[ \t]++(?!(?:is|are|was|were|has|have|had|will|would|can|so|which|then|but|he|she|they|it|we|i|you)\b)"
+    r"[a-z0-9'.]++){0,3}[ \t]++$"
 )
 # ... unless "to" belongs to the main verb: "needs to babysit 5 times", "has to pay 18".
 _MODAL_TO = re.compile(
@@ -156,10 +157,26 @@ _MODAL_TO = re.compile(
 )
 # A number after these restates a condition when nothing says which number was computed: "$16 after 60 days".
 _CONTEXT = re.compile(
-    r"\b(?:after|for|per|each|every|in|within|over|during)[ \t]++(?:[a-z]{1,20}?ing[ \t]++(?:away[ \t]++)?)?"
-    r"(?:(?:the|a|an|another|its|his|her|their|next|first|last)[ \t]++)?$",
+    r"(?:\b(?:after|before|for|per|each|every|in|within|over|during|on|above|below|until|than)|(?<!total )\bof)[ \t]++"
+    r"(?:[a-z]{1,20}?ing[ \t]++(?:away[ \t]++)?)?"
+    r"(?:(?:the|a|an|another|its|his|her|their|those|these|this|that|all|both|next|first|last)[ \t]++)?$",
     re.IGNORECASE,
 )
+# An operand: an operator or "=" and then a number, or a comparison ("50 < 52"); a number after "<" or ">".
+_OPERAND_TAIL = re.compile(
+    r"[ \t]*+(?:(?:[-+*/^=<>]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\.?[0-9]|[<>\u2264\u2265])"
+)
+_COMPARED = re.compile(r"(?:[<>\u2264\u2265]|[0-9%)][ \t]*+(?:[-+*/^]|[xX]))[ \t]*+\(?[ \t]*+$")  # "50 < 52", "1 - 3"
+_RESULT_BEFORE = re.compile(r"=[ \t]*+$")
+_AND_BEFORE = re.compile(r"\band[ \t]++(?:[a-z]++[ \t]++){0,2}$")
+# A restatement of the result just before: "which is 30 minutes", "or 20 = A", "which rounds down to 15".
+_RESTATED = re.compile(
+    r"(?i:\b(?:which|that)[ \t]++(?:is|are|makes|means|equals|comes[ \t]++to)|\bor|\bi\.e\.,?"
+    r"|\brounds?[ \t]++(?:down|up)?[ \t]*+to|\brounded[ \t]++(?:down|up)?[ \t]*+to)[ \t]++$"
+)
+# A reason or a condition: its numbers restate the question. It runs to the next comma.
+_CONDITION = re.compile(r"(?i:\b(?:because|since|if|given[ \t]++that|assuming|when|whenever)\b)")
+_CLAUSE_END = re.compile(r"[,;:=]")  # "... when she started = 90 more pounds": the result is no condition
 _RESULT_AT = re.compile(r"(?:=|>>)[ \t]*+")  # where a computed result follows: "= 18", GSM8K's "<<3*6=18>>18"
 
 # Numbers written as words, read after an answer phrase: "eighteen", "twenty-five", "a dozen".
@@ -512,23 +529,59 @@ def _last_number(text: str) -> tuple[str, re.Match] | None:
 
 
 def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | None:
-    """The answer number among a sentence's numbers: operands and purpose-clause numbers are passed over; of the
-    rest, the last, unless it is never a computed result and an earlier one is, or, when none is computed, it
-    follows "after", "for", "in" ... and an earlier one does not."""
+    """The answer number among a sentence's numbers.
+
+    Passed over: operands and comparisons (`18 - 4 = 14`, `50 < 52`), numbers in a purpose clause ("to make 15
+    flans") or a reason or condition ("because he averages 30 points"). A sentence that ends with an equation
+    gives its result. Of the rest, the last, unless it restates a result stated with "=" before it ("= 0.5 hour,
+    which is 30 minutes" gives 30, "= $240 for the 6 shirts" gives 240); a last one after "after", "for", "in",
+    "of" ... ("$16 after 60 days", "for 3 gallons and 5 boxes") gives way to an earlier one that the text computed
+    (`= 16`), or, when none is, to the last one not after such a word.
+    """
     if not numbers:
         return None
-    kept = [n for n in numbers if not _EXPRESSION_TAIL.match(sentence, n.end())] or numbers
-    kept = [n for n in kept if not _in_purpose_clause(sentence, n.start())] or kept
+    if _RESULT_BEFORE.search(sentence, max(0, numbers[-1].start() - 12), numbers[-1].start()):
+        return _normalise(numbers[-1])  # the sentence ends with an equation: "... because 20 - 6 = 14"
+    kept = [n for n in numbers if not _is_operand(sentence, n)] or numbers
+    clauses = [(c.start(), _clause_end(sentence, c.end())) for c in _CONDITION.finditer(sentence)]
+    kept = [
+        n
+        for n in kept
+        if not _in_purpose_clause(sentence, n.start()) and not any(a <= n.start() < b for a, b in clauses)
+    ] or kept
     last = kept[-1]
-    if len(kept) > 1 and _normalise(last) not in computed:
+    if len(kept) == 1 or _RESTATED.search(sentence, max(0, last.start() - 30), last.start()):
+        return _normalise(last)
+    if results := [n for n in kept if _RESULT_BEFORE.search(sentence, max(0, n.start() - 12), n.start())]:
+        return _normalise(results[-1])  # "will pay $40 x 6 = $240 for the 6 shirts"
+    context, previous = [], False
+    for n in kept:  # a number after "and" continues the list before it: "for 3 gallons of milk and 5 boxes"
+        before = sentence[max(0, n.start() - 30) : n.start()]
+        previous = bool(_CONTEXT.search(before)) or (previous and _AND_BEFORE.search(before) is not None)
+        context.append(previous)
+    if context[-1] and _normalise(last) not in computed:
         earlier = [n for n in kept[:-1] if _normalise(n) in computed]
-        if earlier:
-            last = earlier[-1]
-        elif _CONTEXT.search(sentence, max(0, last.start() - 30), last.start()):  # "$16 after 60 days"
-            last = next(
-                (n for n in reversed(kept) if not _CONTEXT.search(sentence, max(0, n.start() - 30), n.start())), last
-            )
+        plain = [n for n, c in zip(kept, context, strict=True) if not c]
+        last = (earlier or plain or [last])[-1]
     return _normalise(last)
+
+
+def _clause_end(sentence: str, pos: int) -> int:
+    """Where a reason or condition clause ends: at a comma, or at an "=" when no number stands before it."""
+    end = _CLAUSE_END.search(sentence, pos)
+    if end is None:
+        return len(sentence)
+    if end.group() == "=" and any(d in sentence[pos : end.start()] for d in _DIGITS):  # "because 12/15=.8"
+        return _clause_end(sentence, end.end())
+    return end.start()
+
+
+def _is_operand(sentence: str, number: re.Match) -> bool:
+    """Whether the number is an operand of a sum or a side of a comparison, not a stated result."""
+    return (
+        _OPERAND_TAIL.match(sentence, number.end()) is not None
+        or _COMPARED.search(sentence, max(0, number.start() - 8), number.start()) is not None
+    )
 
 
 def _in_purpose_clause(sentence: str, pos: int) -> bool:
@@ -578,7 +631,8 @@ def _read_span(span: str, lead: bool = False, single: bool = False, computed=())
     number = _NUMBER.search(span)
     head = 0 if lead or single else _LEAD.match(span).end()
     words = None if lead or single else _WORD_NUMBER.match(span, head)
-    if words is not None and (number is None or words.start() < number.start()):
+    first_end = _SENTENCE_END.search(span, head)
+    if words is not None and (number is None or (first_end is not None and first_end.end() <= number.start())):
         return True, _word_value(words.group())  # "The answer is eighteen."
     if number is None:
         value = None if lead or single else _cued_word_number(span)
@@ -593,6 +647,8 @@ def _read_span(span: str, lead: bool = False, single: bool = False, computed=())
             pass
         start = boundary.end() if boundary else 0
         end = _SENTENCE_END.search(span, number.end())
+        if end is None or "=" in span[end.start() :]:  # "... = $70. So for five days he earns 5 x 70 = $350."
+            end = None
         sentence = span[start : end.start() if end else len(span)]
         return True, _sentence_answer(sentence, list(_NUMBER.finditer(sentence)), computed)
     return True, _stated(span, number)

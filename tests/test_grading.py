@@ -144,6 +144,17 @@ def test_c_marker_then_line_break(text, expected):
         ("Therefore, the total cost is $18 for 3 packs.", "18"),  # nothing computed: "for 3" restates
         ("She will reach her goal in 5 weeks.", "5"),  # one number: it is the answer, whatever precedes it
         ("3 * 6 = 18\nThe total is 20 + 30 = 50.", "50"),
+        ("You will save $3 + $5 = $8 for 3 gallons of milk and 5 boxes of cereal.", "8"),  # "and 5" continues "for"
+        ("Thus, Marlene will pay $40 x 6 = $240 for the 6 shirts.", "240"),
+        ("He gets paid $10,000 because he averages 30 or more points that week.", "10000"),  # a reason restates
+        ("If he sells 18 more pens, he will have 50 pens.", "50"),  # a condition restates
+        ("He spends $50 on the cheapest flour because 50 < 52.", "50"),  # a comparison is no answer
+        ("She runs 6 / 12 = 0.5 hour, which is 30 minutes.", "30"),  # a restatement of the result
+        ("768 / 50 = 15.36 minutes, which rounds down to 15 minutes.", "15"),
+        ("It would take 840 minutes to groom 5 dogs and 3 cats.", "840"),  # a purpose clause with a list
+        ("Nine cheesecakes need 72 - 15 = 57 more eggs than 5 chocolate cakes.", "57"),
+        ("Week 2: 300 - 90 = 210 pages remain\nWeek 3:210 pages", "210"),  # "3:210" is no time
+        ("100/5 = 5A/5 or 20 = A.", "20"),  # "or" restates; "20 = A" is a result, not an operand
     ],
 )
 def test_d_no_marker(text, expected):
