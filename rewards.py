@@ -176,6 +176,7 @@ _RESTATED = re.compile(
 )
 # A reason or a condition: its numbers restate the question. It runs to the next comma.
 _CONDITION = re.compile(r"(?i:\b(?:because|since|if|given[ \t]++that|assuming|when|whenever)\b)")
+_DIGIT = re.compile(r"[0-9]")
 _CLAUSE_END = re.compile(r"[,;:=]")  # "... when she started = 90 more pounds": the result is no condition
 _RESULT_AT = re.compile(r"(?:=|>>)[ \t]*+")  # where a computed result follows: "= 18", GSM8K's "<<3*6=18>>18"
 
@@ -568,12 +569,11 @@ def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | 
 
 def _clause_end(sentence: str, pos: int) -> int:
     """Where a reason or condition clause ends: at a comma, or at an "=" when no number stands before it."""
-    end = _CLAUSE_END.search(sentence, pos)
-    if end is None:
-        return len(sentence)
-    if end.group() == "=" and any(d in sentence[pos : end.start()] for d in _DIGITS):  # "because 12/15=.8"
-        return _clause_end(sentence, end.end())
-    return end.start()
+    digit = _DIGIT.search(sentence, pos)
+    for end in _CLAUSE_END.finditer(sentence, pos):
+        if end.group() != "=" or digit is None or digit.start() > end.start():  # "because 12/15=.8" runs on
+            return end.start()
+    return len(sentence)
 
 
 def _is_operand(sentence: str, number: re.Match) -> bool:
