@@ -91,6 +91,7 @@ _LEAD = re.compile(
 _ALNUM = re.compile(r"[0-9A-Za-z]")
 _LETTER = re.compile(r"[A-Za-z]")
 _SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+_RAW_SENTENCE_ENDS = (". ", ".\t", "\n", "! ", "? ", "; ")  # the same, as literals for str.rfind
 
 # LaTeX and markdown around a number, removed before reading it.
 _FRAC = re.compile(
@@ -488,26 +489,43 @@ def _is_working(line: str) -> bool:
 
 def _last_answer(text: str, computed) -> str | None:
     """The answer number of the sentence that holds the text's last number (see `_sentence_answer`)."""
-    found = _last_number(text)
-    if found is None:
+    last_digit = max(text.rfind(digit) for digit in _DIGITS)
+    if last_digit < 0:
         return None
-    window, last = found
+    low = max(0, last_digit - SENTENCE_CHARS)  # the sentence around the last digit, found with str.rfind: fast
+    start = max(
+        (i + len(end) for end in _RAW_SENTENCE_ENDS if (i := text.rfind(end, low, last_digit)) >= 0), default=low
+    )
+    window = _clean(text[start : last_digit + SPAN_CHARS])
+    numbers = list(_NUMBER.finditer(window))
+    if numbers and not (numbers[0].start() == 0 and start > 0 and not text[start - 1].isspace()):
+        last = numbers[-1]
+        sentence = window[: last.end()]
+    else:  # digits but no number here ("x2"): read back in windows
+        found = _last_number(text)
+        if found is None:
+            return None
+        window, last = found
+        boundary = None
+        for boundary in _SENTENCE_END.finditer(window, max(0, last.start() - SENTENCE_CHARS), last.start()):  # noqa: B007
+            pass
+        sentence = window[boundary.end() if boundary else max(0, last.start() - SENTENCE_CHARS) : last.end()]
+        numbers = list(_NUMBER.finditer(sentence))
     if _NO_ANSWER.search(window, last.end()):  # "... so the answer cannot be determined." after the last number
         return None
-    boundary = None
-    for boundary in _SENTENCE_END.finditer(window, max(0, last.start() - SENTENCE_CHARS), last.start()):  # noqa: B007
-        pass
-    sentence = window[boundary.end() if boundary else max(0, last.start() - SENTENCE_CHARS) : last.end()]
-    return _sentence_answer(sentence, list(_NUMBER.finditer(sentence)), computed)
+    return _sentence_answer(sentence, numbers, computed)
 
 
 def _last_number(text: str) -> tuple[str, re.Match] | None:
-    """The cleaned window that holds the last number in the text, and that number; read in windows from the end.
+    """The cleaned window that holds the last number in the text, and that number; read in windows from the end,
+    from just after the last digit.
 
     Windows without a digit are skipped at str.find speed; at most MAX_FALLBACK_CHARS characters of windows with
     digits but no number in them ("x2", "v1.3") are read before giving up.
     """
-    end, size, budget = len(text), 1024, MAX_FALLBACK_CHARS
+    last_digit = max(text.rfind(digit) for digit in _DIGITS)
+    end = min(len(text), last_digit + SPAN_CHARS)  # room for a scale word and "cannot be determined" after it
+    size, budget = 256, MAX_FALLBACK_CHARS
     while end > 0 and budget > 0:
         start = max(0, end - min(size, budget))
         if start > 0:  # begin the window after a space, so that it cuts no number in two
@@ -517,9 +535,8 @@ def _last_number(text: str) -> tuple[str, re.Match] | None:
             end, size = start, size * 2
             continue
         budget -= end - start
-        window, last = _clean(text[start:end]), None
-        for last in _NUMBER.finditer(window):  # noqa: B007 - the last one is wanted
-            pass
+        window = _clean(text[start:end])
+        last = _last_match(window)
         if last is None:  # digits, but none of them a number: read further back
             end, size = start, size * 2
         elif last.start() == 0 and start > 0 and not text[start - 1].isspace():
@@ -527,6 +544,13 @@ def _last_number(text: str) -> tuple[str, re.Match] | None:
         else:
             return window, last
     return None
+
+
+def _last_match(window: str) -> re.Match | None:
+    last = None
+    for last in _NUMBER.finditer(window):  # noqa: B007 - the last one is wanted
+        pass
+    return last
 
 
 def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | None:
@@ -539,8 +563,8 @@ def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | 
     "of" ... ("$16 after 60 days", "for 3 gallons and 5 boxes") gives way to an earlier one that the text computed
     (`= 16`), or, when none is, to the last one not after such a word.
     """
-    if not numbers:
-        return None
+    if len(numbers) <= 1:
+        return _normalise(numbers[0]) if numbers else None
     if _RESULT_BEFORE.search(sentence, max(0, numbers[-1].start() - 12), numbers[-1].start()):
         return _normalise(numbers[-1])  # the sentence ends with an equation: "... because 20 - 6 = 14"
     kept = [n for n in numbers if not _is_operand(sentence, n)] or numbers
