@@ -20,12 +20,15 @@ $16") gives its answer number; a number word counts ("eighteen", "twenty-five", 
 a line reads the next line, or, when that line is working (a list item, a sum), the block's final result. A phrase
 followed by no number at all ("The answer cannot be determined.") is a final answer that is no number: None, never
 an earlier number.
-The answer number of a sentence: operands (`18 - 4 = 14` gives 14) and numbers in a purpose clause ("babysit 5
-times to make 15 flans" gives 5) are passed over; of the rest, the last, unless it is never a computed result
-(`= N`) in the text and an earlier one is. Numbers: `1,080`, `1{,}080`, `1,\\!080`, `1\\,080`, `1\\ 080` are 1080,
-`2.4 \\times 10^{3}` is 2400, `\\frac{3}{4}` is 0.75, and the time `2:00 pm` is 2.
+The answer number of a sentence (`_sentence_answer`): operands and comparisons (`18 - 4 = 14` gives 14), numbers in
+a purpose clause ("babysit 5 times to make 15 flans" gives 5) and in a reason or condition ("because he scored 30")
+are passed over; a sentence that ends with an equation gives its result; otherwise the last number, unless it
+restates a stated result ("= $240 for the 6 shirts" gives 240) or follows "after", "for", "in" ... while an
+earlier one was computed ("$16 after 60 days" gives 16). Numbers: `1,080`, `1{,}080`, `1,\\!080`, `1\\,080`,
+`1\\ 080` are 1080, `2.4 \\times 10^{3}` is 2400, `\\frac{3}{4}` is 0.75, and the time `2:00 pm` is 2.
 
-No final answer, no credit (`extract_answer(..., truncated=, thinking=)`, `grade` and every reward apply it):
+No final answer, no credit (`extract_answer(..., truncated=, thinking=)`, `grade`, correctness_reward, math_reward,
+and format_reward for the thinking part; reasoning_reward and overlong_reward do not depend on an answer):
     - thinking that never closed has no answer, whatever it says: a `<think>` (or `<thinking>`) with no `</think>`
       after it, or thinking mode on (ENABLE_THINKING, `thinking=True`) and no `</think>` at all;
     - a cut-off completion (`truncated=True`) gets no answer from the last-number fallback, nor from the working
@@ -36,6 +39,10 @@ unpadded (`_generate_and_score_completions`), so a completion cut at max_complet
 One whose EOS is its max_completion_length-th token has as many and counts as cut off too (the reward cannot see
 the EOS id); that costs it only the fallback's credit. evaluate.py passes `truncated` = the generation reached the
 token limit without an end-of-turn token.
+
+TRL's conventions: the gold comes as `answer` or, as TRL's and open-r1's rewards read it, `solution`; a reward that
+needs the gold returns None for a row without a readable one (TRL skips it), not 0.0. In the registry, the rewards
+that apply the rule are small classes that grpotrainer.py builds with max_completion_length and enable_thinking.
 
 An answer that is an expression (`#### 9*2`) is no answer unless it states its result (`9*2 = 18`): model output is
 never evaluated. Every scan is linear in the length of the text, and nothing here raises on any text.
