@@ -1,10 +1,13 @@
 """Grading speed and agreement: rewards.correctness_reward against TRL's accuracy_reward (math-verify) on GSM8K.
 
 Both graders get the same completions in chat form, as GRPOTrainer passes them, and the same gold numbers (the text
-after GSM8K's "####", commas removed, which math-verify can parse). Two sets of completions, both from GSM8K's
+after GSM8K's "####", commas removed, which math-verify can parse). Three sets of completions, all from GSM8K's
 reference solutions (train + test, 8,792):
-    hash    the solutions as they are, ending in "#### N" (the format our prompt asks for);
-    boxed   the same with the last line rewritten as "The answer is $\\boxed{N}$." (the format math-verify reads).
+    hash      the solutions as they are, ending in "#### N" (the format our prompt asks for);
+    boxed     the same with the last line rewritten as "The answer is $\\boxed{N}$." (the format math-verify reads);
+    sentence  the working alone, without "#### N" and the <<calculator>> notes: the answer is only in the last
+              sentence, as in a model's prose (our last-number fallback; math-verify needs an anchor, so it reads
+              none of them).
 For each grader: completions per CPU-second (best of --repeat runs for ours, one run for math-verify, which is slow;
 wall-clock rates go to the JSON),
 accuracy against the gold (every reference solution is right, so a correct grader scores 100%), and how often the
@@ -21,6 +24,7 @@ import json
 import logging
 import os
 import platform
+import re
 import sys
 import time
 from importlib.metadata import version
@@ -46,14 +50,15 @@ def load_solutions(data: Path, limit: int) -> list[str]:
 
 def completion_sets(solutions: list[str]) -> tuple[list[str], dict[str, list]]:
     """The gold numbers, and the completion sets in chat form."""
-    golds, hashed, boxed = [], [], []
+    golds, hashed, boxed, sentence = [], [], [], []
     for solution in solutions:
         working, _, gold = solution.rpartition("####")
         gold = gold.strip().replace(",", "")
         golds.append(gold)
         hashed.append([{"role": "assistant", "content": solution}])
         boxed.append([{"role": "assistant", "content": f"{working}The answer is $\\boxed{{{gold}}}$."}])
-    return golds, {"hash": hashed, "boxed": boxed}
+        sentence.append([{"role": "assistant", "content": re.sub(r"<<[^>]*>>", "", working).strip()}])
+    return golds, {"hash": hashed, "boxed": boxed, "sentence": sentence}
 
 
 def timed(func, repeat: int):
@@ -104,7 +109,7 @@ def print_table(results: dict, n: int) -> None:
     print("completions/s: per CPU-second of one core (both graders are single-threaded); accuracy: against the gold")
     print(f"{'completions end':<16} {'grader':<42} {'completions/s':>13} {'accuracy':>9} {'agreement':>10}")
     for name, r in results.items():
-        ending = '"#### N"' if name == "hash" else '"\\boxed{N}"'
+        ending = {"hash": '"#### N"', "boxed": '"\\boxed{N}"', "sentence": "a sentence"}[name]
         ours, trl = r["ours"], r["trl"]
         ours_rate = ours["per_cpu_second"]
         print(f"{ending:<16} {'rewards.correctness_reward':<42} {ours_rate:>13,.0f} {ours['accuracy']:>9.2%}")

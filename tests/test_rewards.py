@@ -7,6 +7,7 @@ Every example here is written for these tests (no GSM8K text); tests/test_reward
 
 import ast
 import builtins
+import inspect
 import math
 import pickle
 import re
@@ -17,11 +18,13 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import rewards
 from rewards import (
     REWARDS,
+    CorrectnessReward,
     OverlongReward,
     answers_match,
     completion_to_text,
@@ -41,9 +44,14 @@ def chat(text):
     return [{"role": "assistant", "content": text}]
 
 
-def make_reward(entry):
-    """A registry entry ready to call: classes are built the way grpotrainer.py builds them."""
-    return entry(max_completion_length=64) if isinstance(entry, type) else entry
+def make_reward(entry, max_completion_length=64, enable_thinking=False):
+    """A registry entry ready to call: classes are built the way grpotrainer.py builds them, with the keyword
+    arguments their __init__ accepts among max_completion_length and enable_thinking."""
+    if not isinstance(entry, type):
+        return entry
+    accepted = inspect.signature(entry).parameters
+    settings = {"max_completion_length": max_completion_length, "enable_thinking": enable_thinking}
+    return entry(**{key: value for key, value in settings.items() if key in accepted})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -113,7 +121,7 @@ def make_reward(entry):
         ("<think>The answer is 17</think>\n\nTom has 18 pens.", "18"),  # the phrase inside the block is skipped
         ("<think>It is 18</think>", "18"),  # nothing follows the block: the block is all there is
         ("<think>It is 18</think>\n  \n", "18"),  # whitespace is not text
-        ("<think>unfinished, 17 so far", "17"),  # an unclosed block is read whole
+        ("<think>unfinished, 17 so far", None),  # thinking that never closed has no final answer
         # the last number
         ("Tom has 18.", "18"),
         ("costs $.50", "0.5"),
@@ -235,8 +243,37 @@ def test_correctness_reward_gold_forms(gold):
 
 @pytest.mark.parametrize("answer", [None, [None, None], [], ["no number", "no number"], [True, True]])
 def test_correctness_reward_missing_gold(answer):
-    # a gold that is missing or unreadable scores 0.0, never raises
-    assert correctness_reward(["#### 18", "#### 18"], answer=answer) == [0.0, 0.0]
+    # a gold that is missing or unreadable gives None, which TRL skips (NaN, left out of the group's mean)
+    assert correctness_reward(["#### 18", "#### 18"], answer=answer) == [None, None]
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        ({"solution": ["18", "17"]}, [1.0, 0.0]),  # TRL's and open-r1's column name
+        ({"answer": ["18", "17"], "solution": ["17", "18"]}, [1.0, 0.0]),  # answer wins when both are there
+        ({"answer": ["18", None], "solution": ["18", "18"]}, [1.0, None]),
+    ],
+)
+def test_correctness_reward_reads_solution(kwargs, expected):
+    assert correctness_reward(["#### 18", "#### 18"], **kwargs) == expected
+
+
+def test_correctness_reward_logs_extracted_and_gold():
+    # TRL's log_extra adds columns to the completions table: what was read, and the gold it was compared with
+    logged = []
+    completions = ["#### 1,080", "The answer is 17.", "no answer", "#### 5"]
+    out = correctness_reward(completions, answer=["1080", "18", "18", None], log_extra=lambda *a: logged.append(a))
+    assert out == [1.0, 0.0, 0.0, None]
+    assert logged == [("extracted", ["1080", "17", None, "5"]), ("gold", ["1080", "18", "18", None])]
+
+
+@pytest.mark.parametrize("name", list(REWARDS))
+def test_only_correctness_logs_columns(name):
+    # two rewards logging the same column would give it twice as many values as rows
+    logged = []
+    make_reward(REWARDS[name])(completions=["#### 18"], answer=["18"], log_extra=lambda *a: logged.append(a[0]))
+    assert logged == (["extracted", "gold"] if name == "correctness_reward" else [])
 
 
 @pytest.mark.parametrize(
@@ -299,9 +336,9 @@ def test_math_reward(completion, expected):
     assert math_reward([completion], answer=["12"]) == [expected]
 
 
-def test_math_reward_missing_gold_is_zero():
-    # the combined reward needs the gold, so without it the whole item scores 0.0
-    assert math_reward(["36 / 3 = 12\n#### 12"], answer=[None]) == [0.0]
+def test_math_reward_missing_gold_is_none():
+    # the combined reward needs the gold, so without it the item is skipped, as TRL does with None
+    assert math_reward(["36 / 3 = 12\n#### 12"], answer=[None]) == [None]
 
 
 def soft_overlong(length, max_len, cache):
@@ -359,6 +396,15 @@ TRL_KWARGS = {
     "question": ["q"] * len(COMPLETIONS),
 }
 RANGES = {"overlong_reward": (-1.0, 0.0)}
+NEEDS_GOLD = {"correctness_reward", "math_reward"}  # these return None where the gold is missing
+
+
+def in_range(name, reward, gold):
+    """Whether one reward value keeps the contract: None exactly where a gold-dependent reward has no gold."""
+    if name in NEEDS_GOLD and gold is None:
+        return reward is None
+    low, high = RANGES.get(name, (0.0, 1.0))
+    return type(reward) is float and low <= reward <= high
 
 
 def test_registry_names():
@@ -377,10 +423,11 @@ def test_registry_contract(name):
     assert reward.__name__ == name  # TensorBoard tag train/rewards/<name>/mean
     plain = reward(completions=COMPLETIONS, answer=GOLDS, **TRL_KWARGS)
     chats = reward(completions=[chat(c) for c in COMPLETIONS], answer=GOLDS, **TRL_KWARGS)
-    low, high = RANGES.get(name, (0.0, 1.0))
     assert len(plain) == len(COMPLETIONS)
-    assert all(type(r) is float and low <= r <= high for r in plain)
+    assert all(in_range(name, r, gold) for r, gold in zip(plain, GOLDS, strict=True))
     assert plain == chats
+    assert reward(completions=COMPLETIONS, solution=GOLDS, **TRL_KWARGS) == plain  # the gold as `solution`
+    assert reward(completions=COMPLETIONS, answer=GOLDS, unknown_column=[1] * 6, **TRL_KWARGS) == plain
     assert reward(completions=COMPLETIONS, answer=GOLDS) == reward(completions=COMPLETIONS, answer=GOLDS)
     assert reward(completions=[], answer=[]) == []
 
@@ -393,6 +440,44 @@ def test_registry_pickles(name):
         completions=COMPLETIONS, answer=GOLDS, **TRL_KWARGS
     )
     assert pickle.loads(pickle.dumps(REWARDS[name])) is REWARDS[name]  # functions and classes pickle by reference
+    assert repr(copy) == repr(reward)  # the bound settings survive the round trip
+
+
+@pytest.mark.parametrize("name", list(REWARDS))
+def test_registry_no_credit_for_unclosed_thinking(name):
+    # thinking mode on and no </think>: no reward pays for an answer inside the thinking
+    reward = make_reward(REWARDS[name], max_completion_length=64, enable_thinking=True)
+    thinking = ["Okay, 3 * 6 = 18.\n#### 18", "<think>3 * 6 = 18, so the answer is \\boxed{18}"]
+    closed = ["Okay, 3 * 6 = 18.\n</think>\n\n3 * 6 = 18\n#### 18"]
+    out = reward(completions=thinking + closed, answer=["18"] * 3, completion_ids=[[1] * 10] * 3)
+    expected = {
+        "correctness_reward": [0.0, 0.0, 1.0],
+        "format_reward": [0.0, 0.0, 1.0],
+        "reasoning_reward": [1.0, 1.0, 1.0],  # shown working, wherever it is, is shown working
+        "math_reward": [0.0, 0.0, 1.0],
+        "overlong_reward": [0.0, 0.0, 0.0],
+    }
+    assert out == expected[name]
+
+
+@pytest.mark.parametrize("name", ["correctness_reward", "format_reward", "math_reward"])
+def test_configured_rewards(name):
+    # the registry classes bind the run's settings; the module-level functions are the same rewards unbound
+    entry = REWARDS[name]
+    assert set(inspect.signature(entry).parameters) == {"max_completion_length", "enable_thinking"}
+    reward = entry(max_completion_length=16, enable_thinking=True)
+    function = getattr(rewards, name)
+    assert reward(["</think>#### 18"], answer=["18"]) == function(["</think>#### 18"], answer=["18"])
+    assert reward(["#### 18"], answer=["18"]) != function(["#### 18"], answer=["18"])  # thinking on: no </think>
+    with pytest.raises(ValueError):
+        entry(max_completion_length=0)
+
+
+def test_correctness_reward_class_reads_cut_offs():
+    reward = CorrectnessReward(max_completion_length=4)
+    texts = ["3 * 6 = 18", "3 * 6 = 18", "3 * 6 = 18\n#### 18"]
+    out = reward(completions=texts, answer=["18"] * 3, completion_ids=[[1, 2, 3, 4], [1, 2, 3], [1, 2, 3, 4]])
+    assert out == [0.0, 1.0, 1.0]  # cut off at 4 tokens: the fallback's 18 earns nothing; a #### answer does
 
 
 def test_import_is_light():
@@ -477,18 +562,21 @@ def test_extract_answer_never_raises_and_normalises(text):
 @settings(max_examples=150, deadline=None)
 @given(st.lists(texts, min_size=1, max_size=4), st.one_of(st.none(), texts))
 def test_rewards_never_raise(completions, gold):
+    gold_value = rewards.extract_answer(gold) if gold is not None else None
     for name in REWARDS:
-        reward = make_reward(REWARDS[name])
-        low, high = RANGES.get(name, (0.0, 1.0))
-        for form in (completions, [chat(c) for c in completions]):
-            out = reward(completions=form, answer=[gold] * len(completions), completion_ids=[[1]] * len(completions))
-            assert len(out) == len(completions) and all(low <= r <= high for r in out)
+        for thinking in (False, True):
+            reward = make_reward(REWARDS[name], max_completion_length=1, enable_thinking=thinking)
+            for form in (completions, [chat(c) for c in completions]):
+                ids = [[1]] * len(completions)  # every completion cut off at one token
+                out = reward(completions=form, answer=[gold] * len(completions), completion_ids=ids)
+                assert len(out) == len(completions) and all(in_range(name, r, gold_value) for r in out)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(), st.integers(min_value=-(10**15), max_value=10**15))
 def test_a_final_hash_line_wins(prefix, n):
-    # whatever comes before it, a last line "#### N" is the answer
+    # whatever comes before it (but an unclosed thinking block), a last line "#### N" is the answer
+    assume("<think" not in prefix)
     assert extract_answer(f"{prefix}\n#### {n}") == str(n)
     assert correctness_reward([f"{prefix}\n#### {n:,}"], answer=[str(n)]) == [1.0]
 

@@ -1,0 +1,286 @@
+"""Grading on the kinds of output real models write: one test per failure category found on real GSM8K completions.
+
+The categories (A-F) are those of issue 11: LaTeX thousands grouping, a sentence after "Answer:", a marker followed by
+a line break, the last-number fallback, cut-off completions and unclosed thinking, and smaller cases. Every example
+is written for these tests in the styles of Qwen, DeepSeek-R1 distills, QwQ, Llama, Mistral and Gemma (no real model
+output is stored here). Run:
+    python -m pytest tests/test_grading.py -q
+"""
+
+import pytest
+
+from rewards import REWARDS, correctness_reward, extract_answer, grade
+
+R1_THINK = (
+    "<think>\nOkay, so Tom buys 3 packs of 6 pens. That's 3 * 6 = 18 pens. He gives 4 away: 18 - 4 = 14.\n</think>\n\n"
+)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A. LaTeX thousands grouping: every way of grouping digits reads as one number
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (r"**Final Answer**" "\n" r"\[ \boxed{1,\!080} \]", "1080"),  # R1 distills write every 4+ digit number so
+        (r"The house is worth \(\boxed{\$114,\!200}\).", "114200"),
+        (r"She earns $\$1,\!250$ a month, so the answer is $\boxed{15,\!000}$.", "15000"),
+        (r"\boxed{1,\!000,\!000}", "1000000"),
+        (r"\boxed{12,\!345.50}", "12345.5"),
+        (r"\boxed{1{,}080}", "1080"),
+        (r"\boxed{\$1{,}080.00}", "1080"),
+        (r"\boxed{1\,080}", "1080"),
+        (r"\boxed{1\ 080}", "1080"),
+        (r"\boxed{1\!080}", "1080"),
+        (r"\boxed{1~080}", "1080"),
+        ("\\boxed{1\u2009080}", "1080"),  # a thin space
+        ("\\boxed{1\u202f080}", "1080"),  # a narrow no-break space
+        (r"\boxed{1,\,080}", "1080"),
+        (r"The total is $2,\!400 + 1,\!080 = 3,\!480$ dollars.", "3480"),  # the last number, grouped
+        (r"So the answer is $1{,}080$.", "1080"),
+        ("#### 1,080", "1080"),
+        (r"\boxed{3,\!5}", "3"),  # not a thousands group: ",\!5" has one digit, so the box reads 3 ("3, 5")
+        (r"\boxed{10,\!000\text{ dollars}}", "10000"),
+    ],
+)
+def test_a_thousands_grouping(text, expected):
+    assert extract_answer(text) == expected
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# B. An answer phrase followed by a sentence: the sentence's answer, not its first number
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Answer: After 60 days, Cynthia will spend $16.00", "16"),
+        (
+            "She eats 1 carton every 15 days: 60 / 15 = 4 cartons, 4 * 4 = $16.\nAnswer: Cynthia will spend $16.00 "
+            "after 60 days.",
+            "16",
+        ),  # the result computed above, not the restated 60
+        ("**Answer:** In 3 years, Tom will be 18 years old.", "18"),
+        ("Answer: Tom has 18 pens left.", "18"),
+        ("Answer: Each of the 4 friends gets 6 cookies.", "6"),
+        ("Answer: The total cost is 3 * $6 = $18.", "18"),  # a sum: its stated result
+        ("The answer is: After giving 4 away, Tom has 14 pens.", "14"),
+        ("Answer: Janet makes $18 every day at the farmers' market.", "18"),
+        ("**Answer:** Mark needs to sell 25 more cupcakes to reach his goal of 100.", "25"),  # a purpose clause
+        ("Answer: It takes 3 hours to fill the 300-gallon tank.", "3"),
+        ("Final answer: Over 5 weeks, she saves a total of $250.", "250"),
+        ("The answer is 18 pens, and 2 are left over.", "18"),  # a number first is the answer
+        ("The answer is about 18 dollars for 3 days.", "18"),
+        ("Answer: $16 (4 cartons at $4 each)", "16"),
+        ("Answer: 5 times. Sandra needs to babysit 5 times.", "5"),
+        ("Answer: the farmer has 120 - 45 = 75 sheep left after the sale of 45.", "75"),
+    ],
+)
+def test_b_sentence_after_answer_phrase(text, expected):
+    assert extract_answer(text) == expected
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# C. A marker followed by a line break: JSON answers, the next line, or the final result of the working below
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('The final answer is:\n{"reasoning": "3 * 6 = 18 pens, plus 8 more is 26", "answer": "26"}', "26"),
+        ('```json\n{\n  "reasoning": "She has 3 + 4 = 7 apples.",\n  "answer": 7\n}\n```', "7"),
+        ('{"answer": "$1,080", "explanation": "40 boxes of 27 pens"}', "1080"),
+        ('{"steps": ["12 / 3 = 4", "4 * 5 = 20"], "final_answer": "20"}', "20"),
+        ("{'reasoning': '5 + 5 = 10', 'answer': 10}", "10"),
+        (
+            "Step by step answer:\n1. Tom buys 3 packs of 6: 3 * 6 = 18.\n2. He gives away 4: 18 - 4 = 14.\n"
+            "So Tom has 14 pens.",
+            "14",
+        ),  # a heading for the working, not an answer
+        ("Step-by-step answer:\nFirst, 3 * 6 = 18 pens.\nThen 18 - 4 = 14 pens.", "14"),
+        ("Detailed answer:\nJanet gets 16 eggs and uses 7, so 16 - 7 = 9 are sold at $2: 9 * 2 = 18.", "18"),
+        ("The final answer is:\n1. 3 * 6 = 18 pens\n2. 18 - 4 = 14 pens", "14"),  # working: its final result
+        ("**Final Answer:**\n- Pens bought: 3 * 6 = 18\n- Pens left: 18 - 4 = 14", "14"),
+        ("The final answer is:\n\n18", "18"),
+        ("### Final Answer\nTom has **\\$18** left.", "18"),
+        ("**Final Answer**\n\n$$\n18\n$$", "18"),
+        ("The final answer is:\n\nTom has 14 pens left after giving 4 away.\n\nI hope this helps!", "14"),
+        ("Final Answer:\n\\[ 3 \\times 6 = 18 \\]", "18"),
+    ],
+)
+def test_c_marker_then_line_break(text, expected):
+    assert extract_answer(text) == expected
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# D. No marker: the answer number of the last sentence, times, and a sum after ####
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "Each babysitting job pays $9, and she needs $45: 45 / 9 = 5.\n"
+            "So, Sandra needs to babysit 5 times to earn enough to make 15 Spanish flans.",
+            "5",
+        ),
+        ("So, Sandra needs to babysit 5 times to make 15 Spanish flans.", "5"),  # a purpose clause restates
+        ("Tom needs 20 - 15 = 5 more dollars.\nSo Tom needs 5 more dollars to buy the $20 game.", "5"),
+        ("It will take 100 / 20 = 5 weeks. She will have $100 in 5 weeks.", "5"),
+        ("He bought 3 packs at 6 * 3 = $18. In total, he spent $18 on 3 packs.", "18"),  # computed, not restated
+        ("3 friends share 18 cookies: 18 / 3 = 6.\nSo the 3 friends each get 6 cookies.", "6"),
+        ("Janet sells 16 - 3 - 4 = 9 eggs. She makes 9 * 2 = 18 dollars every day.", "18"),
+        ("So he has 18 - 4 = 14 pens left.", "14"),  # operands are passed over
+        ("The movie ends at 2:00 pm.", "2"),  # a time: the hour, not the minutes
+        ("They meet at 11:30.", "11"),
+        ("It is 3 hours after 11:00, so they arrive at 2:00 PM.", "2"),
+        ("#### 12.8 hectares / (1 - 3/5) = 12.8 / 0.4 = 32 hectares", "32"),  # a sum with units: its result
+        ("#### 40 apples - 15 apples = 25 apples", "25"),
+        ("#### 18 pens", "18"),  # a unit alone is no sum
+        ("#### 6 apples/day", "6"),
+        ("Tom has 18 pens.", "18"),
+        ("After 3 years, the tree will be 18 feet tall.", "18"),
+        ("Therefore, the total cost is $18 for 3 packs.", "18"),  # nothing computed: "for 3" restates
+        ("She will reach her goal in 5 weeks.", "5"),  # one number: it is the answer, whatever precedes it
+        ("3 * 6 = 18\nThe total is 20 + 30 = 50.", "50"),
+        ("You will save $3 + $5 = $8 for 3 gallons of milk and 5 boxes of cereal.", "8"),  # "and 5" continues "for"
+        ("Thus, Marlene will pay $40 x 6 = $240 for the 6 shirts.", "240"),
+        ("He gets paid $10,000 because he averages 30 or more points that week.", "10000"),  # a reason restates
+        ("If he sells 18 more pens, he will have 50 pens.", "50"),  # a condition restates
+        ("He spends $50 on the cheapest flour because 50 < 52.", "50"),  # a comparison is no answer
+        ("She runs 6 / 12 = 0.5 hour, which is 30 minutes.", "30"),  # a restatement of the result
+        ("768 / 50 = 15.36 minutes, which rounds down to 15 minutes.", "15"),
+        ("It would take 840 minutes to groom 5 dogs and 3 cats.", "840"),  # a purpose clause with a list
+        ("Nine cheesecakes need 72 - 15 = 57 more eggs than 5 chocolate cakes.", "57"),
+        ("Week 2: 300 - 90 = 210 pages remain\nWeek 3:210 pages", "210"),  # "3:210" is no time
+        ("100/5 = 5A/5 or 20 = A.", "20"),  # "or" restates; "20 = A" is a result, not an operand
+    ],
+)
+def test_d_no_marker(text, expected):
+    assert extract_answer(text) == expected
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# E. No final answer, no credit: unclosed thinking, and the fallback of a cut-off completion
+
+
+@pytest.mark.parametrize(
+    "text, thinking",
+    [
+        ("<think>\n3 * 6 = 18, so the answer is 18.", False),
+        ("<think>\nSo the answer is \\boxed{18}. Wait, let me double-check", False),
+        ("<think>\nI'll write it as:\n#### 18\nHmm, but maybe", False),
+        ("<think>first</think>\n<think>\nthe answer is 18", False),  # the second block never closed
+        ("<thinking>3 * 6 = 18, the answer is 18", False),
+        ("Okay, 3 * 6 = 18 pens. So the answer is 18.", True),  # thinking mode, and no </think> at all
+        ("#### 18", True),
+        ("<think>So it is 18</think", False),  # a broken closing tag closes nothing
+    ],
+)
+def test_e_unclosed_thinking_scores_zero(text, thinking):
+    assert extract_answer(text, thinking=thinking) is None
+    assert correctness_reward([text], answer=["18"], enable_thinking=thinking) == [0.0]
+    assert grade(text, "18", thinking=thinking) == {
+        "extracted": None,
+        "correct": False,
+        "strict_correct": False,
+        "formatted": False,
+    }
+
+
+@pytest.mark.parametrize(
+    "text, thinking, expected",
+    [
+        ("Okay, 3 * 6 = 18.\n</think>\n\nThe answer is 18.", True, "18"),  # the template put <think> in the prompt
+        (R1_THINK + "Tom has **14** pens.", True, "14"),
+        (R1_THINK + "Tom has **14** pens.", False, "14"),
+        ("<think>\n\n</think>\n\n3 * 6 = 18\n#### 18", True, "18"),  # Qwen3 with thinking off: an empty block
+    ],
+)
+def test_e_closed_thinking_is_read(text, thinking, expected):
+    # closed thinking is skipped and the answer after it read, with thinking mode on or off
+    assert extract_answer(text, thinking=thinking) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Tom buys 3 packs: 3 * 6 = 18 pens. Then he", None),  # cut off: the last number is no answer
+        ("Let me compute: 3 * 6 = 18", None),
+        (r"So the answer is $\boxed{18}$. Let me verify: 3 * 6 = 1", "18"),  # an answer it wrote still counts
+        ("3 * 6 = 18\n#### 18\n#### 18\n#### 1", "1"),  # the last #### it wrote, even a cut one
+        ("The answer is 18. Double-checking: 18 - 4 = 14 and", "18"),
+        ("The final answer is:\n1. 3 * 6 = 18\n2. 18 - 4 =", None),  # working under a heading is a fallback too
+    ],
+)
+def test_e_cut_off_gets_no_fallback(text, expected):
+    assert extract_answer(text, truncated=True) == expected
+
+
+@pytest.mark.parametrize("name", ["correctness_reward", "math_reward"])
+def test_e_cut_off_told_by_completion_ids(name):
+    # TRL passes unpadded ids up to the EOS: as many as max_completion_length means the completion was cut off
+    reward = REWARDS[name](max_completion_length=8, enable_thinking=False)
+    texts = ["3 * 6 = 18", "3 * 6 = 18", "3 * 6 = 18\n#### 18"]
+    ids = [[5] * 8, [5] * 6 + [2], [5] * 8]  # cut off, ended by EOS 2, cut off
+    out = reward(completions=texts, answer=["18"] * 3, completion_ids=ids)
+    assert out == ([0.0, 1.0, 1.0] if name == "correctness_reward" else [0.2, 0.8, 1.0])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# F. Smaller cases: number words, scientific notation, a final answer that is no number
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("The answer is eighteen.", "18"),
+        ("The answer is twenty-five.", "25"),
+        ("The answer is twenty five apples.", "25"),
+        ("The answer is a dozen.", "12"),
+        ("Answer: two dozen eggs", "24"),
+        ("Answer: one hundred and five", "105"),
+        ("The answer is three thousand four hundred.", "3400"),
+        ("Answer: Tom has eighteen pens.", "18"),
+        ("The answer is zero.", "0"),
+        ("3 * 6 = 18. The answer is eighteen, since 3 * 6 = 18.", "18"),
+        ("The answer is one of the 3 options: 18.", "18"),  # "one of" is no number
+        (r"\boxed{2.4 \times 10^{3}}", "2400"),
+        (r"\boxed{1.5 \cdot 10^{4}}", "15000"),
+        (r"\boxed{3 \times 10^2}", "300"),
+        ("\\boxed{2.4 \u00d7 10^3}", "2400"),
+        ("3 * 6 = 18 ... Therefore, the answer cannot be determined.", None),
+        ("3 * 6 = 18.\n\n**Final Answer:** Cannot be determined", None),
+        ("3 * 6 = 18.\n\nThe answer is: not enough information to tell.", None),
+        (r"3 * 6 = 18. So $\boxed{\text{Cannot be determined}}$", None),
+        (r"3 * 6 = 18. \boxed{\text{No solution}}", None),
+        ("We get 3 * 6 = 18, but the problem does not say how many were lost, so it cannot be determined.", None),
+        ("Final Answer: The final answer is 18. I hope it is correct.", "18"),
+        ("The answer is 18.\n\nNote: this cannot be determined exactly without rounding, but 18 is close.", "18"),
+    ],
+)
+def test_f_smaller_cases(text, expected):
+    assert extract_answer(text) == expected
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# grade(): evaluate.py's verdicts, with the same rule
+
+
+@pytest.mark.parametrize(
+    "completion, gold, kwargs, expected",
+    [
+        ("9 * 2 = 18\n#### 18", "18", {}, ("18", True, True, True)),
+        ("So the answer is \\boxed{18}.", "18", {}, ("18", True, False, False)),
+        ("#### 17", "18", {}, ("17", False, False, True)),
+        ("#### 1,080", "Tom packs 40 * 27 = 1080 pens.\n#### 1,080", {}, ("1080", True, True, True)),
+        ("3 * 6 = 18", "18", {"truncated": True}, (None, False, False, False)),
+        ("3 * 6 = 18\n#### 18", "18", {"truncated": True}, ("18", True, True, True)),
+        ("</think>\n#### 18", "18", {"thinking": True}, ("18", True, True, True)),
+        ("#### 18", None, {}, ("18", False, False, True)),  # no gold: nothing is correct
+    ],
+)
+def test_grade(completion, gold, kwargs, expected):
+    out = grade(completion, gold, **kwargs)
+    assert (out["extracted"], out["correct"], out["strict_correct"], out["formatted"]) == expected
