@@ -9,11 +9,13 @@ settings it used to OUTPUT_DIR/run_settings.json (`write_settings`) and evaluate
     hf_generator / vllm_generator               a `generate(prompts)` from a transformers model or from vLLM
     evaluate_trainer(trainer, ...)              EVAL_BEFORE / EVAL_AFTER on the model being trained
 
-Metrics (`KEYS`): strict_accuracy (the number after the last '####', GSM8K's official format, equals the gold),
-lenient_accuracy (rewards.extract_answer: '####', \\boxed{}, 'the answer is', last number), format_rate (a readable
-'#### N'), mean_completion_tokens (the end-of-turn token included), truncated_rate (completions cut off at the
-token limit) and seconds. A lenient accuracy far above the strict one means the model solves the problems but
-ignores the asked format.
+Grading is rewards.grade, training's own rule: a completion whose thinking never closed (`<think>` without
+`</think>`, or thinking mode on and no `</think>`) gets no credit, and one cut off at the token limit gets none
+from the last-number fallback. Metrics (`KEYS`): strict_accuracy (the number after the last '####', GSM8K's
+official format, equals the gold), lenient_accuracy (rewards.extract_answer: '####', \\boxed{}, 'the answer is',
+a final sentence), format_rate (a readable '#### N'), mean_completion_tokens (the end-of-turn token included),
+truncated_rate (completions cut off at the token limit) and seconds. A lenient accuracy far above the strict one
+means the model solves the problems but ignores the asked format.
 """
 
 import contextlib
@@ -187,24 +189,6 @@ def run_settings(adapter):
 # Grading and scoring
 
 
-def grade(completion, gold, truncated=False, thinking=False):
-    """One completion against its gold answer: what the lenient extractor reads, and the three verdicts.
-
-    >>> grade("9 * 2 = 18\\n#### 18", "18")
-    {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True}
-    >>> grade("So the answer is \\\\boxed{18}.", "18")
-    {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False}
-    """
-    text = rewards.completion_to_text(completion)
-    extracted, strict = rewards.extract_answer(text), rewards.extract_hash_answer(text)
-    return {
-        "extracted": extracted,
-        "correct": rewards.answers_match(extracted, gold),
-        "strict_correct": rewards.answers_match(strict, gold),
-        "formatted": strict is not None,
-    }
-
-
 def score(golds, completions, completion_tokens=None, truncated=None):
     """The metrics dict (keys `KEYS`) for completions graded against their gold answers; pure, no model.
 
@@ -215,7 +199,10 @@ def score(golds, completions, completion_tokens=None, truncated=None):
     (3, 0.3333, 0.6667, 0.6667, 4.0)
     """
     truncated = truncated or [False] * len(completions)
-    graded = [{**grade(c, g, t), "truncated": t} for c, g, t in zip(completions, golds, truncated, strict=True)]
+    graded = [
+        {**rewards.grade(c, g, truncated=t), "truncated": t}
+        for c, g, t in zip(completions, golds, truncated, strict=True)
+    ]
     return summarize(graded, completion_tokens or [0] * len(graded))
 
 
@@ -272,7 +259,9 @@ def generate_all(dataset, generate, batch_size, desc="GSM8K", progress=True):
 
 def results(rows, seconds, thinking=False):
     """The metrics and the prediction records (question, gold, completion, extracted, correct, ...) of `rows`."""
-    predictions = [{**r, **grade(r["completion"], r["gold"], r["truncated"], thinking)} for r in rows]
+    predictions = [
+        {**r, **rewards.grade(r["completion"], r["gold"], truncated=r["truncated"], thinking=thinking)} for r in rows
+    ]
     metrics = summarize(predictions, [r["completion_tokens"] for r in rows])
     return {**metrics, "seconds": round(seconds, 2)}, predictions
 

@@ -16,6 +16,7 @@ from conftest import GSM8K_DIR, REPO, read_scalars, run_script
 import cli
 import evaluate
 import gsm8k
+import rewards
 from cli import ConfigError
 
 # Four completions whose grades are known by construction, gold "18" throughout unless noted:
@@ -33,13 +34,13 @@ CASES = [
 
 @pytest.mark.parametrize(("completion", "gold", "expected"), CASES)
 def test_grade(completion, gold, expected):
-    assert gsm8k.grade(completion, gold) == expected
+    assert rewards.grade(completion, gold) == expected
 
 
 def test_grade_reads_chat_completions_like_plain_text():
     # TRL hands conversational completions as message lists; the grade must not depend on the wrapping.
     chat = [{"role": "assistant", "content": "9 * 2 = 18\n#### 18"}]
-    assert gsm8k.grade(chat, "18") == CASES[0][2]
+    assert rewards.grade(chat, "18") == CASES[0][2]
 
 
 def test_score_counts_the_known_cases():
