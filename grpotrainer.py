@@ -53,6 +53,7 @@ STEPS_PER_GENERATION = 0  # micro-batches per generation round; 0 = GRADIENT_ACC
 MASK_TRUNCATED_COMPLETIONS = False  # leave completions cut at MAX_COMPLETION_LENGTH out of the loss (DAPO)
 REWARD_FUNCS = ["correctness_reward", "format_reward"]  # names from rewards.REWARDS, "module:function", or callables
 REWARD_WEIGHTS = [1.0, 0.2]  # one weight per reward function; correctness should dominate
+USE_TRANSFORMERS_CONTINUOUS_BATCHING = False  # generate with transformers' paged continuous batching (no vLLM needed)
 USE_VLLM = False  # generate with vLLM (requirements-vllm.txt): several times faster generation
 VLLM_MODE = "colocate"  # colocate = on the training GPUs; server = `trl vllm-serve` on other GPUs
 VLLM_GPU_MEMORY_UTILIZATION = 0.3  # colocate: share of GPU memory vLLM may take
@@ -121,6 +122,7 @@ def build_config(smoke=False):
         steps_per_generation=STEPS_PER_GENERATION or None,
         mask_truncated_completions=MASK_TRUNCATED_COMPLETIONS,
         reward_weights=REWARD_WEIGHTS,
+        use_transformers_continuous_batching=USE_TRANSFORMERS_CONTINUOUS_BATCHING,
         use_vllm=USE_VLLM,
         vllm_mode=VLLM_MODE,
         vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
