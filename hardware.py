@@ -68,20 +68,17 @@ def attention_problem(requested, *, cuda, bf16, importable):
             f"ATTN_IMPLEMENTATION={requested!r} is not one of {', '.join(ATTENTION)} nor a Hub kernel such as "
             f"{FA2_KERNEL}."
         )
-    needs = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}.get(requested)
-    if HUB_KERNEL.match(requested):
-        needs = "kernels"
-    if needs is None:
+    wheel = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}.get(requested)
+    hub = bool(HUB_KERNEL.match(requested))
+    if wheel is None and not hub:
         return None
     if not (cuda and bf16):
         return f"ATTN_IMPLEMENTATION={requested} needs a CUDA GPU and BF16=True; use auto, which falls back to sdpa."
-    if not importable(needs):
-        package = {"flash_attn": "flash-attn", "flash_attn_interface": "flash-attn-3"}.get(needs, needs)
-        return (
-            f"ATTN_IMPLEMENTATION={requested} needs the {package} package, which is not installed; install it "
-            "(docs/gpu.md) or use auto."
-        )
-    return None
+    if importable("kernels") or (wheel and importable(wheel)):  # without the wheel transformers loads a Hub kernel
+        return None
+    package = {"flash_attn": "flash-attn", "flash_attn_interface": "flash-attn-3"}.get(wheel, "kernels")
+    alternative = " or the kernels package (requirements-cuda.txt)" if wheel else " (requirements-cuda.txt)"
+    return f"ATTN_IMPLEMENTATION={requested} needs the {package} package{alternative}; or use auto (docs/gpu.md)."
 
 
 def on_gpu(smoke):

@@ -13,9 +13,9 @@
 set -euo pipefail
 
 DEST=${1:-.whl}
-# what gpu_check.sh installs (requirements.txt's versions); pyarrow 21.0.0, the oldest trl accepts, is 41 MiB where
-# the newest (26.0.1) is 52 MiB, which would take the total over the limit
-NEEDED=(trl==1.16.0 datasets==5.2.0 pyarrow==21.0.0)
+# what gpu_check.sh installs (requirements.txt's versions); pyarrow 24.0.0, the oldest datasets 5.2.0 accepts, is
+# 47 MiB where the newest (26.0.1) is 52 MiB, which would take the total over the limit
+NEEDED=(trl==1.16.0 datasets==5.2.0 pyarrow==24.0.0)
 PREINSTALLED=(torch==2.11.0 transformers==5.17.0 accelerate==1.15.0 peft==0.21.2 tensorboard==2.21.0 safetensors
   tokenizers==0.23.2 huggingface_hub==1.33.0)
 PYTHON=${PYTHON:-python3.12}

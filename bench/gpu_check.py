@@ -460,6 +460,7 @@ def main(argv=None):
     out = Path(os.environ.get("GPU_CHECK_OUT") or ROOT / "outputs" / "bench" / "gpu.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     args.work = args.work or tempfile.mkdtemp(prefix="gpu-check-")
+    Path(args.work).mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT))
     report = {
         "benchmark": "gpu_check",

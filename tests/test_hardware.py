@@ -49,12 +49,13 @@ def test_an_explicit_choice_is_kept(requested):
         ("sdpa", False, False, set(), None),
         ("flex_attention", False, False, set(), None),
         ("flash_attention_2", True, True, {"flash_attn"}, None),
-        ("flash_attention_2", True, True, set(), "needs the flash-attn package"),
+        ("flash_attention_2", True, True, set(), "needs the flash-attn package or the kernels package"),
+        ("flash_attention_2", True, True, {"kernels"}, None),  # transformers loads kernels-community/flash-attn2
         ("flash_attention_3", True, True, {"flash_attn"}, "needs the flash-attn-3 package"),
         ("flash_attention_2", True, False, {"flash_attn"}, "needs a CUDA GPU and BF16=True"),
         (FA2, True, True, {"kernels"}, None),
         (FA2 + "@v3:flash_attn_varlen_func", True, True, {"kernels"}, None),
-        (FA2, True, True, set(), "needs the kernels package"),
+        (FA2, True, True, set(), "needs the kernels package (requirements-cuda.txt)"),
         ("flash_attention", True, True, {"flash_attn"}, "is not one of auto, sdpa"),  # a typo, not a Hub repo
         ("paged|sdpa", True, True, set(), "is not one of"),  # continuous batching picks paged variants itself
     ],
