@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install install-dev install-cuda train smoke test test-fast lint bench
+.PHONY: install install-dev install-cuda install-vllm train smoke test test-fast lint bench
 
 $(VENV)/installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -15,20 +15,25 @@ $(VENV)/installed-dev: $(VENV)/installed requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-# flash-attn, bitsandbytes, DeepSpeed and Liger: CUDA machines only, all optional (see requirements-cuda.txt).
-# flash-attn compiles against the installed torch and needs nvcc; without it, training uses PyTorch's sdpa.
+# Hub kernels, bitsandbytes and DeepSpeed: CUDA machines only, all optional, nothing compiled (requirements-cuda.txt).
 $(VENV)/installed-cuda: $(VENV)/installed requirements-cuda.txt
 	$(PY) -m pip install --quiet setuptools wheel ninja packaging psutil
-	MAX_JOBS=4 $(PY) -m pip install --quiet --no-build-isolation -r requirements-cuda.txt
+	$(PY) -m pip install --quiet --no-build-isolation -r requirements-cuda.txt
+	touch $@
+
+# vLLM generation (USE_VLLM=True) in the same environment: requirements-vllm.txt adds only vllm.
+$(VENV)/installed-vllm: $(VENV)/installed requirements-vllm.txt
+	$(PY) -m pip install --quiet -r requirements-vllm.txt
 	touch $@
 
 install: $(VENV)/installed
 install-dev: $(VENV)/installed-dev
 install-cuda: $(VENV)/installed-cuda
+install-vllm: $(VENV)/installed-vllm
 
 train: install
 	@if command -v nvidia-smi >/dev/null && [ ! -f $(VENV)/installed-cuda ]; then \
-		echo "note: for flash-attn, QLoRA, DeepSpeed and Liger run 'make install-cuda' once (optional)"; fi
+		echo "note: for Hub attention kernels, QLoRA and DeepSpeed run 'make install-cuda' once (optional)"; fi
 	$(PY) grpotrainer.py $(ARGS)
 
 smoke: install

@@ -27,7 +27,7 @@ from cli import ConfigError
 MODEL_NAME = "Qwen/Qwen3-8B"  # Hub id or local folder of the base model
 ADAPTER = ""  # folder of a trained LoRA adapter (a run's OUTPUT_DIR or a checkpoint-N in it); "" = base model alone
 TRUST_REMOTE_CODE = False  # run a model repo's own Python code
-ATTN_IMPLEMENTATION = "auto"  # auto, flash_attention_2, sdpa or eager
+ATTN_IMPLEMENTATION = "auto"  # auto = fastest installed on CUDA in bf16 (docs/gpu.md), else sdpa; or sdpa, eager, ...
 BF16 = True  # bfloat16 weights (CUDA); False = fp32
 ENABLE_THINKING = False  # Qwen3 thinking mode; keep it as in training
 # data
@@ -98,7 +98,7 @@ def load_model(s, cpu_only=False):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cuda = hardware.on_gpu(cpu_only)
-    kwargs = hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cuda)
+    kwargs = hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cpu_only)
     remote = s["TRUST_REMOTE_CODE"]
     try:
         model = AutoModelForCausalLM.from_pretrained(

@@ -28,7 +28,7 @@ import smoke
 # model
 MODEL_NAME = "Qwen/Qwen3-8B"  # Hub id, or a local folder holding config.json + weights (see README)
 TRUST_REMOTE_CODE = False  # run a model repo's own Python code; Qwen3 needs none, so leave it off
-ATTN_IMPLEMENTATION = "auto"  # auto = flash_attention_2 if flash-attn is installed on CUDA, else sdpa; or eager
+ATTN_IMPLEMENTATION = "auto"  # auto = fastest installed on CUDA in bf16 (docs/gpu.md), else sdpa; or sdpa, eager, ...
 LOAD_IN_4BIT = False  # QLoRA: 4-bit NF4 base weights via bitsandbytes (CUDA only); ~1/4 of the weight memory
 ENABLE_THINKING = False  # Qwen3 thinking mode; needs MAX_COMPLETION_LENGTH >= 1024 or every reward is 0
 # LoRA
@@ -68,7 +68,6 @@ NUM_TRAIN_EPOCHS = 3  # passes over the data when MAX_STEPS = -1
 MAX_STEPS = -1  # optimiser steps; -1 = use NUM_TRAIN_EPOCHS
 ACTIVATION_CHECKPOINTING = True  # recompute activations in the backward pass: much less memory, slower
 BF16 = True  # bfloat16 weights and maths (needs an Ampere or newer GPU)
-USE_LIGER_KERNEL = False  # Liger's Triton RMSNorm/SwiGLU/RoPE kernels (CUDA, requirements-cuda.txt)
 SEED = 42  # seeds LoRA init, sampling and data order
 DDP_TIMEOUT = 1800  # seconds a process waits for the others (torchrun) before the run stops with a message
 # logging / output
@@ -103,17 +102,11 @@ def build_config(s, fields, cpu_only):
     """The GRPOConfig for the settings `s`, plus lower-case `fields` from the command line, checked by TRL."""
     from trl import GRPOConfig
 
-    cuda = hardware.on_gpu(cpu_only)
-    checkpointing = (
-        "activation_checkpointing"
-        if "activation_checkpointing" in GRPOConfig.__dataclass_fields__
-        else ("gradient_checkpointing")
-    )  # transformers 5.24 renamed it; 5.17 (vLLM's) has the old name
     try:
         return GRPOConfig(
             output_dir=s["OUTPUT_DIR"],
             trust_remote_code=s["TRUST_REMOTE_CODE"],
-            model_init_kwargs=hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cuda),
+            model_init_kwargs=hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cpu_only),
             chat_template_kwargs={"enable_thinking": s["ENABLE_THINKING"]},
             num_generations=s["NUM_GENERATIONS"],
             max_completion_length=s["MAX_COMPLETION_LENGTH"],
@@ -137,7 +130,6 @@ def build_config(s, fields, cpu_only):
             num_train_epochs=s["NUM_TRAIN_EPOCHS"],
             max_steps=s["MAX_STEPS"],
             bf16=s["BF16"],
-            use_liger_kernel=s["USE_LIGER_KERNEL"],
             seed=s["SEED"],
             ddp_timeout=s["DDP_TIMEOUT"],
             report_to=[] if s["REPORT_TO"] == "none" else [s["REPORT_TO"]],
@@ -148,7 +140,7 @@ def build_config(s, fields, cpu_only):
             save_total_limit=s["SAVE_TOTAL_LIMIT"],
             use_cpu=cpu_only,
             ddp_find_unused_parameters=False,  # LoRA gives every adapter weight a gradient: skip DDP's extra search
-            **{checkpointing: s["ACTIVATION_CHECKPOINTING"]},
+            gradient_checkpointing=s["ACTIVATION_CHECKPOINTING"],
             **fields,
         )
     except (ValueError, TypeError) as err:  # GRPOConfig's own checks, e.g. on a --field=value

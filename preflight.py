@@ -22,7 +22,6 @@ CHOICES = {
     "LOSS_TYPE": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
     "SCALE_REWARDS": ("group", "batch", "none"),
     "VLLM_MODE": ("colocate", "server"),
-    "ATTN_IMPLEMENTATION": ("auto", "flash_attention_2", "sdpa", "eager"),
     "REPORT_TO": ("tensorboard", "trackio", "wandb", "none"),
 }
 # (low, high, low_inclusive, high_inclusive, hint): a number outside fails inside TRL/peft, often after the weights
@@ -198,8 +197,7 @@ def hardware_problems(s, cpu_only):
         )
     for flag, package, install in [
         ("LOAD_IN_4BIT", "bitsandbytes", "pip install -r requirements-cuda.txt"),
-        ("USE_LIGER_KERNEL", "liger_kernel", "pip install -r requirements-cuda.txt"),
-        ("USE_VLLM", "vllm", "pip install -r requirements-vllm.txt"),
+        ("USE_VLLM", "vllm", "pip install -r requirements-vllm.txt (adds vllm to this environment)"),
     ]:
         if s[flag] and not cuda:
             problems.append(f"{flag}=True needs a CUDA GPU; set {flag}=False on this machine.")
@@ -210,13 +208,10 @@ def hardware_problems(s, cpu_only):
         problems.append(
             f"REPORT_TO={report_to} needs the {report_to} package: pip install {report_to}, or REPORT_TO=tensorboard."
         )
-    if s["ATTN_IMPLEMENTATION"] == "flash_attention_2" and not (
-        cuda and s["BF16"] and hardware.importable("flash_attn")
-    ):
-        problems.append(
-            "ATTN_IMPLEMENTATION=flash_attention_2 needs a CUDA GPU, BF16=True and flash-attn (docs/gpu.md).\n"
-            "Use auto to fall back to sdpa."
-        )
+    attn = hardware.attention_problem(
+        s["ATTN_IMPLEMENTATION"], cuda=cuda, bf16=s["BF16"], importable=hardware.importable
+    )
+    problems += [attn] if attn else []
     if s["USE_VLLM"] and s["LOAD_IN_4BIT"]:
         problems.append(
             "USE_VLLM=True with LOAD_IN_4BIT=True: TRL merges LoRA into the base weights for vLLM, lossy in 4-bit.\n"

@@ -112,7 +112,7 @@ def run_bare(model_dir, steps, out_dir):
         per_device_train_batch_size=c["PER_DEVICE_TRAIN_BATCH_SIZE"],
         gradient_accumulation_steps=c["GRADIENT_ACCUMULATION_STEPS"],
         max_steps=steps,
-        activation_checkpointing=c["ACTIVATION_CHECKPOINTING"],
+        gradient_checkpointing=c["ACTIVATION_CHECKPOINTING"],  # transformers 5.17 name (requirements.txt)
         bf16=False,
         use_cpu=True,
         seed=c["SEED"],

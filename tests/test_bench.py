@@ -1,66 +1,99 @@
-"""The benchmarks run end to end on CPU: the GPU benchmark's --dry-run (tiny shapes, the same code path as on a GPU)
-and a short overhead benchmark; plus the sizes the GPU benchmark's bandwidth bound is computed from.
+"""The benchmarks run end to end on CPU: the GPU check's --dry-run (tiny shapes, the same code path as on a GPU) and a
+short overhead benchmark; plus the sizes and rooflines the GPU check's figures are computed from.
 
-    pytest tests/test_bench.py          # ~20 s on 2 cores (more while other jobs share them)
+    pytest tests/test_bench.py -m "not slow"     # seconds
+    pytest tests/test_bench.py                   # + the dry run, ~1-2 min on 2 shared cores
 """
 
 import json
+import os
+import sys
 
 import pytest
 import torch
-from conftest import run_script
+from conftest import REPO, run_script
 
-from bench import bench_gpu
+from bench import gpu_check
 
-# Parameters of the real models (Qwen3-0.6B, Qwen3-8B), and the bytes a bf16 decode step reads: every layer and the
-# LM head; Qwen3-8B's separate input embedding (151936 x 4096 = 622,329,856 parameters) is only a row lookup.
-REAL_SIZES = {"qwen3-0.6b": (596_049_920, 1_192_099_840), "qwen3-8b": (8_190_735_360, 15_136_811_008)}
+# Parameters of the real models, and of those the parameters a decode step reads (all but Qwen3-8B's untied input
+# embedding, 151936 x 4096 = 622,329,856, which is only a row lookup). 0.6B and 8B match the Hub's configs' sizes.
+REAL_SIZES = {
+    "qwen3-0.6b": (596_049_920, 596_049_920),
+    "qwen3-1.7b": (1_720_574_976, 1_720_574_976),
+    "qwen3-8b": (8_190_735_360, 7_568_405_504),
+}
 
 
 @pytest.mark.parametrize("name", REAL_SIZES)
-def test_real_shapes_have_the_published_sizes(name):
+def test_param_count_matches_the_model_transformers_builds(name):
     import smoke
 
-    with bench_gpu.build_defaults("meta", torch.bfloat16):  # shapes only: no memory, no initialisation maths
-        model = smoke.build_model(smoke.build_tokenizer(), **bench_gpu.SHAPES[name])
-    assert (sum(p.numel() for p in model.parameters()), bench_gpu.decode_weight_bytes(model)) == REAL_SIZES[name]
+    with gpu_check.build_defaults("meta", torch.bfloat16):  # shapes only: no memory, no initialisation maths
+        model = smoke.build_model(smoke.build_tokenizer(), **gpu_check.SHAPES[name])
+    shape = gpu_check.SHAPES[name]
+    assert sum(p.numel() for p in model.parameters()) == gpu_check.param_count(shape) == REAL_SIZES[name][0]
+    assert gpu_check.decode_params(shape) == REAL_SIZES[name][1]
     assert model.config.initializer_range == 0.02  # Qwen's, not smoke.TINY_QWEN3's 0.2 (random logits stay sane)
 
 
-def test_kv_bytes_per_decode_step():
-    # Qwen3-8B, bf16: 36 layers x (K and V) x 8 heads x 128 dims x 2 bytes = 147,456 bytes per token of context;
-    # one 100-token prompt with 256 new tokens averages 100 + 128 = 228 tokens of context per decode step.
-    assert bench_gpu.kv_bytes_per_decode_step(bench_gpu.SHAPES["qwen3-8b"], [100], 256, 2) == 147_456 * 228
+def test_decode_step_bytes_counts_weights_and_kv_cache():
+    # Qwen3-0.6B, bf16: 28 layers x (K and V) x 8 heads x 128 dims x 2 bytes = 114,688 bytes per token of context.
+    # At batch 64, a 100-token prompt and 256 new tokens (228 tokens of context on average), the KV cache read per
+    # step is 64 x 228 x 114,688 = 1,673,527,296 bytes, 1.4x the 1,192,099,840 bytes of weights.
+    assert gpu_check.kv_bytes_per_token(gpu_check.SHAPES["qwen3-0.6b"], 2) == 114_688
+    step = gpu_check.decode_step_bytes(gpu_check.SHAPES["qwen3-0.6b"], 2, 64, 100, 256)
+    assert step == 1_192_099_840 + 1_673_527_296
 
 
-def test_token_reward_ignores_text_and_extra_columns():
-    # (1 + 2) % 7 / 6 and 6 % 7 / 6: from ids alone, so the 512-token tokenizer's lossy decoding cannot matter
-    assert bench_gpu.token_reward(["?", "?"], completion_ids=[[1, 2], [6]], trainer_state=None) == [0.5, 1.0]
+@pytest.mark.parametrize(("beta", "passes"), [(0.05, 3), (0.0, 2)])
+def test_training_flops_count_the_reference_forward_only_with_beta(beta, passes):
+    # 2 FLOPs per parameter and token per pass: forward, backward to the activations, and the reference forward
+    shape = gpu_check.SHAPES["qwen3-8b"]
+    assert gpu_check.training_flops_per_token(shape, beta) == 2 * 7_568_405_504 * passes
 
 
-@pytest.mark.slow
-def test_gpu_bench_dry_run(tmp_path):
-    result = run_script("bench/bench_gpu.py", "--dry-run", "--json", str(tmp_path / "gpu.json"))
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads((tmp_path / "gpu.json").read_text())
-    assert report["dry_run"] is True
-    cases = {(c["model"], c["backend"]): c for c in report["cases"]}
-    assert {k: c["status"] for k, c in cases.items()} == {
-        ("tiny", "hf"): "ok",
-        ("tiny", "vllm"): "skipped",  # vLLM is CUDA only; a GPU run without vllm records why it skipped, too
-    }
-    case = cases["tiny", "hf"]
-    assert case["completions"] == 4  # 2 prompts x 2 generations, one generation round in the measured step
-    assert case["completion_tokens"] == 32  # every completion forced to exactly 8 tokens
-    assert len(case["all_steps_s"]) == 2  # a warm-up step, then the measured one
-    # smoke.TINY_QWEN3 with a 4096-token vocabulary, untied: 2 layers x 9,296 + final norm 32 + LM head 4096 x 32 =
-    # 149,696 fp32 parameters read per decode step, and the input embedding (4096 x 32) besides
-    assert (case["decode_weight_bytes"], case["params"]) == (149_696 * 4, 149_696 + 4096 * 32)
-    assert (case["device"], case["dtype"], case["peak_memory_gb"]) == ("cpu", "float32", None)
-    assert case["gen_tokens_per_s"] > 0 and case["train_tokens_per_s"] > 0 and case["bandwidth_fraction"] > 0
+def test_grpo_defaults_are_read_from_grpotrainer_without_importing_it():
+    # PER_DEVICE_TRAIN_BATCH_SIZE 1 x GRADIENT_ACCUMULATION_STEPS 8 completions per generation round
+    assert gpu_check.grpo_defaults() == {"generation_batch": 8, "completion_tokens": 256, "beta": 0.05}
+
+
+def test_script_defaults_reads_literals_only_of_the_names_asked(tmp_path):
+    (tmp_path / "s.py").write_text('import os\nA = 3  # c\nB = [1, "x"]\nC = os.sep\nA2: int = 5\n')
+    assert gpu_check.script_defaults(tmp_path / "s.py", ("A", "B")) == {"A": 3, "B": [1, "x"]}
 
 
 @pytest.mark.slow
+def test_gpu_check_dry_run(tmp_path):
+    out = tmp_path / "gpu.json"
+    env = {"GPU_CHECK_OUT": str(out), "PYTHON": os.environ.get("PYTHON", sys.executable)}
+    result = run_script_bash("bench/gpu_check.sh", "--dry-run", "--work", str(tmp_path / "work"), env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert (report["dry_run"], report["complete"]) == (True, True)
+    cases = {c["case"]: c for c in report["cases"]}
+    assert list(cases) == ["build", "decode-b1", "decode-grpo", "step-generate", "step-cb", "step-vllm"]
+    assert {k: c["status"] for k, c in cases.items()} == {**dict.fromkeys(cases, "ok"), "step-vllm": "skipped"}
+    for case in report["cases"]:  # the keys the issue asks every case to carry, measured or not
+        assert set(gpu_check.KEYS) <= set(case), case["case"]
+    assert (cases["decode-b1"]["batch"], cases["decode-grpo"]["batch"]) == (1, 8)  # grpotrainer's generation batch
+    for name in ("step-generate", "step-cb"):
+        step = cases[name]
+        assert step["completions"] == 4 and len(step["steps_seconds"]) == 2  # one warm-up step, one measured
+        assert 0 < step["generation_share"] < 1 and step["step_seconds"] > 0 and step["matmul_efficiency"] > 0
+        assert step["peak_memory_gib"] is None  # CPU: no CUDA allocator to ask
+    assert report["calibration"]["bandwidth_bytes_per_s"] > 0 and report["calibration"]["matmul_flops_per_s"] > 0
+
+
+def run_script_bash(*args, env):
+    """run_script's environment (offline, one thread), for a bash script."""
+    import subprocess
+
+    base = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        ["bash", *args], cwd=REPO, env={**os.environ, **base, **env}, capture_output=True, text=True, timeout=900
+    )
+
+
 def test_overhead_bench_runs_and_times_the_same_work(tmp_path):
     args = ["--steps", "4", "--warmup", "1", "--repeats", "1", "--json", str(tmp_path / "overhead.json")]
     result = run_script("bench/bench_overhead.py", *args)

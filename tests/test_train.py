@@ -112,10 +112,11 @@ def test_smoke_config_is_fp32_on_cpu(smoke_settings):
 
 def test_flash_attention_only_in_bf16_on_cuda(gpu):
     gpu(packages={"flash_attn"})
-    assert hardware.model_init_kwargs("auto", True, cuda=True)["attn_implementation"] == "flash_attention_2"
+    assert hardware.model_init_kwargs("auto", True, cpu_only=False)["attn_implementation"] == "flash_attention_2"
     # flash-attn kernels run only in 16-bit: fp32 (e.g. on a V100) must fall back to sdpa
-    assert hardware.model_init_kwargs("auto", False, cuda=True) == {"dtype": "float32", "attn_implementation": "sdpa"}
-    assert hardware.model_init_kwargs("auto", True, cuda=False)["attn_implementation"] == "sdpa"
+    kwargs = hardware.model_init_kwargs("auto", False, cpu_only=False)
+    assert kwargs == {"dtype": "float32", "attn_implementation": "sdpa"}
+    assert hardware.model_init_kwargs("auto", True, cpu_only=True)["attn_implementation"] == "sdpa"
 
 
 def test_lora_config(settings):
@@ -212,7 +213,6 @@ def smoke_ok(smoke_settings):
         ),
         (dict(BF16=True), "--smoke and --demo run on the CPU in fp32"),
         (dict(LOAD_IN_4BIT=True), "LOAD_IN_4BIT=True needs a CUDA GPU"),
-        (dict(USE_LIGER_KERNEL=True), "USE_LIGER_KERNEL=True needs a CUDA GPU"),
         (dict(USE_VLLM=True), "USE_VLLM=True needs a CUDA GPU"),
         (dict(USE_VLLM=True, LOAD_IN_4BIT=True), "lossy in 4-bit"),
         (dict(LORA_R=0), "LORA_R=0 is outside [1, inf]"),
@@ -224,7 +224,7 @@ def smoke_ok(smoke_settings):
         (dict(LEARNING_RATE=0.0), "LEARNING_RATE=0.0 is outside (0, 1]"),
         (dict(EVAL_BEFORE=-1), "EVAL_BEFORE=-1 is outside [0, inf]"),
         (dict(ATTN_IMPLEMENTATION="flash"), "ATTN_IMPLEMENTATION='flash' is not one of auto"),
-        (dict(ATTN_IMPLEMENTATION="flash_attention_2"), "flash_attention_2 needs a CUDA GPU, BF16=True"),
+        (dict(ATTN_IMPLEMENTATION="flash_attention_2"), "flash_attention_2 needs a CUDA GPU and BF16=True"),
         (
             dict(MODEL_NAME="/nonexistent/Qwen3-8B"),
             "MODEL_NAME=/nonexistent/Qwen3-8B: that folder holds no config.json",

@@ -1,0 +1,572 @@
+"""The GPU check: how fast grpotrainer.py generates and trains on a CUDA machine, against what the hardware allows.
+
+    bash bench/gpu_check.sh                  # the whole check, offline, within 9 minutes (installs .whl/ first)
+    python bench/gpu_check.py                # the same without the install step
+    python bench/gpu_check.py --dry-run      # tiny shapes on CPU in a few minutes: the same code path
+
+Nothing is downloaded. The models are randomly initialised Qwen3ForCausalLM with the published shapes (Qwen3-0.6B,
+Qwen3-8B, Qwen3-1.7B, in that order, each when the GPU's memory and the disk allow), saved in bf16 and loaded back
+through from_pretrained exactly as training loads them; the tokenizer is smoke.py's. A random network runs the same
+matrix multiplies as a trained one, and it rarely emits its end token, so every completion runs to full length.
+
+Cases, each in its own process with its own time budget, under one deadline for the whole run (--deadline, 540 s);
+the JSON is rewritten after every case, so a run cut off by the deadline keeps what it measured:
+    calibrate      the device's memory bandwidth (a device-to-device copy) and bf16 matmul rate (one large matmul)
+    build          the random model folder
+    decode-b1      `generate` at batch 1, tokens/s against the bandwidth roofline
+    decode-grpo    the same at the GRPO generation batch (PER_DEVICE_TRAIN_BATCH_SIZE x GRADIENT_ACCUMULATION_STEPS)
+    step-generate  real `grpotrainer.py` steps at its default settings, plain `generate`
+    step-cb        the same with USE_TRANSFORMERS_CONTINUOUS_BATCHING=True
+    step-vllm      the same with USE_VLLM=True (only where vllm is installed)
+
+Figures (every case has all keys; null where a case does not measure it):
+    step_seconds          one optimiser step (TRL's train/step_time of the last of --steps steps; the first warms up)
+    generation_share      the part of that step spent generating (TRL's own generate timing, see record_profiling)
+    decode_tokens_per_s   completion tokens per second of generation
+    bandwidth_fraction    bytes a decode step must read (weights + KV cache) / decode step time / measured bandwidth
+    peak_memory_gib       torch.cuda.max_memory_allocated of the case's process (null on CPU)
+    matmul_efficiency     step cases: the step's matmul FLOPs outside generation / that time / measured matmul rate
+"""
+
+import argparse
+import ast
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: smoke.py, grpotrainer.py, data/
+FIXTURE = ROOT / "data" / "smoke_gsm8k.jsonl"
+GIB = 2**30
+
+# Shapes from each model's config.json on the Hub. Complete on purpose: smoke.build_model starts from
+# smoke.TINY_QWEN3, whose values (initializer_range 0.2, ...) must not leak into a real shape.
+_QWEN3 = dict(head_dim=128, num_key_value_heads=8, vocab_size=151936, max_position_embeddings=40960)
+SHAPES = {  # in the order they run: the smallest first, then the default MODEL_NAME (8B), then 1.7B if time is left
+    "qwen3-0.6b": dict(_QWEN3, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       tie_word_embeddings=True, initializer_range=0.02),
+    "qwen3-8b": dict(_QWEN3, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                     tie_word_embeddings=False, initializer_range=0.02),
+    "qwen3-1.7b": dict(_QWEN3, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                       tie_word_embeddings=True, initializer_range=0.02),
+}  # fmt: skip
+# --dry-run: smoke.py's tiny Qwen3, untied like Qwen3-8B, with a vocabulary 8x its tokenizer's so that ids the
+# tokenizer does not know are exercised (the real models have 151936 against 512).
+DRY_SHAPES = {"tiny": dict(vocab_size=4096, tie_word_embeddings=False)}
+DRY_BATCH = 4  # --dry-run: completions per step, one prompt's group of NUM_GENERATIONS=4 (--smoke's own batch)
+# seconds each case may take on an H200, per model; the dry run gives every case DRY_BUDGET
+BUDGETS = {
+    "calibrate": 30,
+    "build": {"qwen3-0.6b": 45, "qwen3-1.7b": 60, "qwen3-8b": 120},
+    "decode": {"qwen3-0.6b": 45, "qwen3-1.7b": 60, "qwen3-8b": 90},
+    "step": {"qwen3-0.6b": 75, "qwen3-1.7b": 90, "qwen3-8b": 150},
+}
+DRY_BUDGET = 150
+STEP_CASES = {  # case -> grpotrainer.py overrides on top of its defaults
+    "step-generate": [],
+    "step-cb": ["--USE_TRANSFORMERS_CONTINUOUS_BATCHING=true"],
+    "step-vllm": ["--USE_VLLM=true"],
+}
+# On the CPU, TRL's continuous-batching default (half the free memory as paged KV cache) means gigabytes of RAM
+# allocated per generation round; the tiny model needs 16 blocks of 256 tokens.
+DRY_CB_CONFIG = '--transformers_continuous_batching_config={"num_blocks": 16, "max_batch_tokens": 256}'
+GENERATION_NAMES = ("transformers.generate", "transformers.generate_batch", "vLLM.generate")  # TRL's profiling names
+KEYS = ("step_seconds", "generation_share", "decode_tokens_per_s", "bandwidth_fraction", "peak_memory_gib")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# sizes and rooflines: pure functions of the shape, tested against the published parameter counts
+
+
+def param_count(shape):
+    """Parameters of a Qwen3ForCausalLM with this shape (embedding counted once when tied)."""
+    h, kv_dim, q_dim = shape["hidden_size"], shape["num_key_value_heads"] * shape["head_dim"], 0
+    q_dim = shape["num_attention_heads"] * shape["head_dim"]
+    attention = h * q_dim + 2 * h * kv_dim + q_dim * h + 2 * shape["head_dim"]  # q, k, v, o and the q/k norms
+    layer = attention + 3 * h * shape["intermediate_size"] + 2 * h  # gate, up, down and two RMSNorms
+    embedding = shape["vocab_size"] * h
+    return shape["num_hidden_layers"] * layer + h + embedding * (1 if shape["tie_word_embeddings"] else 2)
+
+
+def decode_params(shape):
+    """Parameters each decode step reads: all of them but an untied input embedding, which is a row lookup."""
+    untied_input = 0 if shape["tie_word_embeddings"] else shape["vocab_size"] * shape["hidden_size"]
+    return param_count(shape) - untied_input
+
+
+def kv_bytes_per_token(shape, dtype_bytes):
+    """KV cache bytes one token of context holds: keys and values of every layer."""
+    return shape["num_hidden_layers"] * 2 * shape["num_key_value_heads"] * shape["head_dim"] * dtype_bytes
+
+
+def decode_step_bytes(shape, dtype_bytes, batch, prompt_tokens, new_tokens):
+    """Bytes one decode step must read, averaged over `new_tokens` steps: the weights once, and each sequence's
+    KV cache over a context growing from the prompt to prompt + new tokens (on average prompt + new_tokens / 2)."""
+    kv = kv_bytes_per_token(shape, dtype_bytes) * batch * (prompt_tokens + new_tokens / 2)
+    return decode_params(shape) * dtype_bytes + kv
+
+
+def training_flops_per_token(shape, beta):
+    """Matmul FLOPs per token of a LoRA step outside generation: the policy forward (2 per parameter), the backward
+    to the activations (2 more; the frozen weights get no gradient), and the reference forward when BETA > 0.
+    Activation checkpointing's recomputed forward is not counted (model FLOPs, as in MFU); nor is attention's
+    score maths, small at GSM8K's few hundred tokens."""
+    return 2 * decode_params(shape) * (2 + (beta > 0))
+
+
+def script_defaults(path, names):
+    """The literal values of the module-level constants `names` of a Python file, read without importing it."""
+    found = {}
+    for node in ast.parse(Path(path).read_text()).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(target, ast.Name) and target.id in names:
+            found[target.id] = ast.literal_eval(node.value)
+    return found
+
+
+def grpo_defaults():
+    """grpotrainer.py's defaults that size the measurements."""
+    names = ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "STEPS_PER_GENERATION", "BETA")
+    d = script_defaults(ROOT / "grpotrainer.py", names + ("MAX_COMPLETION_LENGTH",))
+    steps_per_generation = d["STEPS_PER_GENERATION"] or d["GRADIENT_ACCUMULATION_STEPS"]
+    return {
+        "generation_batch": d["PER_DEVICE_TRAIN_BATCH_SIZE"] * steps_per_generation,
+        "completion_tokens": d["MAX_COMPLETION_LENGTH"],
+        "beta": d["BETA"],
+    }
+
+
+def case_record(case, model, **figures):
+    """One entry of `cases`: every key of KEYS present (None where the case does not measure it)."""
+    return {"case": case, "model": model, **dict.fromkeys(KEYS), **figures}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the cases; each runs in a child process (`--case`) and returns a dict of figures
+
+
+def device_and_dtype(dry_run):
+    import torch
+
+    return ("cpu", torch.float32) if dry_run else ("cuda", torch.bfloat16)
+
+
+def sync():
+    import torch
+
+    if torch.cuda.is_initialized():  # CUDA runs asynchronously: wait for queued kernels before reading the clock
+        torch.cuda.synchronize()
+
+
+def best_time(fn, repeats):
+    """The fastest of `repeats` timed calls of fn(), after one untimed warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def run_calibrate(args):
+    """Memory bandwidth from a device-to-device copy (bytes read + written), matmul rate from one square matmul."""
+    import torch
+
+    device, dtype = device_and_dtype(args.dry_run)
+    n_bytes, n = (64 * 2**20, 512) if args.dry_run else (2 * GIB, 8192)
+    src = torch.empty(n_bytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    copy_s = best_time(lambda: dst.copy_(src), 5 if args.dry_run else 20)
+    a = torch.randn(n, n, dtype=dtype, device=device)
+    b = torch.randn(n, n, dtype=dtype, device=device)
+    matmul_s = best_time(lambda: a @ b, 3 if args.dry_run else 10)
+    return {
+        "bandwidth_bytes_per_s": 2 * n_bytes / copy_s,
+        "matmul_flops_per_s": 2 * n**3 / matmul_s,
+        "matmul_dtype": str(dtype).removeprefix("torch."),
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "total_memory_gib": torch.cuda.get_device_properties(0).total_memory / GIB if device == "cuda" else None,
+    }
+
+
+@contextmanager
+def build_defaults(device, dtype):
+    """Create tensors directly on `device` in `dtype`: an 8B model never exists in fp32 or on the CPU."""
+    import torch
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def run_build(args):
+    """Save the random model and smoke.py's tokenizer into args.model_dir, as a downloaded checkpoint would be."""
+    import smoke
+
+    device, dtype = device_and_dtype(args.dry_run)
+    tokenizer = smoke.build_tokenizer()
+    with build_defaults(device, dtype):
+        model = smoke.build_model(tokenizer, **shape_of(args))
+    model.config.dtype = dtype
+    model.save_pretrained(args.model_dir)
+    tokenizer.save_pretrained(args.model_dir)
+    return {"params": sum(p.numel() for p in model.parameters())}
+
+
+def load_model(args):
+    """The saved model through from_pretrained, in the dtype and attention implementation training would use."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import hardware
+
+    device, dtype = device_and_dtype(args.dry_run)
+    attn = hardware.auto_attention(cpu_only=args.dry_run, bf16=dtype == torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=dtype, attn_implementation=attn).to(device)
+    return model.eval(), AutoTokenizer.from_pretrained(args.model_dir), attn
+
+
+def run_decode(args):
+    """`generate` at batch 1 and at the GRPO generation batch on one GSM8K-style chat prompt: decode tokens/s, and
+    how close a decode step comes to the bandwidth bound. Prefill is taken out by timing 1 and N new tokens."""
+    import torch
+
+    model, tokenizer, attn = load_model(args)
+    question = json.loads(FIXTURE.read_text().splitlines()[0])["question"]
+    messages = [{"role": "user", "content": question}]
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    prompt_ids = prompt["input_ids"].to(model.device)
+    defaults = grpo_defaults()
+    new_tokens = 16 if args.dry_run else defaults["completion_tokens"]
+    bandwidth = args.calibration["bandwidth_bytes_per_s"]
+    shape, dtype_bytes = shape_of(args), model.dtype.itemsize
+    records = []
+    for case, batch in (("decode-b1", 1), ("decode-grpo", defaults["generation_batch"])):
+        ids = prompt_ids.expand(batch, -1)
+
+        def generate(n, ids=ids):
+            with torch.no_grad():
+                model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=0.7,
+                               max_new_tokens=n, min_new_tokens=n, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        full_s, prefill_s = best_time(lambda n=new_tokens: generate(n), 2), best_time(lambda: generate(1), 2)
+        step_s = (full_s - prefill_s) / (new_tokens - 1)
+        step_bytes = decode_step_bytes(shape, dtype_bytes, batch, prompt_ids.shape[1], new_tokens)
+        records.append(
+            case_record(
+                case,
+                args.model,
+                decode_tokens_per_s=batch / step_s,
+                bandwidth_fraction=step_bytes / step_s / bandwidth,
+                peak_memory_gib=peak_memory_gib(),
+                batch=batch,
+                prompt_tokens=prompt_ids.shape[1],
+                new_tokens=new_tokens,
+                decode_step_seconds=step_s,
+                roofline_tokens_per_s=batch * bandwidth / step_bytes,
+                attn_implementation=attn,
+            )
+        )
+    return {"records": records}
+
+
+def peak_memory_gib():
+    import torch
+
+    return torch.cuda.max_memory_allocated() / GIB if torch.cuda.is_initialized() else None
+
+
+def record_profiling(events):
+    """Append TRL's own timings (generation, weight sync, rewards ...) to `events` as {name, seconds, step}.
+
+    TRL times each generation call with trl.extras.profiling.ProfilingContext but sends the figure only to wandb,
+    mlflow or trackio, none of which the GPU machine has; its `_log_metrics` is the one place every timing passes
+    through, so it is wrapped here, in the measuring process only. `step` is trainer.state.global_step when the timed
+    block began: the optimiser step in progress minus one.
+    """
+    from trl.extras import profiling
+
+    original = profiling.ProfilingContext._log_metrics
+
+    def log_metrics(self, duration):
+        events.append({"name": self.name.split(".", 1)[-1], "seconds": duration, "step": self.step})
+        return original(self, duration)
+
+    profiling.ProfilingContext._log_metrics = log_metrics
+
+
+def step_arguments(args, output_dir):
+    """grpotrainer.py's command line for a step case: its defaults, on the saved model and the local fixture."""
+    common = [f"--MODEL_NAME={args.model_dir}", f"--DATASET={FIXTURE}", f"--OUTPUT_DIR={output_dir}"]
+    common += [f"--MAX_STEPS={args.steps}", f"--SAVE_STEPS={args.steps + 1}"]  # no checkpoint inside the timed steps
+    extra = STEP_CASES[args.case]
+    if args.dry_run:  # --smoke: CPU, fp32, the smoke sizes (preflight refuses a real run without CUDA)
+        batch = [f"--PER_DEVICE_TRAIN_BATCH_SIZE={DRY_BATCH}", "--GRADIENT_ACCUMULATION_STEPS=1"]
+        return ["--smoke", *common, *batch, *extra, *([DRY_CB_CONFIG] if args.case == "step-cb" else [])]
+    return [*common, *extra]
+
+
+def run_step(args):
+    """Run grpotrainer.py (unchanged, as __main__) in this process for --steps steps; report the last step."""
+    import runpy
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = []
+    record_profiling(events)
+    output_dir = Path(args.work) / f"{args.model}-{args.case}"
+    argv = step_arguments(args, output_dir)
+    sys.argv = [str(ROOT / "grpotrainer.py"), *argv]
+    try:
+        runpy.run_path(str(ROOT / "grpotrainer.py"), run_name="__main__")
+    except SystemExit as stop:
+        if stop.code:
+            raise RuntimeError(f"grpotrainer.py {' '.join(argv)} exited with status {stop.code}") from None
+    (run,) = (output_dir / "runs").iterdir()
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    acc.Reload()
+    scalars = {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    step_s = scalars["train/step_time"][-1]
+    tokens = scalars["train/num_tokens"][-1] - scalars["train/num_tokens"][-2]  # prompt + completion, this step
+    last = args.steps - 1  # global_step while the last step ran
+    gen_s = sum(e["seconds"] for e in events if e["step"] == last and e["name"] in GENERATION_NAMES)
+    sync_s = sum(e["seconds"] for e in events if e["step"] == last and e["name"] == "sync_weights")
+    defaults = grpo_defaults()
+    shape, dtype_bytes = shape_of(args), 4 if args.dry_run else 2
+    batch = DRY_BATCH if args.dry_run else defaults["generation_batch"]  # completions per optimiser step
+    completion_tokens = scalars["train/completions/mean_length"][-1] * batch
+    longest = scalars["train/completions/max_length"][-1]  # decode steps of the generation round
+    prompt_tokens = (tokens - completion_tokens) / batch
+    step_bytes = decode_step_bytes(shape, dtype_bytes, batch, prompt_tokens, longest)
+    train_s = step_s - gen_s - sync_s
+    flops = tokens * training_flops_per_token(shape, defaults["beta"])
+    return {
+        "records": [
+            case_record(
+                args.case,
+                args.model,
+                step_seconds=step_s,
+                generation_share=gen_s / step_s,
+                decode_tokens_per_s=completion_tokens / gen_s,
+                bandwidth_fraction=step_bytes * longest / gen_s / args.calibration["bandwidth_bytes_per_s"],
+                peak_memory_gib=peak_memory_gib(),
+                matmul_efficiency=flops / train_s / args.calibration["matmul_flops_per_s"],
+                generation_seconds=gen_s,
+                weight_sync_seconds=sync_s,
+                tokens=tokens,
+                completions=batch,
+                completion_tokens=completion_tokens,
+                steps_seconds=scalars["train/step_time"],
+                grpotrainer_args=argv,
+            )
+        ]
+    }
+
+
+def shape_of(args):
+    import smoke
+
+    return {**smoke.TINY_QWEN3, **(DRY_SHAPES if args.dry_run else SHAPES)[args.model]}
+
+
+def run_case(args):
+    """Child process: run args.case and write its result to args.result."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args.calibration = json.loads(args.calibration) if args.calibration else None
+    run = {"calibrate": run_calibrate, "build": run_build, "decode": run_decode}.get(args.case, run_step)
+    result = run(args)
+    Path(args.result).write_text(json.dumps(result, indent=2) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the parent: plans the cases, runs each in a child under its budget and the deadline, writes the JSON
+
+
+def in_child(args, case, budget, deadline, model=None, **extra):
+    """Run one case in a child process; return (result dict or None, status, reason)."""
+    left = deadline - time.monotonic()
+    if left < 5:
+        return None, "skipped", "the run's deadline was reached"
+    timeout = min(budget, left)
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        result = Path(f.name)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--case", case, "--result", str(result), "--work", args.work]
+    cmd += ["--steps", str(args.steps), *(["--dry-run"] if args.dry_run else [])]
+    cmd += [*(["--model", model] if model else []), *[f"--{k.replace('_', '-')}={v}" for k, v in extra.items()]]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    log = Path(args.work) / f"{model or 'device'}-{case}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it started (vLLM workers)
+            proc.wait()
+            return None, "timeout", f"took longer than its {timeout:.0f} s (budget {budget} s); log {log}"
+    if code or not result.stat().st_size:
+        tail = log.read_text()[-2000:]
+        return None, "error", f"exit status {code}; log {log}: ...{tail}"
+    return json.loads(result.read_text()), "ok", None
+
+
+def fits(shape, calibration, work):
+    """Why a model cannot be measured here, or None: GPU memory for training (about 3x the bf16 weights plus 8 GiB
+    for activations, logits and generation), and disk for the saved weights."""
+    weights = param_count(shape) * 2
+    total = calibration.get("total_memory_gib")
+    if total is not None and total * GIB < 3 * weights + 8 * GIB:
+        return f"needs about {(3 * weights) / GIB + 8:.0f} GiB of GPU memory, the GPU has {total:.0f} GiB"
+    free = os.statvfs(work).f_bavail * os.statvfs(work).f_frsize
+    if free < weights * 1.1 + GIB:
+        return f"needs {weights * 1.1 / GIB + 1:.0f} GiB of free disk in {work}, {free / GIB:.0f} GiB free"
+    return None
+
+
+def environment():
+    from importlib.metadata import PackageNotFoundError, version
+
+    def ver(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    names = ("torch", "transformers", "trl", "peft", "accelerate", "flash-attn", "flash-attn-3", "kernels", "vllm")
+    return {name: ver(name) for name in names}
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.case:
+        return run_case(args)
+    started = time.monotonic()
+    deadline = started + args.deadline
+    out = Path(os.environ.get("GPU_CHECK_OUT") or ROOT / "outputs" / "bench" / "gpu.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    args.work = args.work or tempfile.mkdtemp(prefix="gpu-check-")
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(ROOT))
+    report = {
+        "benchmark": "gpu_check",
+        "dry_run": args.dry_run,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
+        "deadline_s": args.deadline,
+        "versions": environment(),
+        "calibration": None,
+        "cases": [],
+        "complete": False,
+    }
+
+    def save(line):
+        report["elapsed_s"] = round(time.monotonic() - started, 1)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        print(line, flush=True)
+
+    if not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            sys.exit("error: no CUDA GPU is visible; `bash bench/gpu_check.sh --dry-run` checks the code path on CPU.")
+    budget = (lambda kind, model=None: DRY_BUDGET) if args.dry_run else budget_of
+    calibration, status, reason = in_child(args, "calibrate", budget("calibrate"), deadline)
+    if calibration is None:
+        report["cases"].append(case_record("calibrate", None, status=status, reason=reason))
+        save(f"calibrate: {status}: {reason}")
+        return report
+    report["calibration"] = calibration
+    save(f"calibrate: {calibration['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s copy, "
+         f"{calibration['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s {calibration['matmul_dtype']} matmul")  # fmt: skip
+    for model in args.models:
+        for record in run_model(args, model, calibration, budget, deadline):
+            report["cases"].append(record)
+            save(summary(record))
+    report["complete"] = all(c.get("status") == "ok" or c.get("status") == "skipped" for c in report["cases"])
+    save(f"wrote {out}")
+    return report
+
+
+def budget_of(kind, model=None):
+    value = BUDGETS[kind]
+    return value[model] if model else value
+
+
+def run_model(args, model, calibration, budget, deadline):
+    """Yield the case records of one model: build it, decode, then each step case."""
+    import hardware
+
+    if not args.dry_run and (why := fits(SHAPES[model], calibration, args.work)):
+        yield case_record("build", model, status="skipped", reason=why)
+        return
+    model_dir = str(Path(args.work) / model)
+    built, status, reason = in_child(args, "build", budget("build", model), deadline, model, model_dir=model_dir)
+    yield case_record("build", model, status=status, reason=reason, **(built or {}))
+    if built is None:
+        return
+    calib = json.dumps(calibration)
+    decoded, status, reason = in_child(
+        args, "decode", budget("decode", model), deadline, model, model_dir=model_dir, calibration=calib
+    )
+    for record in decoded["records"] if decoded else [case_record("decode", model)]:
+        yield {**record, "status": status, "reason": reason}
+    for case in args.cases:
+        if case == "step-vllm" and (args.dry_run or not hardware.importable("vllm")):
+            why = "needs a CUDA GPU and vllm (requirements-vllm.txt)"
+            yield case_record(case, model, status="skipped", reason=why)
+            continue
+        stepped, status, reason = in_child(
+            args, case, budget("step", model), deadline, model, model_dir=model_dir, calibration=calib
+        )
+        for record in stepped["records"] if stepped else [case_record(case, model)]:
+            yield {**record, "status": status, "reason": reason}
+
+
+def summary(record):
+    """One line per case for the terminal."""
+    if record.get("status") != "ok":
+        return f"{record['model']} {record['case']}: {record.get('status')}: {record.get('reason')}"
+    shown = {k: record[k] for k in (*KEYS, "matmul_efficiency") if record.get(k) is not None}
+    return f"{record['model']} {record['case']}: " + ", ".join(f"{k} {v:.3g}" for k, v in shown.items())
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dry-run", action="store_true", help="tiny shapes on CPU: checks the code path, not speed")
+    p.add_argument("--models", help=f"comma list of {', '.join(SHAPES)} (dry run: {', '.join(DRY_SHAPES)})")
+    p.add_argument("--cases", default=",".join(STEP_CASES), help="step cases to run (default: all)")
+    p.add_argument("--steps", type=int, default=2, help="optimiser steps per step case; the last is reported")
+    p.add_argument("--deadline", type=float, default=None, help="seconds for the whole run (540; dry run 600)")
+    p.add_argument("--work", help="folder for the models and runs (default: a new temporary folder)")
+    for hidden in ("--case", "--result", "--model", "--model-dir", "--calibration"):
+        p.add_argument(hidden, help=argparse.SUPPRESS)  # internal: one case in a child process
+    args = p.parse_args(argv)
+    known = DRY_SHAPES if args.dry_run else SHAPES
+    args.models = (args.models or ",".join(known)).split(",")
+    args.cases = args.cases.split(",")
+    if bad := [m for m in args.models if m not in known] + [c for c in args.cases if c not in STEP_CASES]:
+        p.error(f"unknown model or case {bad}; models: {', '.join(known)}; cases: {', '.join(STEP_CASES)}")
+    if args.steps < 2:
+        p.error("--steps must be at least 2: the first step is warm-up")
+    args.deadline = args.deadline or (600 if args.dry_run else 540)
+    return args
+
+
+if __name__ == "__main__":
+    report = main()
+    sys.exit(0 if report is None or report["complete"] else 1)
