@@ -232,6 +232,7 @@ def main(argv=()):
     if trainer.accelerator.is_main_process:
         gsm8k.write_settings(s["OUTPUT_DIR"], record)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
     if last:  # a resumed run measured its baseline in its first run
+        log.info("resuming from %s", last)
         before = modelcard.read_metrics(s["OUTPUT_DIR"])[0]
     else:
         before = gsm8k.evaluate_trainer(

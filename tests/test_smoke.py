@@ -50,3 +50,30 @@ def test_starting_over_in_a_used_output_dir_is_refused_and_loses_nothing(tmp_pat
     assert again.returncode == 2 and "Traceback" not in again.stderr
     assert "already holds 1 checkpoint(s)" in again.stderr
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing touched
+
+
+@pytest.mark.slow
+def test_evaluation_follows_the_run_it_scores(tmp_path):
+    # a run's prompt, length and a GRPOConfig field given on its command line travel with it: into training_args.bin
+    # and run_settings.json, and from there into evaluate.py's scoring of its adapter
+    prompt = "Solve it. End with #### <number>."
+    args = ["grpotrainer.py", "--smoke", f"--SYSTEM_PROMPT={prompt}", "--MAX_COMPLETION_LENGTH=24", "--top_p=0.9"]
+    train = run_script(*args, f"--OUTPUT_DIR={tmp_path}")
+    assert train.returncode == 0, train.stderr[-3000:]
+    import torch
+
+    training_args = torch.load(tmp_path / "training_args.bin", weights_only=False)
+    assert (training_args.top_p, training_args.max_completion_length) == (0.9, 24)
+    recorded = json.loads((tmp_path / "run_settings.json").read_text())
+    assert (recorded["SYSTEM_PROMPT"], recorded["grpo_config"]) == (prompt, {"top_p": 0.9})
+
+    scored = run_script("evaluate.py", "--smoke", f"--ADAPTER={tmp_path}", "--LIMIT=2")
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    settings = json.loads((tmp_path / "eval_test.json").read_text())["settings"]
+    assert (settings["SYSTEM_PROMPT"], settings["MAX_COMPLETION_LENGTH"]) == (prompt, 24)
+    predictions = [json.loads(line) for line in (tmp_path / "eval_test_predictions.jsonl").read_text().splitlines()]
+    assert all(p["completion_tokens"] <= 24 for p in predictions)  # generated with the run's limit, not 32
+    # this command line still wins over the run's settings
+    again = run_script("evaluate.py", "--smoke", f"--ADAPTER={tmp_path}", "--LIMIT=2", "--SYSTEM_PROMPT=Be brief.")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((tmp_path / "eval_test.json").read_text())["settings"]["SYSTEM_PROMPT"] == "Be brief."
