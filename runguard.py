@@ -513,8 +513,8 @@ class StopOnSignal(TrainerCallback):
 # ---------------------------------------------------------------------------------------------------------------
 # full disks and stalls
 
-FULL_DISK_TEXT = ("No space left on device", "Disk quota exceeded", "PytorchStreamWriter failed writing file")
-FULL_DISK_TEXT += ("basic_ios::clear: iostream error", "unexpected pos")  # torch.save's C++ stream on a full disk
+FULL_DISK_TEXT = ("No space left on device", "Disk quota exceeded")  # any error type: safetensors says "(os error 28)"
+TORCH_WRITE_TEXT = ("PytorchStreamWriter failed writing file", "basic_ios::clear: iostream error", "unexpected pos")
 STALL_TEXT = ("timed out", "timeout", "watchdog", "Connection closed by peer", "Connection reset by peer")
 
 
@@ -530,13 +530,15 @@ def chain(err):
 def disk_full_error(err, output_dir):
     """A ConfigError naming the full disk and OUTPUT_DIR when `err` (or its cause) is one, else None.
 
-    ENOSPC and EDQUOT from Python; from torch.save, a RuntimeError whose text is one of FULL_DISK_TEXT (PyTorch's
-    C++ writer does not keep the errno). The checkpoint it was writing is then cut: `intact` rejects it, and the
+    ENOSPC and EDQUOT from Python, any error whose text names them (safetensors' SafetensorError), and the
+    RuntimeErrors of torch.save's C++ writer, which keeps no errno (TORCH_WRITE_TEXT; on a full tmpfs torch 2.13
+    says "unexpected pos 704 vs 598"). The checkpoint it was writing is then cut: `intact` rejects it, and the
     next run moves it aside and resumes from the one before.
     """
     for e in chain(err):
-        errno_full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
-        if errno_full or (isinstance(e, RuntimeError) and any(t in str(e) for t in FULL_DISK_TEXT)):
+        full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+        full = full or any(t in str(e) for t in FULL_DISK_TEXT)
+        if full or (isinstance(e, RuntimeError) and any(t in str(e) for t in TORCH_WRITE_TEXT)):
             free = free_bytes(output_dir)
             free_text = f", {free / 2**20:.0f} MiB free now" if free is not None else ""
             return ConfigError(
@@ -566,7 +568,7 @@ def faults(output_dir, ddp_timeout):
     """Turn a full disk or a distributed stall raised in the block into a ConfigError (one message, exit 2)."""
     try:
         yield
-    except (OSError, RuntimeError) as err:
+    except Exception as err:
         known = disk_full_error(err, output_dir) or stall_error(err, ddp_timeout)
         if known is None:
             raise
