@@ -165,9 +165,10 @@ def resume_checkpoint(
     output_dir = Path(output_dir)
     found = checkpoints(output_dir)
     if not resume and (found or (output_dir / FINISHED_NAME).is_file()):
+        held = f"{len(found)} checkpoint(s)" if found else "a finished adapter"
         raise ConfigError(
-            f"RESUME=False, but OUTPUT_DIR {output_dir} holds an earlier run ({len(found)} checkpoint(s)), which this "
-            "run would overwrite.\nGive this run a new OUTPUT_DIR, move the old one away, or set RESUME=True."
+            f"RESUME=False, but OUTPUT_DIR {output_dir} already holds {held} of an earlier run, which this run would "
+            "overwrite or rotate away.\nGive this run a new OUTPUT_DIR, move the old one away, or set RESUME=True."
         )
     chosen = None
     for folder in reversed(found):

@@ -160,8 +160,10 @@ def test_resume_false_over_an_earlier_run_is_refused(tmp_path, leftover):
         (tmp_path / "checkpoint-4").mkdir()  # even a broken one: starting over would rotate the rest away
     else:
         (tmp_path / runguard.FINISHED_NAME).write_text("{}")
-    with pytest.raises(ConfigError, match=r"RESUME=False, but OUTPUT_DIR .* holds an earlier run") as err:
+    held = "1 checkpoint(s)" if leftover == "checkpoint" else "a finished adapter"
+    with pytest.raises(ConfigError) as err:
         resume(tmp_path, resume=False)
+    assert f"RESUME=False, but OUTPUT_DIR {tmp_path} already holds {held} of an earlier run" in str(err.value)
     assert len(str(err.value).splitlines()) == 2  # the two-line promise
     assert (tmp_path / "checkpoint-4").is_dir() or leftover == "marker"  # refused before moving anything
 
@@ -427,11 +429,18 @@ def test_sigterm_in_a_real_training_loop_saves_and_stops(tmp_path):
 
 
 def two_rank_worker(rank, store, out):
-    """One of two gloo processes. First rank 1 gets SIGTERM during step 2 and each rank writes where it stopped;
-    then, in a group with a 2 s timeout, rank 0 all-reduces and rank 1 never answers (a stalled rank)."""
+    """One of two gloo processes. Both try to lock a folder another run holds; then rank 1 gets SIGTERM during
+    step 2 and each rank writes where it stopped; then, in a group with a 2 s timeout, rank 0 all-reduces and rank 1
+    never answers (a stalled rank)."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        with runguard.output_lock(Path(out, "held"), rank0=rank == 0):  # the test process holds it
+            refusal = "not refused"
+    except ConfigError as err:
+        refusal = str(err)
+    Path(out, f"lock{rank}.txt").write_text(refusal)
     stopper = runguard.StopOnSignal()
     stopper.on_train_begin(None, None, None)
     for step in range(1, 6):
@@ -461,14 +470,24 @@ def two_rank_worker(rank, store, out):
 def two_ranks(tmp_path_factory):
     """Run two_rank_worker on two spawned processes once for the tests below; return the folder of their results."""
     out = tmp_path_factory.mktemp("two_ranks")
+    fd, _ = runguard.take_lock(out / "held")
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=two_rank_worker, args=(rank, out / "store", out)) for rank in (0, 1)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(90)
+    os.close(fd)
     assert [p.exitcode for p in procs] == [0, 0]
     return out
+
+
+def test_every_rank_of_a_second_torchrun_job_is_refused(two_ranks):
+    assert f"is in use by another run (pid {os.getpid()} on " in (two_ranks / "lock0.txt").read_text()
+    assert (
+        two_ranks / "lock1.txt"
+    ).read_text() == f"rank 0 could not lock OUTPUT_DIR {two_ranks / 'held'}; see its message."
+    assert sorted(p.name for p in (two_ranks / "held").iterdir()) == [runguard.LOCK_NAME]  # nothing written
 
 
 def test_all_ranks_stop_at_the_step_one_rank_was_signalled(two_ranks):
