@@ -1,6 +1,6 @@
 """Run safety for grpotrainer.py: nothing is lost when a run is killed, cut by a full disk, run twice or rerun.
 
-    pytest tests/test_runguard.py                  # the fault-injection tests, ~20 s on 2 cores
+    pytest tests/test_runguard.py                  # the fault-injection tests, ~35 s on 2 cores
 
 What each piece guards against, in the order main() uses them:
 

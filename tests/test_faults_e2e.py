@@ -1,6 +1,6 @@
 """The faults of issue 12 against the real script: `grpotrainer.py --smoke` killed, rerun, run twice, cut.
 
-    pytest tests/test_faults_e2e.py -m slow        # ~2 min on 2 cores
+    pytest tests/test_faults_e2e.py -m slow        # ~4 min on 2 cores
 
 These assume grpotrainer.py's main() uses runguard as described in runguard.py's docstring: `finished` before
 anything else, `output_lock` around the run, `resume_checkpoint`, the StopOnSignal callback with its message and

@@ -1,6 +1,6 @@
 """Fault injection for runguard.py: cut checkpoints, finished reruns, a second run, SIGTERM, full disks, stalls.
 
-    pytest tests/test_runguard.py            # ~30 s on 2 cores; no model loads
+    pytest tests/test_runguard.py            # ~35 s on 2 cores; no model loads
 
 Checkpoints here are written in the real formats (safetensors, torch.save zips, JSON) but hold toy tensors, and the
 faults are made the way they happen: files cut at a byte count, files missing, a process killed with SIGKILL, a
