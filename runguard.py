@@ -1,0 +1,594 @@
+"""Run safety for grpotrainer.py: nothing is lost when a run is killed, cut by a full disk, run twice or rerun.
+
+    pytest tests/test_runguard.py                  # the fault-injection tests, ~35 s on 2 cores
+
+What each piece guards against, in the order main() uses them:
+
+- `output_lock`: two runs writing into one OUTPUT_DIR. Global rank 0 holds an flock on OUTPUT_DIR/run.lock (the OS
+  releases it when the process dies, even by kill -9); the file names the holder's pid and host for the message.
+- `finished`: rerunning a finished run, which would train one step past MAX_STEPS and rotate checkpoints away.
+  The script writes OUTPUT_DIR/run_finished.json (`mark_finished`) after the final adapter is saved.
+- `resume_checkpoint`: resuming from a checkpoint cut by a kill or a full disk. The newest intact checkpoint is
+  chosen (`intact`); broken ones are moved to OUTPUT_DIR/broken/, never deleted.
+- `StopOnSignal`: SIGTERM (a scheduler's preemption notice) and Ctrl-C. The current step finishes, a checkpoint is
+  saved and the run exits with one line; all torchrun ranks stop at the same step.
+- `faults`: a full disk or a distributed stall, reported as a message that names the setting and what to check.
+"""
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import time
+import zipfile
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from cli import ConfigError
+
+log = logging.getLogger("grpotrainer")
+LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it
+FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
+BROKEN_DIR = "broken"  # OUTPUT_DIR/broken/checkpoint-N-<time>: checkpoints that cannot be resumed, kept for a look
+TORCH_FILES = (".pt", ".pth", ".bin")  # torch.save writes zip archives under these names in a checkpoint
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# checkpoints
+
+
+def checkpoints(output_dir):
+    """The checkpoint-N folders Trainer wrote in output_dir, oldest (lowest N) first, intact or not."""
+    found = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and p.name[11:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[11:]))
+
+
+def intact(checkpoint_dir):
+    """None when the checkpoint folder can be resumed from, else the reason it cannot (one short phrase).
+
+    Reads only headers and directories, never tensors, so it costs milliseconds even for large checkpoints:
+    trainer_state.json parses and has a global_step; adapter_config.json parses; adapter_model.safetensors has a
+    whole header whose tensor byte ranges end exactly at the end of the file (safetensors' own rule); every torch
+    file (optimizer.pt, scheduler.pt, rng_state*.pth, ...) is a zip archive whose members fit in the file. A file
+    cut anywhere loses the zip's central directory at its end, so a cut torch file fails that test.
+
+    >>> intact("/nonexistent/checkpoint-5")
+    'trainer_state.json is missing'
+    """
+    folder = Path(checkpoint_dir)
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text())
+    except FileNotFoundError:
+        return "trainer_state.json is missing"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return f"trainer_state.json does not parse ({err})"
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+        return "trainer_state.json has no global_step"
+    try:
+        json.loads((folder / "adapter_config.json").read_text())
+    except FileNotFoundError:
+        return "adapter_config.json is missing"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return f"adapter_config.json does not parse ({err})"
+    if reason := safetensors_problem(folder / "adapter_model.safetensors"):
+        return reason
+    return optimizer_problem(folder)
+
+
+def safetensors_problem(path):
+    """None when the safetensors file's header is whole and its tensors fill the file exactly; else the reason.
+
+    The format is an 8-byte little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
+    then the tensor bytes; data_offsets count from the end of the header.
+    """
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 8:
+                return f"{path.name} is cut short ({size} bytes)"
+            (n,) = struct.unpack("<Q", f.read(8))
+            if 8 + n > size:
+                return f"{path.name} is cut short (its header needs {8 + n} bytes, the file has {size})"
+            header = json.loads(f.read(n))
+    except FileNotFoundError:
+        return f"{path.name} is missing"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return f"{path.name} has an unreadable header ({err})"
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+    if 8 + n + max(ends, default=0) != size:
+        return f"{path.name} is cut short (its tensors need {8 + n + max(ends, default=0)} bytes, the file has {size})"
+    return None
+
+
+def torch_file_problem(path):
+    """None when `path` is a whole torch.save zip archive (central directory present, members inside the file)."""
+    try:
+        size = path.stat().st_size
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (OSError, zipfile.BadZipFile) as err:
+        return f"{path.name} is not a whole torch file ({err})"
+    if not any(m.filename.endswith("data.pkl") for m in members):
+        return f"{path.name} is not a torch file (no data.pkl)"
+    if any(m.header_offset + m.compress_size > size for m in members):
+        return f"{path.name} is cut short"
+    return None
+
+
+def optimizer_problem(folder):
+    """The optimizer, scheduler and RNG files Trainer saves beside the adapter: present and whole.
+
+    Plain and DDP runs write optimizer.pt, scheduler.pt and rng_state.pth (rng_state_<rank>.pth per process).
+    DeepSpeed writes its optimizer under the folder named in `latest` instead, and FSDP writes optimizer_0*; their
+    torch files are checked the same way.
+    """
+    if (folder / "latest").is_file():  # DeepSpeed: `latest` names the global_stepN folder holding its states
+        tag = (folder / "latest").read_text().strip()
+        files = list((folder / tag).glob("*.pt")) if tag else []
+        if not files:
+            return f"the DeepSpeed state folder {tag or '(empty name)'} holds no .pt files"
+    else:
+        files = []
+        if not (folder / "optimizer.pt").is_file() and not list(folder.glob("optimizer_0*")):
+            return "optimizer.pt is missing"
+        if not (folder / "scheduler.pt").is_file():
+            return "scheduler.pt is missing"
+    if not list(folder.glob("rng_state*.pth")):
+        return "rng_state.pth is missing"
+    for path in sorted(p for p in folder.iterdir() if p.suffix in TORCH_FILES and p.is_file()) + files:
+        if reason := torch_file_problem(path):
+            return reason
+    return None
+
+
+def resume_checkpoint(
+    output_dir, *, resume, model_name, lora_r, lora_alpha, target_modules, main_process=True, now=time.time
+):
+    """The checkpoint to resume from (None for a fresh start), after checking that resuming or not is safe.
+
+    The newest intact checkpoint (see `intact`) is chosen. Every broken one is named in the log and moved to
+    OUTPUT_DIR/broken/ by the main process (only one process of a torchrun job may move files); the others leave
+    them. Moving, not skipping: Trainer would otherwise rotate the intact ones away (SAVE_TOTAL_LIMIT counts every
+    checkpoint-N folder) and later write into the broken folder's name.
+
+    Refused with ConfigError, before any weights load: RESUME=False over an earlier run's checkpoints or finished
+    adapter (they would be overwritten or rotated away), and a checkpoint trained on another base model or with
+    another LoRA shape (r, alpha, target modules), which would fail on mismatched weights or train a different
+    adapter. `target_modules` is LORA_TARGET_MODULES as given: "all-linear" or a comma list (or a list).
+    """
+    output_dir = Path(output_dir)
+    found = checkpoints(output_dir)
+    if not resume and (found or (output_dir / FINISHED_NAME).is_file()):
+        held = f"{len(found)} checkpoint(s)" if found else "a finished adapter"
+        raise ConfigError(
+            f"RESUME=False, but OUTPUT_DIR {output_dir} already holds {held} of an earlier run, which this run would "
+            "overwrite or rotate away.\nGive this run a new OUTPUT_DIR, move the old one away, or set RESUME=True."
+        )
+    chosen = None
+    for folder in reversed(found):
+        reason = intact(folder)
+        if reason is None and chosen is None:
+            chosen = folder
+        elif reason is not None:
+            put_aside(folder, reason, output_dir, main_process, now)
+    if chosen is None:
+        return None
+    config = json.loads((chosen / "adapter_config.json").read_text())
+    if problem := adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules):
+        raise ConfigError(f"cannot resume {chosen}: {problem}, or give this run a new OUTPUT_DIR.")
+    return chosen
+
+
+def put_aside(folder, reason, output_dir, main_process, now=time.time):
+    """Log why `folder` cannot be resumed and, on the main process, move it to OUTPUT_DIR/broken/<name>-<time>."""
+    if not main_process:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now()))
+    target = output_dir / BROKEN_DIR / f"{folder.name}-{stamp}"
+    for i in range(1, 1000):  # two moves in one second get distinct names
+        if not target.exists():
+            break
+        target = output_dir / BROKEN_DIR / f"{folder.name}-{stamp}-{i}"
+    target.parent.mkdir(exist_ok=True)
+    folder.rename(target)  # same filesystem: atomic, and no bytes copied on a full disk
+    log.warning("%s cannot be resumed (%s); moved it to %s", folder, reason, target)
+    return target
+
+
+def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules):
+    """What differs between a saved adapter_config.json and this run's MODEL_NAME and LoRA settings, or None.
+
+    The base model compares by folder name, so a Hub id and its local copy match. PEFT saves "all-linear"
+    expanded to full module paths (model.layers.0.self_attn.q_proj, ...) and a given list as given; the two compare
+    by their last name component.
+
+    >>> cfg = {"base_model_name_or_path": "/m/Qwen3-8B", "r": 16, "lora_alpha": 32, "target_modules": ["q_proj"]}
+    >>> adapter_mismatch(cfg, "Qwen/Qwen3-8B", 8, 32, "q_proj")
+    'it was trained with LORA_R=16, and LORA_R is 8: set LORA_R=16'
+    """
+    base = config.get("base_model_name_or_path")
+    if base and Path(base).name != Path(model_name).name:
+        return f"it is an adapter for {base}, and MODEL_NAME is {model_name}: set MODEL_NAME={base}"
+    for name, saved, now in (
+        ("LORA_R", config.get("r"), lora_r),
+        ("LORA_ALPHA", config.get("lora_alpha"), lora_alpha),
+    ):
+        if saved is not None and saved != now:
+            return f"it was trained with {name}={saved}, and {name} is {now}: set {name}={saved}"
+    wanted = [t.strip() for t in target_modules.split(",")] if isinstance(target_modules, str) else target_modules
+    wanted = [t for t in wanted if t]
+    saved = config.get("target_modules")
+    saved = [saved] if isinstance(saved, str) else list(saved or [])
+    expanded = any("." in t for t in saved)  # PEFT's expansion of "all-linear"
+    if wanted == ["all-linear"]:
+        same = expanded or saved == ["all-linear"]
+    else:
+        same = {t.rsplit(".", 1)[-1] for t in saved} == {t.rsplit(".", 1)[-1] for t in wanted}
+    if not same:
+        shown = "all-linear" if expanded else ",".join(saved)
+        given = ",".join(wanted)
+        return f"it was trained with LORA_TARGET_MODULES={shown}, and it is {given}: set LORA_TARGET_MODULES={shown}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# finished runs
+
+
+def mark_finished(output_dir, *, global_step, epoch, max_steps, num_train_epochs):
+    """Write OUTPUT_DIR/run_finished.json atomically (temporary file, fsync, rename): call it on the main process
+    as the very last write of a run that trained to the end and saved its final adapter."""
+    output_dir = Path(output_dir)
+    record = {
+        "global_step": global_step,
+        "epoch": epoch,
+        "MAX_STEPS": max_steps,
+        "NUM_TRAIN_EPOCHS": num_train_epochs,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    tmp = output_dir / f".{FINISHED_NAME}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, output_dir / FINISHED_NAME)
+    fsync_dir(output_dir)
+    return output_dir / FINISHED_NAME
+
+
+def fsync_dir(path):
+    """Make a rename inside `path` durable (POSIX: the directory entry lives in the directory)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def finished(output_dir, max_steps, num_train_epochs):
+    """A one-line message when OUTPUT_DIR holds a run that already trained as far as asked, else None. Reads only.
+
+    Finished means: run_finished.json is there (written after the final adapter), the final adapter is whole, and
+    the marker's run went as far as asked: with MAX_STEPS > 0, global_step >= MAX_STEPS; with MAX_STEPS = -1, the
+    marker's run was also epoch-based and had at least NUM_TRAIN_EPOCHS. So raising MAX_STEPS or
+    NUM_TRAIN_EPOCHS continues the run from its last checkpoint, as Trainer's resume does.
+
+    >>> finished("/nonexistent", 100, 3) is None
+    True
+    """
+    output_dir = Path(output_dir)
+    try:
+        done = json.loads((output_dir / FINISHED_NAME).read_text())
+        step = int(done["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if safetensors_problem(output_dir / "adapter_model.safetensors"):
+        return None  # the final save was lost after the marker: resume and save again
+    if max_steps > 0:
+        far_enough = step >= max_steps
+    else:
+        far_enough = done.get("MAX_STEPS", 0) <= 0 and done.get("NUM_TRAIN_EPOCHS", 0) >= num_train_epochs
+    if not far_enough:
+        return None
+    return (
+        f"OUTPUT_DIR {output_dir} holds a finished run ({step} steps, adapter saved); nothing to do. To train "
+        "further raise MAX_STEPS or NUM_TRAIN_EPOCHS; to start over give a new OUTPUT_DIR."
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one run per folder
+
+
+def any_rank(flag, device=None):
+    """True when `flag` is true on any process: an all-reduce (max) when torch.distributed is initialised with
+    more than one process, else `flag` itself. Every process must call it at the same point."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return bool(flag)
+    import torch
+
+    if device is None:  # NCCL reduces only CUDA tensors; accelerate has set this process's GPU
+        nccl = "nccl" in str(dist.get_backend()) and torch.cuda.is_available()
+        device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    t = torch.tensor([int(bool(flag))], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def pid_alive(pid):
+    """Whether a process with this pid runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user
+        return True
+    return True
+
+
+def read_holder(path):
+    """The lock file's {"pid", "host", ...} as written by `take_lock`, or {} when it is empty or half-written."""
+    try:
+        holder = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def take_lock(output_dir):
+    """Lock OUTPUT_DIR for this process: return (open file descriptor, None), or (None, why it is refused).
+
+    flock on OUTPUT_DIR/run.lock: the OS releases it when the holder dies, so a lock left by a killed run is
+    simply taken over (and logged). After locking, the path must still name the locked file; otherwise a
+    releasing holder unlinked it in between, and we lock again. Filesystems without flock (some Lustre and
+    FUSE mounts) fall back to the pid in the file: a dead pid on this host is taken over.
+    """
+    output_dir = Path(output_dir)
+    path = output_dir / LOCK_NAME
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None, holder_message(output_dir, read_holder(path))
+            except OSError as err:
+                os.close(fd)
+                if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                    raise
+                return pid_lock(output_dir)
+            with contextlib.suppress(FileNotFoundError):
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    break
+            os.close(fd)  # unlinked by a holder that released it: lock the new file instead
+        write_holder(fd, output_dir, read_holder(path))
+        return fd, None
+    except OSError as err:
+        return None, f"cannot lock OUTPUT_DIR {output_dir} ({err}): it must be a folder this user can write."
+
+
+def write_holder(fd, output_dir, previous):
+    """Record this process as the holder in the locked file, logging a previous holder that died without release."""
+    if previous.get("pid"):
+        log.info("took over %s from pid %s on %s, which no longer holds it", LOCK_NAME, *holder_id(previous))
+    data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M")})
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data.encode(), 0)
+
+
+def holder_id(holder):
+    return holder.get("pid", "?"), holder.get("host", "an unknown host")
+
+
+def holder_message(output_dir, holder):
+    pid, host = holder_id(holder)
+    return (
+        f"OUTPUT_DIR {output_dir} is in use by another run (pid {pid} on {host}, since {holder.get('since', '?')}); "
+        "two runs in one folder overwrite each other.\nWait for it to end, stop it, or give this run another "
+        "OUTPUT_DIR."
+    )
+
+
+def pid_lock(output_dir):
+    """The fallback without flock: create run.lock exclusively; a file naming a dead pid on this host is stale."""
+    path = Path(output_dir) / LOCK_NAME
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            holder = read_holder(path)
+            pid = holder.get("pid")
+            stale = holder.get("host") == socket.gethostname() and isinstance(pid, int) and not pid_alive(pid)
+            if not stale:
+                return None, holder_message(output_dir, holder) + f" If that run is gone, delete {path}."
+            path.unlink(missing_ok=True)
+            continue
+        write_holder(fd, output_dir, {})
+        return fd, None
+    return None, holder_message(output_dir, read_holder(path))
+
+
+@contextlib.contextmanager
+def output_lock(output_dir, rank0):
+    """Hold OUTPUT_DIR for one run while the block runs; refuse with ConfigError (exit 2) when another run has it.
+
+    Under torchrun only global rank 0 (`rank0`) takes the lock, and every rank learns the outcome through
+    `any_rank`, so all ranks of a refused run stop at once, before writing anything. That needs the process group,
+    which building the GRPOConfig starts: enter this after build_config(). The lock file is removed on exit.
+
+        with runguard.output_lock(OUTPUT_DIR, rank0=config.process_index == 0):
+            ...  # resume choice, training, saves
+    """
+    fd, refusal = take_lock(output_dir) if rank0 else (None, None)
+    if any_rank(refusal is not None):
+        raise ConfigError(refusal or f"rank 0 could not lock OUTPUT_DIR {output_dir}; see its message.")
+    try:
+        yield
+    finally:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                (Path(output_dir) / LOCK_NAME).unlink()  # while still locked: see take_lock's inode check
+            os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SIGTERM and Ctrl-C
+
+
+class StopOnSignal(TrainerCallback):
+    """On SIGTERM or SIGINT, finish the current optimiser step, save a checkpoint and stop training.
+
+    Schedulers send SIGTERM before preemption (Slurm, Kubernetes), torchrun forwards it to every process, and a
+    terminal sends Ctrl-C's SIGINT to all of them. The handlers only record the signal; at each step end the
+    processes agree (`any_rank`) so that all stop at the same step, and Trainer then saves as if SAVE_STEPS had
+    come. Later signals while stopping are ignored, so a second Ctrl-C cannot cut the save (Ctrl-\\ or kill -9
+    still end the process at once). Handlers are installed when training begins and restored when it ends.
+
+    After train() returns, `signal_name` is set when a signal stopped it, and `message()` and `exit_code`
+    say so: 128 + the signal number (143 for SIGTERM, 130 for Ctrl-C), the shell's convention for "ended by
+    this signal". Not 0: a Kubernetes Job, a torchrun restart policy or a `until python grpotrainer.py; do`
+    loop must see that the run is not done, and rerunning the same command resumes it.
+    """
+
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
+        self.signals = tuple(signals)
+        self.received = None  # the first signal's number
+        self.signal_name = None  # its name, once the processes have agreed to stop
+        self.stopped_at = None  # the global step after which training stopped
+        self.saved = None  # the checkpoint folder saved for the stop
+        self.previous = {}  # signal number -> the handler to restore
+
+    def handle(self, signum, frame):
+        if self.received is None:
+            self.received = signum
+            log.warning("%s received: finishing this step, then saving a checkpoint", signal.Signals(signum).name)
+        else:
+            log.warning(
+                "%s ignored: a checkpoint is being saved (Ctrl-\\ aborts without it)", signal.Signals(signum).name
+            )
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        for signum in self.signals:
+            self.previous[signum] = signal.signal(signum, self.handle)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if any_rank(self.received is not None, args.device) and self.signal_name is None:
+            self.signal_name = signal.Signals(self.received).name if self.received else "a signal on another rank"
+            self.stopped_at = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.signal_name is not None and self.saved is None:
+            self.saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.restore()
+
+    def restore(self):
+        """Put back the handlers that were there before training (safe to call more than once)."""
+        while self.previous:
+            signum, handler = self.previous.popitem()
+            signal.signal(signum, handler)
+
+    @property
+    def exit_code(self):
+        return 128 + (self.received or signal.SIGTERM)
+
+    def message(self):
+        where = f"checkpoint saved to {self.saved}" if self.saved else "no checkpoint was saved"
+        return f"stopped by {self.signal_name} at step {self.stopped_at}; {where}; rerun the same command to resume"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# full disks and stalls
+
+FULL_DISK_TEXT = ("No space left on device", "Disk quota exceeded")  # any error type: safetensors says "(os error 28)"
+TORCH_WRITE_TEXT = ("PytorchStreamWriter failed writing file", "basic_ios::clear: iostream error", "unexpected pos")
+STALL_TEXT = ("timed out", "timeout", "watchdog", "Connection closed by peer", "Connection reset by peer")
+
+
+def chain(err):
+    """`err` and the exceptions it was raised from or during, outermost first."""
+    seen = []
+    while err is not None and err not in seen:
+        seen.append(err)
+        err = err.__cause__ or err.__context__
+    return seen
+
+
+def disk_full_error(err, output_dir):
+    """A ConfigError naming the full disk and OUTPUT_DIR when `err` (or its cause) is one, else None.
+
+    ENOSPC and EDQUOT from Python, any error whose text names them (safetensors' SafetensorError), and the
+    RuntimeErrors of torch.save's C++ writer, which keeps no errno (TORCH_WRITE_TEXT; on a full tmpfs torch 2.13
+    says "unexpected pos 704 vs 598"). The checkpoint it was writing is then cut: `intact` rejects it, and the
+    next run moves it aside and resumes from the one before.
+    """
+    for e in chain(err):
+        full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+        full = full or any(t in str(e) for t in FULL_DISK_TEXT)
+        if full or (isinstance(e, RuntimeError) and any(t in str(e) for t in TORCH_WRITE_TEXT)):
+            free = free_bytes(output_dir)
+            free_text = f", {free / 2**20:.0f} MiB free now" if free is not None else ""
+            return ConfigError(
+                f"No space left on device while writing to OUTPUT_DIR {output_dir} ({first_line(e)}{free_text}).\n"
+                f"Free space there (or set OUTPUT_DIR to a larger disk), then rerun the same command to resume."
+            )
+    return None
+
+
+def stall_error(err, ddp_timeout):
+    """A ConfigError naming DDP_TIMEOUT and what to check when `err` is a torch.distributed timeout or abort."""
+    import torch.distributed as dist
+
+    for e in chain(err):
+        dist_error = isinstance(e, (dist.DistBackendError, dist.DistStoreError, dist.DistNetworkError))
+        if dist_error or (isinstance(e, RuntimeError) and any(t.lower() in str(e).lower() for t in STALL_TEXT)):
+            return ConfigError(
+                f"a process waited for the others and gave up (DDP_TIMEOUT={ddp_timeout} s; {first_line(e)}).\n"
+                "Check every rank's log for the first error (a stalled or dead rank), then NCCL and the network "
+                "(NCCL_DEBUG=INFO); raise DDP_TIMEOUT only if a rank legitimately works alone that long."
+            )
+    return None
+
+
+@contextlib.contextmanager
+def faults(output_dir, ddp_timeout):
+    """Turn a full disk or a distributed stall raised in the block into a ConfigError (one message, exit 2)."""
+    try:
+        yield
+    except Exception as err:
+        known = disk_full_error(err, output_dir) or stall_error(err, ddp_timeout)
+        if known is None:
+            raise
+        raise known from None
+
+
+def first_line(err):
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:200] if text else ''}"
+
+
+def free_bytes(path):
+    """Free bytes on the filesystem holding `path` (or its nearest existing parent); None if unknown."""
+    import shutil
+
+    path = Path(path).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None

@@ -1,0 +1,150 @@
+"""The faults of issue 12 against the real script: `grpotrainer.py --smoke` killed, rerun, run twice, cut.
+
+    pytest tests/test_faults_e2e.py -m slow        # ~4 min on 2 cores
+
+These assume grpotrainer.py's main() uses runguard as described in runguard.py's docstring: `finished` before
+anything else, `output_lock` around the run, `resume_checkpoint`, the StopOnSignal callback with its message and
+exit code, `faults` around train and save, and `mark_finished` as the last write.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_script
+
+import runguard
+
+pytestmark = pytest.mark.slow
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+
+def smoke(output_dir, *overrides):
+    return run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={output_dir}", *overrides)
+
+
+def start(output_dir, *overrides, launcher=()):
+    """A long smoke run in the background, its output in output_dir.log; returns the Popen once training has
+    logged its first step (so a signal lands mid-training, not during the model load)."""
+    log = Path(f"{output_dir}.log")
+    args = [sys.executable, *launcher, "grpotrainer.py", "--smoke", f"--OUTPUT_DIR={output_dir}", *overrides]
+    proc = subprocess.Popen(args, cwd=REPO, env=ENV, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    wait_for(log, "'loss'", proc)
+    return proc, log
+
+
+def wait_for(log, text, proc=None, timeout=240):
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert (proc is None or proc.poll() is None) and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+
+
+def children(pid):
+    """The pids whose parent is `pid` (from /proc/<pid>/stat: pid (name) state ppid ...)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def listing(output_dir):
+    """Every file under output_dir with its size and mtime: what "touched nothing" compares."""
+    return sorted(
+        (str(p.relative_to(output_dir)), p.stat().st_size, p.stat().st_mtime_ns) for p in output_dir.rglob("*")
+    )
+
+
+def steps(checkpoint):
+    return json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+
+
+def test_sigterm_saves_and_rerun_resumes(tmp_path):
+    out = tmp_path / "run"
+    proc, log = start(out, "--MAX_STEPS=500", "--SAVE_STEPS=1000")
+    proc.send_signal(signal.SIGTERM)
+    wait_for(log, "SIGTERM received")  # (sent together, Python would handle the lower-numbered SIGINT first)
+    proc.send_signal(signal.SIGINT)  # a second signal while stopping must not cut the save
+    assert proc.wait(120) == 143  # 128 + SIGTERM: the job is not done
+    text = log.read_text()
+    assert "Traceback" not in text
+    [saved] = list(out.glob("checkpoint-*"))  # the stop made the only checkpoint (SAVE_STEPS=1000)
+    assert f"stopped by SIGTERM at step {steps(saved)}; checkpoint saved to {saved}; rerun the same command" in text
+    assert runguard.intact(saved) is None
+    assert not (out / runguard.LOCK_NAME).exists()  # released on the way out
+    result = smoke(out, f"--MAX_STEPS={steps(saved) + 2}", "--SAVE_STEPS=1000")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resuming from {saved}" in result.stderr
+    assert steps(out / f"checkpoint-{steps(saved) + 2}") == steps(saved) + 2
+
+
+def test_ctrl_c_saves_without_a_traceback(tmp_path):
+    proc, log = start(tmp_path / "run", "--MAX_STEPS=500", "--SAVE_STEPS=1000")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(120) == 130
+    assert "Traceback" not in log.read_text() and "stopped by SIGINT at step" in log.read_text()
+
+
+def test_finished_run_rerun_changes_nothing(tmp_path):
+    assert smoke(tmp_path).returncode == 0
+    before = listing(tmp_path)
+    result = smoke(tmp_path)
+    assert result.returncode == 0
+    assert f"OUTPUT_DIR {tmp_path} holds a finished run (4 steps, adapter saved); nothing to do" in result.stderr
+    assert listing(tmp_path) == before  # no step past MAX_STEPS, no checkpoint rotated away
+
+
+def test_second_run_is_refused_and_first_finishes(tmp_path):
+    out = tmp_path / "run"
+    first, log = start(out, "--MAX_STEPS=150", "--SAVE_STEPS=1000")  # ~30 s: still running when the second locks
+    second = smoke(out, "--MAX_STEPS=150")
+    assert second.returncode == 2
+    assert f"is in use by another run (pid {first.pid} on " in second.stderr
+    assert "Traceback" not in second.stderr
+    assert first.wait(300) == 0, log.read_text()[-3000:]  # unaffected
+    assert steps(out / "checkpoint-150") == 150
+
+
+def test_cut_checkpoint_is_moved_aside_and_older_one_resumed(tmp_path):
+    assert smoke(tmp_path).returncode == 0  # checkpoints 2 and 4
+    (tmp_path / runguard.FINISHED_NAME).unlink()  # as if the run had died at the last save
+    with open(tmp_path / "checkpoint-4" / "trainer_state.json", "r+b") as f:
+        f.truncate(1000)  # a full disk cut it
+    result = smoke(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resuming from {tmp_path / 'checkpoint-2'}" in result.stderr
+    assert f"{tmp_path / 'checkpoint-4'} cannot be resumed (trainer_state.json does not parse" in result.stderr
+    [moved] = list((tmp_path / "broken").iterdir())
+    assert (moved / "trainer_state.json").stat().st_size == 1000  # kept as it was
+    assert steps(tmp_path / "checkpoint-4") == 4  # trained again from step 2
+
+
+def test_other_lora_rank_is_refused_before_weights_load(tmp_path):
+    assert smoke(tmp_path, "--MAX_STEPS=2").returncode == 0
+    result = smoke(tmp_path, "--MAX_STEPS=4", "--LORA_R=8")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "it was trained with LORA_R=16, and LORA_R is 8: set LORA_R=16" in result.stderr
+    assert ", attention " not in result.stderr  # refused before main() logs the model it is about to load
+
+
+def test_torchrun_stops_all_ranks_at_one_step_when_one_is_signalled(tmp_path):
+    out = tmp_path / "run"
+    proc, log = start(out, "--MAX_STEPS=500", "--SAVE_STEPS=1000", launcher=TORCHRUN)
+    os.kill(max(children(proc.pid)), signal.SIGTERM)  # one rank only: the other learns it at the step end
+    proc.wait(180)
+    text = log.read_text()
+    [saved] = list(out.glob("checkpoint-*"))
+    assert runguard.intact(saved) is None
+    assert text.count(f"at step {steps(saved)}; checkpoint saved to {saved}") == 2  # both ranks, the same step
+    assert "stopped by a signal on another rank" in text  # the rank that was not signalled stopped too
+    assert "exitcode  : 143" in text  # torchrun's summary: a rank ended with the stop's status ...
+    assert text.count("Traceback") == 1  # ... and its own ChildFailedError is the only traceback
