@@ -54,7 +54,7 @@ profiles = {
 # What a training run's run_settings.json decides for its adapter (unless given on this command line).
 from_run = ("MODEL_NAME", "TRUST_REMOTE_CODE", "ATTN_IMPLEMENTATION", "BF16", "ENABLE_THINKING", "DATASET")
 from_run += ("DATASET_CONFIG", "SYSTEM_PROMPT", "MAX_COMPLETION_LENGTH")
-smoke_model = "outputs/smoke/smoke-model"  # where --smoke builds the tiny model when no run names one
+smoke_output = "outputs/smoke"  # --smoke builds the tiny model in its smoke-model folder when no run names one
 log = logging.getLogger("grpotrainer.evaluate")
 
 
@@ -67,7 +67,7 @@ def resolve(argv):
     if args.profile == "smoke" and "MODEL_NAME" not in args.given and "MODEL_NAME" not in run:
         import smoke
 
-        s["MODEL_NAME"] = smoke.cpu_model(smoke_model)
+        s["MODEL_NAME"] = smoke.cpu_model(smoke_output)
     if not s["OUTPUT_DIR"]:  # next to the adapter it scores, so that scoring the base model never overwrites it
         s["OUTPUT_DIR"] = s["ADAPTER"] or os.path.join("outputs", "eval", Path(s["MODEL_NAME"]).name)
     return s, args
@@ -114,6 +114,12 @@ def load_model(s, cpu_only=False):
     if adapter:
         from peft import PeftModel
 
+        import runguard
+
+        if base := runguard.other_base_model(adapter, s["MODEL_NAME"]):
+            log.warning(
+                "ADAPTER was trained on %s but MODEL_NAME is %s: set MODEL_NAME=%s", base, s["MODEL_NAME"], base
+            )
         model = PeftModel.from_pretrained(model, adapter)
     if not cuda and kwargs["dtype"] == "bfloat16":
         model = model.to(torch.float32)  # bf16 matmuls on CPU are slow and not what a GPU would compute

@@ -28,7 +28,7 @@ from pathlib import Path
 import cli
 import gsm8k
 import modelcard
-import preflight
+import runguard
 from cli import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -114,7 +114,8 @@ def resolve(c):
         raise ConfigError("give the adapter to merge: --ADAPTER=<a run's OUTPUT_DIR or a checkpoint-N in it>.")
     config = read_json(Path(adapter) / "adapter_config.json")
     if not config:
-        newest = preflight.newest_checkpoint(adapter) if Path(adapter).is_dir() else None
+        mergeable = [c for c in runguard.checkpoints(adapter) if (c / "adapter_config.json").is_file()]
+        newest = mergeable[-1] if Path(adapter).is_dir() and mergeable else None
         hint = f" The newest checkpoint there is {newest}." if newest else ""
         raise ConfigError(
             f"ADAPTER={adapter!r} holds no LoRA adapter (no adapter_config.json). Point it at a training run's "
@@ -125,7 +126,7 @@ def resolve(c):
     c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or trained_on
     if not c["MODEL_NAME"]:
         raise ConfigError(f"the base model of {adapter} is not recorded; give it: --MODEL_NAME=<Hub id or folder>.")
-    if trained_on and preflight.other_base_model(adapter, c["MODEL_NAME"]):
+    if trained_on and runguard.other_base_model(config, c["MODEL_NAME"]):
         raise ConfigError(
             f"ADAPTER {adapter} was trained on {trained_on}, but MODEL_NAME is {c['MODEL_NAME']}: merging it there "
             f"gives a broken model. Leave MODEL_NAME empty to use {trained_on} (a local copy must keep its name)."

@@ -2,19 +2,16 @@
 
     python grpotrainer.py                          # train with the constants below (CUDA GPU, bf16)
     python grpotrainer.py --smoke                  # the same pipeline offline on CPU in seconds
-    python grpotrainer.py --LEARNING_RATE=2e-5     # any constant can be overridden as --KEY=value
-    python grpotrainer.py --top_p=0.9              # any other GRPOConfig field as lower-case --field=value
+    python grpotrainer.py --LEARNING_RATE=2e-5     # a constant as --KEY=value; any GRPOConfig field as --top_p=0.9
     python grpotrainer.py --help                   # every constant with its comment
-    torchrun --nproc_per_node 4 grpotrainer.py     # data-parallel; see docs/launch.md for DeepSpeed, FSDP, nodes
-    tensorboard --logdir outputs                   # watch train/reward, train/kl, ... (see README)
+    torchrun --nproc_per_node 4 grpotrainer.py     # data-parallel; docs/launch.md: DeepSpeed, FSDP, several nodes
 
-TRL does the GRPO loss, LoRA wrapping, logging, checkpointing and distributed launch. This file adds what GSM8K
-needs: the prompt and data (gsm8k.py), the rewards (rewards.py), checks that fail in seconds (preflight.py) and
-advice while training (monitor.py). A run writes its settings to OUTPUT_DIR/run_settings.json for evaluate.py.
+TRL does the GRPO loss, LoRA, logging, checkpointing and distributed launch. This file adds what GSM8K needs: the
+prompt and data (gsm8k.py), rewards (rewards.py), checks in seconds (preflight.py), advice (monitor.py) and run
+safety (runguard.py). Watch a run with `tensorboard --logdir outputs` (see README).
 """
 
 import logging
-from pathlib import Path
 
 import cli
 import gsm8k
@@ -69,7 +66,7 @@ MAX_STEPS = -1  # optimiser steps; -1 = use NUM_TRAIN_EPOCHS
 ACTIVATION_CHECKPOINTING = True  # recompute activations in the backward pass: much less memory, slower
 BF16 = True  # bfloat16 weights and maths (needs an Ampere or newer GPU)
 SEED = 42  # seeds LoRA init, sampling and data order
-DDP_TIMEOUT = 1800  # seconds a process waits for the others (torchrun) before the run stops with a message
+DDP_TIMEOUT = 600  # seconds a torchrun process waits for the others before the run stops, naming a stall
 # logging / output
 OUTPUT_DIR = "outputs/qwen3-gsm8k-grpo"  # checkpoints, final adapter, run_settings.json and TensorBoard runs/
 REPORT_TO = "tensorboard"  # tensorboard, trackio, wandb or none
@@ -92,10 +89,11 @@ GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds th
 # ---------------------------------------------------------------------------------------------------------------
 
 profiles = {"smoke": smoke.PROFILE}  # --smoke: offline on the CPU, fp32, a tiny random Qwen3 (see smoke.py)
-# GRPOConfig fields set from constants that do not share their name; every other constant feeds field.lower().
+# GRPOConfig fields that constants of another name set (each other constant sets its own name in lower case)
 owned = {"chat_template_kwargs": "ENABLE_THINKING", "model_init_kwargs": "ATTN_IMPLEMENTATION", "use_cpu": "--smoke"}
 owned |= {"gradient_checkpointing": "ACTIVATION_CHECKPOINTING", "generation_batch_size": "STEPS_PER_GENERATION"}
 needs = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")  # what `make install` puts in .venv
+log = logging.getLogger("grpotrainer")
 
 
 def build_config(s, fields, cpu_only):
@@ -187,62 +185,64 @@ def load_data(s):
     return train, gsm8k.load(s["DATASET"], "test", limit=evals, **kwargs) if evals else None
 
 
-def add_callbacks(s, trainer):
-    """Health advice with a clean stop on NaN, and the completions table, both writing through the trainer."""
+def train(s, record, config, reward_funcs, train_dataset, eval_dataset, runguard):
+    """One run in its locked OUTPUT_DIR: resume or start, train, then save, score, and mark the run finished."""
     import monitor
 
-    health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer)
-    trainer.add_callback(health)
-    trainer.add_callback(monitor.CompletionSamples(trainer))
-    return health
-
-
-def finish(trainer, s, eval_dataset, record, before):
-    """Save the adapter, score it (EVAL_AFTER), write our model card, and close the process group cleanly."""
-    trainer.save_model(s["OUTPUT_DIR"])  # the LoRA adapter and the tokenizer
-    after = gsm8k.evaluate_trainer(trainer, eval_dataset, s["EVAL_AFTER"], "after", s["EVAL_BATCH_SIZE"], record)
-    if trainer.is_world_process_zero():  # our model card, last: save_model rewrote TRL's (see modelcard.py)
-        steps, sizes = trainer.state.global_step, record["dataset_sizes"]
-        modelcard.write_card(
-            s["OUTPUT_DIR"], record, metrics_before=before, metrics_after=after, steps=steps, dataset_sizes=sizes
-        )
-        logging.getLogger("grpotrainer").info("saved the adapter and its model card to %s", s["OUTPUT_DIR"])
+    rank0, lora = config.process_index == 0, (s["LORA_R"], s["LORA_ALPHA"], s["LORA_TARGET_MODULES"])
+    last = runguard.resume_checkpoint(s["OUTPUT_DIR"], s["RESUME"], s["MODEL_NAME"], *lora, main_process=rank0)
+    log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
+    trainer = build_trainer(s, config, reward_funcs, train_dataset)
+    health, stopper = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer), runguard.StopOnSignal()
+    for callback in (health, stopper, monitor.CompletionSamples(trainer)):  # advice, NaN stop; SIGTERM; samples
+        trainer.add_callback(callback)
+    if rank0:
+        gsm8k.write_settings(s["OUTPUT_DIR"], record)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
+    evals = (eval_dataset, s["EVAL_BEFORE"], "before", s["EVAL_BATCH_SIZE"], record)  # a resumed run's baseline:
+    before = modelcard.read_metrics(s["OUTPUT_DIR"])[0] if last else gsm8k.evaluate_trainer(trainer, *evals)
+    try:
+        trainer.train(resume_from_checkpoint=str(last) if last else None)
+    finally:
+        stopper.restore()
+    if not (stopper.signal_name or health.stopped):
+        trainer.save_model(s["OUTPUT_DIR"])  # the LoRA adapter and the tokenizer
+        after = gsm8k.evaluate_trainer(trainer, eval_dataset, s["EVAL_AFTER"], "after", s["EVAL_BATCH_SIZE"], record)
+        if rank0:  # our card, after save_model rewrote TRL's (see modelcard.py); then the run is finished
+            step, epoch = trainer.state.global_step, trainer.state.epoch
+            modelcard.write_card(s["OUTPUT_DIR"], record, metrics_before=before, metrics_after=after, steps=step)
+            runguard.mark_finished(s["OUTPUT_DIR"], step, epoch, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])
+            log.info("saved the adapter and its model card to %s; the run is finished", s["OUTPUT_DIR"])
     trainer.accelerator.wait_for_everyone()  # no rank exits while another still uses the process group
     trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end of a script
+    if stopper.signal_name:  # the step it stopped at was checkpointed: the same command resumes
+        log.warning(stopper.message())
+        raise SystemExit(stopper.exit_code)
+    if health.stopped:
+        raise cli.ConfigError(f"training stopped: {health.stopped.message}")
+    return trainer
 
 
 def main(argv=()):
     args = cli.parse(cli.constants(globals()), argv, profiles, "trl:GRPOConfig", owned, __file__)
     s, cpu_only = dict(args.settings), args.profile is not None
-    log = cli.setup_logging("grpotrainer", hardware.is_main_process())
+    cli.setup_logging("grpotrainer", hardware.is_main_process())
     cli.require(needs, "grpotrainer.py")
     preflight.check(s, cpu_only)  # every setting, in seconds
     train_dataset, eval_dataset = load_data(s)
     reward_funcs = rewards.load(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])
+    import runguard  # transformers' callbacks: imported once the settings and data are known to be good
+
+    if s["RESUME"] and (done := runguard.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])):
+        return log.info(done)  # a finished run, run again, changes nothing
     if cpu_only and "MODEL_NAME" not in args.given:  # built before GRPOConfig starts torch.distributed
-        s["MODEL_NAME"] = smoke.cpu_model(Path(s["OUTPUT_DIR"]) / "smoke-model")  # tiny Qwen3, one thread
+        s["MODEL_NAME"] = smoke.cpu_model(s["OUTPUT_DIR"])  # a tiny Qwen3 in OUTPUT_DIR/smoke-model; one thread
     config = build_config(s, args.fields, cpu_only)
     preflight.check_loaded(s, reward_funcs, train_dataset)  # rewards on real rows, LoRA targets on a meta model
-    last = preflight.resume_checkpoint(s["OUTPUT_DIR"], s["RESUME"], s["MODEL_NAME"])
-    log.info("model %s, %s", s["MODEL_NAME"], config.model_init_kwargs)
-    trainer = build_trainer(s, config, reward_funcs, train_dataset)
-    health = add_callbacks(s, trainer)
-    sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # what the run records, for its card
+    sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # recorded, for the model card
     record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}
-    if trainer.accelerator.is_main_process:
-        gsm8k.write_settings(s["OUTPUT_DIR"], record)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
-    if last:  # a resumed run measured its baseline in its first run
-        log.info("resuming from %s", last)
-        before = modelcard.read_metrics(s["OUTPUT_DIR"])[0]
-    else:
-        before = gsm8k.evaluate_trainer(
-            trainer, eval_dataset, s["EVAL_BEFORE"], "before", s["EVAL_BATCH_SIZE"], record
-        )
-    trainer.train(resume_from_checkpoint=last)
-    if health.stopped:
-        raise cli.ConfigError(f"training stopped: {health.stopped.message}")
-    finish(trainer, s, eval_dataset, record, before)
-    return trainer
+    rank0, output_dir = config.process_index == 0, s["OUTPUT_DIR"]
+    with runguard.output_lock(output_dir, rank0), runguard.faults(output_dir, s["DDP_TIMEOUT"]):  # one run per folder
+        return train(s, record, config, reward_funcs, train_dataset, eval_dataset, runguard)
 
 
 if __name__ == "__main__":

@@ -79,7 +79,8 @@ def write_card(
         metrics_before, metrics_after: evaluate.py metrics dicts (n, strict_accuracy, lenient_accuracy, ...), or
             None when that evaluation was not run.
         steps: optimiser steps trained (trainer.state.global_step), or None.
-        dataset_sizes: rows per split actually used, e.g. {"train": 7473, "test": 200}, or None.
+        dataset_sizes: rows per split actually used, e.g. {"train": 7473, "test": 200}; None = the settings'
+            "dataset_sizes" (run_settings.json records them), if any.
         repo_id: the Hub repo the folder is pushed to; the snippets load from it instead of the local folder.
         adapter_dir: where the LoRA adapter lives (for a merged card's peft and vLLM --enable-lora snippets);
             defaults to output_dir for an adapter card.
@@ -99,7 +100,7 @@ def write_card(
         metrics_before=metrics_before,
         metrics_after=metrics_after,
         steps=steps,
-        dataset_sizes=dataset_sizes,
+        dataset_sizes=dataset_sizes if dataset_sizes is not None else settings.get("dataset_sizes"),
         adapter_dir=str(adapter_dir or (output_dir if library_name == "peft" else "")),
         licence=licence,
         versions=framework_versions(),

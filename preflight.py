@@ -8,7 +8,6 @@ before training, `check_lora_targets` matches LORA_TARGET_MODULES against the mo
 
 import difflib
 import itertools
-import json
 import math
 import os
 from pathlib import Path
@@ -303,51 +302,3 @@ def check_lora_targets(model_name, targets, trust_remote_code):
             f"LORA_TARGET_MODULES={','.join(targets)}: {', '.join(missing)} matches no layer of {model_name}.\n"
             f"Its linear layers: {', '.join(linear)}; or use all-linear."
         )
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Resuming
-
-
-def resume_checkpoint(output_dir, resume, model_name):
-    """The checkpoint to resume from (None for a fresh start), after checking that resuming or not is safe.
-
-    The newest checkpoint-N holding trainer_state.json counts (transformers writes that file last, so a save cut
-    off by a kill is skipped). Starting over in a folder with checkpoints would overwrite and rotate them away, and
-    an adapter trained on another base model cannot be resumed: both are refused.
-    """
-    folders = checkpoints(output_dir)
-    if folders and not resume:
-        raise ConfigError(
-            f"OUTPUT_DIR {output_dir} already holds {len(folders)} checkpoint(s) of an earlier run, which "
-            "RESUME=False would overwrite or delete (SAVE_TOTAL_LIMIT). Give this run a new OUTPUT_DIR, move the old "
-            "one away, or set RESUME=True to continue it."
-        )
-    last = newest_checkpoint(output_dir)
-    if last is None:
-        return None
-    if base := other_base_model(last, model_name):
-        raise ConfigError(
-            f"OUTPUT_DIR {output_dir} holds checkpoints of an adapter for {base}, but MODEL_NAME is {model_name}: "
-            f"resuming would fail on mismatched shapes. Set MODEL_NAME={base}, or give this run a new OUTPUT_DIR."
-        )
-    return str(last)
-
-
-def newest_checkpoint(output_dir):
-    """The complete checkpoint-N with the highest N in output_dir, or None. Complete = it holds trainer_state.json,
-    which transformers writes last, so a save cut off by a kill is never taken for the newest."""
-    done = [p for p in checkpoints(output_dir) if (p / "trainer_state.json").is_file()]
-    return max(done, key=lambda p: int(p.name.removeprefix("checkpoint-")), default=None)
-
-
-def checkpoints(output_dir):
-    """The checkpoint-N folders Trainer wrote in output_dir, complete or not."""
-    return [p for p in Path(output_dir).glob("checkpoint-*") if p.name.removeprefix("checkpoint-").isdigit()]
-
-
-def other_base_model(adapter_dir, model_name):
-    """The base model a LoRA adapter folder was trained on, when that is not `model_name`; else None."""
-    config = Path(adapter_dir) / "adapter_config.json"
-    base = json.loads(config.read_text()).get("base_model_name_or_path") if config.is_file() else None
-    return base if base and Path(base).name != Path(model_name).name else None  # a Hub id and its local copy match

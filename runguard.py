@@ -148,7 +148,7 @@ def optimizer_problem(folder):
 
 
 def resume_checkpoint(
-    output_dir, *, resume, model_name, lora_r, lora_alpha, target_modules, main_process=True, now=time.time
+    output_dir, resume, model_name, lora_r, lora_alpha, target_modules, *, main_process=True, now=time.time
 ):
     """The checkpoint to resume from (None for a fresh start), after checking that resuming or not is safe.
 
@@ -201,6 +201,21 @@ def put_aside(folder, reason, output_dir, main_process, now=time.time):
     return target
 
 
+def other_base_model(config, model_name):
+    """The base model an adapter_config.json (a dict, or the adapter folder) names, when it is not `model_name`.
+
+    Compared by folder name, so a Hub id and its local copy match.
+
+    >>> other_base_model({"base_model_name_or_path": "Qwen/Qwen3-8B"}, "/models/Qwen3-8B") is None
+    True
+    """
+    if not isinstance(config, dict):
+        path = Path(config) / "adapter_config.json"
+        config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    base = config.get("base_model_name_or_path")
+    return base if base and Path(base).name != Path(model_name).name else None
+
+
 def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules):
     """What differs between a saved adapter_config.json and this run's MODEL_NAME and LoRA settings, or None.
 
@@ -212,8 +227,7 @@ def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules):
     >>> adapter_mismatch(cfg, "Qwen/Qwen3-8B", 8, 32, "q_proj")
     'it was trained with LORA_R=16, and LORA_R is 8: set LORA_R=16'
     """
-    base = config.get("base_model_name_or_path")
-    if base and Path(base).name != Path(model_name).name:
+    if base := other_base_model(config, model_name):
         return f"it is an adapter for {base}, and MODEL_NAME is {model_name}: set MODEL_NAME={base}"
     for name, saved, now in (
         ("LORA_R", config.get("r"), lora_r),
@@ -241,7 +255,7 @@ def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules):
 # finished runs
 
 
-def mark_finished(output_dir, *, global_step, epoch, max_steps, num_train_epochs):
+def mark_finished(output_dir, global_step, epoch, max_steps, num_train_epochs):
     """Write OUTPUT_DIR/run_finished.json atomically (temporary file, fsync, rename): call it on the main process
     as the very last write of a run that trained to the end and saved its final adapter."""
     output_dir = Path(output_dir)

@@ -118,14 +118,14 @@ def build_model(tokenizer, seed=0, **overrides):
     return model
 
 
-def cpu_model(path):
+def cpu_model(output_dir):
     """For the CPU profiles: one torch thread unless OMP_NUM_THREADS says otherwise (the tiny model runs fastest on
-    one, and more thrash a shared machine), and the tiny model folder at `path`, built if missing."""
+    one, and more thrash a shared machine), and the tiny model folder OUTPUT_DIR/smoke-model, built if missing."""
     if "OMP_NUM_THREADS" not in os.environ:
         import torch
 
         torch.set_num_threads(1)
-    return ensure_model_dir(path)
+    return ensure_model_dir(Path(output_dir) / "smoke-model")
 
 
 def ensure_model_dir(path):

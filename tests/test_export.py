@@ -112,7 +112,7 @@ def test_resolve_accepts_a_local_copy_of_the_hub_base(tmp_path):
 
 def test_missing_adapter_names_the_newest_checkpoint(tmp_path):
     (tmp_path / "checkpoint-4").mkdir()
-    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-4" / "adapter_config.json").write_text("{}")
     # a run killed before its final save: the message points at what can be merged instead
     with pytest.raises(ConfigError, match="holds no LoRA adapter .* newest checkpoint there is .*checkpoint-4"):
         export.resolve(settings_for(tmp_path))

@@ -295,44 +295,6 @@ def _literal(text):
     return re.escape(text)
 
 
-# --- resuming --------------------------------------------------------------------------------------------------
-
-
-def _checkpoint(output_dir, step, base="Qwen/Qwen3-8B", complete=True):
-    folder = output_dir / f"checkpoint-{step}"
-    folder.mkdir(parents=True)
-    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base}))
-    if complete:  # transformers writes trainer_state.json last: without it the save was cut off
-        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    return str(folder)
-
-
-def test_resume_picks_the_newest_complete_checkpoint(tmp_path):
-    assert preflight.resume_checkpoint(tmp_path, True, "Qwen/Qwen3-8B") is None  # nothing to resume
-    _checkpoint(tmp_path, 9)
-    ten = _checkpoint(tmp_path, 10)  # numeric order: 10 is newer than 9 although "10" < "9" as text
-    _checkpoint(tmp_path, 11, complete=False)  # a save cut off by a kill is skipped
-    assert preflight.resume_checkpoint(tmp_path, True, "Qwen/Qwen3-8B") == ten
-
-
-def test_resume_accepts_a_local_copy_of_the_hub_model(tmp_path):
-    last = _checkpoint(tmp_path, 2, base="Qwen/Qwen3-8B")
-    assert preflight.resume_checkpoint(tmp_path, True, "/models/Qwen3-8B") == last
-
-
-def test_resume_refuses_another_base_model(tmp_path):
-    _checkpoint(tmp_path, 2, base="Qwen/Qwen3-8B")
-    with pytest.raises(ConfigError, match="adapter for Qwen/Qwen3-8B, but MODEL_NAME is Qwen/Qwen3-1.7B"):
-        preflight.resume_checkpoint(tmp_path, True, "Qwen/Qwen3-1.7B")
-
-
-def test_starting_over_never_overwrites_checkpoints(tmp_path):
-    _checkpoint(tmp_path, 2)
-    with pytest.raises(ConfigError, match="already holds 1 checkpoint.*new OUTPUT_DIR"):
-        preflight.resume_checkpoint(tmp_path, False, "Qwen/Qwen3-8B")
-    assert preflight.resume_checkpoint(tmp_path / "fresh", False, "x") is None  # an empty folder is a plain start
-
-
 # --- data ----------------------------------------------------------------------------------------------------------
 
 
