@@ -160,6 +160,7 @@ def build_peft_config(s):
 def build_trainer(s, config, reward_funcs, train_dataset):
     """GRPOTrainer on MODEL_NAME with the LoRA config: TRL loads the model and wraps it."""
     from peft import NoMatchingPeftModuleError
+    from safetensors import SafetensorError
     from trl import GRPOTrainer
 
     try:
@@ -171,7 +172,7 @@ def build_trainer(s, config, reward_funcs, train_dataset):
             peft_config=build_peft_config(s),
             quantization_config=hardware.quantization_config(s["LOAD_IN_4BIT"], s["BF16"]),
         )
-    except OSError as err:  # transformers' "not a valid model identifier", missing weights or tokenizer
+    except (OSError, SafetensorError) as err:  # not a valid model identifier; missing or cut weights, tokenizer
         raise cli.ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
     except NoMatchingPeftModuleError as err:
         raise cli.ConfigError(f"LORA_TARGET_MODULES={s['LORA_TARGET_MODULES']} matches no layer: {err}") from None

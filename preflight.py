@@ -228,6 +228,7 @@ def check_loaded(s, reward_funcs, train_dataset):
     if len(train_dataset) == 0:
         raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
     check_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"])
+    check_model_folder(s["MODEL_NAME"])
     check_lora_targets(s["MODEL_NAME"], lora_targets(s["LORA_TARGET_MODULES"]), s["TRUST_REMOTE_CODE"])
 
 
@@ -239,6 +240,31 @@ def lora_targets(text):
     """
     names = [name.strip() for name in text.split(",") if name.strip()]
     return "all-linear" if names == ["all-linear"] else names
+
+
+def check_model_folder(model_name):
+    """A local MODEL_NAME folder must hold a tokenizer and whole weights: a copy or download cut short otherwise
+    fails after minutes of loading, or at the first step."""
+    folder = Path(model_name).expanduser()
+    if not (folder / "config.json").is_file():
+        return  # a Hub id: transformers downloads and checks it
+    import runguard
+
+    tokenizer = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+    problems = [] if any((folder / name).is_file() for name in tokenizer) else ["it holds no tokenizer files"]
+    config = folder / "tokenizer_config.json"
+    template = config.is_file() and "chat_template" in config.read_text(encoding="utf-8", errors="replace")
+    if not problems and not template and not any(folder.glob("chat_template.j*")):  # .jinja or .json
+        problems.append("its tokenizer has no chat template (GSM8K prompts are chat messages)")
+    weights = sorted(folder.glob("*.safetensors"))
+    problems += [p for path in weights if (p := runguard.safetensors_problem(path))]
+    if not weights and not any(folder.glob("*.bin")):
+        problems.append("it holds no weights (*.safetensors)")
+    if problems:
+        raise ConfigError(
+            f"MODEL_NAME={model_name}: {'; '.join(problems[:3])}.\n"
+            "Copy or download the model folder again, whole (an instruct model's folder has a chat template)."
+        )
 
 
 def check_rewards(funcs, names, dataset, max_completion_length):

@@ -4,6 +4,9 @@
 """
 
 import json
+import math
+import re
+from pathlib import Path
 
 import pytest
 from conftest import REPO, run_script
@@ -234,6 +237,70 @@ def smoke_ok(smoke_settings):
 def test_preflight_errors(smoke_ok, changes, message):
     with pytest.raises(ConfigError, match=_literal(message)):
         preflight.check({**smoke_ok, **changes}, cpu_only=True)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        # the categories of settings that once ran a wasted run or ended in a traceback after the weights loaded
+        (dict(LORA_ALPHA=0), "LORA_ALPHA=0 is outside (0, inf]"),
+        (dict(LORA_DROPOUT=1.0), "LORA_DROPOUT=1.0 is outside [0, 1)"),
+        (dict(LORA_DROPOUT=-0.1), "LORA_DROPOUT=-0.1 is outside [0, 1)"),
+        (dict(BETA=-1.0), "BETA=-1.0 is outside [0, inf)"),
+        (dict(BETA=math.nan), "BETA=nan is outside [0, inf)"),
+        (dict(TEMPERATURE=math.inf), "TEMPERATURE=inf is outside (0, inf)"),
+        (dict(TEMPERATURE=math.nan), "TEMPERATURE=nan is outside (0, inf)"),
+        (dict(LEARNING_RATE=math.nan), "LEARNING_RATE=nan is outside (0, 1]"),
+        (dict(LEARNING_RATE=1e6), "LEARNING_RATE=1000000.0 is outside (0, 1]"),
+        (dict(STEPS_PER_GENERATION=-1), "STEPS_PER_GENERATION=-1 is outside [0, inf]"),
+        (dict(REWARD_WEIGHTS=[0.0, 0.0]), "REWARD_WEIGHTS=[0.0, 0.0]: every weight must be finite"),
+        (dict(REWARD_WEIGHTS=[1.0, math.nan]), "REWARD_WEIGHTS=[1.0, nan]: every weight must be finite"),
+        (dict(REWARD_FUNCS=[], REWARD_WEIGHTS=[]), "REWARD_FUNCS is empty"),
+        (dict(SEED=-1), "SEED=-1 is outside [0, 4.29497e+09]"),
+        (dict(SEED=2**40), "SEED=1099511627776 is outside"),
+        (dict(MAX_SAMPLES=-1), "MAX_SAMPLES=-1 is outside [0, inf]"),
+        (dict(NUM_TRAIN_EPOCHS=math.nan, MAX_STEPS=-1), "NUM_TRAIN_EPOCHS=nan"),
+        (dict(OUTPUT_DIR=""), "OUTPUT_DIR is empty"),
+        (dict(OUTPUT_DIR=__file__), "is a file, not a folder"),
+        (dict(ENABLE_THINKING=True), "ENABLE_THINKING=True with MAX_COMPLETION_LENGTH=32: thinking is cut off"),
+        (dict(KL_WARN=30.0), "KL_ACT=20.0 is below KL_WARN=30.0"),
+        (dict(DDP_TIMEOUT=0), "DDP_TIMEOUT=0 is outside [1, inf]"),
+    ],
+)
+def test_settings_that_would_waste_a_run_are_refused(smoke_ok, changes, message):
+    with pytest.raises(ConfigError, match=_literal(message)):
+        preflight.check({**smoke_ok, **changes}, cpu_only=True)
+
+
+@pytest.mark.parametrize("gens", [3, 5, 6, 7, 9, 12])
+@pytest.mark.parametrize("per_device, gas, spg", [(1, 1, 0), (4, 1, 0), (2, 3, 0), (3, 1, 2), (8, 2, 5)])
+def test_the_batch_rule_suggests_only_fixes_that_pass(smoke_ok, gens, per_device, gas, spg):
+    # once, NUM_GENERATIONS=3 drew the advice STEPS_PER_GENERATION=0, which preflight then refused
+    s = {**smoke_ok, "NUM_GENERATIONS": gens, "PER_DEVICE_TRAIN_BATCH_SIZE": per_device}
+    s |= {"GRADIENT_ACCUMULATION_STEPS": gas, "STEPS_PER_GENERATION": spg}
+    try:
+        preflight.check(s, cpu_only=True)
+        return  # the rule holds already
+    except ConfigError as err:
+        fixes = re.findall(r"(?:Set |or )([A-Z_]+)=(\d+)", str(err))
+    assert fixes
+    for name, value in fixes:
+        preflight.check({**s, name: int(value)}, cpu_only=True)  # every suggestion passes on its own
+
+
+def test_a_model_folder_cut_short_is_refused_before_loading(tmp_path):
+    import smoke
+
+    model = Path(smoke.ensure_model_dir(tmp_path / "m"))
+    preflight.check_model_folder(str(model))  # whole: fine
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ConfigError, match="model.safetensors is cut short"):
+        preflight.check_model_folder(str(model))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model / name).unlink()
+    with pytest.raises(ConfigError, match="holds no tokenizer files"):
+        preflight.check_model_folder(str(model))
 
 
 def test_every_message_is_at_most_two_lines(smoke_ok):
