@@ -89,10 +89,8 @@ GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds th
 # ---------------------------------------------------------------------------------------------------------------
 
 profiles = {"smoke": smoke.PROFILE}  # --smoke: offline on the CPU, fp32, a tiny random Qwen3 (see smoke.py)
-# GRPOConfig fields that constants of another name set (each other constant sets its own name in lower case)
 owned = {"chat_template_kwargs": "ENABLE_THINKING", "model_init_kwargs": "ATTN_IMPLEMENTATION", "use_cpu": "--smoke"}
 owned |= {"gradient_checkpointing": "ACTIVATION_CHECKPOINTING", "generation_batch_size": "STEPS_PER_GENERATION"}
-needs = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")  # what `make install` puts in .venv
 log = logging.getLogger("grpotrainer")
 
 
@@ -148,12 +146,9 @@ def build_config(s, fields, cpu_only):
 def build_peft_config(s):
     from peft import LoraConfig
 
+    targets, alpha, dropout = preflight.lora_targets(s["LORA_TARGET_MODULES"]), s["LORA_ALPHA"], s["LORA_DROPOUT"]
     return LoraConfig(
-        r=s["LORA_R"],
-        lora_alpha=s["LORA_ALPHA"],
-        lora_dropout=s["LORA_DROPOUT"],
-        target_modules=preflight.lora_targets(s["LORA_TARGET_MODULES"]),
-        task_type="CAUSAL_LM",
+        r=s["LORA_R"], lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM"
     )
 
 
@@ -202,7 +197,10 @@ def train(s, record, config, reward_funcs, train_dataset, eval_dataset, runguard
     evals = (eval_dataset, s["EVAL_BEFORE"], "before", s["EVAL_BATCH_SIZE"], record)  # a resumed run's baseline:
     before = modelcard.read_metrics(s["OUTPUT_DIR"])[0] if last else gsm8k.evaluate_trainer(trainer, *evals)
     try:
-        trainer.train(resume_from_checkpoint=str(last) if last else None)
+        if last and runguard.reached(last, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]):  # cut after its last checkpoint
+            runguard.restore(trainer, last)
+        else:
+            trainer.train(resume_from_checkpoint=str(last) if last else None)
     finally:
         stopper.restore()
     if not (stopper.signal_name or health.stopped):
@@ -227,7 +225,7 @@ def main(argv=()):
     args = cli.parse(cli.constants(globals()), argv, profiles, "trl:GRPOConfig", owned, __file__)
     s, cpu_only = dict(args.settings), args.profile is not None
     cli.setup_logging("grpotrainer", hardware.is_main_process())
-    cli.require(needs, "grpotrainer.py")
+    cli.require(("torch", "transformers", "trl", "peft", "datasets", "accelerate"), "grpotrainer.py")
     preflight.check(s, cpu_only)  # every setting, in seconds
     train_dataset, eval_dataset = load_data(s)
     reward_funcs = rewards.load(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])

@@ -20,6 +20,7 @@ import errno
 import fcntl
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -314,6 +315,29 @@ def finished(output_dir, max_steps, num_train_epochs):
         f"OUTPUT_DIR {output_dir} holds a finished run ({step} steps, adapter saved); nothing to do. To train "
         "further raise MAX_STEPS or NUM_TRAIN_EPOCHS; to start over give a new OUTPUT_DIR."
     )
+
+
+def reached(checkpoint, max_steps, num_train_epochs):
+    """Whether a checkpoint already holds as many steps as the run asks for: a run killed after its last checkpoint
+    but before run_finished.json. Resuming it would train one step past the end (Trainer runs a step before it
+    checks), rotate a checkpoint away and overwrite the adapter; `restore` finishes it without training."""
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    if max_steps > 0:
+        return state["global_step"] >= max_steps
+    return (
+        state["global_step"] >= state.get("max_steps", math.inf) and state.get("num_train_epochs") == num_train_epochs
+    )
+
+
+def restore(trainer, checkpoint):
+    """Put a checkpoint's adapter weights and trainer state into `trainer` without training (see `reached`)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+    from transformers import TrainerState
+
+    set_peft_model_state_dict(trainer.model, load_file(Path(checkpoint) / "adapter_model.safetensors"))
+    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+    log.info("%s already holds the last step: the run is finished from it, without training", checkpoint)
 
 
 # ---------------------------------------------------------------------------------------------------------------

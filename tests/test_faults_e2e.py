@@ -148,3 +148,18 @@ def test_torchrun_stops_all_ranks_at_one_step_when_one_is_signalled(tmp_path):
     assert "stopped by a signal on another rank" in text  # the rank that was not signalled stopped too
     assert "exitcode  : 143" in text  # torchrun's summary: a rank ended with the stop's status ...
     assert text.count("Traceback") == 1  # ... and its own ChildFailedError is the only traceback
+
+
+def test_a_run_cut_after_its_last_checkpoint_finishes_without_an_extra_step(tmp_path):
+    # killed during the final save (or EVAL_AFTER): the last checkpoint holds every step but the run is not marked
+    # finished; resuming would train step 5, rotate checkpoint-2 away and overwrite the adapter
+    assert smoke(tmp_path).returncode == 0
+    (tmp_path / runguard.FINISHED_NAME).unlink()
+    (tmp_path / "adapter_model.safetensors").unlink()
+    again = smoke(tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]  # no step 5
+    assert (tmp_path / "adapter_model.safetensors").read_bytes() == (
+        tmp_path / "checkpoint-4" / "adapter_model.safetensors"
+    ).read_bytes()  # the final adapter is the last checkpoint's, trained no further
+    assert json.loads((tmp_path / runguard.FINISHED_NAME).read_text())["global_step"] == 4
