@@ -77,3 +77,23 @@ def test_evaluation_follows_the_run_it_scores(tmp_path):
     again = run_script("evaluate.py", "--smoke", f"--ADAPTER={tmp_path}", "--LIMIT=2", "--SYSTEM_PROMPT=Be brief.")
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((tmp_path / "eval_test.json").read_text())["settings"]["SYSTEM_PROMPT"] == "Be brief."
+
+
+@pytest.mark.slow
+def test_a_run_leaves_a_model_card_with_its_accuracies(tmp_path):
+    # our card replaces TRL's "fine-tuned version of [None]": base model, data, rewards and before/after accuracy
+    out = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--EVAL_BEFORE=4", "--EVAL_AFTER=4")
+    assert out.returncode == 0, out.stderr[-3000:]
+    card = (tmp_path / "README.md").read_text()
+    assert str(tmp_path / "smoke-model") in card and "[None]" not in card
+    assert "GSM8K" in card and "correctness_reward" in card and "format_reward" in card
+    before, after = (json.loads((tmp_path / f"eval_test_{when}.json").read_text()) for when in ("before", "after"))
+    row = next(line for line in card.splitlines() if line.startswith("| strict accuracy"))
+    assert row.endswith(f"| {before['strict_accuracy']:.1%} | {after['strict_accuracy']:.1%} |")  # before, after
+
+
+@pytest.mark.slow
+def test_report_to_none_trains_without_tensorboard(tmp_path):
+    out = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--REPORT_TO=none")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "adapter_model.safetensors").is_file() and not (tmp_path / "runs").exists()
