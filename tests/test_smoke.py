@@ -97,3 +97,14 @@ def test_report_to_none_trains_without_tensorboard(tmp_path):
     out = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--REPORT_TO=none")
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "adapter_model.safetensors").is_file() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_trls_own_accuracy_reward_runs_beside_ours(tmp_path):
+    # rows carry the gold as `solution` too, which TRL's and open-r1's rewards read
+    args = ["--REWARD_FUNCS=correctness_reward,trl.rewards:accuracy_reward", "--REWARD_WEIGHTS=1,0.5"]
+    out = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    scalars = read_scalars(event_dirs(tmp_path)[0])
+    assert all_finite(scalars["train/rewards/accuracy_reward/mean"])
+    assert all_finite(scalars["train/rewards/correctness_reward/mean"])
