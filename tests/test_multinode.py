@@ -243,9 +243,11 @@ def test_two_nodes_train_as_one_world(tmp_path, nodes):
         names = {p.name for p in (out / f"checkpoint-{step}").iterdir()}
         assert {"adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json"} <= names
         assert {n for n in names if n.startswith("rng_state")} == {"rng_state_0.pth", "rng_state_1.pth"}
-    # rank 1 wrote its own RNG state (the Trainer saves one per process, for an exact resume) and nothing else;
-    # the tiny model folder is built by whichever node renames it into place first
-    by_node1 = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.stat().st_mode & stat.S_IWGRP}
+    # rank 1 wrote its own RNG state (the Trainer saves one per process, for an exact resume) and no other file; it
+    # may create a checkpoint folder to put it in when it gets there before rank 0. The tiny model folder is built
+    # by whichever node renames it into place first.
+    written = [p for p in out.rglob("*") if p.is_file() and p.stat().st_mode & stat.S_IWGRP]
+    by_node1 = {p.relative_to(out).as_posix() for p in written}
     assert {p for p in by_node1 if not p.startswith("smoke-model")} == {
         "checkpoint-2/rng_state_1.pth",
         "checkpoint-4/rng_state_1.pth",
@@ -269,7 +271,7 @@ def test_batch_rule_counts_both_nodes(tmp_path, nodes):
 @pytest.mark.parametrize(
     ("how", "says"),
     [
-        ("kill", "Connection closed by peer"),  # node 1 dies: gloo sees its socket close
+        ("kill", "remote worker"),  # node 1 dies: gloo sees its socket close or reset, and says to check the peer
         pytest.param(
             "stall",
             f"Timed out waiting {DDP_TIMEOUT * 1000}ms",  # node 1 hangs: gloo gives up after DDP_TIMEOUT
