@@ -98,6 +98,8 @@ def build_config(s, fields, cpu_only):
     """The GRPOConfig for the settings `s`, plus lower-case `fields` from the command line, checked by TRL."""
     from trl import GRPOConfig
 
+    if cpu_only:  # transformers gives gloo no DDP_TIMEOUT on the CPU; a stall would wait 30 minutes
+        hardware.init_cpu_process_group(s["DDP_TIMEOUT"])
     try:
         return GRPOConfig(
             output_dir=s["OUTPUT_DIR"],

@@ -155,6 +155,17 @@ def auto_attention(cpu_only, bf16):
     )
 
 
+def init_cpu_process_group(timeout_s):
+    """Under torchrun on the CPU, start the gloo process group with DDP_TIMEOUT before transformers does: its CPU
+    branch leaves ddp_timeout out, so a stalled process would wait torch's default 30 minutes. No-op otherwise."""
+    import datetime
+
+    import torch.distributed as dist
+
+    if world_size() > 1 and not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+
+
 def model_init_kwargs(attn, bf16, cpu_only):
     """from_pretrained arguments: bf16 and the fastest attention kernel on CUDA, fp32 and sdpa on CPU.
 

@@ -11,6 +11,7 @@ then loads that folder through the same `from_pretrained` path it uses for `Qwen
 
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -134,7 +135,8 @@ def ensure_model_dir(path):
     if not (path / "config.json").exists():
         tokenizer = build_tokenizer()
         model = build_model(tokenizer)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")  # write aside, then rename: never a half folder
+        # write aside, then rename: never a half folder (host and pid: nodes may share the file system)
+        tmp = path.with_name(f"{path.name}.tmp-{socket.gethostname()}-{os.getpid()}")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         try:

@@ -75,6 +75,32 @@ def test_accelerate_config_loads(name):
     assert {k: getattr(config, section)[k] for k in fields} == fields
 
 
+# What every node passes besides the config: 2 nodes of 8 GPUs, this one rank 1, the first node at 10.0.0.1:29500.
+MULTINODE = ["--num_machines", "2", "--num_processes", "16", "--machine_rank", "1"]
+MULTINODE += ["--main_process_ip", "10.0.0.1", "--main_process_port", "29500"]
+
+
+@pytest.mark.parametrize("name", ACCELERATE_CONFIGS)
+def test_accelerate_config_spans_nodes(name):
+    # accelerate's own launch path, from its parser to the torchrun arguments it hands each node; nothing starts.
+    # _validate_launch_command and the prepare_* functions are accelerate internals: launch_command has no dry run.
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+
+    config = f"configs/accelerate/{name}.yaml"
+    args = launch_command_parser().parse_args(["--config_file", str(REPO / config), *MULTINODE, "grpotrainer.py"])
+    args, defaults, _ = _validate_launch_command(args)
+    if args.use_deepspeed:
+        args.deepspeed_fields_from_accelerate_config = ",".join(defaults.deepspeed_config)  # as launch_command does
+        cmd, _ = prepare_deepspeed_cmd_env(args)
+        assert cmd is None  # multinode launcher "standard": torchrun on each node, not deepspeed's pdsh over ssh
+    else:
+        prepare_multi_gpu_env(args)
+    torchrun = (args.nnodes, args.node_rank, args.nproc_per_node, args.rdzv_endpoint, args.rdzv_backend)
+    # 16 processes over 2 nodes = 8 per node; static rendezvous at the first node, whose rank is given per node
+    assert torchrun == ("2", 1, "8", "10.0.0.1:29500", "static")
+
+
 @pytest.mark.slow  # repeats the torchrun test's training through `accelerate launch` (~25 s); run when configs change
 def test_ddp_config_launches_two_processes_on_cpu(tmp_path):
     result = run_script(
