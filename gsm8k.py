@@ -378,10 +378,11 @@ def adapter_step(adapter):
     adapter its newest checkpoint's (transformers always checkpoints the last step); 0 when unknown."""
     if not adapter:
         return 0
+    import runguard
+
     state = Path(adapter) / "trainer_state.json"
-    if not state.is_file():
-        steps = [p for p in Path(adapter).glob("checkpoint-*/trainer_state.json") if p.parent.name[11:].isdigit()]
-        state = max(steps, key=lambda p: int(p.parent.name[11:]), default=state)
+    if not state.is_file() and (found := runguard.checkpoints(adapter)):
+        state = found[-1] / "trainer_state.json"
     try:
         return json.loads(state.read_text()).get("global_step", 0) if state.is_file() else 0
     except (OSError, json.JSONDecodeError):
