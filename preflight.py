@@ -153,23 +153,47 @@ def _steps(s):
 def _paths(s):
     problems = []
     model_dir = Path(s["MODEL_NAME"]).expanduser()
-    if (model_dir.exists() or s["MODEL_NAME"].startswith(("/", ".", "~"))) and not (
-        model_dir / "config.json"
-    ).is_file():
+    local = s["MODEL_NAME"].startswith(("/", ".", "~")) or _exists(model_dir)
+    if local and not (model_dir / "config.json").is_file():
         problems.append(
             f"MODEL_NAME={s['MODEL_NAME']}: that folder holds no config.json.\n"
             "Give a folder with a model's config.json, weights and tokenizer, or a Hub id such as Qwen/Qwen3-8B."
         )
-    out = s["OUTPUT_DIR"]
-    if not out.strip():
-        return problems + ["OUTPUT_DIR is empty; name the folder for checkpoints and the adapter."]
-    path = Path(out).expanduser()
-    existing = next((p for p in (path, *path.parents) if p.exists()), None)
-    if path.exists() and not path.is_dir():
-        problems.append(f"OUTPUT_DIR={out} is a file, not a folder; give a folder path.")
-    elif existing is not None and existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
-        problems.append(f"OUTPUT_DIR={out}: {existing} is not writable; choose a folder you can write to.")
+    elif not local:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(s["MODEL_NAME"])
+        except HFValidationError as err:
+            problems.append(f"MODEL_NAME={s['MODEL_NAME']!r} is neither a folder nor a Hub id ({err}).")
+    if problem := output_dir_problem(s["OUTPUT_DIR"]):
+        problems.append(problem)
     return problems
+
+
+def _exists(path):
+    try:
+        return path.exists()
+    except OSError:  # a name too long for the file system, say
+        return False
+
+
+def output_dir_problem(out, name="OUTPUT_DIR"):
+    """Why the folder `out` cannot be created and written, or None. Tried for real: a folder is made and removed
+    in its nearest existing parent, since os.access misjudges read-only mounts, /proc and the like."""
+    import tempfile
+
+    if not str(out).strip():
+        return f"{name} is empty; name the folder for checkpoints and the adapter."
+    path = Path(out).expanduser()
+    try:
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir():
+            return f"{name}={out}: {existing} is a file, not a folder; give a folder path."
+        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=existing))
+    except OSError as err:
+        return f"{name}={out} cannot be created or written ({err.strerror or err}); choose a folder you can write to."
+    return None
 
 
 def hardware_problems(s, cpu_only):
