@@ -91,6 +91,7 @@ GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds th
 profiles = {"smoke": smoke.PROFILE}  # --smoke: offline on the CPU, fp32, a tiny random Qwen3 (see smoke.py)
 owned = {"chat_template_kwargs": "ENABLE_THINKING", "model_init_kwargs": "ATTN_IMPLEMENTATION", "use_cpu": "--smoke"}
 owned |= {"gradient_checkpointing": "ACTIVATION_CHECKPOINTING", "generation_batch_size": "STEPS_PER_GENERATION"}
+owned |= {"resume_from_checkpoint": "RESUME"}
 log = logging.getLogger("grpotrainer")
 
 
@@ -141,8 +142,8 @@ def build_config(s, fields, cpu_only):
             gradient_checkpointing=s["ACTIVATION_CHECKPOINTING"],
             **fields,
         )
-    except (ValueError, TypeError) as err:  # GRPOConfig's own checks, e.g. on a --field=value
-        raise cli.ConfigError(f"GRPOConfig refuses these settings: {err}") from None
+    except Exception as err:  # GRPOConfig's own checks, e.g. on a --field=value (ValueError, ImportError, ...)
+        raise cli.ConfigError(f"GRPOConfig refuses these settings: {type(err).__name__}: {err}") from None
 
 
 def build_peft_config(s):
@@ -155,8 +156,7 @@ def build_peft_config(s):
 
 
 def build_trainer(s, config, reward_funcs, train_dataset):
-    """GRPOTrainer on MODEL_NAME with the LoRA config: TRL loads the model and wraps it."""
-    from peft import NoMatchingPeftModuleError
+    """GRPOTrainer on MODEL_NAME with the LoRA config (TRL loads and wraps the model); a failed load exits 2."""
     from safetensors import SafetensorError
     from trl import GRPOTrainer
 
@@ -169,10 +169,8 @@ def build_trainer(s, config, reward_funcs, train_dataset):
             peft_config=build_peft_config(s),
             quantization_config=hardware.quantization_config(s["LOAD_IN_4BIT"], s["BF16"]),
         )
-    except (OSError, SafetensorError) as err:  # not a valid model identifier; missing or cut weights, tokenizer
-        raise cli.ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
-    except NoMatchingPeftModuleError as err:
-        raise cli.ConfigError(f"LORA_TARGET_MODULES={s['LORA_TARGET_MODULES']} matches no layer: {err}") from None
+    except (OSError, SafetensorError, ValueError, TypeError, RuntimeError, ImportError, KeyError) as err:
+        raise cli.ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded with these settings: {err}") from None
 
 
 def load_data(s):
@@ -238,7 +236,9 @@ def main(argv=()):
     if cpu_only and "MODEL_NAME" not in args.given:  # built before GRPOConfig starts torch.distributed
         s["MODEL_NAME"] = smoke.cpu_model(s["OUTPUT_DIR"])  # a tiny Qwen3 in OUTPUT_DIR/smoke-model; one thread
     config = build_config(s, args.fields, cpu_only)
-    preflight.check_loaded(s, reward_funcs, train_dataset)  # rewards on real rows, LoRA targets on a meta model
+    preflight.check_loaded(
+        s, config, reward_funcs, train_dataset
+    )  # rewards on real rows, LoRA targets on a meta model
     sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # recorded, for the model card
     record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}
     rank0, output_dir = config.process_index == 0, s["OUTPUT_DIR"]

@@ -134,7 +134,7 @@ class Advisor:
             return Advice(
                 "nan",
                 "stop",
-                f"{at}: every reward function returned None or NaN for every completion, so there is nothing to "
+                f"{at}: every reward function returned None, NaN or inf for every completion, so there is nothing to "
                 f"learn from and training stops. Check the functions in REWARD_FUNCS. {kept}",
             )
         return Advice(

@@ -3,9 +3,10 @@
 `check(settings, cpu_only)` takes the resolved settings (a dict of grpotrainer.py's constants) and reports every
 problem at once: each is at most two lines, `CONSTANT=value`, why, and the fix. The rules are data where they can
 be (CHOICES, RANGES); the rest are small functions. `check_rewards` calls every reward function once on real rows
-before training, `check_lora_targets` matches LORA_TARGET_MODULES against the model built on the meta device.
+before training, `check_model` matches the model's config, weights and LoRA settings on the meta device.
 """
 
+import dataclasses
 import difflib
 import itertools
 import math
@@ -33,8 +34,8 @@ RANGES = {
     "MAX_SAMPLES": (0, INF, True, True, "0 = all problems"),
     "NUM_GENERATIONS": (2, INF, True, True, "GRPO compares completions within a group: 4-8 is usual"),
     "MAX_COMPLETION_LENGTH": (1, INF, True, True, "GSM8K solutions need ~100-250 tokens"),
-    "TEMPERATURE": (0, INF, False, False, "GRPO samples: 0.7-1.0 is usual"),
-    "BETA": (0, INF, True, False, "0 = no reference model; 0.01-0.1 is usual"),
+    "TEMPERATURE": (0.01, INF, True, False, "GRPO samples: 0.7-1.0 is usual; lower makes a group's completions alike"),
+    "BETA": (0, 10, True, True, "0 = no reference model; 0.01-0.1 is usual"),
     "NUM_ITERATIONS": (1, INF, True, True, "1 is usual"),
     "STEPS_PER_GENERATION": (0, INF, True, True, "0 = GRADIENT_ACCUMULATION_STEPS"),
     "VLLM_GPU_MEMORY_UTILIZATION": (0, 1, False, True, "0.3 is usual when colocated"),
@@ -43,7 +44,7 @@ RANGES = {
     "GRADIENT_ACCUMULATION_STEPS": (1, INF, True, True, "8 is the default"),
     "NUM_TRAIN_EPOCHS": (0, INF, True, False, "used when MAX_STEPS=-1"),
     "SEED": (0, 2**32 - 1, True, True, "any number from 0 to 2**32-1"),
-    "DDP_TIMEOUT": (1, INF, True, True, "seconds a process waits for the others"),
+    "DDP_TIMEOUT": (1, 7 * 86400, True, True, "seconds a process waits for the others"),
     "LOGGING_STEPS": (1, INF, True, True, "1 logs every step"),
     "SAVE_STEPS": (1, INF, True, True, "a killed run loses at most this many steps"),
     "SAVE_TOTAL_LIMIT": (1, INF, True, True, "keep at least the newest checkpoint"),
@@ -247,13 +248,14 @@ def hardware_problems(s, cpu_only):
 # Checks that need the data or the model's config (still before any weights load)
 
 
-def check_loaded(s, reward_funcs, train_dataset):
-    """The checks that need the data or the model's config, still before any weights load."""
+def check_loaded(s, config, reward_funcs, train_dataset):
+    """The checks that need the data, the built GRPOConfig or the model's config, still before any weights load."""
     if len(train_dataset) == 0:
         raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
+    check_config(config, s, len(train_dataset))
     check_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"])
     check_model_folder(s["MODEL_NAME"])
-    check_lora_targets(s["MODEL_NAME"], lora_targets(s["LORA_TARGET_MODULES"]), s["TRUST_REMOTE_CODE"])
+    check_model(s)
 
 
 def lora_targets(text):
@@ -292,13 +294,18 @@ def check_model_folder(model_name):
 
 
 def check_rewards(funcs, names, dataset, max_completion_length):
-    """Call every reward function once as GRPOTrainer will, on two real rows with placeholder completions.
+    """Call every reward function once as GRPOTrainer will, on three real rows with placeholder completions (three:
+    no batch size a function could assume by accident, such as a group of 2 or 4).
 
-    Each must return one number (or None) per completion; any failure names the REWARD_FUNCS entry.
+    Each must return one number (or None, which TRL skips) per completion; any failure names the REWARD_FUNCS entry.
     """
+    import asyncio
+    import inspect
+    import numbers
+
     from transformers import TrainerState
 
-    rows = dataset.select(range(min(2, len(dataset))))
+    rows = dataset.select(range(min(3, len(dataset))))
     completions = [[{"role": "assistant", "content": f"{a} + 0 = {a}\n#### {a}"}] for a in rows["answer"]]
     columns = {key: rows[key] for key in rows.column_names if key != "prompt"}
     kwargs = dict(
@@ -313,9 +320,10 @@ def check_rewards(funcs, names, dataset, max_completion_length):
     problems = []
     for func, name in zip(funcs, names, strict=True):
         try:
-            out = func(**kwargs)
-            out = list(out) if not isinstance(out, str | bytes) else out
-        except Exception as err:  # a user's function can raise anything; report it, never a traceback
+            out = getattr(func, "func", func)(**kwargs)  # rewards.Guarded's own function: its error as raised
+            out = asyncio.run(out) if inspect.isawaitable(out) else out  # TRL awaits async reward functions
+            out = list(out) if not isinstance(out, str | bytes | dict) else out
+        except (Exception, SystemExit) as err:  # a user's function can raise anything; report it, never a traceback
             problems.append(f"REWARD_FUNCS entry {name!r} fails on a real row: {type(err).__name__}: {err}")
             continue
         if not isinstance(out, list) or len(out) != len(completions):
@@ -324,31 +332,134 @@ def check_rewards(funcs, names, dataset, max_completion_length):
                 f"REWARD_FUNCS entry {name!r} returned {got} for {len(completions)} completions; "
                 "it must return one number (or None) per completion."
             )
-        elif bad := [v for v in out if not (v is None or isinstance(v, int | float) and not isinstance(v, bool))]:
+        elif bad := [v for v in out if not (v is None or isinstance(v, numbers.Real) and not isinstance(v, bool))]:
             problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]!r}; each value must be a number or None.")
+        elif bad := [v for v in out if v is not None and abs(v) == float("inf")]:
+            problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]}; a reward must be finite (or None).")
     if problems:
         raise ConfigError("\n\n".join(problems))
 
 
-def check_lora_targets(model_name, targets, trust_remote_code):
-    """LORA_TARGET_MODULES matched against the model's module names, with the model built on the meta device
-    (no weights) from a config available without network (a local folder or the Hub cache). Skipped otherwise."""
-    if targets == "all-linear":
-        return
+def check_config(config, s, train_size):
+    """What the built GRPOConfig implies and GRPOTrainer finds only at its first step: the sampling settings (any
+    --top_k, --min_p, ... passed through), the data a generation round needs, and fields this script cannot serve."""
+    import math
+
+    import transformers as tf
+
+    problems = []
+    warpers = [(tf.TemperatureLogitsWarper, config.temperature)]  # built as generate() builds them, which checks
+    warpers += [(tf.TopKLogitsWarper, config.top_k)] if config.top_k else []
+    warpers += [(tf.TopPLogitsWarper, config.top_p)] if config.top_p is not None and config.top_p != 1.0 else []
+    warpers += [(tf.MinPLogitsWarper, config.min_p)] if config.min_p is not None else []
+    penalty = config.repetition_penalty
+    warpers += [(tf.RepetitionPenaltyLogitsProcessor, penalty)] if penalty is not None and penalty != 1.0 else []
+    try:
+        for warper, value in warpers:
+            warper(value)
+        tf.GenerationConfig(**(config.generation_kwargs or {})).validate(strict=True)
+    except Exception as err:  # each raises ValueError naming the value; a generation_kwargs that is no dict, TypeError
+        problems.append(f"the sampling settings are invalid: {str(err).strip().splitlines()[0]}")
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    bad = [name for name, value in values.items() if isinstance(value, float) and not math.isfinite(value)]
+    problems += [f"--{name}={getattr(config, name)}: a number here must be finite" for name in bad]
+    prompts = config.generation_batch_size // config.num_generations
+    if train_size < prompts:
+        problems.append(
+            f"the training set has {train_size} problems, but each generation round takes {prompts} "
+            "(PER_DEVICE_TRAIN_BATCH_SIZE x processes x steps per generation / NUM_GENERATIONS): no step would run"
+        )
+    if (strategy := getattr(config.eval_strategy, "value", config.eval_strategy)) != "no":
+        problems.append(f"--eval_strategy={strategy}: evaluation runs through EVAL_BEFORE/EVAL_AFTER here")
+    if config.push_to_hub and not _hub_writable():
+        problems.append("--push_to_hub=true needs the Hub and a token (hf auth login); or push later with export.py")
+    if getattr(config, "use_liger_kernel", False) and not hardware.importable("liger_kernel"):
+        problems.append("--use_liger_kernel=true needs the liger-kernel package (deprecated in TRL 1.16)")
+    if problems:
+        raise ConfigError("\n\n".join(f"{p}." for p in problems))
+
+
+def _hub_writable():
+    from huggingface_hub import constants, get_token
+
+    return not constants.HF_HUB_OFFLINE and get_token() is not None
+
+
+def check_model(s):
+    """What the model's config decides, with the model built on the meta device (no weights) from a config found
+    without network (a local folder, or the Hub cache): that it is a causal LM, that the weight files fit it, that
+    LORA_TARGET_MODULES names layers LoRA can adapt and LORA_R fits them, and that MAX_COMPLETION_LENGTH fits its
+    positions. A Hub id not downloaded yet is checked by transformers and peft after loading instead."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    name, remote, local = s["MODEL_NAME"], s["TRUST_REMOTE_CODE"], (Path(s["MODEL_NAME"]) / "config.json").is_file()
     try:
-        config = AutoConfig.from_pretrained(model_name, local_files_only=True, trust_remote_code=trust_remote_code)
-        import torch
-
+        config = AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=remote)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
-    except Exception:  # no local config (a Hub id not yet downloaded): the trainer checks after loading
-        return
-    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    if missing := [t for t in targets if t not in names and not any(n.endswith(t) for n, _ in model.named_modules())]:
-        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if type(m).__name__ == "Linear"})
-        raise ConfigError(
-            f"LORA_TARGET_MODULES={','.join(targets)}: {', '.join(missing)} matches no layer of {model_name}.\n"
-            f"Its linear layers: {', '.join(linear)}; or use all-linear."
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=remote)
+    except Exception as err:  # an unreadable or foreign config.json; or a Hub id not in the cache (then: skip)
+        if not local:
+            return
+        what = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"MODEL_NAME={name}: its config.json is not a causal language model's ({what}).") from None
+    problems = _weight_shapes(Path(name), model) if local else []
+    architectures = getattr(config, "architectures", None) or [None]
+    if local and not hasattr(__import__("transformers"), str(architectures[0])):  # TRL loads the class it names
+        problems.append(f"MODEL_NAME: config.json names no model class transformers has ({architectures[0]})")
+    modules = dict(model.named_modules())
+    targets = lora_targets(s["LORA_TARGET_MODULES"])
+    if not targets:
+        problems.append("LORA_TARGET_MODULES is empty: give all-linear or layer names such as q_proj,v_proj")
+        targets = []
+    matched = {n: m for n, m in modules.items() if _is_target(n, m, targets)}
+    listed = [] if targets == "all-linear" else targets
+    if missing := [t for t in listed if not any(n == t or n.endswith("." + t) for n in modules)]:
+        problems.append(f"LORA_TARGET_MODULES: {', '.join(missing)} matches no layer of {name}")
+    if odd := sorted({n.rsplit(".", 1)[-1] for n, m in matched.items() if not _lora_layer(m)}):
+        problems.append(f"LORA_TARGET_MODULES: {', '.join(odd)} are not linear layers, which LoRA adapts")
+    if problems and (targets == [] or missing or odd):
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in modules.items() if isinstance(m, torch.nn.Linear)})
+        problems[-1] += f" (its linear layers: {', '.join(linear)}; or all-linear)"
+    sides = [min(m.in_features, m.out_features) for m in matched.values() if isinstance(m, torch.nn.Linear)]
+    if sides and s["LORA_R"] > min(sides):
+        problems.append(
+            f"LORA_R={s['LORA_R']} exceeds {min(sides)}, the smaller side of the adapted layers: 8-64 is usual"
         )
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions and s["MAX_COMPLETION_LENGTH"] >= positions:
+        problems.append(
+            f"MAX_COMPLETION_LENGTH={s['MAX_COMPLETION_LENGTH']} does not fit {name}'s {positions} positions"
+        )
+    if problems:
+        raise ConfigError("\n\n".join(f"{p}." for p in problems))
+
+
+def _is_target(name, module, targets):
+    if targets == "all-linear":  # as peft reads it: every linear layer but the output head
+        return name != "lm_head" and not name.endswith(".lm_head") and type(module).__name__ == "Linear"
+    return any(name == t or name.endswith("." + t) for t in targets)
+
+
+def _lora_layer(module):
+    import torch
+
+    kinds = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    return isinstance(module, kinds) or type(module).__name__ == "Conv1D"  # transformers' GPT-2 style linear
+
+
+def _weight_shapes(folder, model):
+    """Tensors in the folder's safetensors files whose shape differs from the config's model (read from headers)."""
+    from safetensors import safe_open
+
+    wanted = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    problems = []
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 (safe_open has keys() but is not iterable)
+                shape = tuple(f.get_slice(key).get_shape())
+                if key in wanted and wanted[key] != shape:
+                    problems.append(
+                        f"MODEL_NAME: {key} is {list(shape)} in {path.name}, {list(wanted[key])} by config.json"
+                    )
+    return problems[:3]

@@ -56,6 +56,8 @@ from collections.abc import Callable
 from decimal import Context, Decimal, InvalidOperation
 from math import gcd
 
+from cli import ConfigError
+
 # ----------------------------------------------------------------------------------------------------------------
 # Limits: they bound the work per completion, so that a 1 MB completion grades in milliseconds
 MAX_NUMBER_CHARS = 100  # digits in one number; a longer run of digits is not an answer
@@ -1043,31 +1045,58 @@ def load(names, max_completion_length, enable_thinking=False) -> list[Callable]:
     """Reward callables for REWARD_FUNCS entries: registry names or "module:function" strings.
 
     A class (a registry entry or a user's) is built with the run's `max_completion_length` and `enable_thinking`,
-    where its __init__ takes them. A module that fails to import is reported as a ConfigError naming the entry.
+    where its __init__ takes them. A module that fails to import, or a class that fails to build, is a ConfigError
+    naming the entry. Each plain (not async) callable is returned inside `Guarded`, so that one that raises during
+    training stops the run with a message naming it too.
     """
     import importlib
     import inspect
 
-    from cli import ConfigError
-
     funcs = []
     for name in names:
-        if name in REWARDS:
-            func = REWARDS[name]
-        else:  # "module:function" (preflight has already rejected unknown plain names)
-            module, _, attr = name.partition(":")
-            try:
+        try:
+            if name in REWARDS:
+                func = REWARDS[name]
+            else:  # "module:function" (preflight has already rejected unknown plain names)
+                module, _, attr = name.partition(":")
                 func = getattr(importlib.import_module(module), attr)
-            except Exception as err:  # a user's module can fail to import in any way
-                raise ConfigError(
-                    f"REWARD_FUNCS entry {name!r} cannot be imported: {type(err).__name__}: {err}"
-                ) from None
-        if isinstance(func, type):
-            run = {"max_completion_length": max_completion_length, "enable_thinking": enable_thinking}
-            accepted = inspect.signature(func).parameters
-            func = func(**{key: value for key, value in run.items() if key in accepted})
-        funcs.append(func)
+            if isinstance(func, type):
+                run = {"max_completion_length": max_completion_length, "enable_thinking": enable_thinking}
+                accepted = inspect.signature(func).parameters
+                func = func(**{key: value for key, value in run.items() if key in accepted})
+        except (Exception, SystemExit) as err:  # a user's module can fail to import, or exit, in any way
+            raise ConfigError(f"REWARD_FUNCS entry {name!r} cannot be loaded: {type(err).__name__}: {err}") from None
+        if not callable(func):
+            raise ConfigError(f"REWARD_FUNCS entry {name!r} is a {type(func).__name__}, not a function.")
+        async_ = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
+        funcs.append(func if async_ else Guarded(func, name))
     return funcs
+
+
+class RewardError(ConfigError):
+    """A reward function raised during training; the message names its REWARD_FUNCS entry (exit 2, no traceback)."""
+
+
+class Guarded:
+    """A reward function that, when it raises, raises a RewardError naming its REWARD_FUNCS entry instead.
+
+    Keeps the function's `__name__`, which TRL turns into the metric name rewards/<name>/mean. Picklable.
+    """
+
+    def __init__(self, func, entry):
+        self.func, self.entry = func, entry
+        self.__name__ = getattr(func, "__name__", entry.rpartition(":")[2])
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self.func(*args, **kwargs)
+        except Exception as err:
+            step = getattr(kwargs.get("trainer_state"), "global_step", "?")
+            message = f"REWARD_FUNCS entry {self.entry!r} raised at step {step}: {type(err).__name__}: {err}"
+            raise RewardError(message) from None
+
+    def __repr__(self):
+        return f"Guarded({self.func!r})"
 
 
 def _is_int(value) -> bool:

@@ -208,7 +208,7 @@ def smoke_ok(smoke_settings):
         (dict(REWARD_FUNCS=["correctnes_reward", "format_reward"]), "Did you mean correctness_reward"),
         (dict(REWARD_WEIGHTS=[1.0]), "REWARD_WEIGHTS has 1 weights for 2 REWARD_FUNCS"),
         (dict(LOSS_TYPE="ppo"), "LOSS_TYPE='ppo' is not one of grpo, dr_grpo, dapo"),
-        (dict(TEMPERATURE=0.0), "TEMPERATURE=0.0 is outside (0, inf)"),
+        (dict(TEMPERATURE=0.0), "TEMPERATURE=0.0 is outside [0.01, inf)"),
         (dict(SCALE_REWARDS="std"), "SCALE_REWARDS='std'"),
         (
             dict(REPORT_TO="tensorbaord"),
@@ -246,10 +246,10 @@ def test_preflight_errors(smoke_ok, changes, message):
         (dict(LORA_ALPHA=0), "LORA_ALPHA=0 is outside (0, inf]"),
         (dict(LORA_DROPOUT=1.0), "LORA_DROPOUT=1.0 is outside [0, 1)"),
         (dict(LORA_DROPOUT=-0.1), "LORA_DROPOUT=-0.1 is outside [0, 1)"),
-        (dict(BETA=-1.0), "BETA=-1.0 is outside [0, inf)"),
-        (dict(BETA=math.nan), "BETA=nan is outside [0, inf)"),
-        (dict(TEMPERATURE=math.inf), "TEMPERATURE=inf is outside (0, inf)"),
-        (dict(TEMPERATURE=math.nan), "TEMPERATURE=nan is outside (0, inf)"),
+        (dict(BETA=-1.0), "BETA=-1.0 is outside [0, 10]"),
+        (dict(BETA=math.nan), "BETA=nan is outside [0, 10]"),
+        (dict(TEMPERATURE=math.inf), "TEMPERATURE=inf is outside [0.01, inf)"),
+        (dict(TEMPERATURE=math.nan), "TEMPERATURE=nan is outside [0.01, inf)"),
         (dict(LEARNING_RATE=math.nan), "LEARNING_RATE=nan is outside (0, 1]"),
         (dict(LEARNING_RATE=1e6), "LEARNING_RATE=1000000.0 is outside (0, 1]"),
         (dict(STEPS_PER_GENERATION=-1), "STEPS_PER_GENERATION=-1 is outside [0, inf]"),
@@ -264,7 +264,9 @@ def test_preflight_errors(smoke_ok, changes, message):
         (dict(OUTPUT_DIR=__file__), "is a file, not a folder"),
         (dict(ENABLE_THINKING=True), "ENABLE_THINKING=True with MAX_COMPLETION_LENGTH=32: thinking is cut off"),
         (dict(KL_WARN=30.0), "KL_ACT=20.0 is below KL_WARN=30.0"),
-        (dict(DDP_TIMEOUT=0), "DDP_TIMEOUT=0 is outside [1, inf]"),
+        (dict(DDP_TIMEOUT=0), "DDP_TIMEOUT=0 is outside [1, 604800]"),
+        (dict(TEMPERATURE=1e-300), "TEMPERATURE=1e-300 is outside [0.01, inf)"),
+        (dict(BETA=1e300), "BETA=1e+300 is outside [0, 10]"),
     ],
 )
 def test_settings_that_would_waste_a_run_are_refused(smoke_ok, changes, message):
@@ -460,7 +462,7 @@ def test_reward_funcs_by_name_and_import_path():
 
     funcs = rewards.load(["correctness_reward", "test_train:brevity_reward", "overlong_reward"], 10)
     assert funcs[0].__name__ == "correctness_reward"
-    assert funcs[1] is brevity_reward
+    assert funcs[1].func is brevity_reward and funcs[1].__name__ == "brevity_reward"  # guarded, as TRL names it
     # parameterised rewards in the registry are classes, built with the run's completion length
     assert funcs[2].__name__ == "overlong_reward"
     assert funcs[2]([[1] * 10], completion_ids=[[1] * 10]) == [-1.0]
@@ -469,7 +471,7 @@ def test_reward_funcs_by_name_and_import_path():
 def test_unimportable_reward():
     import rewards
 
-    with pytest.raises(ConfigError, match="'no_such_module:f' cannot be imported: ModuleNotFoundError"):
+    with pytest.raises(ConfigError, match="'no_such_module:f' cannot be loaded: ModuleNotFoundError"):
         rewards.load(["no_such_module:f"], 10)
 
 
@@ -492,7 +494,7 @@ def no_kwargs_reward(completions):
 @pytest.mark.parametrize(
     "name, message",
     [
-        ("test_train:wrong_length_reward", "returned 1 values for 2 completions"),
+        ("test_train:wrong_length_reward", "returned 1 values for 3 completions"),
         ("test_train:text_reward", "returned 'good'; each value must be a number or None"),
         ("test_train:raising_reward", "fails on a real row: KeyError: 'difficulty'"),
         ("test_train:no_kwargs_reward", "fails on a real row: TypeError"),
@@ -505,6 +507,134 @@ def test_every_reward_is_tried_on_real_rows_before_training(name, message):
     dataset = gsm8k.load(FIXTURE, limit=4)
     with pytest.raises(ConfigError, match=_literal(f"REWARD_FUNCS entry {name!r} ") + ".*" + _literal(message)):
         preflight.check_rewards(funcs, ["correctness_reward", name], dataset, 32)
+
+
+def two_rewards(completions, **kwargs):
+    return [1.0, 0.0]  # right only for a batch of two
+
+
+def infinite_reward(completions, **kwargs):
+    return [float("inf")] * len(completions)
+
+
+def numpy_reward(completions, **kwargs):
+    import numpy
+
+    return numpy.zeros(len(completions), dtype=numpy.float32)  # TRL takes numpy numbers
+
+
+async def async_reward(completions, **kwargs):
+    return [0.5] * len(completions)  # TRL 1.16 awaits async rewards
+
+
+def exits_reward(completions, **kwargs):
+    raise SystemExit(3)
+
+
+def later_reward(completions, trainer_state=None, **kwargs):
+    if trainer_state.global_step >= 1:
+        raise ZeroDivisionError("division by zero")
+    return [0.0] * len(completions)
+
+
+class NeedsArgReward:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("test_train:two_rewards", "returned 2 values for 3 completions"),
+        ("test_train:infinite_reward", "returned inf; a reward must be finite"),
+        ("test_train:exits_reward", "fails on a real row: SystemExit: 3"),
+    ],
+)
+def test_more_reward_faults_are_found_before_training(name, message):
+    import rewards
+
+    with pytest.raises(ConfigError, match=_literal(message)):
+        preflight.check_rewards(rewards.load([name], 32), [name], gsm8k.load(FIXTURE, limit=4), 32)
+
+
+@pytest.mark.parametrize("name", ["test_train:numpy_reward", "test_train:async_reward"])
+def test_rewards_that_trl_accepts_pass(name):
+    import rewards
+
+    preflight.check_rewards(rewards.load([name], 32), [name], gsm8k.load(FIXTURE, limit=4), 32)
+
+
+def test_a_reward_class_that_cannot_be_built_names_its_entry():
+    import rewards
+
+    with pytest.raises(ConfigError, match="'test_train:NeedsArgReward' cannot be loaded: TypeError"):
+        rewards.load(["test_train:NeedsArgReward"], 32)
+
+
+def test_a_reward_that_raises_during_training_names_its_entry():
+    from transformers import TrainerState
+
+    import rewards
+
+    (func,) = rewards.load(["test_train:later_reward"], 32)
+    assert func(["x"], trainer_state=TrainerState(global_step=0)) == [0.0]
+    with pytest.raises(rewards.RewardError, match="'test_train:later_reward' raised at step 3: ZeroDivisionError"):
+        func(["x"], trainer_state=TrainerState(global_step=3))
+    assert issubclass(rewards.RewardError, ConfigError)  # cli.run prints it as one message, exit 2
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"top_k": -5}, "the sampling settings are invalid"),
+        ({"repetition_penalty": 0.0}, "the sampling settings are invalid"),
+        ({"top_p": 2.0}, "`top_p` has to be a float > 0 and < 1"),
+        ({"min_p": math.nan}, "`min_p` has to be a float in the [0, 1] interval"),
+        ({"max_grad_norm": math.nan}, "--max_grad_norm=nan: a number here must be finite"),
+        ({"eval_strategy": "steps", "eval_steps": 1}, "--eval_strategy=steps: evaluation runs through EVAL_BEFORE"),
+    ],
+)
+def test_passed_through_fields_are_checked_before_training(smoke_ok, fields, message):
+    config = grpotrainer.build_config(smoke_ok, fields, cpu_only=True)
+    with pytest.raises(ConfigError, match=_literal(message)):
+        preflight.check_config(config, smoke_ok, 32)
+
+
+def test_a_generation_round_larger_than_the_data_is_refused(smoke_ok):
+    # once: 0 steps trained, an untrained adapter saved and the run marked finished, exit 0
+    config = grpotrainer.build_config({**smoke_ok, "PER_DEVICE_TRAIN_BATCH_SIZE": 256}, {}, cpu_only=True)
+    with pytest.raises(ConfigError, match="the training set has 32 problems, but each generation round takes 64"):
+        preflight.check_config(config, smoke_ok, 32)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(LORA_TARGET_MODULES="norm"), "LORA_TARGET_MODULES: norm are not linear layers"),
+        (dict(LORA_TARGET_MODULES="mlp"), "LORA_TARGET_MODULES: mlp are not linear layers"),
+        (dict(LORA_TARGET_MODULES=","), "LORA_TARGET_MODULES is empty"),
+        (dict(LORA_TARGET_MODULES="q_proj,nope"), "LORA_TARGET_MODULES: nope matches no layer"),
+        (dict(LORA_R=1_000_000_000), "LORA_R=1000000000 exceeds 16, the smaller side of the adapted layers"),
+        (dict(MAX_COMPLETION_LENGTH=100_000), "MAX_COMPLETION_LENGTH=100000 does not fit"),
+    ],
+)
+def test_the_models_config_decides_before_its_weights_load(smoke_ok, tmp_path, changes, message):
+    import smoke
+
+    model = smoke.ensure_model_dir(tmp_path / "m")
+    preflight.check_model({**smoke_ok, "MODEL_NAME": model})  # the defaults fit
+    with pytest.raises(ConfigError, match=_literal(message)):
+        preflight.check_model({**smoke_ok, "MODEL_NAME": model, **changes})
+
+
+def test_weights_that_do_not_fit_the_config_are_refused(smoke_ok, tmp_path):
+    import smoke
+
+    model = Path(smoke.ensure_model_dir(tmp_path / "m"))
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "intermediate_size": 128}))
+    with pytest.raises(ConfigError, match=r"mlp.down_proj.weight is \[32, 64\] in model.safetensors, \[32, 128\]"):
+        preflight.check_model({**smoke_ok, "MODEL_NAME": str(model)})
 
 
 def test_the_registry_passes_the_reward_check():
