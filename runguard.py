@@ -69,8 +69,9 @@ def intact(checkpoint_dir):
         return "trainer_state.json is missing"
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         return f"trainer_state.json does not parse ({err})"
-    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
-        return "trainer_state.json has no global_step"
+    needed = ("global_step", "max_steps", "train_batch_size")  # what Trainer reads back to resume
+    if not isinstance(state, dict) or (missing := [k for k in needed if not isinstance(state.get(k), int)]):
+        return f"trainer_state.json lacks {', '.join(missing) if isinstance(state, dict) else 'everything'}"
     try:
         json.loads((folder / "adapter_config.json").read_text())
     except FileNotFoundError:

@@ -36,7 +36,8 @@ LORA = {"base_model_name_or_path": "/models/Qwen3-8B", "r": 16, "lora_alpha": 32
 def write_checkpoint(folder, step, adapter_config=LORA, log_rows=60):
     """A checkpoint-`step` folder laid out as Trainer saves a PEFT model (see tests below for the file list)."""
     folder.mkdir(parents=True)
-    state = {"global_step": step, "log_history": [{"step": i, "loss": 0.5, "reward": 0.25} for i in range(log_rows)]}
+    state = {"global_step": step, "max_steps": 100, "train_batch_size": 4}  # what Trainer reads back to resume
+    state["log_history"] = [{"step": i, "loss": 0.5, "reward": 0.25} for i in range(log_rows)]
     (folder / "trainer_state.json").write_text(json.dumps(state, indent=2))  # > 4,096 bytes with 60 rows
     (folder / "adapter_config.json").write_text(json.dumps(adapter_config))
     save_file({"lora_A": torch.zeros(4, 8), "lora_B": torch.ones(8, 4)}, folder / "adapter_model.safetensors")
@@ -62,7 +63,7 @@ DAMAGE = {
     "state missing": (lambda f: (f / "trainer_state.json").unlink(), "trainer_state.json is missing"),
     "state without step": (
         lambda f: (f / "trainer_state.json").write_text('{"epoch": 1.0}'),
-        "trainer_state.json has no global_step",
+        "trainer_state.json lacks global_step, max_steps, train_batch_size",
     ),
     "adapter config cut": (lambda f: cut(f / "adapter_config.json", 20), "adapter_config.json does not parse"),
     "safetensors cut in the data": (
