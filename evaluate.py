@@ -11,15 +11,18 @@ defaults below for the base model, system prompt, thinking mode, completion leng
 here still wins. Prompts, chat template and grader are training's own (gsm8k.py); decoding is greedy. Metrics and
 their meaning: see gsm8k.py. Results go to OUTPUT_DIR/eval_<SPLIT>.json (with the settings scored with), every
 prediction to eval_<SPLIT>_predictions.jsonl, and the eval/gsm8k_* scalars to a TensorBoard run in OUTPUT_DIR/runs/.
+For a checkpoint-N, OUTPUT_DIR defaults to eval-checkpoint-N beside it: the trainer deletes old checkpoints whole.
 """
 
 import logging
 import os
+import re
 from pathlib import Path
 
 import cli
 import gsm8k
 import hardware
+import preflight
 from cli import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -42,7 +45,8 @@ MAX_COMPLETION_LENGTH = 256  # new tokens per answer; as in training, so numbers
 USE_VLLM = True  # generate with vLLM when it is installed and a GPU is visible (several times faster); False = never
 VLLM_GPU_MEMORY_UTILIZATION = 0.85  # share of GPU memory vLLM may take
 # output
-OUTPUT_DIR = ""  # eval_<SPLIT>.json, predictions and runs/ go here; "" = ADAPTER, or outputs/eval/<model> without
+OUTPUT_DIR = ""  # eval_<SPLIT>.json, predictions, runs/ go here; "" = ADAPTER (<run>/eval-checkpoint-N for a
+# checkpoint-N), or outputs/eval/<model> without
 # ---------------------------------------------------------------------------------------------------------------
 
 # --smoke: the tiny random Qwen3 of grpotrainer --smoke (built if missing) on the fixture, fp32 on CPU.
@@ -68,24 +72,63 @@ def resolve(argv):
         import smoke
 
         s["MODEL_NAME"] = smoke.cpu_model(smoke_output)
-    if not s["OUTPUT_DIR"]:  # next to the adapter it scores, so that scoring the base model never overwrites it
-        s["OUTPUT_DIR"] = s["ADAPTER"] or os.path.join("outputs", "eval", Path(s["MODEL_NAME"]).name)
+    s["OUTPUT_DIR"] = s["OUTPUT_DIR"] or default_output_dir(s["ADAPTER"], s["MODEL_NAME"])
     return s, args
 
 
+def default_output_dir(adapter, model_name):
+    """Where results go when OUTPUT_DIR is "": beside what they score, so that no two scorings share a file.
+
+    A run's adapter: its folder. A checkpoint-N: eval-checkpoint-N in the run folder, since the trainer's rotation
+    (SAVE_TOTAL_LIMIT) deletes checkpoint-N folders whole. The base model alone: outputs/eval/<model>.
+
+    >>> default_output_dir("runs/a/checkpoint-4", "m"), default_output_dir("", "Qwen/Qwen3-8B")
+    ('runs/a/eval-checkpoint-4', 'outputs/eval/Qwen3-8B')
+    """
+    if not adapter:
+        return os.path.join("outputs", "eval", Path(model_name).name)
+    path = Path(adapter)
+    return str(path.parent / f"eval-{path.name}") if re.fullmatch(r"checkpoint-\d+", path.name) else adapter
+
+
 def check(s, cpu_only=False):
-    """Settings that would fail after the model has loaded, reported at once, naming the constant to change."""
+    """Settings that would fail once the model has loaded, or after the generation, reported at once before any
+    weights load, naming the constant to change."""
+    import runguard
+
     problems = []
     if s["ADAPTER"] and not (Path(s["ADAPTER"]) / "adapter_config.json").is_file():
         problems.append(
             f"ADAPTER={s['ADAPTER']} holds no LoRA adapter (no adapter_config.json there).\n"
             'Point it at a training run\'s OUTPUT_DIR or a checkpoint-N in it; ADAPTER="" scores the base model.'
         )
+    elif s["ADAPTER"] and (problem := runguard.adapter_problem(s["ADAPTER"])):
+        problems.append(problem)
     for name, low in (("LIMIT", 0), ("BATCH_SIZE", 1), ("MAX_COMPLETION_LENGTH", 1)):
         if s[name] < low:
             problems.append(f"{name}={s[name]} must be at least {low}.")
     if s["SPLIT"] not in ("train", "test"):
         problems.append(f"SPLIT={s['SPLIT']!r} must be test or train (GSM8K has no other split).")
+    if not 0 < s["VLLM_GPU_MEMORY_UTILIZATION"] <= 1:  # also refuses nan
+        problems.append(
+            f"VLLM_GPU_MEMORY_UTILIZATION={s['VLLM_GPU_MEMORY_UTILIZATION']} is outside (0, 1]: it is the share "
+            "of GPU memory vLLM may take; 0.85 is usual here."
+        )
+    if s["ENABLE_THINKING"] and s["MAX_COMPLETION_LENGTH"] < preflight.THINKING_MIN_TOKENS:
+        problems.append(
+            f"ENABLE_THINKING=True with MAX_COMPLETION_LENGTH={s['MAX_COMPLETION_LENGTH']}: thinking is cut off "
+            f"before the answer, so nearly every problem scores 0.\nSet MAX_COMPLETION_LENGTH >= "
+            f"{preflight.THINKING_MIN_TOKENS}, or ENABLE_THINKING=False."
+        )
+    attn = hardware.attention_problem(
+        s["ATTN_IMPLEMENTATION"], cuda=hardware.on_gpu(cpu_only), bf16=s["BF16"], importable=hardware.importable
+    )
+    paths = (preflight.model_name_problem(s["MODEL_NAME"]), preflight.output_dir_problem(s["OUTPUT_DIR"]))
+    problems += [p for p in (attn, *paths) if p]
+    try:
+        preflight.check_model_folder(s["MODEL_NAME"])  # a local folder's tokenizer and whole weights (headers only)
+    except ConfigError as err:
+        problems.append(str(err))
     if problems:
         raise ConfigError("\n\n".join(problems))
     if not cpu_only and not hardware.cuda_available():
@@ -104,7 +147,9 @@ def load_model(s, cpu_only=False):
         model = AutoModelForCausalLM.from_pretrained(
             s["MODEL_NAME"], **kwargs, trust_remote_code=remote, device_map="auto" if cuda else None
         )
-    except OSError as err:
+    except torch.OutOfMemoryError:
+        raise  # not a setting's fault alone; transformers' own message says how much was asked for
+    except (OSError, ValueError, RuntimeError) as err:  # a folder torn or of another format, a setting it refuses
         raise ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
     adapter = s["ADAPTER"]
     has_tokenizer = adapter and (Path(adapter) / "tokenizer_config.json").exists()  # trainer.save_model writes one
@@ -120,7 +165,15 @@ def load_model(s, cpu_only=False):
             log.warning(
                 "ADAPTER was trained on %s but MODEL_NAME is %s: set MODEL_NAME=%s", base, s["MODEL_NAME"], base
             )
-        model = PeftModel.from_pretrained(model, adapter)
+        if problem := runguard.misfit_problem(model, adapter, s["MODEL_NAME"]):
+            raise ConfigError(problem)
+        try:
+            model = PeftModel.from_pretrained(model, adapter)
+        except (ValueError, RuntimeError) as err:  # sizes or layers peft cannot match; misfit_problem names most
+            raise ConfigError(
+                f"ADAPTER={adapter} does not load onto MODEL_NAME={s['MODEL_NAME']} ({runguard.first_line(err)}).\n"
+                "Leave MODEL_NAME unset to use the run's base model, or give the one it was trained on."
+            ) from None
     if not cuda and kwargs["dtype"] == "bfloat16":
         model = model.to(torch.float32)  # bf16 matmuls on CPU are slow and not what a GPU would compute
     return model.eval(), tokenizer

@@ -14,8 +14,9 @@ model plus the adapter (exactly in fp32; to rounding in bf16, which merging roun
 What the run was is read from the run's own records, not assumed: run_settings.json (the run's OUTPUT_DIR; for a
 checkpoint-N, its parent) gives the base model, BF16 and ENABLE_THINKING, and adapter_config.json the base model
 when that file is missing. An adapter on a base model it was not trained from is refused. An OUTPUT_DIR that exists
-is only replaced when an earlier export.py wrote it; anything else there is left alone. With PUSH_TO_HUB, a missing
-token (`hf auth login`) or HF_HUB_OFFLINE=1 stops the script before any work.
+is only replaced when an earlier export.py wrote it and holds only the files that export wrote (export_settings.json
+lists them); a file anyone added there stops the script instead. With PUSH_TO_HUB, a missing token (`hf auth login`)
+or HF_HUB_OFFLINE=1 stops the script before any work.
 """
 
 import json
@@ -28,6 +29,7 @@ from pathlib import Path
 import cli
 import gsm8k
 import modelcard
+import preflight
 import runguard
 from cli import ConfigError
 
@@ -45,7 +47,8 @@ PUSH_TO_HUB = ""  # a Hub repo id (you/name) to upload the folder to; "" = do no
 PRIVATE = True  # create the Hub repo private; it is never made public by this script once it exists
 # ---------------------------------------------------------------------------------------------------------------
 
-MARKER = "export_settings.json"  # written into every export: marks a folder export.py may replace
+MARKER = "export_settings.json"  # written into every export: marks a folder export.py may replace, lists its files
+CARD = "README.md"  # the model card, written into the export after the folder is in place
 DTYPES = ("bfloat16", "float16", "float32")
 log = logging.getLogger("grpotrainer.export")
 
@@ -62,7 +65,7 @@ def main(argv=()):
     model = merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
     tokenizer = load_tokenizer(c["ADAPTER"], c["MODEL_NAME"], c["ENABLE_THINKING"], c["TRUST_REMOTE_CODE"])
     record = {**{k: c[k] for k in ("ADAPTER", "MODEL_NAME", "DTYPE", "ENABLE_THINKING")}, "step": c["STEP"]}
-    write_folder(out, model, tokenizer, {**record, "run_settings": run}, licence_files(c["MODEL_NAME"]))
+    write_folder(out, model, tokenizer, {**record, "run_settings": run}, licence_files(c["MODEL_NAME"]), [CARD])
     before, after = modelcard.read_metrics(run_dir(c["ADAPTER"]))
     modelcard.write_card(
         out,
@@ -97,13 +100,17 @@ def run_dir(adapter):
 
 
 def read_json(path):
+    """The JSON object in the file `path`; {} when there is no such file. Anything else is refused, naming it."""
     path = Path(path)
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ConfigError(f"{path} cannot be read ({err}); restore it or delete it.") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} holds a {type(data).__name__}, not a JSON object; restore it or delete it.")
+    return data
 
 
 def resolve(c):
@@ -121,6 +128,8 @@ def resolve(c):
             f"ADAPTER={adapter!r} holds no LoRA adapter (no adapter_config.json). Point it at a training run's "
             f"OUTPUT_DIR or a checkpoint-N folder in it.{hint}"
         )
+    if problem := runguard.adapter_problem(adapter):  # weights missing or cut short: peft fails only after the base
+        raise ConfigError(problem)
     run = gsm8k.run_settings(adapter) or settings_from_adapter(config)
     trained_on = config.get("base_model_name_or_path") or run.get("MODEL_NAME") or ""
     c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or trained_on
@@ -205,40 +214,32 @@ def check_push(repo_id):
 
 
 def check_output_dir(out):
-    """OUTPUT_DIR must be new, empty, or an earlier export (which is then replaced); never other data."""
+    """OUTPUT_DIR must be writable (so is its parent: the export is built beside it, then moved in), and new, empty,
+    or an earlier export holding only the files that export wrote (it is then replaced whole); never other data."""
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"OUTPUT_DIR {out} is a file; give a folder path.")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise ConfigError(f"OUTPUT_DIR={out} is a file; give a folder path.")
+    if problem := preflight.output_dir_problem(out) or preflight.output_dir_problem(out.parent):
+        raise ConfigError(problem)
+    present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if not present:
+        return
+    if not (out / MARKER).is_file():
         raise ConfigError(
-            f"OUTPUT_DIR {out} already holds files that export.py did not write; it will not overwrite them. "
+            f"OUTPUT_DIR={out} already holds files that export.py did not write; it will not overwrite them.\n"
             "Give a new folder: --OUTPUT_DIR=<path>."
         )
-
-
-def shape_problems(model, adapter):
-    """The adapter's LoRA matrices that do not fit a layer of `model`: a layer missing, or in/out sizes differing."""
-    from safetensors import safe_open
-
-    weights = Path(adapter) / "adapter_model.safetensors"
-    if not weights.is_file():
-        return []  # an adapter_model.bin: peft's own size check reports it when it loads
-    layers = dict(model.named_modules())
-    problems = []
-    with safe_open(str(weights), framework="pt") as f:
-        for key in f.keys():  # noqa: SIM118 (safe_open has keys() but is not iterable)
-            match = re.fullmatch(r"base_model\.model\.(.+)\.lora_(A|B)\.weight", key)
-            if not match:
-                continue
-            name, which = match.groups()
-            shape = tuple(f.get_slice(key).get_shape())
-            layer = layers.get(name)
-            if layer is None:
-                problems.append(f"{name}: no such layer in the base model")
-            elif which == "A" and getattr(layer, "in_features", shape[1]) != shape[1]:
-                problems.append(f"{name}: adapter input size {shape[1]}, layer {layer.in_features}")
-            elif which == "B" and getattr(layer, "out_features", shape[0]) != shape[0]:
-                problems.append(f"{name}: adapter output size {shape[0]}, layer {layer.out_features}")
-    return problems
+    written = read_json(out / MARKER).get("files")
+    if not isinstance(written, list):  # an export.py from before the list: what it wrote is not known
+        raise ConfigError(
+            f"OUTPUT_DIR={out} is an earlier export whose {MARKER} does not list its files, so files added there "
+            "cannot be told apart.\nDelete that folder (after keeping what you added), or give a new --OUTPUT_DIR."
+        )
+    if extra := [name for name in present if name not in written]:
+        shown = ", ".join(extra[:5]) + (f", ... ({len(extra)} in all)" if len(extra) > 5 else "")
+        raise ConfigError(
+            f"OUTPUT_DIR={out} holds {shown}, which the earlier export there did not write; replacing the folder "
+            "would delete them.\nMove them out of it, or give a new folder: --OUTPUT_DIR=<path>."
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -254,13 +255,15 @@ def merged_model(model_name, adapter, dtype, trust_remote_code=False):
         base = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype, trust_remote_code=trust_remote_code)
     except OSError as err:
         raise ConfigError(f"MODEL_NAME {model_name!r} could not be loaded: {err}") from None
-    if problems := shape_problems(base, adapter):
-        shown = "; ".join(problems[:3]) + (f"; ... ({len(problems)} in all)" if len(problems) > 3 else "")
+    if problem := runguard.misfit_problem(base, adapter, model_name):
+        raise ConfigError(problem)
+    try:
+        model = PeftModel.from_pretrained(base, adapter)
+    except (ValueError, RuntimeError) as err:  # sizes or layers peft cannot match; misfit_problem names most
         raise ConfigError(
-            f"ADAPTER {adapter} does not fit MODEL_NAME {model_name} ({shown}): it was trained on another model. "
-            "Leave MODEL_NAME empty to use the run's base model."
-        )
-    model = PeftModel.from_pretrained(base, adapter)
+            f"ADAPTER={adapter} does not load onto MODEL_NAME={model_name} ({runguard.first_line(err)}).\n"
+            "Leave MODEL_NAME empty to use the run's base model, or give the one it was trained on."
+        ) from None
     return model.merge_and_unload().eval()  # W + scale * B @ A in every adapted layer; the LoRA modules removed
 
 
@@ -310,9 +313,12 @@ def licence_files(model_name):
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name.upper().startswith(("LICENSE", "NOTICE")))
 
 
-def write_folder(out, model, tokenizer, record, extra_files=()):
+def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
     """Write the model, tokenizer, extra files and MARKER into a hidden sibling folder, then move it into place,
-    so OUTPUT_DIR never holds half an export, and an earlier export is replaced whole (no stale weight shards)."""
+    so OUTPUT_DIR never holds half an export, and an earlier export is replaced whole (no stale weight shards).
+
+    MARKER records, under "files", every name written, with `later` (what the caller writes into `out` after this,
+    the model card): a re-export checks against it that the folder holds nothing else (`check_output_dir`)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.parent / f".{out.name}.partial-{os.getpid()}"
     old = out.parent / f".{out.name}.old-{os.getpid()}"
@@ -321,6 +327,8 @@ def write_folder(out, model, tokenizer, record, extra_files=()):
         tokenizer.save_pretrained(partial)  # tokenizer files and chat_template.jinja
         for path in extra_files:
             shutil.copy2(path, partial / path.name)
+        files = sorted({p.name for p in partial.iterdir()} | {MARKER, *later})
+        record = {**record, "files": files}
         (partial / MARKER).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
         if out.exists():
             log.info("replacing the earlier export in %s", out)

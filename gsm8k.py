@@ -179,9 +179,15 @@ def run_settings(adapter):
         path = folder / SETTINGS_FILE
         if path.is_file():
             try:
-                return json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as err:
+                settings = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
                 raise ConfigError(f"{path} cannot be read ({err}); delete it or fix it.") from None
+            if not isinstance(settings, dict):  # what later .get() and [key] calls rely on
+                raise ConfigError(
+                    f"{path} is not a JSON object of settings like the one a run writes (it holds a "
+                    f"{type(settings).__name__}); delete it or fix it."
+                )
+            return settings
     return {}
 
 

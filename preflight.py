@@ -152,24 +152,26 @@ def _steps(s):
 
 
 def _paths(s):
-    problems = []
-    model_dir = Path(s["MODEL_NAME"]).expanduser()
-    local = s["MODEL_NAME"].startswith(("/", ".", "~")) or _exists(model_dir)
+    return [p for p in (model_name_problem(s["MODEL_NAME"]), output_dir_problem(s["OUTPUT_DIR"])) if p]
+
+
+def model_name_problem(model_name):
+    """Why MODEL_NAME names neither a model folder (one with a config.json) nor a valid Hub id, or None."""
+    model_dir = Path(model_name).expanduser()
+    local = model_name.startswith(("/", ".", "~")) or _exists(model_dir)
     if local and not (model_dir / "config.json").is_file():
-        problems.append(
-            f"MODEL_NAME={s['MODEL_NAME']}: that folder holds no config.json.\n"
+        return (
+            f"MODEL_NAME={model_name}: that folder holds no config.json.\n"
             "Give a folder with a model's config.json, weights and tokenizer, or a Hub id such as Qwen/Qwen3-8B."
         )
-    elif not local:
+    if not local:
         from huggingface_hub.utils import HFValidationError, validate_repo_id
 
         try:
-            validate_repo_id(s["MODEL_NAME"])
+            validate_repo_id(model_name)
         except HFValidationError as err:
-            problems.append(f"MODEL_NAME={s['MODEL_NAME']!r} is neither a folder nor a Hub id ({err}).")
-    if problem := output_dir_problem(s["OUTPUT_DIR"]):
-        problems.append(problem)
-    return problems
+            return f"MODEL_NAME={model_name!r} is neither a folder nor a Hub id ({err})."
+    return None
 
 
 def _exists(path):

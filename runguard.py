@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import socket
 import struct
@@ -251,6 +252,70 @@ def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules):
         given = ",".join(wanted)
         return f"it was trained with LORA_TARGET_MODULES={shown}, and it is {given}: set LORA_TARGET_MODULES={shown}"
     return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# adapters handed to evaluate.py and export.py: checked before (weights) and right after (shapes) the base loads
+
+
+def adapter_problem(adapter):
+    """Why the adapter folder `adapter` (which has an adapter_config.json) cannot load, or None: the config is not
+    a JSON object, or adapter_model.safetensors is missing or cut short (its header read, no tensors). An older
+    peft's adapter_model.bin is left to peft. The message names ADAPTER and the fix, for evaluate.py and export.py.
+    """
+    folder = Path(adapter)
+    try:
+        config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+        reason = None if isinstance(config, dict) else "adapter_config.json is not a JSON object"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        reason = f"adapter_config.json does not parse ({err})"
+    weights = folder / "adapter_model.safetensors"
+    if reason is None and (weights.exists() or not (folder / "adapter_model.bin").is_file()):
+        reason = safetensors_problem(weights)
+    if reason is None:
+        return None
+    return (
+        f"ADAPTER={adapter}: {reason}.\n"
+        "Copy the adapter folder again whole, or point ADAPTER at the run's OUTPUT_DIR or another checkpoint-N in it."
+    )
+
+
+def shape_problems(model, adapter):
+    """The adapter's LoRA matrices that do not fit a layer of `model`: a layer missing, or in/out sizes differing."""
+    from safetensors import safe_open
+
+    weights = Path(adapter) / "adapter_model.safetensors"
+    if not weights.is_file():
+        return []  # an adapter_model.bin: peft's own size check reports it when it loads
+    layers = dict(model.named_modules())
+    problems = []
+    with safe_open(str(weights), framework="pt") as f:
+        for key in f.keys():  # noqa: SIM118 (safe_open has keys() but is not iterable)
+            match = re.fullmatch(r"base_model\.model\.(.+)\.lora_(A|B)\.weight", key)
+            if not match:
+                continue
+            name, which = match.groups()
+            shape = tuple(f.get_slice(key).get_shape())
+            layer = layers.get(name)
+            if layer is None:
+                problems.append(f"{name}: no such layer in the base model")
+            elif which == "A" and getattr(layer, "in_features", shape[1]) != shape[1]:
+                problems.append(f"{name}: adapter input size {shape[1]}, layer {layer.in_features}")
+            elif which == "B" and getattr(layer, "out_features", shape[0]) != shape[0]:
+                problems.append(f"{name}: adapter output size {shape[0]}, layer {layer.out_features}")
+    return problems
+
+
+def misfit_problem(model, adapter, model_name):
+    """The message refusing ADAPTER on the loaded base `model` (MODEL_NAME) when its LoRA matrices do not fit the
+    layers (`shape_problems`), or None: peft would fail on mismatched sizes, or load and compute nonsense."""
+    if not (problems := shape_problems(model, adapter)):
+        return None
+    shown = "; ".join(problems[:3]) + (f"; ... ({len(problems)} in all)" if len(problems) > 3 else "")
+    return (
+        f"ADAPTER={adapter} does not fit MODEL_NAME={model_name} ({shown}): it was trained on another model.\n"
+        "Leave MODEL_NAME unset to use the run's base model (run_settings.json), or give the one it was trained on."
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------

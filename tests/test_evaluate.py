@@ -16,7 +16,9 @@ from conftest import GSM8K_DIR, REPO, read_scalars, run_script
 import cli
 import evaluate
 import gsm8k
+import preflight
 import rewards
+import runguard
 from cli import ConfigError
 
 # Four completions whose grades are known by construction, gold "18" throughout unless noted:
@@ -172,6 +174,11 @@ def test_report_writes_the_files_and_the_tensorboard_scalars(tmp_path, capsys):
     assert "strict_accuracy" in capsys.readouterr().out  # the table is printed
 
 
+def smoke_settings(tmp_path, **overrides):
+    """evaluate.py's --smoke settings with a writable OUTPUT_DIR and a Hub id (passed through) as MODEL_NAME."""
+    return {**cli.constants(evaluate), **evaluate.profiles["smoke"], "OUTPUT_DIR": str(tmp_path / "out"), **overrides}
+
+
 @pytest.mark.parametrize(
     ("setting", "value", "message"),
     [
@@ -179,12 +186,145 @@ def test_report_writes_the_files_and_the_tensorboard_scalars(tmp_path, capsys):
         ("LIMIT", -1, "LIMIT=-1 must be at least 0"),
         ("BATCH_SIZE", 0, "BATCH_SIZE=0 must be at least 1"),
         ("SPLIT", "validation", "SPLIT='validation' must be test or train"),
+        # these failed only once the model loaded (ValueError), or were accepted
+        ("ATTN_IMPLEMENTATION", "fastest", "ATTN_IMPLEMENTATION='fastest' is not one of auto, sdpa"),
+        ("VLLM_GPU_MEMORY_UTILIZATION", 5.0, "VLLM_GPU_MEMORY_UTILIZATION=5.0 is outside (0, 1]"),
+        ("VLLM_GPU_MEMORY_UTILIZATION", 0.0, "VLLM_GPU_MEMORY_UTILIZATION=0.0 is outside (0, 1]"),
+        ("VLLM_GPU_MEMORY_UTILIZATION", float("nan"), "VLLM_GPU_MEMORY_UTILIZATION=nan is outside (0, 1]"),
+        ("MODEL_NAME", "a//b", "MODEL_NAME='a//b' is neither a folder nor a Hub id"),
     ],
 )
-def test_check_names_the_constant(setting, value, message):
-    settings = {**cli.constants(evaluate), **evaluate.profiles["smoke"], setting: value}
+def test_check_names_the_constant(tmp_path, setting, value, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        evaluate.check(settings, cpu_only=True)
+        evaluate.check(smoke_settings(tmp_path, **{setting: value}), cpu_only=True)
+
+
+@pytest.mark.parametrize(("length", "refused"), [(32, True), (preflight.THINKING_MIN_TOKENS - 1, True), (1024, False)])
+def test_thinking_needs_as_many_tokens_as_training_asks(tmp_path, length, refused):
+    # the same threshold as grpotrainer's preflight: thinking cut off before its answer scores 0 on every problem
+    s = smoke_settings(tmp_path, ENABLE_THINKING=True, MAX_COMPLETION_LENGTH=length)
+    if refused:
+        with pytest.raises(ConfigError, match=f"ENABLE_THINKING=True with MAX_COMPLETION_LENGTH={length}: thinking"):
+            evaluate.check(s, cpu_only=True)
+    else:
+        evaluate.check(s, cpu_only=True)
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("file", "OUTPUT_DIR={tmp}/file: {tmp}/file is a file, not a folder"),
+        ("file/sub", "OUTPUT_DIR={tmp}/file/sub: {tmp}/file is a file, not a folder"),
+        ("/proc/grpotrainer-eval", "OUTPUT_DIR=/proc/grpotrainer-eval cannot be created or written"),  # even root
+    ],
+)
+def test_an_output_dir_that_cannot_be_written_is_refused_before_any_weights(tmp_path, where, message):
+    # these once failed after the whole generation, losing it
+    (tmp_path / "file").write_text("not a folder")
+    s = smoke_settings(tmp_path, OUTPUT_DIR=str(tmp_path / where))
+    with pytest.raises(ConfigError, match=re.escape(message.format(tmp=tmp_path))):
+        evaluate.check(s, cpu_only=True)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A whole tiny model folder (smoke.py's), to cut copies of."""
+    import smoke
+
+    return smoke.ensure_model_dir(tmp_path_factory.mktemp("models") / "smoke-model")
+
+
+def broken_copy(model_dir, path, how):
+    """A copy of the model folder with the weights cut, the tokenizer removed, or nothing in it."""
+    import shutil
+
+    if how == "empty":
+        path.mkdir()
+        return path
+    shutil.copytree(model_dir, path)
+    if how == "weights cut":
+        with open(path / "model.safetensors", "r+b") as f:
+            f.truncate(20000)
+    else:
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            (path / name).unlink(missing_ok=True)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("weights cut", "model.safetensors is cut short (its tensors need"),  # was SafetensorError at load
+        ("empty", "that folder holds no config.json"),  # was ValueError
+        ("no tokenizer", "it holds no tokenizer files"),  # was IndexError
+    ],
+)
+def test_a_broken_model_folder_is_refused_before_loading(tmp_path, model_dir, how, message):
+    folder = broken_copy(model_dir, tmp_path / "model", how)
+    with pytest.raises(ConfigError, match=re.escape(f"MODEL_NAME={folder}")) as err:
+        evaluate.check(smoke_settings(tmp_path, MODEL_NAME=str(folder)), cpu_only=True)
+    assert message in str(err.value)
+
+
+def save_adapter(folder, hidden=32, rank=2):
+    """A LoRA adapter folder as peft writes it for q_proj of layer 0 (config and safetensors, zero weights)."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"base_model_name_or_path": "smoke-model", "peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank}
+    (folder / "adapter_config.json").write_text(json.dumps({**config, "target_modules": ["q_proj"]}))
+    prefix = "base_model.model.model.layers.0.self_attn.q_proj"
+    # q_proj maps hidden_size to heads x head_dim = 4 x 8 in smoke.TINY_QWEN3
+    tensors = {f"{prefix}.lora_A.weight": torch.zeros(rank, hidden), f"{prefix}.lora_B.weight": torch.zeros(32, rank)}
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        (None, None),
+        ("cut", "adapter_model.safetensors is cut short (its tensors need"),  # was SafetensorError at load
+        ("config only", "adapter_model.safetensors is missing"),  # peft then asked the Hub: HFValidationError
+        ("config a list", "adapter_config.json is not a JSON object"),
+    ],
+)
+def test_an_adapter_with_missing_or_cut_weights_is_refused_before_loading(tmp_path, how, message):
+    adapter = save_adapter(tmp_path / "run" / "checkpoint-2")
+    weights = adapter / "adapter_model.safetensors"
+    if how == "cut":
+        weights.write_bytes(weights.read_bytes()[:-4])  # the header whole, a tensor short
+    elif how == "config only":
+        weights.unlink()
+    elif how == "config a list":
+        (adapter / "adapter_config.json").write_text("[]")
+    s = smoke_settings(tmp_path, ADAPTER=str(adapter))
+    if message is None:
+        evaluate.check(s, cpu_only=True)  # a whole adapter passes
+        return
+    with pytest.raises(ConfigError, match=re.escape(f"ADAPTER={adapter}: {message}")):
+        evaluate.check(s, cpu_only=True)
+
+
+def test_an_adapter_on_a_base_of_other_shapes_is_refused_naming_both(tmp_path):
+    # the same layer names, but hidden size 48 where the adapter was trained at 32: peft raised RuntimeError
+    import smoke
+
+    wide = tmp_path / "wide" / "smoke-model"  # the name the adapter records, so only the shapes differ
+    tokenizer = smoke.build_tokenizer()
+    smoke.build_model(tokenizer, hidden_size=48).save_pretrained(wide)
+    tokenizer.save_pretrained(wide)
+    adapter = save_adapter(tmp_path / "run")
+    s = smoke_settings(tmp_path, MODEL_NAME=str(wide), ADAPTER=str(adapter))
+    with pytest.raises(ConfigError) as err:
+        evaluate.load_model(s, cpu_only=True)
+    expected = f"ADAPTER={adapter} does not fit MODEL_NAME={wide} (model.layers.0.self_attn.q_proj: adapter input"
+    assert str(err.value).startswith(expected + " size 32, layer 48)")
+    # export.py refuses with the very same message: one function writes it
+    from transformers import AutoModelForCausalLM
+
+    assert runguard.misfit_problem(AutoModelForCausalLM.from_pretrained(wide), adapter, str(wide)) == str(err.value)
 
 
 def test_the_run_settings_decide_unless_given_here(tmp_path):
@@ -205,12 +345,24 @@ def test_base_model_adapter_and_checkpoint_results_never_share_a_file():
     adapter, _ = evaluate.resolve(["--smoke", "--ADAPTER=runs/a"])
     checkpoint, _ = evaluate.resolve(["--smoke", "--ADAPTER=runs/a/checkpoint-4"])
     assert len({base["OUTPUT_DIR"], adapter["OUTPUT_DIR"], checkpoint["OUTPUT_DIR"]}) == 3
+    # beside the checkpoint, not in it: the trainer's rotation (SAVE_TOTAL_LIMIT) deletes checkpoint-N whole
+    assert (adapter["OUTPUT_DIR"], checkpoint["OUTPUT_DIR"]) == ("runs/a", "runs/a/eval-checkpoint-4")
+    assert not runguard.checkpoints("runs/a")  # and eval-checkpoint-4 is not taken for a checkpoint (none exist)
 
 
 def test_missing_adapter_exits_2_without_a_traceback(tmp_path):
     result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path / 'none'}")
     assert result.returncode == 2  # cli.run's status for a ConfigError
     assert "error: ADAPTER=" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_unwritable_output_dir_exits_2_before_generating(tmp_path):
+    # it once generated every answer, then raised NotADirectoryError and lost them
+    (tmp_path / "file").write_text("")
+    result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path / 'file' / 'sub'}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: OUTPUT_DIR={tmp_path / 'file' / 'sub'}: " in result.stderr
+    assert "GSM8K test" not in result.stderr + result.stdout  # no progress bar: nothing was generated
 
 
 def test_smoke_cli_writes_json_predictions_and_scalars(tmp_path):

@@ -11,6 +11,8 @@ adapter" would hold trivially); the tests check that the adapter moved the logit
 
 import json
 import os
+import re
+import struct
 
 import pytest
 from conftest import run_script
@@ -30,11 +32,13 @@ def length_reward(completions, **kwargs):
 
 
 def adapter_folder(path, base="/models/Qwen3-8B", run_settings=None, name="run"):
-    """A fake run folder: adapter_config.json (and run_settings.json), no weights: enough for resolve()."""
+    """A fake run folder: adapter_config.json (and run_settings.json), and a whole safetensors file holding no
+    tensors (8-byte header length, then the header {}): enough for resolve()."""
     folder = path / name
     folder.mkdir(parents=True)
     config = {"base_model_name_or_path": base, "r": 8, "lora_alpha": 16, "target_modules": ["v_proj", "q_proj"]}
     (folder / "adapter_config.json").write_text(json.dumps(config))
+    (folder / "adapter_model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
     if run_settings is not None:
         (folder / "run_settings.json").write_text(json.dumps(run_settings))
     return folder
@@ -89,6 +93,26 @@ def test_default_output_dir(tmp_path, adapter, expected):
 
 
 @pytest.mark.parametrize(
+    "damage, message",
+    [
+        # the weights once failed inside the merge (SafetensorError) or made peft ask the Hub (HFValidationError)
+        ({"adapter_model.safetensors": b"\x10"}, "ADAPTER={run}: adapter_model.safetensors is cut short (1 bytes)"),
+        ({"adapter_model.safetensors": None}, "ADAPTER={run}: adapter_model.safetensors is missing"),
+        # a JSON list where an object belongs once raised AttributeError
+        ({"run_settings.json": b"[1, 2]"}, "{run}/run_settings.json is not a JSON object of settings"),
+        ({"adapter_config.json": b"[]"}, "{run}/adapter_config.json holds a list, not a JSON object"),
+    ],
+)
+def test_resolve_refuses_a_damaged_run_before_any_work(tmp_path, damage, message):
+    folder = adapter_folder(tmp_path, run_settings={"BF16": False})
+    for name, data in damage.items():
+        (folder / name).unlink() if data is None else (folder / name).write_bytes(data)
+    with pytest.raises(ConfigError) as err:
+        export.resolve(settings_for(folder))
+    assert str(err.value).startswith(message.format(run=folder))
+
+
+@pytest.mark.parametrize(
     "overrides, message",
     [
         ({"ADAPTER": ""}, "give the adapter to merge"),
@@ -118,22 +142,80 @@ def test_missing_adapter_names_the_newest_checkpoint(tmp_path):
         export.resolve(settings_for(tmp_path))
 
 
+MARKED = {export.MARKER: json.dumps({"files": [export.MARKER, "model.safetensors"]}), "model.safetensors": ""}
+
+
 @pytest.mark.parametrize(
     "files, refused",
     [
-        ({}, False),  # an empty folder
-        ({export.MARKER: "{}", "model.safetensors": ""}, False),  # an earlier export: replaced
-        ({"notes.txt": "mine"}, True),  # anything else is never overwritten
+        ({}, None),  # an empty folder
+        (MARKED, None),  # an earlier export holding only what it wrote: replaced
+        ({"notes.txt": "mine"}, "already holds files that export.py did not write; it will not overwrite them"),
+        # a file added to an earlier export was deleted with it when the folder was replaced
+        ({**MARKED, "notes.txt": "mine"}, "holds notes.txt, which the earlier export there did not write"),
+        # an export whose marker lists no files (before the list existed): what was added cannot be told apart
+        ({export.MARKER: "{}", "model.safetensors": ""}, "does not list its files"),
     ],
 )
 def test_check_output_dir(tmp_path, files, refused):
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     if refused:
-        with pytest.raises(ConfigError, match="did not write; it will not overwrite them"):
+        with pytest.raises(ConfigError, match=refused):
             export.check_output_dir(tmp_path)
     else:
         export.check_output_dir(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files)  # checking touches nothing
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("file", "OUTPUT_DIR={tmp}/file is a file; give a folder path."),
+        ("file/sub", "OUTPUT_DIR={tmp}/file/sub: {tmp}/file is a file, not a folder"),
+        ("/proc/grpotrainer-export", "OUTPUT_DIR=/proc/grpotrainer-export cannot be created or written"),  # even root
+    ],
+)
+def test_an_output_dir_that_cannot_be_written_is_refused(tmp_path, where, message):
+    # these once failed after the merge, with a traceback
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match=re.escape(message.format(tmp=tmp_path))):
+        export.check_output_dir(tmp_path / where)
+
+
+class FakeSaver:
+    """Stands in for a model or tokenizer: save_pretrained writes the named files."""
+
+    def __init__(self, *names):
+        self.names = names
+
+    def save_pretrained(self, folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in self.names:
+            (folder / name).write_text(name)
+
+
+def test_an_export_lists_its_files_and_a_reexport_keeps_what_a_user_added(tmp_path):
+    out = tmp_path / "merged"
+    model, tokenizer = FakeSaver("model.safetensors", "config.json"), FakeSaver("tokenizer.json")
+    export.write_folder(out, model, tokenizer, {"step": 4}, later=[export.CARD])
+    (out / export.CARD).write_text("card")  # main() writes the card after the folder is in place
+    # every name in the folder, the card included, and nothing else
+    record = json.loads((out / export.MARKER).read_text())
+    assert record == {"step": 4, "files": sorted([*(p.name for p in out.iterdir())])}
+    assert record["files"] == ["README.md", "config.json", export.MARKER, "model.safetensors", "tokenizer.json"]
+    export.check_output_dir(out)  # its own export may be replaced
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="holds notes.txt, which the earlier export there did not write"):
+        export.check_output_dir(out)
+
+
+def test_an_unwritable_output_dir_exits_2_before_the_merge(tmp_path):
+    (tmp_path / "file").write_text("")
+    adapter = adapter_folder(tmp_path)  # no base model anywhere: a merge attempt would fail differently
+    out = run_script("export.py", f"--ADAPTER={adapter}", f"--OUTPUT_DIR={tmp_path / 'file' / 'sub'}", timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"error: OUTPUT_DIR={tmp_path / 'file' / 'sub'}: {tmp_path / 'file'} is a file" in out.stderr
 
 
 @pytest.mark.parametrize("thinking", [False, True])
@@ -299,6 +381,9 @@ def test_reexport_replaces_an_earlier_export_whole(trained_run, exported, tmp_pa
     out_dir = tmp_path / "again"
     shutil.copytree(exported[0], out_dir)
     (out_dir / "model-00002-of-00002.safetensors").write_text("stale shard of an earlier export")
+    record = json.loads((out_dir / export.MARKER).read_text())  # as if the earlier export had written the shard
+    record["files"].append("model-00002-of-00002.safetensors")
+    (out_dir / export.MARKER).write_text(json.dumps(record))
     export.main([f"--ADAPTER={trained_run}", f"--OUTPUT_DIR={out_dir}", "--DTYPE=bfloat16"])
     assert "model-00002-of-00002.safetensors" not in os.listdir(out_dir)  # replaced whole, not file by file
     assert json.loads((out_dir / "config.json").read_text())["dtype"] == "bfloat16"
