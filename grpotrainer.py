@@ -16,6 +16,7 @@ advice while training (monitor.py). A run writes its settings to OUTPUT_DIR/run_
 from pathlib import Path
 
 import cli
+import demo
 import gsm8k
 import hardware
 import preflight
@@ -90,7 +91,7 @@ CLIPPED_RATIO_MAX = 0.2  # advise raising MAX_COMPLETION_LENGTH when more comple
 GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds this (divergence without NaN)
 # ---------------------------------------------------------------------------------------------------------------
 
-profiles = {"smoke": smoke.PROFILE}  # --smoke: offline on the CPU, fp32, a tiny random Qwen3 (see smoke.py)
+profiles = {"smoke": smoke.PROFILE, "demo": demo.PROFILE}  # offline on the CPU in fp32 (smoke.py, demo.py)
 # GRPOConfig fields set from constants that do not share their name; every other constant feeds field.lower().
 owned = {"chat_template_kwargs": "ENABLE_THINKING", "model_init_kwargs": "ATTN_IMPLEMENTATION", "use_cpu": "--smoke"}
 owned |= {"gradient_checkpointing": "ACTIVATION_CHECKPOINTING", "generation_batch_size": "STEPS_PER_GENERATION"}
@@ -213,10 +214,11 @@ def main(argv=()):
     cli.require(needs, "grpotrainer.py")
     preflight.check(s, cpu_only)  # every setting, in seconds
     config = build_config(s, args.fields, cpu_only)
+    s = demo.prepare(s, args.given) if args.profile == "demo" else s  # its task and warm-started Qwen3 (demo.py)
+    if args.profile == "smoke" and "MODEL_NAME" not in args.given:
+        s["MODEL_NAME"] = smoke.cpu_model(Path(s["OUTPUT_DIR"]) / "smoke-model")  # tiny Qwen3, one thread
     train_dataset, eval_dataset = load_data(s)
     reward_funcs = rewards.load(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])
-    if cpu_only and "MODEL_NAME" not in args.given:
-        s["MODEL_NAME"] = smoke.cpu_model(Path(s["OUTPUT_DIR"]) / "smoke-model")  # tiny Qwen3, one thread
     preflight.check_loaded(s, reward_funcs, train_dataset)  # rewards on real rows, LoRA targets on a meta model
     last = preflight.resume_checkpoint(s["OUTPUT_DIR"], s["RESUME"], s["MODEL_NAME"])
     log.info("model %s, %s", s["MODEL_NAME"], config.model_init_kwargs)
