@@ -4,16 +4,19 @@
     python evaluate.py --ADAPTER=outputs/qwen3-gsm8k-grpo    # the adapter a run saved (or one of its checkpoint-N)
     python evaluate.py --LIMIT=200                           # a quick subset: the first 200 problems
     python evaluate.py --smoke                               # tiny model and fixture, offline on CPU, in seconds
+    python evaluate.py --SAMPLES=8                           # also the accuracy of 8 sampled answers per problem
     python evaluate.py --help                                # every constant with its comment
 
 With --ADAPTER, the run's own settings (OUTPUT_DIR/run_settings.json, written by grpotrainer.py) replace the
 defaults below for the base model, system prompt, thinking mode, completion length and data; a --KEY=value given
-here still wins. Prompts, chat template and grader are training's own (gsm8k.py); decoding is greedy. Metrics and
+here still wins. Prompts, chat template and grader are training's own (gsm8k.py); decoding is greedy, and with
+SAMPLES > 0 also sampled at SAMPLE_TEMPERATURE (the run's TEMPERATURE with --ADAPTER) for sampled_accuracy. Metrics and
 their meaning: see gsm8k.py. Results go to OUTPUT_DIR/eval_<SPLIT>.json (with the settings scored with), every
 prediction to eval_<SPLIT>_predictions.jsonl, and the eval/gsm8k_* scalars to a TensorBoard run in OUTPUT_DIR/runs/.
 For a checkpoint-N, OUTPUT_DIR defaults to eval-checkpoint-N beside it: the trainer deletes old checkpoints whole.
 """
 
+import functools
 import logging
 import os
 import re
@@ -44,6 +47,8 @@ BATCH_SIZE = 64  # prompts per generate() call with transformers; lower it on ou
 MAX_COMPLETION_LENGTH = 256  # new tokens per answer; as in training, so numbers compare
 USE_VLLM = True  # generate with vLLM when it is installed and a GPU is visible (several times faster); False = never
 VLLM_GPU_MEMORY_UTILIZATION = 0.85  # share of GPU memory vLLM may take
+SAMPLES = 0  # sampled accuracy: answers sampled per problem (mean correctness = pass@1 estimated from k); 0 = off
+SAMPLE_TEMPERATURE = 0.7  # their temperature; with ADAPTER the run's TEMPERATURE, which is what GRPO sampled at
 # output
 OUTPUT_DIR = ""  # eval_<SPLIT>.json, predictions, runs/ go here; "" = ADAPTER (<run>/eval-checkpoint-N for a
 # checkpoint-N), or outputs/eval/<model> without
@@ -68,6 +73,8 @@ def resolve(argv):
     s = dict(args.settings)
     run = gsm8k.run_settings(s["ADAPTER"]) if s["ADAPTER"] else {}
     s.update({key: run[key] for key in from_run if key in run and key not in args.given})
+    if "TEMPERATURE" in run and "SAMPLE_TEMPERATURE" not in args.given:
+        s["SAMPLE_TEMPERATURE"] = run["TEMPERATURE"]  # sampled accuracy as the run's groups were sampled
     if args.profile == "smoke" and "MODEL_NAME" not in args.given and "MODEL_NAME" not in run:
         import smoke
 
@@ -104,9 +111,11 @@ def check(s, cpu_only=False):
         )
     elif s["ADAPTER"] and (problem := runguard.adapter_problem(s["ADAPTER"])):
         problems.append(problem)
-    for name, low in (("LIMIT", 0), ("BATCH_SIZE", 1), ("MAX_COMPLETION_LENGTH", 1)):
+    for name, low in (("LIMIT", 0), ("BATCH_SIZE", 1), ("MAX_COMPLETION_LENGTH", 1), ("SAMPLES", 0)):
         if s[name] < low:
             problems.append(f"{name}={s[name]} must be at least {low}.")
+    if s["SAMPLES"] and not s["SAMPLE_TEMPERATURE"] > 0:
+        problems.append(f"SAMPLE_TEMPERATURE={s['SAMPLE_TEMPERATURE']} must be above 0 to sample (SAMPLES > 0).")
     if s["SPLIT"] not in ("train", "test"):
         problems.append(f"SPLIT={s['SPLIT']!r} must be test or train (GSM8K has no other split).")
     if not 0 < s["VLLM_GPU_MEMORY_UTILIZATION"] <= 1:  # also refuses nan
@@ -208,7 +217,17 @@ def main(argv=()):
     name = s["MODEL_NAME"] + (f" + {s['ADAPTER']}" if s["ADAPTER"] else "")
     split = s["SPLIT"]
     log.info("%s on %d %s problems, greedy, with %s", name, len(dataset), split, "vLLM" if vllm else "transformers")
-    metrics, predictions = gsm8k.evaluate(dataset, generate, batch_size, f"GSM8K {split}", s["ENABLE_THINKING"])
+    sampler = functools.partial(generate, temperature=s["SAMPLE_TEMPERATURE"])  # one model or engine serves both
+    metrics, predictions = gsm8k.evaluate(
+        dataset,
+        generate,
+        batch_size,
+        f"GSM8K {split}",
+        s["ENABLE_THINKING"],
+        sampler=sampler,
+        samples=s["SAMPLES"],
+        temperature=s["SAMPLE_TEMPERATURE"],
+    )
     logdir = gsm8k.new_logdir(s["OUTPUT_DIR"], suffix=f"_eval-{split}")
     step, title = gsm8k.adapter_step(s["ADAPTER"]), f"{name}, GSM8K {split}"
     gsm8k.report(metrics, predictions, s["OUTPUT_DIR"], f"eval_{split}", logdir, step, title, s)

@@ -14,6 +14,7 @@ safety (runguard.py). Watch a run with `tensorboard --logdir outputs` (see READM
 import logging
 
 import cli
+import demo
 import gsm8k
 import hardware
 import modelcard
@@ -88,10 +89,9 @@ CLIPPED_RATIO_MAX = 0.2  # advise raising MAX_COMPLETION_LENGTH when more comple
 GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds this (divergence without NaN)
 # ---------------------------------------------------------------------------------------------------------------
 
-profiles = {"smoke": smoke.PROFILE}  # --smoke: offline on the CPU, fp32, a tiny random Qwen3 (see smoke.py)
+profiles = {"smoke": smoke.PROFILE, "demo": demo.PROFILE}  # offline on the CPU in fp32 (smoke.py, demo.py)
 owned = {"chat_template_kwargs": "ENABLE_THINKING", "model_init_kwargs": "ATTN_IMPLEMENTATION", "use_cpu": "--smoke"}
-owned |= {"gradient_checkpointing": "ACTIVATION_CHECKPOINTING", "generation_batch_size": "STEPS_PER_GENERATION"}
-owned |= {"resume_from_checkpoint": "RESUME"}
+owned |= {"gradient_checkpointing": "ACTIVATION_CHECKPOINTING", "resume_from_checkpoint": "RESUME"}
 log = logging.getLogger("grpotrainer")
 
 
@@ -192,8 +192,7 @@ def train(s, record, config, reward_funcs, train_dataset, eval_dataset, runguard
     health, stopper = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer), runguard.StopOnSignal()
     for callback in (health, stopper, monitor.CompletionSamples(trainer)):  # advice, NaN stop; SIGTERM; samples
         trainer.add_callback(callback)
-    if rank0:
-        gsm8k.write_settings(s["OUTPUT_DIR"], record)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
+    gsm8k.write_settings(s["OUTPUT_DIR"], record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
     evals = (eval_dataset, s["EVAL_BEFORE"], "before", s["EVAL_BATCH_SIZE"], record)  # a resumed run's baseline:
     before = modelcard.read_metrics(s["OUTPUT_DIR"])[0] if last else gsm8k.evaluate_trainer(trainer, *evals)
     try:
@@ -227,13 +226,14 @@ def main(argv=()):
     cli.setup_logging("grpotrainer", hardware.is_main_process())
     cli.require(("torch", "transformers", "trl", "peft", "datasets", "accelerate"), "grpotrainer.py")
     preflight.check(s, cpu_only)  # every setting, in seconds
+    s = demo.prepare(s, args.given) if args.profile == "demo" else s  # its task and warm-started Qwen3 (demo.py)
     train_dataset, eval_dataset = load_data(s)
     reward_funcs = rewards.load(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])
     import runguard  # transformers' callbacks: imported once the settings and data are known to be good
 
     if s["RESUME"] and (done := runguard.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])):
         return log.info(done)  # a finished run, run again, changes nothing
-    if cpu_only and "MODEL_NAME" not in args.given:  # built before GRPOConfig starts torch.distributed
+    if args.profile == "smoke" and "MODEL_NAME" not in args.given:  # before GRPOConfig starts torch.distributed
         s["MODEL_NAME"] = smoke.cpu_model(s["OUTPUT_DIR"])  # a tiny Qwen3 in OUTPUT_DIR/smoke-model; one thread
     config = build_config(s, args.fields, cpu_only)
     preflight.check_loaded(

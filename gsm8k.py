@@ -8,6 +8,7 @@ settings it used to OUTPUT_DIR/run_settings.json (`write_settings`) and evaluate
     evaluate(dataset, generate, batch_size)     generate for every problem and score: (metrics, predictions)
     hf_generator / vllm_generator               a `generate(prompts)` from a transformers model or from vLLM
     evaluate_trainer(trainer, ...)              EVAL_BEFORE / EVAL_AFTER on the model being trained
+    sample_all / sampled_metrics                k sampled completions per problem and their mean correctness
 
 Grading is rewards.grade, training's own rule: a completion whose thinking never closed (`<think>` without
 `</think>`, or thinking mode on and no `</think>`) gets no credit, and one cut off at the token limit gets none
@@ -16,9 +17,15 @@ official format, equals the gold), lenient_accuracy (rewards.extract_answer: '##
 a final sentence), format_rate (a readable '#### N'), mean_completion_tokens (the end-of-turn token included),
 truncated_rate (completions cut off at the token limit) and seconds. A lenient accuracy far above the strict one
 means the model solves the problems but ignores the asked format.
+
+Sampled accuracy (`SAMPLED_KEYS`, when asked for): k completions per problem sampled at a temperature, graded
+like the greedy one; sampled_accuracy is the mean lenient correctness over all k x n completions (c/k per problem,
+the unbiased pass@1 estimate from k samples, averaged over problems) and sampled_strict_accuracy the same for the
+strict grade. sampled_accuracy at training's TEMPERATURE is what GRPO's correctness reward pays on average.
 """
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -41,7 +48,10 @@ SCALARS = {
     "strict_accuracy": "eval/gsm8k_strict_accuracy",
     "lenient_accuracy": "eval/gsm8k_lenient_accuracy",
     "format_rate": "eval/gsm8k_format_rate",
+    "sampled_accuracy": "eval/gsm8k_sampled_accuracy",
+    "sampled_strict_accuracy": "eval/gsm8k_sampled_strict_accuracy",
 }
+SAMPLED_KEYS = ("samples", "sample_temperature", "sampled_accuracy", "sampled_strict_accuracy")
 log = logging.getLogger("grpotrainer.gsm8k")
 
 
@@ -163,9 +173,12 @@ def _read_local(dataset, split, name):
 # A run's settings, written by grpotrainer.py and read back by evaluate.py and export.py
 
 
-def write_settings(output_dir, settings):
-    """Write the resolved settings of a run to OUTPUT_DIR/run_settings.json (atomically); return the path."""
+def write_settings(output_dir, settings, main_process=True):
+    """Write the resolved settings of a run to OUTPUT_DIR/run_settings.json (atomically, by the main process of a
+    torchrun job only); return the path."""
     path = Path(output_dir) / SETTINGS_FILE
+    if not main_process:
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(settings, indent=2, default=str) + "\n", encoding="utf-8")
@@ -229,6 +242,36 @@ def summarize(graded, completion_tokens):
     }
 
 
+def sampled_metrics(golds, completions, samples, temperature, thinking=False, truncated=None):
+    """The sampled-accuracy metrics (keys `SAMPLED_KEYS`) of `samples` completions per problem; pure, no model.
+
+    `completions` are problem-major: the first `samples` belong to golds[0], the next to golds[1], ... For one
+    problem with c correct of k, c/k is the unbiased estimate of the chance that one sample is correct (pass@1);
+    sampled_accuracy is its mean over the problems, rounded to 4 decimals.
+
+    >>> sampled_metrics(["18", "5"], ["#### 18", "The answer is 18.", "#### 4", "#### 5"], 2, 1.0)
+    {'samples': 2, 'sample_temperature': 1.0, 'sampled_accuracy': 0.75, 'sampled_strict_accuracy': 0.5}
+    """
+    if len(completions) != len(golds) * samples:
+        raise ValueError(f"{len(completions)} completions for {len(golds)} problems x {samples} samples")
+    truncated = truncated or [False] * len(completions)
+    graded = [
+        rewards.grade(c, golds[i // samples], truncated=truncated[i], thinking=thinking)
+        for i, c in enumerate(completions)
+    ]
+
+    def mean_per_problem(key):
+        per_problem = [sum(g[key] for g in graded[i : i + samples]) / samples for i in range(0, len(graded), samples)]
+        return round(sum(per_problem) / len(per_problem), 4) if per_problem else 0.0
+
+    return {
+        "samples": samples,
+        "sample_temperature": temperature,
+        "sampled_accuracy": mean_per_problem("correct"),
+        "sampled_strict_accuracy": mean_per_problem("strict_correct"),
+    }
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Generating and evaluating
 
@@ -263,20 +306,52 @@ def generate_all(dataset, generate, batch_size, desc="GSM8K", progress=True):
     return rows
 
 
-def results(rows, seconds, thinking=False):
-    """The metrics and the prediction records (question, gold, completion, extracted, correct, ...) of `rows`."""
+def sample_all(dataset, generate, samples, batch_size, desc="GSM8K", progress=True, seed=0):
+    """`samples` completions per problem from a sampling `generate`, problem-major, as `generate_all` returns rows.
+
+    The random state is seeded with `seed` for the sampling and restored afterwards, so a training run's own
+    sampling stream is the same with or without this evaluation.
+    """
+    repeated = dataset.select([i for i in range(len(dataset)) for _ in range(samples)])
+    with seeded(seed):
+        return generate_all(repeated, generate, batch_size, f"{desc}, {samples} samples each", progress)
+
+
+@contextlib.contextmanager
+def seeded(seed):
+    """torch's random state seeded with `seed` inside the block and put back as it was after it."""
+    import torch
+
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def results(rows, seconds, thinking=False, sampled_rows=(), samples=0, temperature=0.0):
+    """The metrics and the prediction records (question, gold, completion, extracted, correct, ...) of `rows`;
+    with `sampled_rows` (from `sample_all`) the sampled-accuracy metrics too."""
     predictions = [
         {**r, **rewards.grade(r["completion"], r["gold"], truncated=r["truncated"], thinking=thinking)} for r in rows
     ]
     metrics = summarize(predictions, [r["completion_tokens"] for r in rows])
+    if samples:
+        golds, completions = [r["gold"] for r in sampled_rows[::samples]], [r["completion"] for r in sampled_rows]
+        cut = [r["truncated"] for r in sampled_rows]
+        metrics |= sampled_metrics(golds, completions, samples, temperature, thinking, cut)
     return {**metrics, "seconds": round(seconds, 2)}, predictions
 
 
-def evaluate(dataset, generate, batch_size, desc="GSM8K", thinking=False):
-    """Generate for every problem of `dataset` (columns prompt, answer, question) and score: (metrics, predictions)."""
+def evaluate(dataset, generate, batch_size, desc="GSM8K", thinking=False, *, sampler=None, samples=0, temperature=0.0):
+    """Generate for every problem of `dataset` (columns prompt, answer, question) and score: (metrics, predictions).
+
+    With `samples` > 0, `sampler` (a `generate` that samples at `temperature`) also writes that many completions per
+    problem, scored as sampled accuracy (see `sampled_metrics`).
+    """
     start = time.perf_counter()
     rows = generate_all(dataset, generate, batch_size, desc)
-    return results(rows, time.perf_counter() - start, thinking)
+    sampled = sample_all(dataset, sampler, samples, batch_size, desc) if samples else []
+    return results(rows, time.perf_counter() - start, thinking, sampled, samples, temperature)
 
 
 def report(metrics, predictions, output_dir, stem, logdir=None, step=0, title="GSM8K", settings=None):
@@ -295,7 +370,8 @@ def report(metrics, predictions, output_dir, stem, logdir=None, step=0, title="G
 
         with SummaryWriter(log_dir=str(logdir)) as writer:
             for key, tag in SCALARS.items():
-                writer.add_scalar(tag, metrics[key], step)
+                if key in metrics:  # the sampled accuracy only when it was measured
+                    writer.add_scalar(tag, metrics[key], step)
     log.info(
         "wrote %s/%s.json and %s_predictions.jsonl%s", out, stem, stem, f"; TensorBoard: {logdir}" if logdir else ""
     )
@@ -314,11 +390,13 @@ def eos_ids(model, tokenizer):
     return [eos] if isinstance(eos, int) else list(eos)
 
 
-def hf_generator(model, tokenizer, max_new_tokens, enable_thinking=False):
-    """A `generate(prompts)` for `generate_all` on a transformers model: chat template, left padding, greedy.
+def hf_generator(model, tokenizer, max_new_tokens, enable_thinking=False, temperature=0.0):
+    """A `generate(prompts, temperature=temperature)` for `generate_all` on a transformers model: chat template,
+    left padding, greedy at temperature 0, else sampled from the full distribution at that temperature (no top-k or
+    top-p, as GRPOTrainer samples by default).
 
     Prompts are rendered with the same chat template and `enable_thinking` as training, left-padded so that every
-    prompt ends right where generation starts, and decoded greedily. Each completion's tokens are counted up to and
+    prompt ends right where generation starts, and decoded. Each completion's tokens are counted up to and
     including the first end-of-turn token (the rest is padding), as TRL counts them; its text is decoded without
     special tokens, as TRL decodes it for the rewards. A completion without an end-of-turn token was cut off.
     """
@@ -327,9 +405,12 @@ def hf_generator(model, tokenizer, max_new_tokens, enable_thinking=False):
 
     eos = eos_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=pad)
 
-    def generate(prompts):
+    def generate(prompts, temperature=temperature):
+        sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {}
+        config = GenerationConfig(
+            **{"do_sample": False, **sampling}, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad
+        )
         texts = [
             tokenizer.apply_chat_template(
                 p, tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
@@ -351,9 +432,18 @@ def hf_generator(model, tokenizer, max_new_tokens, enable_thinking=False):
 
 
 def vllm_generator(
-    model_name, adapter, *, max_completion_length, enable_thinking, bf16, trust_remote_code, gpu_memory_utilization
+    model_name,
+    adapter,
+    *,
+    max_completion_length,
+    enable_thinking,
+    bf16,
+    trust_remote_code,
+    gpu_memory_utilization,
+    temperature=0.0,
 ):
-    """A `generate(prompts)` backed by vLLM, greedy, with the adapter (if any) as a LoRA request."""
+    """A `generate(prompts, temperature=temperature)` backed by vLLM, greedy at temperature 0, with the adapter (if
+    any) as a LoRA request. One engine serves every temperature."""
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
@@ -368,10 +458,10 @@ def vllm_generator(
         max_lora_rank=next((r for r in (8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), rank) if adapter else 16,
         seed=0,
     )
-    params = SamplingParams(temperature=0.0, max_tokens=max_completion_length)
     lora = LoRARequest("adapter", 1, str(Path(adapter).resolve())) if adapter else None
 
-    def generate(prompts):
+    def generate(prompts, temperature=temperature):
+        params = SamplingParams(temperature=temperature, max_tokens=max_completion_length)
         kwargs = {"enable_thinking": enable_thinking}
         outs = llm.chat(prompts, params, lora_request=lora, chat_template_kwargs=kwargs, use_tqdm=True)
         return [(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason == "length") for o in outs]
@@ -406,8 +496,12 @@ def new_logdir(output_dir, suffix=""):
 # EVAL_BEFORE / EVAL_AFTER: grpotrainer.py scores the model it is training, without loading a second copy.
 
 
-def evaluate_trainer(trainer, dataset, limit, when, batch_size, settings=None):
+def evaluate_trainer(trainer, dataset, limit, when, batch_size, settings=None, samples=None):
     """Score the trainer's model (LoRA adapter active) on the first `limit` test problems; rank 0 gets the metrics.
+
+    Greedy answers give the strict and lenient accuracy; `samples` completions per problem (default: training's
+    NUM_GENERATIONS) sampled at training's temperature give the sampled accuracy, the mean correctness that GRPO's
+    groups see (0 = skip it).
 
     `when` is "before" (logged at step 0) or "after" (at the final step). The scalars go into the TensorBoard run
     that training writes, so one run shows the baseline and the final accuracy; the files are
@@ -438,14 +532,17 @@ def evaluate_trainer(trainer, dataset, limit, when, batch_size, settings=None):
     lo = min(len(dataset), acc.process_index * per_rank)
     shard = dataset.select(range(lo, min(len(dataset), lo + per_rank)))
     thinking = (args.chat_template_kwargs or {}).get("enable_thinking", False)
+    samples, desc = args.num_generations if samples is None else samples, f"GSM8K test, {when} training"
     start = time.perf_counter()
     with generation_ready(trainer) as model:
         generate = hf_generator(model, trainer.processing_class, args.max_completion_length, thinking)
-        rows = generate_all(shard, generate, batch_size, f"GSM8K test, {when} training", acc.is_main_process)
-    rows = gather_object(rows)  # every rank's rows, in rank order
+        rows = generate_all(shard, generate, batch_size, desc, acc.is_main_process)
+        sampler = functools.partial(generate, temperature=args.temperature)
+        sampled = sample_all(shard, sampler, samples, batch_size, desc, acc.is_main_process, args.seed)  # 0: []
+    rows, sampled = gather_object(rows), gather_object(sampled)  # every rank's rows, in rank order
     if not acc.is_main_process:
         return None
-    metrics, predictions = results(rows, time.perf_counter() - start, thinking)
+    metrics, predictions = results(rows, time.perf_counter() - start, thinking, sampled, samples, args.temperature)
     step = 0 if when == "before" else trainer.state.global_step
     title = f"GSM8K test {when} training (step {step})"
     logdir = training_logdir(trainer)
