@@ -1,9 +1,8 @@
 """GRPO-tune a Qwen model on GSM8K with TRL's GRPOTrainer and LoRA.
 
     python grpotrainer.py                          # train with the constants below (CUDA GPU, bf16)
-    python grpotrainer.py --smoke                  # the same pipeline offline on CPU in seconds
-    python grpotrainer.py --LEARNING_RATE=2e-5     # a constant as --KEY=value; any GRPOConfig field as --top_p=0.9
-    python grpotrainer.py --help                   # every constant with its comment
+    python grpotrainer.py --smoke                  # the same pipeline offline on CPU in seconds (--demo: it learns)
+    python grpotrainer.py --LEARNING_RATE=2e-5     # a constant as --KEY=value (--help lists them); --top_p=0.9 ...
     torchrun --nproc_per_node 4 grpotrainer.py     # data-parallel; docs/launch.md: DeepSpeed, FSDP, several nodes
 
 TRL does the GRPO loss, LoRA, logging, checkpointing and distributed launch. This file adds what GSM8K needs: the
@@ -78,6 +77,7 @@ RESUME = True  # continue from the newest checkpoint-N in OUTPUT_DIR when there 
 EVAL_BEFORE = 0  # GSM8K test problems scored before training (eval/gsm8k_* at step 0); 0 = off, 1319 = all
 EVAL_AFTER = 0  # the same after training, at the final step; 0 = off (python evaluate.py does it standalone)
 EVAL_BATCH_SIZE = 64  # prompts per generate() call in EVAL_BEFORE/EVAL_AFTER; lower it on out-of-memory
+EVAL_SAMPLES = 4  # answers sampled per problem at TEMPERATURE there too (eval/gsm8k_sampled_accuracy); 0 = off
 # health advice (monitor.py), printed and written to TensorBoard's Text tab
 KL_WARN = 10.0  # warn when train/kl, the mean per-token KL, exceeds this
 KL_ACT = 20.0  # advise raising BETA / lowering LEARNING_RATE when train/kl exceeds this
@@ -193,8 +193,8 @@ def train(s, record, config, reward_funcs, train_dataset, eval_dataset, runguard
     for callback in (health, stopper, monitor.CompletionSamples(trainer)):  # advice, NaN stop; SIGTERM; samples
         trainer.add_callback(callback)
     gsm8k.write_settings(s["OUTPUT_DIR"], record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
-    evals = (eval_dataset, s["EVAL_BEFORE"], "before", s["EVAL_BATCH_SIZE"], record)  # a resumed run's baseline:
-    before = modelcard.read_metrics(s["OUTPUT_DIR"])[0] if last else gsm8k.evaluate_trainer(trainer, *evals)
+    evals = (eval_dataset, s["EVAL_BATCH_SIZE"], record, s["EVAL_SAMPLES"])
+    before = gsm8k.evaluate_trainer(trainer, "before", 0 if last else s["EVAL_BEFORE"], *evals)  # resumed: done
     try:
         if last and runguard.reached(last, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]):  # cut after its last checkpoint
             runguard.restore(trainer, last)
@@ -204,12 +204,12 @@ def train(s, record, config, reward_funcs, train_dataset, eval_dataset, runguard
         stopper.restore()
     if not (stopper.signal_name or health.stopped):
         trainer.save_model(s["OUTPUT_DIR"])  # the LoRA adapter and the tokenizer
-        after = gsm8k.evaluate_trainer(trainer, eval_dataset, s["EVAL_AFTER"], "after", s["EVAL_BATCH_SIZE"], record)
+        after = gsm8k.evaluate_trainer(trainer, "after", s["EVAL_AFTER"], *evals)
         if rank0:  # our card, after save_model rewrote TRL's (see modelcard.py); then the run is finished
             step, epoch = trainer.state.global_step, trainer.state.epoch
+            before = modelcard.read_metrics(s["OUTPUT_DIR"])[0] if last else before  # from the first run
             modelcard.write_card(s["OUTPUT_DIR"], record, metrics_before=before, metrics_after=after, steps=step)
             runguard.mark_finished(s["OUTPUT_DIR"], step, epoch, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])
-            log.info("saved the adapter and its model card to %s; the run is finished", s["OUTPUT_DIR"])
     trainer.accelerator.wait_for_everyone()  # no rank exits while another still uses the process group
     trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end of a script
     if stopper.signal_name:  # the step it stopped at was checkpointed: the same command resumes
@@ -236,13 +236,11 @@ def main(argv=()):
     if args.profile == "smoke" and "MODEL_NAME" not in args.given:  # before GRPOConfig starts torch.distributed
         s["MODEL_NAME"] = smoke.cpu_model(s["OUTPUT_DIR"])  # a tiny Qwen3 in OUTPUT_DIR/smoke-model; one thread
     config = build_config(s, args.fields, cpu_only)
-    preflight.check_loaded(
-        s, config, reward_funcs, train_dataset
-    )  # rewards on real rows, LoRA targets on a meta model
+    preflight.check_loaded(s, config, reward_funcs, train_dataset)  # rewards on real rows, the model's config
     sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # recorded, for the model card
     record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}
-    rank0, output_dir = config.process_index == 0, s["OUTPUT_DIR"]
-    with runguard.output_lock(output_dir, rank0), runguard.faults(output_dir, s["DDP_TIMEOUT"]):  # one run per folder
+    out = s["OUTPUT_DIR"]
+    with runguard.output_lock(out, config.process_index == 0), runguard.faults(out, s["DDP_TIMEOUT"]):
         return train(s, record, config, reward_funcs, train_dataset, eval_dataset, runguard)
 
 

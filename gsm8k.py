@@ -496,7 +496,7 @@ def new_logdir(output_dir, suffix=""):
 # EVAL_BEFORE / EVAL_AFTER: grpotrainer.py scores the model it is training, without loading a second copy.
 
 
-def evaluate_trainer(trainer, dataset, limit, when, batch_size, settings=None, samples=None):
+def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, samples=None):
     """Score the trainer's model (LoRA adapter active) on the first `limit` test problems; rank 0 gets the metrics.
 
     Greedy answers give the strict and lenient accuracy; `samples` completions per problem (default: training's

@@ -51,6 +51,7 @@ RANGES = {
     "EVAL_BEFORE": (0, INF, True, True, "0 = off"),
     "EVAL_AFTER": (0, INF, True, True, "0 = off"),
     "EVAL_BATCH_SIZE": (1, INF, True, True, "lower it on out-of-memory"),
+    "EVAL_SAMPLES": (0, INF, True, True, "0 = off; 4-8 is usual"),
     "KL_WARN": (0, INF, False, False, "a per-token KL"),
     "KL_ACT": (0, INF, False, False, "above KL_WARN"),
     "ZERO_STD_FRAC": (0, 1, False, True, "a share of groups"),

@@ -340,6 +340,7 @@ def mark_finished(output_dir, global_step, epoch, max_steps, num_train_epochs):
         os.fsync(f.fileno())
     os.replace(tmp, output_dir / FINISHED_NAME)
     fsync_dir(output_dir)
+    log.info("saved the adapter and its model card to %s; the run is finished", output_dir)
     return output_dir / FINISHED_NAME
 
 
