@@ -61,6 +61,9 @@ RANGES = {
     "CLIPPED_RATIO_MAX": (0, 1, True, True, "a share of completions"),
     "GRAD_NORM_MAX": (0, INF, False, False, "a gradient norm"),
 }
+# GRPOConfig fields a --field=value can set, which nothing checks before the first step: (name, low, high)
+FIELD_RANGES = (("epsilon", 0, 1), ("epsilon_high", 0, 10), ("top_entropy_quantile", 0, 1))
+FIELD_RANGES += (("dataloader_num_workers", 0, 1024), ("max_grad_norm", 0, INF), ("warmup_steps", 0, INF))
 THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
@@ -366,6 +369,9 @@ def check_config(config, s, train_size):
     values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     bad = [name for name, value in values.items() if isinstance(value, float) and not math.isfinite(value)]
     problems += [f"--{name}={getattr(config, name)}: a number here must be finite" for name in bad]
+    for name, low, high in FIELD_RANGES:  # passed-through fields that TRL or Trainer check only at the first step
+        if (value := values.get(name)) is not None and not low <= value <= high:
+            problems.append(f"--{name}={value} must lie in [{low:g}, {high:g}]")
     prompts = config.generation_batch_size // config.num_generations
     if train_size < prompts:
         problems.append(

@@ -591,6 +591,9 @@ def test_a_reward_that_raises_during_training_names_its_entry():
         ({"top_p": 2.0}, "`top_p` has to be a float > 0 and < 1"),
         ({"min_p": math.nan}, "`min_p` has to be a float in the [0, 1] interval"),
         ({"max_grad_norm": math.nan}, "--max_grad_norm=nan: a number here must be finite"),
+        ({"epsilon": -1.0}, "--epsilon=-1.0 must lie in [0, 1]"),
+        ({"top_entropy_quantile": 2.0}, "--top_entropy_quantile=2.0 must lie in [0, 1]"),
+        ({"dataloader_num_workers": -1}, "--dataloader_num_workers=-1 must lie in [0, 1024]"),
         ({"eval_strategy": "steps", "eval_steps": 1}, "--eval_strategy=steps: evaluation runs through EVAL_BEFORE"),
     ],
 )
