@@ -64,6 +64,7 @@ RANGES = {
 # GRPOConfig fields a --field=value can set, which nothing checks before the first step: (name, low, high)
 FIELD_RANGES = (("epsilon", 0, 1), ("epsilon_high", 0, 10), ("top_entropy_quantile", 0, 1))
 FIELD_RANGES += (("dataloader_num_workers", 0, 1024), ("max_grad_norm", 0, INF), ("warmup_steps", 0, INF))
+FIELD_CHOICES = {"importance_sampling_level": ("token", "sequence")}  # (TRL 1.16's GRPOConfig documentation)
 THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
@@ -372,6 +373,9 @@ def check_config(config, s, train_size):
     for name, low, high in FIELD_RANGES:  # passed-through fields that TRL or Trainer check only at the first step
         if (value := values.get(name)) is not None and not low <= value <= high:
             problems.append(f"--{name}={value} must lie in [{low:g}, {high:g}]")
+    for name, allowed in FIELD_CHOICES.items():
+        if values.get(name) not in allowed:
+            problems.append(f"--{name}={values.get(name)} must be one of {', '.join(allowed)}")
     prompts = config.generation_batch_size // config.num_generations
     if train_size < prompts:
         problems.append(

@@ -594,6 +594,7 @@ def test_a_reward_that_raises_during_training_names_its_entry():
         ({"epsilon": -1.0}, "--epsilon=-1.0 must lie in [0, 1]"),
         ({"top_entropy_quantile": 2.0}, "--top_entropy_quantile=2.0 must lie in [0, 1]"),
         ({"dataloader_num_workers": -1}, "--dataloader_num_workers=-1 must lie in [0, 1024]"),
+        ({"importance_sampling_level": "bogus"}, "--importance_sampling_level=bogus must be one of token, sequence"),
         ({"eval_strategy": "steps", "eval_steps": 1}, "--eval_strategy=steps: evaluation runs through EVAL_BEFORE"),
     ],
 )
