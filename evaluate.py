@@ -166,23 +166,13 @@ def load_model(s, cpu_only=False):
         adapter if has_tokenizer else s["MODEL_NAME"], padding_side="left", trust_remote_code=remote
     )
     if adapter:
-        from peft import PeftModel
-
         import runguard
 
         if base := runguard.other_base_model(adapter, s["MODEL_NAME"]):
             log.warning(
                 "ADAPTER was trained on %s but MODEL_NAME is %s: set MODEL_NAME=%s", base, s["MODEL_NAME"], base
             )
-        if problem := runguard.misfit_problem(model, adapter, s["MODEL_NAME"]):
-            raise ConfigError(problem)
-        try:
-            model = PeftModel.from_pretrained(model, adapter)
-        except (ValueError, RuntimeError) as err:  # sizes or layers peft cannot match; misfit_problem names most
-            raise ConfigError(
-                f"ADAPTER={adapter} does not load onto MODEL_NAME={s['MODEL_NAME']} ({runguard.first_line(err)}).\n"
-                "Leave MODEL_NAME unset to use the run's base model, or give the one it was trained on."
-            ) from None
+        model = runguard.apply_adapter(model, adapter, s["MODEL_NAME"])
     if not cuda and kwargs["dtype"] == "bfloat16":
         model = model.to(torch.float32)  # bf16 matmuls on CPU are slow and not what a GPU would compute
     return model.eval(), tokenizer

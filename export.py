@@ -248,22 +248,13 @@ def check_output_dir(out):
 
 def merged_model(model_name, adapter, dtype, trust_remote_code=False):
     """The base model in `dtype` on the CPU with the adapter merged into its weights: a plain transformers model."""
-    from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     try:
         base = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype, trust_remote_code=trust_remote_code)
     except OSError as err:
         raise ConfigError(f"MODEL_NAME {model_name!r} could not be loaded: {err}") from None
-    if problem := runguard.misfit_problem(base, adapter, model_name):
-        raise ConfigError(problem)
-    try:
-        model = PeftModel.from_pretrained(base, adapter)
-    except (ValueError, RuntimeError) as err:  # sizes or layers peft cannot match; misfit_problem names most
-        raise ConfigError(
-            f"ADAPTER={adapter} does not load onto MODEL_NAME={model_name} ({runguard.first_line(err)}).\n"
-            "Leave MODEL_NAME empty to use the run's base model, or give the one it was trained on."
-        ) from None
+    model = runguard.apply_adapter(base, adapter, model_name)
     return model.merge_and_unload().eval()  # W + scale * B @ A in every adapted layer; the LoRA modules removed
 
 

@@ -306,6 +306,22 @@ def shape_problems(model, adapter):
     return problems
 
 
+def apply_adapter(model, adapter, model_name):
+    """The loaded base `model` (MODEL_NAME) with the LoRA adapter at `adapter` applied through peft; refused with one
+    message when the adapter does not fit it (`misfit_problem`, or an error peft raises while loading)."""
+    from peft import PeftModel
+
+    if problem := misfit_problem(model, adapter, model_name):
+        raise ConfigError(problem)
+    try:
+        return PeftModel.from_pretrained(model, adapter)
+    except (ValueError, RuntimeError) as err:  # sizes or layers peft cannot match; misfit_problem names most
+        raise ConfigError(
+            f"ADAPTER={adapter} does not load onto MODEL_NAME={model_name} ({first_line(err)}).\n"
+            "Leave MODEL_NAME unset to use the run's base model, or give the one it was trained on."
+        ) from None
+
+
 def misfit_problem(model, adapter, model_name):
     """The message refusing ADAPTER on the loaded base `model` (MODEL_NAME) when its LoRA matrices do not fit the
     layers (`shape_problems`), or None: peft would fail on mismatched sizes, or load and compute nonsense."""
