@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 import gsm8k
+import hardware
 import smoke
 
 log = logging.getLogger("grpotrainer.demo")
@@ -224,10 +225,7 @@ def prepare(s, given):
     """The settings with DATASET and MODEL_NAME pointing at the demo's task and warm-started model in OUTPUT_DIR,
     each built once per SEED and reused by later runs there, unless given on the command line; one torch thread.
     The model folder is keyed by SEED only: after changing SYSTEM_PROMPT or this module, use a new OUTPUT_DIR."""
-    if "OMP_NUM_THREADS" not in os.environ:  # the tiny model trains fastest on one thread, as in smoke.cpu_model
-        import torch
-
-        torch.set_num_threads(1)
+    hardware.one_cpu_thread()  # the warm start, too
     s = dict(s)
     out, seed = Path(s["OUTPUT_DIR"]), s["SEED"]
     if "DATASET" not in given:

@@ -99,7 +99,8 @@ def build_config(s, fields, cpu_only):
     """The GRPOConfig for the settings `s`, plus lower-case `fields` from the command line, checked by TRL."""
     from trl import GRPOConfig
 
-    if cpu_only:  # transformers gives gloo no DDP_TIMEOUT on the CPU; a stall would wait 30 minutes
+    if cpu_only:  # one thread (a given MODEL_NAME too); gloo with DDP_TIMEOUT, which transformers drops on CPU
+        hardware.one_cpu_thread()
         hardware.init_cpu_process_group(s["DDP_TIMEOUT"])
     try:
         return GRPOConfig(

@@ -155,6 +155,15 @@ def auto_attention(cpu_only, bf16):
     )
 
 
+def one_cpu_thread():
+    """One torch thread unless OMP_NUM_THREADS says otherwise: the CPU profiles' tiny models run fastest on one, and
+    more thrash a shared machine."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def init_cpu_process_group(timeout_s):
     """Under torchrun on the CPU, start the gloo process group with DDP_TIMEOUT before transformers does: its CPU
     branch leaves ddp_timeout out, so a stalled process would wait torch's default 30 minutes. No-op otherwise."""

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import gsm8k
+import hardware
 
 FIXTURE = gsm8k.FIXTURE  # our own GSM8K-format problems
 
@@ -122,10 +123,7 @@ def build_model(tokenizer, seed=0, **overrides):
 def cpu_model(output_dir):
     """For the CPU profiles: one torch thread unless OMP_NUM_THREADS says otherwise (the tiny model runs fastest on
     one, and more thrash a shared machine), and the tiny model folder OUTPUT_DIR/smoke-model, built if missing."""
-    if "OMP_NUM_THREADS" not in os.environ:
-        import torch
-
-        torch.set_num_threads(1)
+    hardware.one_cpu_thread()
     return ensure_model_dir(Path(output_dir) / "smoke-model")
 
 
