@@ -9,9 +9,9 @@
 
 With --ADAPTER, the run's own settings (OUTPUT_DIR/run_settings.json, written by grpotrainer.py) replace the
 defaults below for the base model, system prompt, thinking mode, completion length and data; a --KEY=value given
-here still wins. Prompts, chat template and grader are training's own (gsm8k.py); decoding is greedy, and with
+here still wins. Prompts, chat template and grader are training's own (grpo/gsm8k.py); decoding is greedy, and with
 SAMPLES > 0 also sampled at SAMPLE_TEMPERATURE (the run's TEMPERATURE with --ADAPTER) for sampled_accuracy. Metrics and
-their meaning: see gsm8k.py. Results go to OUTPUT_DIR/eval_<SPLIT>.json (with the settings scored with), every
+their meaning: see grpo/gsm8k.py. Results go to OUTPUT_DIR/eval_<SPLIT>.json (with the settings scored with), every
 prediction to eval_<SPLIT>_predictions.jsonl, and the eval/gsm8k_* scalars to a TensorBoard run in OUTPUT_DIR/runs/.
 For a checkpoint-N, OUTPUT_DIR defaults to eval-checkpoint-N beside it: the trainer deletes old checkpoints whole.
 """
@@ -19,14 +19,10 @@ For a checkpoint-N, OUTPUT_DIR defaults to eval-checkpoint-N beside it: the trai
 import functools
 import logging
 import os
-import re
 from pathlib import Path
 
-import cli
-import gsm8k
-import hardware
-import preflight
-from cli import ConfigError
+from grpo import cli, files, gsm8k, hardware, preflight, profiles
+from grpo.cli import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
 # model (with ADAPTER, the run's run_settings.json replaces these defaults)
@@ -55,7 +51,7 @@ OUTPUT_DIR = ""  # eval_<SPLIT>.json, predictions, runs/ go here; "" = ADAPTER (
 # ---------------------------------------------------------------------------------------------------------------
 
 # --smoke: the tiny random Qwen3 of grpotrainer --smoke (built if missing) on the fixture, fp32 on CPU.
-profiles = {
+profile_settings = {
     "smoke": dict(
         DATASET=str(gsm8k.FIXTURE), LIMIT=8, BATCH_SIZE=4, MAX_COMPLETION_LENGTH=32, BF16=False, USE_VLLM=False
     )
@@ -69,16 +65,14 @@ log = logging.getLogger("grpotrainer.evaluate")
 
 def resolve(argv):
     """The settings: defaults < --smoke < the adapter's run settings < this command line. Returns (settings, args)."""
-    args = cli.parse(cli.constants(globals()), argv, profiles, source=__file__)
+    args = cli.parse(cli.constants(globals()), argv, profile_settings, source=__file__)
     s = dict(args.settings)
     run = gsm8k.run_settings(s["ADAPTER"]) if s["ADAPTER"] else {}
     s.update({key: run[key] for key in from_run if key in run and key not in args.given})
     if "TEMPERATURE" in run and "SAMPLE_TEMPERATURE" not in args.given:
         s["SAMPLE_TEMPERATURE"] = run["TEMPERATURE"]  # sampled accuracy as the run's groups were sampled
     if args.profile == "smoke" and "MODEL_NAME" not in args.given and "MODEL_NAME" not in run:
-        import smoke
-
-        s["MODEL_NAME"] = smoke.cpu_model(smoke_output)
+        s["MODEL_NAME"] = profiles.cpu_model(smoke_output)
     s["OUTPUT_DIR"] = s["OUTPUT_DIR"] or default_output_dir(s["ADAPTER"], s["MODEL_NAME"])
     return s, args
 
@@ -95,13 +89,13 @@ def default_output_dir(adapter, model_name):
     if not adapter:
         return os.path.join("outputs", "eval", Path(model_name).name)
     path = Path(adapter)
-    return str(path.parent / f"eval-{path.name}") if re.fullmatch(r"checkpoint-\d+", path.name) else adapter
+    return str(path.parent / f"eval-{path.name}") if files.checkpoint_step(path) is not None else adapter
 
 
 def check(s, cpu_only=False):
     """Settings that would fail once the model has loaded, or after the generation, reported at once before any
     weights load, naming the constant to change."""
-    import runguard
+    from grpo import checkpoints
 
     problems = []
     if s["ADAPTER"] and not (Path(s["ADAPTER"]) / "adapter_config.json").is_file():
@@ -109,7 +103,7 @@ def check(s, cpu_only=False):
             f"ADAPTER={s['ADAPTER']} holds no LoRA adapter (no adapter_config.json there).\n"
             'Point it at a training run\'s OUTPUT_DIR or a checkpoint-N in it; ADAPTER="" scores the base model.'
         )
-    elif s["ADAPTER"] and (problem := runguard.adapter_problem(s["ADAPTER"])):
+    elif s["ADAPTER"] and (problem := checkpoints.adapter_problem(s["ADAPTER"])):
         problems.append(problem)
     for name, low in (("LIMIT", 0), ("BATCH_SIZE", 1), ("MAX_COMPLETION_LENGTH", 1), ("SAMPLES", 0)):
         if s[name] < low:
@@ -156,9 +150,9 @@ def load_model(s, cpu_only=False):
         model = AutoModelForCausalLM.from_pretrained(
             s["MODEL_NAME"], **kwargs, trust_remote_code=remote, device_map="auto" if cuda else None
         )
-    except torch.OutOfMemoryError:
-        raise  # not a setting's fault alone; transformers' own message says how much was asked for
-    except (OSError, ValueError, RuntimeError) as err:  # a folder torn or of another format, a setting it refuses
+    except Exception as err:  # a folder torn or of another format is the user's to fix; anything else is a bug
+        if isinstance(err, torch.OutOfMemoryError) or not files.is_load_error(err):
+            raise
         raise ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
     adapter = s["ADAPTER"]
     has_tokenizer = adapter and (Path(adapter) / "tokenizer_config.json").exists()  # trainer.save_model writes one
@@ -166,13 +160,13 @@ def load_model(s, cpu_only=False):
         adapter if has_tokenizer else s["MODEL_NAME"], padding_side="left", trust_remote_code=remote
     )
     if adapter:
-        import runguard
+        from grpo import checkpoints
 
-        if base := runguard.other_base_model(adapter, s["MODEL_NAME"]):
+        if base := checkpoints.other_base_model(adapter, s["MODEL_NAME"]):
             log.warning(
                 "ADAPTER was trained on %s but MODEL_NAME is %s: set MODEL_NAME=%s", base, s["MODEL_NAME"], base
             )
-        model = runguard.apply_adapter(model, adapter, s["MODEL_NAME"])
+        model = checkpoints.apply_adapter(model, adapter, s["MODEL_NAME"])
     if not cuda and kwargs["dtype"] == "bfloat16":
         model = model.to(torch.float32)  # bf16 matmuls on CPU are slow and not what a GPU would compute
     return model.eval(), tokenizer

@@ -26,12 +26,8 @@ import re
 import shutil
 from pathlib import Path
 
-import cli
-import gsm8k
-import modelcard
-import preflight
-import runguard
-from cli import ConfigError
+from grpo import checkpoints, cli, files, gsm8k, modelcard, preflight
+from grpo.cli import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
 # what to merge
@@ -96,7 +92,7 @@ def settings(argv):
 def run_dir(adapter):
     """The run folder of an adapter: the adapter itself, or the parent of a checkpoint-N."""
     path = Path(adapter)
-    return path.parent if re.fullmatch(r"checkpoint-\d+", path.name) else path
+    return path.parent if files.checkpoint_step(path) is not None else path
 
 
 def read_json(path):
@@ -121,21 +117,21 @@ def resolve(c):
         raise ConfigError("give the adapter to merge: --ADAPTER=<a run's OUTPUT_DIR or a checkpoint-N in it>.")
     config = read_json(Path(adapter) / "adapter_config.json")
     if not config:
-        mergeable = [c for c in runguard.checkpoints(adapter) if (c / "adapter_config.json").is_file()]
+        mergeable = [c for c in checkpoints.checkpoints(adapter) if (c / "adapter_config.json").is_file()]
         newest = mergeable[-1] if Path(adapter).is_dir() and mergeable else None
         hint = f" The newest checkpoint there is {newest}." if newest else ""
         raise ConfigError(
             f"ADAPTER={adapter!r} holds no LoRA adapter (no adapter_config.json). Point it at a training run's "
             f"OUTPUT_DIR or a checkpoint-N folder in it.{hint}"
         )
-    if problem := runguard.adapter_problem(adapter):  # weights missing or cut short: peft fails only after the base
+    if problem := checkpoints.adapter_problem(adapter):  # weights missing or cut short: peft fails only after the base
         raise ConfigError(problem)
     run = gsm8k.run_settings(adapter) or settings_from_adapter(config)
     trained_on = config.get("base_model_name_or_path") or run.get("MODEL_NAME") or ""
     c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or trained_on
     if not c["MODEL_NAME"]:
         raise ConfigError(f"the base model of {adapter} is not recorded; give it: --MODEL_NAME=<Hub id or folder>.")
-    if trained_on and runguard.other_base_model(config, c["MODEL_NAME"]):
+    if trained_on and checkpoints.other_base_model(config, c["MODEL_NAME"]):
         raise ConfigError(
             f"ADAPTER {adapter} was trained on {trained_on}, but MODEL_NAME is {c['MODEL_NAME']}: merging it there "
             f"gives a broken model. Leave MODEL_NAME empty to use {trained_on} (a local copy must keep its name)."
@@ -252,9 +248,11 @@ def merged_model(model_name, adapter, dtype, trust_remote_code=False):
 
     try:
         base = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype, trust_remote_code=trust_remote_code)
-    except OSError as err:
+    except Exception as err:  # a torn or foreign folder is the user's to fix; anything else is a bug
+        if not files.is_load_error(err):
+            raise
         raise ConfigError(f"MODEL_NAME {model_name!r} could not be loaded: {err}") from None
-    model = runguard.apply_adapter(base, adapter, model_name)
+    model = checkpoints.apply_adapter(base, adapter, model_name)
     return model.merge_and_unload().eval()  # W + scale * B @ A in every adapted layer; the LoRA modules removed
 
 

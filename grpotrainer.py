@@ -1,32 +1,29 @@
 """GRPO-tune a Qwen model on GSM8K with TRL's GRPOTrainer and LoRA.
 
     python grpotrainer.py                          # train with the constants below (CUDA GPU, bf16)
-    python grpotrainer.py --smoke                  # the same pipeline offline on CPU in seconds (--demo: it learns)
-    python grpotrainer.py --LEARNING_RATE=2e-5     # a constant as --KEY=value (--help lists them); --top_p=0.9 ...
-    torchrun --nproc_per_node 4 grpotrainer.py     # data-parallel; docs/launch.md: DeepSpeed, FSDP, several nodes
+    python grpotrainer.py --smoke                  # the same pipeline offline on the CPU in seconds
+    python grpotrainer.py --demo                   # a run that learns, on the CPU (docs/demo.md)
+    python grpotrainer.py --LEARNING_RATE=2e-5     # a constant as --KEY=value (--help lists them)
+    python grpotrainer.py --top_p=0.9              # any other GRPOConfig field, lower case
+    torchrun --nproc_per_node 4 grpotrainer.py     # data-parallel; DeepSpeed, FSDP: docs/launch.md
 
-TRL does the GRPO loss, LoRA, logging, checkpointing and distributed launch. This file adds what GSM8K needs: the
-prompt and data (gsm8k.py), rewards (rewards.py), checks in seconds (preflight.py), advice (monitor.py) and run
-safety (runguard.py). Watch a run with `tensorboard --logdir outputs` (see README).
+TRL does the GRPO loss, LoRA, logging, checkpointing and distributed launch. This file adds what
+GSM8K needs, from the package beside it (grpo/): the prompt, data and evaluation (gsm8k), checks in
+seconds (preflight), advice (monitor) and run safety (checkpoints, guards); the rewards are in
+rewards.py. Watch a run with `tensorboard --logdir outputs` (see README).
 """
 
 import logging
 
-import cli
-import demo
-import gsm8k
-import hardware
-import modelcard
-import preflight
 import rewards
-import smoke
+from grpo import cli, files, gsm8k, hardware, modelcard, preflight, profiles
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # model
 MODEL_NAME = "Qwen/Qwen3-8B"  # Hub id, or a local folder holding config.json + weights (see README)
 TRUST_REMOTE_CODE = False  # run a model repo's own Python code; Qwen3 needs none, so leave it off
-ATTN_IMPLEMENTATION = "auto"  # auto = fastest installed on CUDA in bf16 (docs/gpu.md), else sdpa; or sdpa, eager, ...
-LOAD_IN_4BIT = False  # QLoRA: 4-bit NF4 base weights via bitsandbytes (CUDA only); ~1/4 of the weight memory
+ATTN_IMPLEMENTATION = "auto"  # auto = fastest installed on CUDA in bf16 (docs/gpu.md), else sdpa
+LOAD_IN_4BIT = False  # QLoRA: 4-bit NF4 base weights via bitsandbytes (CUDA only); ~1/4 of the memory
 ENABLE_THINKING = False  # Qwen3 thinking mode; needs MAX_COMPLETION_LENGTH >= 1024 or every reward is 0
 # LoRA
 LORA_R = 16  # adapter rank: 8-64; higher learns more, costs more memory
@@ -34,72 +31,80 @@ LORA_ALPHA = 32  # scale = LORA_ALPHA / LORA_R; keep about 2x the rank
 LORA_DROPOUT = 0.05  # dropout on the adapter input, 0-0.1
 LORA_TARGET_MODULES = "all-linear"  # "all-linear", or a comma list such as "q_proj,v_proj"
 # data
-DATASET = "openai/gsm8k"  # Hub id (uses DATASET_CONFIG), or a .jsonl file / folder of {split}.jsonl in GSM8K format
+DATASET = "openai/gsm8k"  # Hub id (with DATASET_CONFIG), or a .jsonl file / folder of {split}.jsonl
 DATASET_CONFIG = "main"  # Hub config name; ignored for local files
 MAX_SAMPLES = 0  # use only the first N training problems; 0 = all
 SKIP_BAD_ROWS = False  # drop rows whose answer lacks a parseable "#### N" instead of stopping
-SYSTEM_PROMPT = gsm8k.SYSTEM_PROMPT  # the instruction before every problem; asks for a last line "#### <number>"
+SYSTEM_PROMPT = gsm8k.SYSTEM_PROMPT  # the instruction before every problem; asks for "#### <number>"
 # generation / GRPO
-NUM_GENERATIONS = 4  # completions per prompt (the "group"); >= 2, more = better advantage estimates, slower
+NUM_GENERATIONS = 4  # completions per prompt (the "group"); >= 2, more = better advantages, slower
 MAX_COMPLETION_LENGTH = 256  # tokens per completion; GSM8K solutions need ~100-250
 TEMPERATURE = 0.7  # sampling temperature, > 0; higher = more diverse groups
-BETA = 0.05  # KL coefficient against the base model; raise if train/kl runs away, 0 = no reference model
-LOSS_TYPE = "dapo"  # grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo (TRL 1.16); dapo has no length bias
-SCALE_REWARDS = "group"  # group, batch or none (Dr. GRPO: none removes the question-difficulty bias)
+BETA = 0.05  # KL coefficient against the base model; raise if train/kl runs away; 0 = no reference
+LOSS_TYPE = "dapo"  # grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo; dapo has no length bias
+SCALE_REWARDS = "group"  # group, batch or none (Dr. GRPO: none removes the difficulty bias)
 NUM_ITERATIONS = 1  # optimisation passes per generated batch (GRPO's mu); > 1 reuses generations
 STEPS_PER_GENERATION = 0  # micro-batches per generation round; 0 = GRADIENT_ACCUMULATION_STEPS
-MASK_TRUNCATED_COMPLETIONS = False  # leave completions cut at MAX_COMPLETION_LENGTH out of the loss (DAPO)
-REWARD_FUNCS = ["correctness_reward", "format_reward"]  # names from rewards.REWARDS, or "module:function"
+MASK_TRUNCATED_COMPLETIONS = False  # leave completions cut at MAX_COMPLETION_LENGTH out of the loss
+REWARD_FUNCS = ["correctness_reward", "format_reward"]  # rewards.REWARDS names, or "module:function"
 REWARD_WEIGHTS = [1.0, 0.2]  # one weight per reward function; correctness should dominate
-USE_TRANSFORMERS_CONTINUOUS_BATCHING = False  # generate with transformers' paged continuous batching (no vLLM)
+USE_TRANSFORMERS_CONTINUOUS_BATCHING = False  # transformers' paged continuous batching (no vLLM)
 USE_VLLM = False  # generate with vLLM (requirements-vllm.txt): several times faster generation
 VLLM_MODE = "colocate"  # colocate = on the training GPUs; server = `trl vllm-serve` on other GPUs
 VLLM_GPU_MEMORY_UTILIZATION = 0.3  # colocate: share of GPU memory vLLM may take
 VLLM_ENABLE_SLEEP_MODE = False  # colocate: free vLLM's memory while training, at some wake-up cost
-VLLM_SERVER_BASE_URL = ""  # server: e.g. http://10.0.0.5:8000 for a server on another node; "" = this machine
+VLLM_SERVER_BASE_URL = ""  # server: e.g. http://10.0.0.5:8000 on another node; "" = this machine
 # optimisation
-LEARNING_RATE = 1e-5  # LoRA needs ~10x the full fine-tuning rate (the tutorial's 1e-6 barely moves an adapter)
+LEARNING_RATE = 1e-5  # LoRA needs ~10x the full fine-tuning rate (the tutorial's 1e-6 barely moves it)
 PER_DEVICE_TRAIN_BATCH_SIZE = 1  # completions per micro-batch per GPU
 GRADIENT_ACCUMULATION_STEPS = 8  # micro-batches per optimiser step
 NUM_TRAIN_EPOCHS = 3  # passes over the data when MAX_STEPS = -1
 MAX_STEPS = -1  # optimiser steps; -1 = use NUM_TRAIN_EPOCHS
-ACTIVATION_CHECKPOINTING = True  # recompute activations in the backward pass: much less memory, slower
+ACTIVATION_CHECKPOINTING = True  # recompute activations in the backward pass: less memory, slower
 BF16 = True  # bfloat16 weights and maths (needs an Ampere or newer GPU)
 SEED = 42  # seeds LoRA init, sampling and data order
-DDP_TIMEOUT = 600  # seconds a torchrun process waits for the others before the run stops, naming a stall
+DDP_TIMEOUT = 600  # seconds a torchrun process waits for the others before the run names a stall
 # logging / output
-OUTPUT_DIR = "outputs/qwen3-gsm8k-grpo"  # checkpoints, final adapter, run_settings.json and TensorBoard runs/
+OUTPUT_DIR = "outputs/qwen3-gsm8k-grpo"  # checkpoints, adapter, run_settings.json, TensorBoard runs/
 REPORT_TO = "tensorboard"  # tensorboard, trackio, wandb or none
 LOGGING_STEPS = 1  # log every N optimiser steps
 SAVE_STEPS = 50  # checkpoint every N steps; a killed run loses at most this many
 SAVE_TOTAL_LIMIT = 3  # keep only the newest N checkpoints
 RESUME = True  # continue from the newest checkpoint-N in OUTPUT_DIR when there is one
-EVAL_BEFORE = 0  # GSM8K test problems scored before training (eval/gsm8k_* at step 0); 0 = off, 1319 = all
-EVAL_AFTER = 0  # the same after training, at the final step; 0 = off (python evaluate.py does it standalone)
-EVAL_BATCH_SIZE = 64  # prompts per generate() call in EVAL_BEFORE/EVAL_AFTER; lower it on out-of-memory
-EVAL_SAMPLES = 4  # answers sampled per problem at TEMPERATURE there too (eval/gsm8k_sampled_accuracy); 0 = off
-# health advice (monitor.py), printed and written to TensorBoard's Text tab
+EVAL_BEFORE = 0  # GSM8K test problems scored before training (eval/gsm8k_* at step 0); 0 = off
+EVAL_AFTER = 0  # the same after training; 0 = off (python evaluate.py does it standalone)
+EVAL_BATCH_SIZE = 64  # prompts per generate() call in EVAL_BEFORE/EVAL_AFTER; lower on out-of-memory
+EVAL_SAMPLES = 4  # answers sampled per problem at TEMPERATURE there (sampled accuracy); 0 = off
+# health advice (grpo/monitor.py), printed and written to TensorBoard's Text tab
 KL_WARN = 10.0  # warn when train/kl, the mean per-token KL, exceeds this
 KL_ACT = 20.0  # advise raising BETA / lowering LEARNING_RATE when train/kl exceeds this
 ZERO_STD_FRAC = 0.9  # advise when frac_reward_zero_std (0-1) is at least this ...
-ZERO_STD_LOGS = 5  # ... for this many logs in a row: the reward does not tell a group's completions apart
-REWARD_FLAT_WINDOW = 50  # logs; the mean reward is "flat" if its two halves differ by < REWARD_FLAT_DELTA; 0 = off
+ZERO_STD_LOGS = 5  # ... for this many logs in a row: the reward does not tell completions apart
+REWARD_FLAT_WINDOW = 50  # logs; the reward is "flat" if its halves differ by < REWARD_FLAT_DELTA; 0 = off
 REWARD_FLAT_DELTA = 0.02  # in reward units (correctness 0-1 plus weighted format)
-CLIPPED_RATIO_MAX = 0.2  # advise raising MAX_COMPLETION_LENGTH when more completions (0-1) than this are cut off
-GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds this (divergence without NaN)
-# ---------------------------------------------------------------------------------------------------------------
+CLIPPED_RATIO_MAX = 0.2  # advise raising MAX_COMPLETION_LENGTH when more than this share is cut off
+GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds this (divergence)
+# --------------------------------------------------------------------------------------------------
 
-profiles = {"smoke": smoke.PROFILE, "demo": demo.PROFILE}  # offline on the CPU in fp32 (smoke.py, demo.py)
-owned = {"chat_template_kwargs": "ENABLE_THINKING", "model_init_kwargs": "ATTN_IMPLEMENTATION", "use_cpu": "--smoke"}
-owned |= {"gradient_checkpointing": "ACTIVATION_CHECKPOINTING", "resume_from_checkpoint": "RESUME"}
+# The offline profiles, on the CPU in fp32 (grpo/profiles.py): settings over the constants above.
+profile_settings = {"smoke": profiles.SMOKE, "demo": profiles.DEMO}
+# GRPOConfig fields a constant or the script sets: a --field=value for one is refused, naming it.
+owned = {
+    "chat_template_kwargs": "ENABLE_THINKING",
+    "model_init_kwargs": "ATTN_IMPLEMENTATION",
+    "use_cpu": "--smoke",
+    "gradient_checkpointing": "ACTIVATION_CHECKPOINTING",
+    "resume_from_checkpoint": "RESUME",
+}
 log = logging.getLogger("grpotrainer")
 
 
 def build_config(s, fields, cpu_only):
-    """The GRPOConfig for the settings `s`, plus lower-case `fields` from the command line, checked by TRL."""
+    """The GRPOConfig for the settings `s` and the command line's lower-case `fields`, checked by TRL."""
     from trl import GRPOConfig
 
-    if cpu_only:  # one thread (a given MODEL_NAME too); gloo with DDP_TIMEOUT, which transformers drops on CPU
+    if cpu_only:
+        # one thread (a given MODEL_NAME too); gloo with DDP_TIMEOUT (transformers drops it on the CPU)
         hardware.one_cpu_thread()
         hardware.init_cpu_process_group(s["DDP_TIMEOUT"])
     try:
@@ -134,31 +139,38 @@ def build_config(s, fields, cpu_only):
             ddp_timeout=s["DDP_TIMEOUT"],
             report_to=[] if s["REPORT_TO"] == "none" else [s["REPORT_TO"]],
             logging_steps=s["LOGGING_STEPS"],
-            log_completions=True,  # each logged batch to OUTPUT_DIR/completions/*.parquet: the completions table
-            num_completions_to_print=0,  # ... and not to the console
+            # each logged batch to OUTPUT_DIR/completions/*.parquet (the completions table), not stdout
+            log_completions=True,
+            num_completions_to_print=0,
             save_steps=s["SAVE_STEPS"],
             save_total_limit=s["SAVE_TOTAL_LIMIT"],
             use_cpu=cpu_only,
-            ddp_find_unused_parameters=False,  # LoRA gives every adapter weight a gradient: skip DDP's extra search
+            # LoRA gives every adapter weight a gradient: skip DDP's search for unused ones
+            ddp_find_unused_parameters=False,
             gradient_checkpointing=s["ACTIVATION_CHECKPOINTING"],
             **fields,
         )
-    except Exception as err:  # GRPOConfig's own checks, e.g. on a --field=value (ValueError, ImportError, ...)
+    except (ValueError, ImportError) as err:  # GRPOConfig's own checks, e.g. of a --field=value
         raise cli.ConfigError(f"GRPOConfig refuses these settings: {type(err).__name__}: {err}") from None
 
 
 def build_peft_config(s):
     from peft import LoraConfig
 
-    targets, alpha, dropout = preflight.lora_targets(s["LORA_TARGET_MODULES"]), s["LORA_ALPHA"], s["LORA_DROPOUT"]
     return LoraConfig(
-        r=s["LORA_R"], lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM"
+        r=s["LORA_R"],
+        lora_alpha=s["LORA_ALPHA"],
+        lora_dropout=s["LORA_DROPOUT"],
+        target_modules=preflight.lora_targets(s["LORA_TARGET_MODULES"]),
+        task_type="CAUSAL_LM",
     )
 
 
 def build_trainer(s, config, reward_funcs, train_dataset):
-    """GRPOTrainer on MODEL_NAME with the LoRA config (TRL loads and wraps the model); a failed load exits 2."""
-    from safetensors import SafetensorError
+    """GRPOTrainer on MODEL_NAME with the LoRA config (TRL loads and wraps the model).
+
+    Only a failed load (a missing, cut or incompatible checkpoint; the Hub) becomes the one-line
+    MODEL_NAME message; any other error is a bug and keeps its traceback."""
     from trl import GRPOTrainer
 
     try:
@@ -170,49 +182,74 @@ def build_trainer(s, config, reward_funcs, train_dataset):
             peft_config=build_peft_config(s),
             quantization_config=hardware.quantization_config(s["LOAD_IN_4BIT"], s["BF16"]),
         )
-    except (OSError, SafetensorError, ValueError, TypeError, RuntimeError, ImportError, KeyError) as err:
-        raise cli.ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded with these settings: {err}") from None
+    except Exception as err:
+        if not files.is_load_error(err):
+            raise
+        raise cli.ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
 
 
 def load_data(s):
-    """The training set and, when EVAL_BEFORE/EVAL_AFTER ask for it, the test set: a missing split fails now."""
+    """The training set and, when EVAL_BEFORE/EVAL_AFTER ask, the test set: a missing split fails now."""
+    options = dict(config=s["DATASET_CONFIG"], skip_bad_rows=s["SKIP_BAD_ROWS"], system_prompt=s["SYSTEM_PROMPT"])
+    train_dataset = gsm8k.load(s["DATASET"], "train", limit=s["MAX_SAMPLES"], **options)
     evals = max(s["EVAL_BEFORE"], s["EVAL_AFTER"])
-    kwargs = dict(config=s["DATASET_CONFIG"], skip_bad_rows=s["SKIP_BAD_ROWS"], system_prompt=s["SYSTEM_PROMPT"])
-    train = gsm8k.load(s["DATASET"], "train", limit=s["MAX_SAMPLES"], **kwargs)
-    return train, gsm8k.load(s["DATASET"], "test", limit=evals, **kwargs) if evals else None
+    eval_dataset = gsm8k.load(s["DATASET"], "test", limit=evals, **options) if evals else None
+    return train_dataset, eval_dataset
 
 
-def train(s, record, config, reward_funcs, train_dataset, eval_dataset, runguard):
-    """One run in its locked OUTPUT_DIR: resume or start, train, then save, score, and mark the run finished."""
-    import monitor
+def train(s, record, config, reward_funcs, datasets):
+    """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark the run finished."""
+    train_dataset, eval_dataset = datasets
+    from grpo import checkpoints, guards, monitor
 
-    rank0, lora = config.process_index == 0, (s["LORA_R"], s["LORA_ALPHA"], s["LORA_TARGET_MODULES"])
-    last = runguard.resume_checkpoint(s["OUTPUT_DIR"], s["RESUME"], s["MODEL_NAME"], *lora, main_process=rank0)
-    log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
-    trainer = build_trainer(s, config, reward_funcs, train_dataset)
-    health, stopper = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer), runguard.StopOnSignal()
-    for callback in (health, stopper, monitor.CompletionSamples(trainer)):  # advice, NaN stop; SIGTERM; samples
+    out = s["OUTPUT_DIR"]
+    rank0 = config.process_index == 0
+    last = checkpoints.resume_checkpoint(
+        out,
+        resume=s["RESUME"],
+        model_name=s["MODEL_NAME"],
+        lora_r=s["LORA_R"],
+        lora_alpha=s["LORA_ALPHA"],
+        target_modules=s["LORA_TARGET_MODULES"],
+        main_process=rank0,
+    )
+    resuming = f"; resuming from {last}" if last else ""
+    log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, resuming)
+    trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
+    # advice and the NaN stop; SIGTERM and Ctrl-C; sample completions in TensorBoard
+    health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer)
+    stopper = guards.StopOnSignal()
+    for callback in (health, stopper, monitor.CompletionSamples(trainer)):
         trainer.add_callback(callback)
-    gsm8k.write_settings(s["OUTPUT_DIR"], record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
-    evals = (eval_dataset, s["EVAL_BATCH_SIZE"], record, s["EVAL_SAMPLES"])
-    before = gsm8k.evaluate_trainer(trainer, "before", 0 if last else s["EVAL_BEFORE"], *evals)  # resumed: done
+    gsm8k.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
+    scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
+    # a resumed run was scored before its first step
+    before = gsm8k.evaluate_trainer(trainer, "before", limit=0 if last else s["EVAL_BEFORE"], **scoring)
     try:
-        if last and runguard.reached(last, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]):  # cut after its last checkpoint
-            runguard.restore(trainer, last)
+        if last and checkpoints.reached(last, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]):
+            checkpoints.restore(trainer, last)  # cut after its last checkpoint: finish, no step
         else:
             trainer.train(resume_from_checkpoint=str(last) if last else None)
     finally:
         stopper.restore()
     if not (stopper.signal_name or health.stopped):
-        trainer.save_model(s["OUTPUT_DIR"])  # the LoRA adapter and the tokenizer
-        after = gsm8k.evaluate_trainer(trainer, "after", s["EVAL_AFTER"], *evals)
-        if rank0:  # our card, after save_model rewrote TRL's (see modelcard.py); then the run is finished
-            step, epoch = trainer.state.global_step, trainer.state.epoch
-            before = modelcard.read_metrics(s["OUTPUT_DIR"])[0] if last else before  # from the first run
-            modelcard.write_card(s["OUTPUT_DIR"], record, metrics_before=before, metrics_after=after, steps=step)
-            runguard.mark_finished(s["OUTPUT_DIR"], step, epoch, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])
-    trainer.accelerator.wait_for_everyone()  # no rank exits while another still uses the process group
-    trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end of a script
+        trainer.save_model(out)  # the LoRA adapter and the tokenizer
+        after = gsm8k.evaluate_trainer(trainer, "after", limit=s["EVAL_AFTER"], **scoring)
+        if rank0:
+            if last:  # the baseline comes from the run's first part
+                before = modelcard.read_metrics(out)[0]
+            step = trainer.state.global_step
+            # our card, after save_model rewrote TRL's (grpo/modelcard.py); then the run is finished
+            modelcard.write_card(out, record, metrics_before=before, metrics_after=after, steps=step)
+            checkpoints.mark_finished(
+                out,
+                global_step=step,
+                epoch=trainer.state.epoch,
+                max_steps=s["MAX_STEPS"],
+                num_train_epochs=s["NUM_TRAIN_EPOCHS"],
+            )
+    trainer.accelerator.wait_for_everyone()  # no rank exits while another uses the process group
+    trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end
     if stopper.signal_name:  # the step it stopped at was checkpointed: the same command resumes
         log.warning(stopper.message())
         raise SystemExit(stopper.exit_code)
@@ -222,27 +259,39 @@ def train(s, record, config, reward_funcs, train_dataset, eval_dataset, runguard
 
 
 def main(argv=()):
-    args = cli.parse(cli.constants(globals()), argv, profiles, "trl:GRPOConfig", owned, __file__)
-    s, cpu_only = dict(args.settings), args.profile is not None
+    args = cli.parse(
+        cli.constants(globals()),
+        argv,
+        profiles=profile_settings,
+        config_class="trl:GRPOConfig",
+        owned=owned,
+        source=__file__,
+    )
+    s = dict(args.settings)
+    cpu_only = args.profile is not None
     cli.setup_logging("grpotrainer", hardware.is_main_process())
     cli.require(("torch", "transformers", "trl", "peft", "datasets", "accelerate"), "grpotrainer.py")
-    preflight.check(s, cpu_only)  # every setting, in seconds
-    s = demo.prepare(s, args.given) if args.profile == "demo" else s  # its task and warm-started Qwen3 (demo.py)
+    preflight.check(s, cpu_only, known_rewards=rewards.REWARDS)  # every setting, in seconds
+    if args.profile == "demo":
+        s = profiles.prepare(s, args.given)  # its task and warm-started Qwen3
     train_dataset, eval_dataset = load_data(s)
     reward_funcs = rewards.load(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])
-    import runguard  # transformers' callbacks: imported once the settings and data are known to be good
+    from grpo import checkpoints, guards
 
-    if s["RESUME"] and (done := runguard.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])):
+    done = s["RESUME"] and checkpoints.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])
+    if done:
         return log.info(done)  # a finished run, run again, changes nothing
-    if args.profile == "smoke" and "MODEL_NAME" not in args.given:  # before GRPOConfig starts torch.distributed
-        s["MODEL_NAME"] = smoke.cpu_model(s["OUTPUT_DIR"])  # a tiny Qwen3 in OUTPUT_DIR/smoke-model; one thread
+    if args.profile == "smoke" and "MODEL_NAME" not in args.given:
+        # a tiny Qwen3 in OUTPUT_DIR/smoke-model, built before GRPOConfig starts torch.distributed
+        s["MODEL_NAME"] = profiles.cpu_model(s["OUTPUT_DIR"])
     config = build_config(s, args.fields, cpu_only)
-    preflight.check_loaded(s, config, reward_funcs, train_dataset)  # rewards on real rows, the model's config
-    sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # recorded, for the model card
+    # the rewards on real rows, the model's config on the meta device
+    preflight.check_loaded(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
+    sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # for the model card
     record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}
-    out = s["OUTPUT_DIR"]
-    with runguard.output_lock(out, config.process_index == 0), runguard.faults(out, s["DDP_TIMEOUT"]):
-        return train(s, record, config, reward_funcs, train_dataset, eval_dataset, runguard)
+    lock = guards.output_lock(s["OUTPUT_DIR"], config.process_index == 0)
+    with lock, guards.faults(s["OUTPUT_DIR"], s["DDP_TIMEOUT"]):
+        return train(s, record, config, reward_funcs=reward_funcs, datasets=(train_dataset, eval_dataset))
 
 
 if __name__ == "__main__":

@@ -1,789 +1,43 @@
-"""GSM8K grading and the GRPO reward functions that grpotrainer.py selects by name from `REWARDS`.
+"""The GRPO reward functions that grpotrainer.py selects by name from `REWARDS`: read these to write your own.
 
-The reward is what GRPO optimises, so the grader has to read a right answer as right in every format a model
-writes it, and a wrong one as wrong:
+A reward is called by TRL's GRPOTrainer once per batch as `f(prompts=..., completions=..., completion_ids=...,
+answer=..., solution=..., trainer_state=..., log_extra=..., log_metric=...)` and returns one float (or None, which
+TRL skips) per completion. Completions are chat messages, `[{"role": "assistant", "content": "..."}]`, for
+GSM8K's conversational prompts; `grading.completion_to_text` turns either form into text.
 
-    extract_answer(text)        the final number of a completion or a GSM8K gold solution ("1,080" -> "1080")
-    answers_match(pred, gold)   equal by value, in exact decimal arithmetic ("18.00" == "18", "18.5" != "18")
-    grade(completion, gold)     one completion's verdicts, for evaluate.py: extracted, correct, strict_correct, ...
-    correctness_reward, format_reward, reasoning_reward, math_reward, OverlongReward: TRL reward functions
+    correctness_reward   1.0 when the final answer equals the gold by value (the reward GRPO should optimise)
+    format_reward        1.0 for a last line `#### N`, 0.5 for a decorated or misplaced one
+    reasoning_reward     1.0 for shown working with results, 0.5 for arithmetic without them
+    math_reward          the tutorial's combined partial credit, summing to 1.0 for a right, shown answer
+    overlong_reward      DAPO's soft overlong punishment, from the token counts
 
-Where the answer is, in order of precedence (the last occurrence of each wins):
-    1. `#### N`, GSM8K's own format and the one the prompt asks for (a markdown heading, `#### Step 2`, is not);
-    2. `\\boxed{N}`; a box of words only (`\\boxed{\\text{Cannot be determined}}`) is a final answer that is no number;
-    3. an answer phrase: "the answer is N", "Final answer: N", "Answer: N", "A: N", `<answer>N</answer>`,
-       `"answer": "N"` in JSON. "Step by step answer:" and the like are headings for working, not answer phrases;
-    4. the last sentence with a number in it (the last-number fallback).
-What follows a phrase is read so: a number first (after "about", "$", "**") is the answer, or the stated result
-when it starts a sum (`9*2 = 18`, `12.8 ha / 0.4 = 32 ha`); a sentence ("Answer: After 60 days, she will spend
-$16") gives its answer number; a number word counts ("eighteen", "twenty-five", "a dozen"); a phrase at the end of
-a line reads the next line, or, when that line is working (a list item, a sum), the block's final result. A phrase
-followed by no number at all ("The answer cannot be determined.") is a final answer that is no number: None, never
-an earlier number.
-The answer number of a sentence (`_sentence_answer`): operands and comparisons (`18 - 4 = 14` gives 14), numbers in
-a purpose clause ("babysit 5 times to make 15 flans" gives 5) and in a reason or condition ("because he scored 30")
-are passed over; a sentence that ends with an equation gives its result; otherwise the last number, unless it
-restates a stated result ("= $240 for the 6 shirts" gives 240) or follows "after", "for", "in" ... while an
-earlier one was computed ("$16 after 60 days" gives 16). Numbers: `1,080`, `1{,}080`, `1,\\!080`, `1\\,080`,
-`1\\ 080` are 1080, `2.4 \\times 10^{3}` is 2400, `\\frac{3}{4}` is 0.75, and the time `2:00 pm` is 2.
-
-No final answer, no credit (`extract_answer(..., truncated=, thinking=)`, `grade`, correctness_reward, math_reward,
-and format_reward for the thinking part; reasoning_reward and overlong_reward do not depend on an answer):
-    - thinking that never closed has no answer, whatever it says: a `<think>` (or `<thinking>`) with no `</think>`
-      after it, or thinking mode on (ENABLE_THINKING, `thinking=True`) and no `</think>` at all;
-    - a cut-off completion (`truncated=True`) gets no answer from the last-number fallback, nor from the working
-      under a heading: only a `####`, a box or an answer phrase it wrote counts.
-Text inside a closed thinking block is skipped when text follows the block. In training, a reward tells a cut-off
-from TRL's `completion_ids`: GRPOTrainer passes each completion's token ids up to and including its first EOS,
-unpadded (`_generate_and_score_completions`), so a completion cut at max_completion_length has exactly that many ids.
-One whose EOS is its max_completion_length-th token has as many and counts as cut off too (the reward cannot see
-the EOS id); that costs it only the fallback's credit. evaluate.py passes `truncated` = the generation reached the
-token limit without an end-of-turn token.
+How answers are read (where the answer is, number forms, "no final answer, no credit" for unclosed thinking and
+cut-off completions) is the answer reader's job: grpo/grading.py, whose docstring gives the rules. Your own reward
+goes in a module of your own, on the Python path (the repository root, or a folder on PYTHONPATH), selected as
+`--REWARD_FUNCS=correctness_reward,mymodule:my_reward`.
 
 TRL's conventions: the gold comes as `answer` or, as TRL's and open-r1's rewards read it, `solution`; a reward that
 needs the gold returns None for a row without a readable one (TRL skips it), not 0.0. In the registry, the rewards
 that apply the rule are small classes that grpotrainer.py builds with max_completion_length and enable_thinking.
 
-An answer that is an expression (`#### 9*2`) is no answer unless it states its result (`9*2 = 18`): model output is
-never evaluated. Every scan is linear in the length of the text, and nothing here raises on any text.
-
 Run the examples in the docstrings and the tests:
-    python -m pytest tests/test_rewards.py tests/test_grading.py tests/test_rewards_gsm8k.py rewards.py -q
+    python -m pytest tests/test_rewards.py rewards.py -q
 """
 
-import re
 from collections.abc import Callable
-from decimal import Context, Decimal, InvalidOperation
-from math import gcd
 
-from cli import ConfigError
-
-# ----------------------------------------------------------------------------------------------------------------
-# Limits: they bound the work per completion, so that a 1 MB completion grades in milliseconds
-MAX_NUMBER_CHARS = 100  # digits in one number; a longer run of digits is not an answer
-SPAN_CHARS = 300  # characters read after an answer marker
-SENTENCE_CHARS = 400  # characters read back from the last number for its sentence
-MAX_BOX_CHARS = 1000  # characters searched for the closing brace of \boxed{
-MAX_MARKERS = 64  # occurrences of one kind of marker tried, from the last, before giving up on that kind
-MAX_FALLBACK_CHARS = 65536  # digit-bearing characters read back for the last number before giving up
-
-# Every scan of a whole completion is a str.find/rfind for a literal (C speed); regular expressions only run on
-# short spans around what those find, or are built so that each character is visited a bounded number of times.
-_CTX = Context(prec=MAX_NUMBER_CHARS + 40)  # exact for every number we accept, scaled by up to 10**12
-_SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
-_THINK_OPENS = ("<think>", "<thinking>")
-_THINK_CLOSES = ("</think>", "</thinking>")
-_BLOCK_ENDS = (*_THINK_CLOSES, "</reasoning>")  # text after the last of these is the answer region
-_DIGITS = "0123456789"
-
-# A number: optional sign and currency, thousands commas, decimals, an optional scale word. The look-behinds (a
-# number never starts inside a word, after a decimal point, or as the minutes of a time "2:00") and possessive
-# quantifiers keep it linear.
-_NUMBER = re.compile(
-    r"(?<![\w.])(?!(?<=[0-9]:)[0-5][0-9](?![0-9]))(?P<neg>-(?=\$?\.?[0-9]))?\$?"
-    r"(?P<body>[0-9]{1,3}(?:,[0-9]{3})++(?![0-9])(?:\.[0-9]++)?|[0-9]++(?:\.[0-9]++)?|\.[0-9]++)"
-    r"(?:[ \t]*+(?P<scale>(?i:thousand|million|billion|trillion))\b)?"
+from grpo.cli import ConfigError
+from grpo.files import with_note
+from grpo.grading import (
+    answer_region,
+    answers_match,
+    completion_to_text,
+    ends_with_hash_line,
+    extract_answer,
+    extract_hash_answer,
+    gold_value,
+    working_score,
 )
-# After a number: an operator and another number (an expression), or "=" (the left side of an equation).
-_EXPRESSION_TAIL = re.compile(r"[ \t]*+(?:=|(?:[-+*/^]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\$?\.?[0-9])")
-# ... or a unit and then an operator: "12.8 hectares / (1 - 3/5) = 32 hectares" (read only when an "=" follows).
-_UNIT_EXPRESSION_TAIL = re.compile(
-    r"[ \t]*+(?:[A-Za-z%]++[ \t]*+){1,3}(?:[-+*/]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\.?[0-9]"
-)
-_HEADING_TAIL = re.compile(r"[.):][ \t]++[A-Za-z]")  # "#### 2. Add the pens" is a numbered markdown heading
-_HASH_LEAD = re.compile(r"[\s*(:=~]*+")  # what may stand between "####" and its number once LaTeX is cleaned
-# What may stand before the number that a phrase gives first: markup, and "about", "exactly", "a total of".
-_LEAD = re.compile(
-    r"[\s*_(:=~\"'`\[]*+(?:(?i:approximately|approx\.|about|around|roughly|exactly|only|just|nearly|almost"
-    r"|(?:a[ \t]++)?total[ \t]++of)[\s*_(:=~\"'`]*+)?"
-)
-_ALNUM = re.compile(r"[0-9A-Za-z]")
-_LETTER = re.compile(r"[A-Za-z]")
-_SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
-_RAW_SENTENCE_ENDS = (". ", ".\t", "\n", "! ", "? ", "; ")  # the same, as literals for str.rfind
-
-# LaTeX and markdown around a number, removed before reading it.
-_FRAC = re.compile(
-    r"\\[dt]?frac[ \t]*+(?:\{[ \t]*+(?P<num>-?[0-9]{1,30})[ \t]*+\}|(?P<num1>[0-9]))"
-    r"[ \t]*+(?:\{[ \t]*+(?P<den>[0-9]{1,30})[ \t]*+\}|(?P<den1>[0-9]))"
-)
-_WHOLE_BEFORE = re.compile(r"(?<![0-9.])[0-9]{1,30}[ \t]*+$")  # the 2 of a mixed number, 2\frac{1}{2}
-# Thousands grouping as LaTeX and typography write it: 1,\!080  1{,}080  1\,080  1\ 080  1~080, thin spaces.
-_THOUSANDS_SEP = re.compile(
-    r"(?<=[0-9])(?:(?:,|\{,\})(?:\\[!,;: ]|~)*+|(?:\\[!,;: ]|~|[\u00a0\u2009\u202f])++)(?=[0-9]{3}(?![0-9]))"
-)
-_SCIENTIFIC = re.compile(  # 2.4 \times 10^{3}, 2.4 x 10^3: a way of writing one number, not a sum to evaluate
-    r"(?<![0-9.])(?P<mantissa>[0-9]{1,30}(?:\.[0-9]{1,30})?)[ \t]*+(?:\\times|\\cdot|\u00d7|\*|x)[ \t]*+10[ \t]*+"
-    r"\^[ \t]*+(?:\{[ \t]*+(?P<exp>-?[0-9]{1,2})[ \t]*+\}|(?P<exp1>[0-9]))"
-)
-_ESCAPED = re.compile(r"\\([$%{}#&_])")
-_TIMES = re.compile(r"\\(?:times|cdot|ast)(?![a-zA-Z])")
-_DIV = re.compile(r"\\div(?![a-zA-Z])")
-_APPROX = re.compile(r"\\(?:approx|simeq|thickapprox)(?![a-zA-Z])")
-_COMMAND = re.compile(r"\\(?:[a-zA-Z]++|[,;:! ()\[\]])")
-_POWER = re.compile(r"(?<=[0-9])[ \t]*+\*\*[ \t]*+(?=[0-9(])")  # Python's 9**2 is an expression, not bold
-_CHARS = str.maketrans(
-    "\u2212\u00d7\u00b7\u2217\u00f7\u2248\u00a0\u2009\u202f", "-***/=   ", "${}\u20ac\u00a3\u00a5\u20b9"
-)
-
-# Answer markers, each matched where str.rfind found its literal.
-_HASH_LINE = re.compile(r"[ \t]*+####[ \t]*+-?(?:[0-9]{1,3}(?:,[0-9]{3})++|[0-9]++)(?:\.[0-9]++)?[ \t]*+")
-_BOX_OPEN = re.compile(r"[ \t]{0,8}\{")
-_BOX_BARE = re.compile(r"[ \t]{1,8}([^\s$]{1,50})")  # \boxed 18, valid LaTeX without braces
-_BRACE = re.compile(r"\\[{}]|[{}]")
-_PHRASE_AT = re.compile(
-    r"answer(?P<json>[\"'][ \t]*+:)[ \t]*+"  # {"reasoning": "...", "answer": "26"}
-    r"|answer(?:[ \t]++(?:to|for|of)\b[^.\n]{0,60}?)?[ \t*_]++"
-    r"(?:is|was|would[ \t]+be|should[ \t]+be|will[ \t]+be)\b[ \t*_:]*+"  # the (final) answer is N
-    r"|answer(?:[ \t]*+\([^)\n]{0,40}\))?[ \t*_]*+[:=\uff1a]"  # Answer: N, Final answer (in $): N
-    r"|answer(?P<heading>[ \t*_:]*+)(?=\r?\n)",  # a "### Final Answer" heading, N on a following line
-    re.IGNORECASE,
-)
-_HEADING_PREFIX = re.compile(r"[ \t#*>_]*+(?:final[ \t]++)?", re.IGNORECASE)
-_A_PREFIX = re.compile(r"[ \t*>_]*+")
-# "Step by step answer:", "Detailed answer:": a heading for the working that follows, not for the answer.
-_WORKING_HEADING = re.compile(
-    r"(?i:step[- ]by[- ]step|detailed|worked|full|complete|explained|long)[ \t*_]*+(?:final[ \t]++)?$"
-)
-# A line of working rather than an answer: a list item, a "Step", or a sum.
-_WORKING_LINE = re.compile(r"[ \t>*_]*+(?:[-*\u2022][ \t]|[0-9]{1,2}[.)][ \t]|(?i:step)\b)")
-# A statement that there is no numeric answer.
-_NO_ANSWER = re.compile(
-    r"(?i:can(?:not|'t|[ \t]++not)[ \t]++be[ \t]++(?:determined|calculated|computed|found|answered|solved)"
-    r"|not[ \t]++enough[ \t]++information|insufficient[ \t]++(?:information|data)|no[ \t]++(?:valid[ \t]++"
-    r"|possible[ \t]++|unique[ \t]++)?solution|unsolvable|indeterminate|undetermined)"
-)
-# A number in a purpose clause restates the question: "to make 15 flans", "to reach his goal of 100".
-_PURPOSE = re.compile(
-    r"\bto[ \t]++(?!(?:be|the|a|an|his|her|their|its|each|every|this|that|me|him|them|us)\b)[a-z]++"
-    r"(?:[ \t]++(?!(?:is|are|was|were|has|have|had|will|would|can|so|which|then|but|he|she|they|it|we|i|you)\b)"
-    r"[a-z0-9'.]++){0,3}[ \t]++$"
-)
-# ... unless "to" belongs to the main verb: "needs to babysit 5 times", "has to pay 18".
-_MODAL_TO = re.compile(
-    r"\b(?:needs?|needed|has|have|had|going|wants?|wanted|able|used|ought|plans?|planned|decides?|decided"
-    r"|tries|tried|expects?|expected|hopes?|hoped|likes?|liked|wish(?:es)?|got)[ \t]++$",
-    re.IGNORECASE,
-)
-# A number after these restates a condition when nothing says which number was computed: "$16 after 60 days".
-_CONTEXT = re.compile(
-    r"(?:\b(?:after|before|for|per|each|every|in|within|over|during|on|above|below|until|than)|(?<!total )\bof)[ \t]++"
-    r"(?:[a-z]{1,20}?ing[ \t]++(?:away[ \t]++)?)?"
-    r"(?:(?:the|a|an|another|its|his|her|their|those|these|this|that|all|both|next|first|last)[ \t]++)?$",
-    re.IGNORECASE,
-)
-# An operand: an operator or "=" and then a number, or a comparison ("50 < 52"); a number after "<" or ">".
-_OPERAND_TAIL = re.compile(
-    r"[ \t]*+(?:(?:[-+*/^=<>]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\.?[0-9]|[<>\u2264\u2265])"
-)
-_COMPARED = re.compile(r"(?:[<>\u2264\u2265]|[0-9%)][ \t]*+(?:[-+*/^]|[xX]))[ \t]*+\(?[ \t]*+$")  # "50 < 52", "1 - 3"
-_RESULT_BEFORE = re.compile(r"=[ \t]*+$")
-_AND_BEFORE = re.compile(r"\band[ \t]++(?:[a-z]++[ \t]++){0,2}$")
-# A restatement of the result just before: "which is 30 minutes", "or 20 = A", "which rounds down to 15".
-_RESTATED = re.compile(
-    r"(?i:\b(?:which|that)[ \t]++(?:is|are|makes|means|equals|comes[ \t]++to)|\bor|\bi\.e\.,?"
-    r"|\brounds?[ \t]++(?:down|up)?[ \t]*+to|\brounded[ \t]++(?:down|up)?[ \t]*+to)[ \t]++$"
-)
-# A reason or a condition: its numbers restate the question. It runs to the next comma.
-_CONDITION = re.compile(r"(?i:\b(?:because|since|if|given[ \t]++that|assuming|when|whenever)\b)")
-_DIGIT = re.compile(r"[0-9]")
-_CLAUSE_END = re.compile(r"[,;:=]")  # "... when she started = 90 more pounds": the result is no condition
-_RESULT_AT = re.compile(r"(?:=|>>)[ \t]*+")  # where a computed result follows: "= 18", GSM8K's "<<3*6=18>>18"
-
-# Numbers written as words, read after an answer phrase: "eighteen", "twenty-five", "a dozen".
-# fmt: off
-_UNITS = (
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
-)
-# fmt: on
-_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-_WORD_VALUES = {
-    **{word: value for value, word in enumerate(_UNITS)},
-    **{word: 20 + 10 * i for i, word in enumerate(_TENS)},
-}
-_WORD_SCALES = {"dozen": 12, "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
-_NUMBER_WORD = rf"(?:{'|'.join(sorted([*_WORD_VALUES, *_WORD_SCALES], key=len, reverse=True))})\b"
-_WORD_NUMBER = re.compile(
-    rf"(?<![\w-])(?:an?[ \t]++(?=(?:dozen|hundred|thousand|million)\b))?{_NUMBER_WORD}"
-    rf"(?:(?:[ \t]*+-[ \t]*+|[ \t]++(?:and[ \t]++)?){_NUMBER_WORD})*+(?![ \t]++of\b)",
-    re.IGNORECASE,
-)
-_WORD_CUE = re.compile(
-    r"(?i:\b(?:is|are|was|were|be|has|have|had|gets?|got|makes?|made|needs?|costs?|spends?|spent|pays?|paid"
-    r"|earns?|earned|equals?|totals?|of)|=)[ \t]++$"
-)
-
-# Shown working, for reasoning_reward: an operation "36 / 3", then the rest of its chain and an "= result".
-_OPS = r"(?:[-+*/^xX\u2212\u00d7\u00f7\u00b7\u2217]|\\(?:times|cdot|div)(?![a-zA-Z]))"
-_OPERATION = re.compile(rf"[0-9%][ \t]?+{_OPS}[ \t]?+\(?+[ \t]?+\$?+\.?[0-9]")
-_CHAIN = re.compile(r"(?:[-+*/^xX\u2212\u00d7\u00f7\u00b7\u2217 \t0-9.,%$()]++|\\(?:times|cdot|div)(?![a-zA-Z]))*+")
-_RESULT = re.compile(r"[ \t]*+\)?[ \t]*+=[ \t]*+(?:<<)?\$?-?\.?[0-9]")  # GSM8K writes "5 x 3 =<<15=15>>15"
-_OP_CHARS = "-+*/^xX\\\u2212\u00d7\u00f7\u00b7\u2217"
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Text in, number out
-
-
-def completion_to_text(completion) -> str:
-    """The text of one completion: a plain string, or chat messages whose assistant content(s) are joined.
-
-    Args:
-        completion: a `str`, or a list of `{"role", "content"}` messages (content a string or a list of
-            `{"type": "text", "text": ...}` parts). Messages without a role count as the assistant's, as in TRL.
-
-    Returns:
-        `str`: the text, `""` for anything else (never raises).
-
-    >>> completion_to_text([{"role": "assistant", "content": "#### 18"}])
-    '#### 18'
-    >>> completion_to_text([{"role": "tool", "content": "42"}, {"content": [{"type": "text", "text": "18"}]}])
-    '18'
-    """
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, bytes | bytearray):
-        return bytes(completion).decode("utf-8", "replace")
-    if isinstance(completion, dict):
-        completion = [completion]
-    if not isinstance(completion, list | tuple):
-        return ""
-    parts = []
-    for message in completion:
-        if isinstance(message, str):
-            parts.append(message)
-        elif isinstance(message, dict) and message.get("role", "assistant") == "assistant":
-            parts.append(_content_text(message.get("content")))
-    return "\n".join(part for part in parts if part)
-
-
-def _content_text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list | tuple):  # multimodal parts: keep the text ones
-        texts = (part.get("text") for part in content if isinstance(part, dict) and part.get("type", "text") == "text")
-        return "\n".join(text for text in texts if isinstance(text, str) and text)
-    return ""
-
-
-def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False) -> str | None:
-    """The final numeric answer of a completion or of a GSM8K gold solution, as a normalised decimal string.
-
-    Normalised: no `$`, thousands separators, units or `%`, no trailing zeros after the point; a leading `-` kept.
-    Precedence: the last `#### N`, else the last `\\boxed{N}`, else the last answer phrase, else the last number
-    (see the module docstring for how each is read).
-
-    Args:
-        text (`str`): a completion or a gold solution (chat messages are accepted too).
-        truncated (`bool`): the completion was cut off at the length limit: no answer from the last-number fallback.
-        thinking (`bool`): thinking mode was on: no answer unless the thinking closed with `</think>`.
-
-    Returns:
-        `str | None`: e.g. "1080", "-3", "18.5"; None when there is no readable final answer.
-
-    >>> extract_answer("Tom sells 20 - 5 - 3 = 12 pens at $1.50: 12 * 1.5 = $18.\\n#### 18")
-    '18'
-    >>> extract_answer(r"So he packs $\\boxed{1,\\!080}$ pens.")
-    '1080'
-    >>> extract_answer("Answer: After 60 days, Cynthia will spend $16.00")
-    '16'
-    >>> extract_answer("<think>Is it 17? 9 * 2 = 18.</think>The answer is 18.")
-    '18'
-    >>> extract_answer("<think>9 * 2 = 18, so the answer is 18") is None  # the thinking never closed
-    True
-    >>> extract_answer("9 * 2 = 18, and then", truncated=True) is None  # cut off: no last-number fallback
-    True
-    >>> extract_answer("#### 9*2") is None
-    True
-    """
-    text = _answer_region(text if isinstance(text, str) else completion_to_text(text), thinking)
-    if text is None:
-        return None
-    computed = _Computed(text)
-    for find in (_hash_answer, _boxed_answer, _phrase_answer):
-        found, value = find(text, computed, truncated)
-        if found:
-            return value
-    return None if truncated else _last_answer(text, computed)
-
-
-def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
-    """The number after the last `#### ` (GSM8K's official format), normalised like `extract_answer`; else None.
-
-    `####` followed by words (a markdown heading) or by an expression without its result does not count, nor does
-    one inside thinking that never closed.
-
-    >>> extract_hash_answer("A third of 36 is 12.\\n#### 12")
-    '12'
-    >>> extract_hash_answer("#### Final answer\\nThe answer is 12.") is None
-    True
-    """
-    text = _answer_region(text if isinstance(text, str) else completion_to_text(text), thinking)
-    return None if text is None else _hash_answer(text)[1]
-
-
-def answers_match(pred: str | None, gold: str | None) -> bool:
-    """Whether two answers are the same number, compared with `decimal.Decimal` (exact, no float rounding).
-
-    None, and anything that is not a finite number, never matches.
-
-    >>> answers_match("18", "18.00"), answers_match("1,080", "1080"), answers_match("18.5", "18")
-    (True, True, False)
-    >>> answers_match(None, None)
-    False
-    """
-    a, b = _to_decimal(pred), _to_decimal(gold)
-    return a is not None and b is not None and a == b
-
-
-def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) -> dict:
-    """One completion against its gold answer: what the lenient extractor reads, and the three verdicts.
-
-    Args:
-        completion (`str` or `list[dict]`): a plain or chat completion.
-        gold: the gold answer, a number ("1080", 1080) or a GSM8K solution ("... #### 1,080").
-        truncated (`bool`): the generation hit the token limit without an end-of-turn token.
-        thinking (`bool`): thinking mode was on (ENABLE_THINKING).
-
-    Returns:
-        `dict`: `extracted` (`extract_answer`'s reading, or None), `correct` (it equals the gold), `strict_correct`
-        (the `#### N` answer equals the gold), `formatted` (there is a readable `#### N`). Unclosed thinking gives
-        None, False, False, False.
-
-    >>> grade("9 * 2 = 18\\n#### 18", "18")
-    {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True}
-    >>> grade("So the answer is \\\\boxed{18}.", "18")
-    {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False}
-    >>> grade("<think>9 * 2 = 18\\n#### 18", "18")
-    {'extracted': None, 'correct': False, 'strict_correct': False, 'formatted': False}
-    """
-    text = completion_to_text(completion)
-    gold = _gold_value(gold)
-    extracted = extract_answer(text, truncated=truncated, thinking=thinking)
-    strict = extract_hash_answer(text, thinking=thinking)
-    return {
-        "extracted": extracted,
-        "correct": answers_match(extracted, gold),
-        "strict_correct": answers_match(strict, gold),
-        "formatted": strict is not None,
-    }
-
-
-def _to_decimal(value) -> Decimal | None:
-    if not isinstance(value, str) or len(value) > 4 * MAX_NUMBER_CHARS:
-        return None
-    try:
-        number = Decimal(value.strip().replace(",", "").removeprefix("$"))
-    except (InvalidOperation, ValueError):
-        return None
-    return number if number.is_finite() else None
-
-
-def _answer_region(text: str, thinking: bool = False) -> str | None:
-    """The text after the last closed thinking block, when any text follows it; else the whole text.
-
-    None when thinking never closed: an opening tag after the last closing one, or thinking mode and no closing tag.
-    """
-    close = max((text.rfind(tag) for tag in _THINK_CLOSES), default=-1)
-    opened = max((text.rfind(tag) for tag in _THINK_OPENS), default=-1)
-    if opened > close or (thinking and close < 0):
-        return None
-    cut = max((i + len(tag) for tag in _BLOCK_ENDS if (i := text.rfind(tag)) >= 0), default=0)
-    return text[cut:] if cut and not text[cut:].isspace() and len(text) > cut else text
-
-
-class _Computed:
-    """The numbers that the text states as computed results ("= 18", "<<3*6=18>>18"), found when first asked."""
-
-    def __init__(self, text: str):
-        self.text, self.values = text, None
-
-    def __contains__(self, value: str | None) -> bool:
-        if self.values is None:
-            clean = _clean(self.text[-MAX_FALLBACK_CHARS:])
-            self.values = {
-                _normalise(number)
-                for at in _RESULT_AT.finditer(clean)
-                if (number := _NUMBER.match(clean, at.end())) is not None
-            }
-        return value in self.values
-
-
-def _hash_answer(text: str, computed=None, truncated: bool = False) -> tuple[bool, str | None]:
-    for tries, (pos, _) in enumerate(_rfind_all(text, ("####",))):
-        if tries >= MAX_MARKERS:
-            break
-        if pos > 0 and text[pos - 1] == "#":  # "#####" is a markdown heading, not the answer marker
-            continue
-        found, value = _read_span(_span_after(text, pos + 4)[0], lead=True)
-        if found:
-            return True, value
-    return False, None
-
-
-def _boxed_answer(text: str, computed, truncated: bool = False) -> tuple[bool, str | None]:
-    for tries, (pos, marker) in enumerate(_rfind_all(text, ("\\boxed", "\\fbox"))):
-        if tries >= MAX_MARKERS:
-            break
-        content = _box_content(text, pos + len(marker))
-        if content is not None:
-            found, value = _read_span(content, computed=computed)
-            if found:
-                return True, value
-            if _LETTER.search(_clean(content)):  # \boxed{\text{Cannot be determined}}: a final answer, no number
-                return True, None
-    return False, None
-
-
-def _box_content(text: str, pos: int) -> str | None:
-    opening = _BOX_OPEN.match(text, pos)
-    if opening is None:
-        bare = _BOX_BARE.match(text, pos)
-        return bare.group(1) if bare else None
-    depth, start = 1, opening.end()
-    for brace in _BRACE.finditer(text, start, min(len(text), start + MAX_BOX_CHARS)):
-        if brace.group() in ("{", "}"):  # \{ and \} are literal braces
-            depth += 1 if brace.group() == "{" else -1
-            if depth == 0:
-                return text[start : brace.start()]
-    return None  # unbalanced within reach: not a box
-
-
-def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[bool, str | None]:
-    last_digit = max(text.rfind(digit) for digit in _DIGITS)
-    for tries, (pos, marker) in enumerate(_rfind_all(text, ("answer", "Answer", "ANSWER", "A:"))):
-        if tries >= MAX_MARKERS:
-            break
-        if marker == "A:":  # a weak marker (few-shot prompts start whole solutions with it): a line "A: N" only
-            if _at_line_start(text, pos, _A_PREFIX):
-                found, value = _read_span(_span_after(text, pos + 2)[0], single=True)
-                if found:
-                    return True, value
-            continue
-        phrase = _PHRASE_AT.match(text, pos)
-        json_key = phrase is not None and phrase.group("json") is not None
-        if pos > 0 and (text[pos - 1].isalnum() or text[pos - 1] == "_") and not json_key:  # "final_answer": ok
-            continue
-        if _WORKING_HEADING.search(text, max(0, pos - 40), pos):  # "Step by step answer:" heads the working
-            continue
-        if pos > 0 and text[pos - 1] == "<" and text.startswith(">", pos + 6):  # <answer>N</answer>
-            span, next_line = _span_after(text, pos + 7)[0].split("</", 1)[0], -1
-        elif phrase is None or (
-            phrase.group("heading") is not None and not _at_line_start(text, pos, _HEADING_PREFIX)
-        ):
-            continue
-        else:
-            span, next_line = _span_after(text, phrase.end())
-            if json_key and span[:1] and span[0] in "\"'":  # the quoted value only
-                span = span[1:].split(span[0], 1)[0]
-        if next_line >= 0 and _is_working(span):  # a heading over working: the block's final result
-            if truncated:
-                continue
-            value = _last_answer(text[next_line:], computed)
-            if value is not None:
-                return True, value
-            continue
-        found, value = _read_span(span, computed=computed)
-        if found:
-            return True, value
-        if _NO_ANSWER.search(_clean(span)) or last_digit < pos:
-            return True, None  # "The answer cannot be determined.": a final answer that is no number
-    return False, None
-
-
-def _is_working(line: str) -> bool:
-    return _WORKING_LINE.match(line) is not None or _OPERATION.search(_clean(line)) is not None
-
-
-def _last_answer(text: str, computed) -> str | None:
-    """The answer number of the sentence that holds the text's last number (see `_sentence_answer`)."""
-    last_digit = max(text.rfind(digit) for digit in _DIGITS)
-    if last_digit < 0:
-        return None
-    low = max(0, last_digit - SENTENCE_CHARS)  # the sentence around the last digit, found with str.rfind: fast
-    start = max(
-        (i + len(end) for end in _RAW_SENTENCE_ENDS if (i := text.rfind(end, low, last_digit)) >= 0), default=low
-    )
-    window = _clean(text[start : last_digit + SPAN_CHARS])
-    numbers = list(_NUMBER.finditer(window))
-    if numbers and not (numbers[0].start() == 0 and start > 0 and not text[start - 1].isspace()):
-        last = numbers[-1]
-        sentence = window[: last.end()]
-    else:  # digits but no number here ("x2"): read back in windows
-        found = _last_number(text)
-        if found is None:
-            return None
-        window, last = found
-        boundary = None
-        for boundary in _SENTENCE_END.finditer(window, max(0, last.start() - SENTENCE_CHARS), last.start()):  # noqa: B007
-            pass
-        sentence = window[boundary.end() if boundary else max(0, last.start() - SENTENCE_CHARS) : last.end()]
-        numbers = list(_NUMBER.finditer(sentence))
-    if _NO_ANSWER.search(window, last.end()):  # "... so the answer cannot be determined." after the last number
-        return None
-    return _sentence_answer(sentence, numbers, computed)
-
-
-def _last_number(text: str) -> tuple[str, re.Match] | None:
-    """The cleaned window that holds the last number in the text, and that number; read in windows from the end,
-    from just after the last digit.
-
-    Windows without a digit are skipped at str.find speed; at most MAX_FALLBACK_CHARS characters of windows with
-    digits but no number in them ("x2", "v1.3") are read before giving up.
-    """
-    last_digit = max(text.rfind(digit) for digit in _DIGITS)
-    end = min(len(text), last_digit + SPAN_CHARS)  # room for a scale word and "cannot be determined" after it
-    size, budget = 256, MAX_FALLBACK_CHARS
-    while end > 0 and budget > 0:
-        start = max(0, end - min(size, budget))
-        if start > 0:  # begin the window after a space, so that it cuts no number in two
-            low = max(0, start - 256)
-            start = max(text.rfind(" ", low, start), text.rfind("\n", low, start), start - 1) + 1
-        if not any(text.find(digit, start, end) >= 0 for digit in _DIGITS):
-            end, size = start, size * 2
-            continue
-        budget -= end - start
-        window = _clean(text[start:end])
-        last = _last_match(window)
-        if last is None:  # digits, but none of them a number: read further back
-            end, size = start, size * 2
-        elif last.start() == 0 and start > 0 and not text[start - 1].isspace():
-            size *= 2  # the number may begin before the window: read it again in a wider one
-        else:
-            return window, last
-    return None
-
-
-def _last_match(window: str) -> re.Match | None:
-    last = None
-    for last in _NUMBER.finditer(window):  # noqa: B007 - the last one is wanted
-        pass
-    return last
-
-
-def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | None:
-    """The answer number among a sentence's numbers.
-
-    Passed over: operands and comparisons (`18 - 4 = 14`, `50 < 52`), numbers in a purpose clause ("to make 15
-    flans") or a reason or condition ("because he averages 30 points"). A sentence that ends with an equation
-    gives its result. Of the rest, the last, unless it restates a result stated with "=" before it ("= 0.5 hour,
-    which is 30 minutes" gives 30, "= $240 for the 6 shirts" gives 240); a last one after "after", "for", "in",
-    "of" ... ("$16 after 60 days", "for 3 gallons and 5 boxes") gives way to an earlier one that the text computed
-    (`= 16`), or, when none is, to the last one not after such a word.
-    """
-    if len(numbers) <= 1:
-        return _normalise(numbers[0]) if numbers else None
-    if _RESULT_BEFORE.search(sentence, max(0, numbers[-1].start() - 12), numbers[-1].start()):
-        return _normalise(numbers[-1])  # the sentence ends with an equation: "... because 20 - 6 = 14"
-    kept = [n for n in numbers if not _is_operand(sentence, n)] or numbers
-    clauses = [(c.start(), _clause_end(sentence, c.end())) for c in _CONDITION.finditer(sentence)]
-    kept = [
-        n
-        for n in kept
-        if not _in_purpose_clause(sentence, n.start()) and not any(a <= n.start() < b for a, b in clauses)
-    ] or kept
-    last = kept[-1]
-    if len(kept) == 1 or _RESTATED.search(sentence, max(0, last.start() - 30), last.start()):
-        return _normalise(last)
-    if results := [n for n in kept if _RESULT_BEFORE.search(sentence, max(0, n.start() - 12), n.start())]:
-        return _normalise(results[-1])  # "will pay $40 x 6 = $240 for the 6 shirts"
-    context, previous = [], False
-    for n in kept:  # a number after "and" continues the list before it: "for 3 gallons of milk and 5 boxes"
-        before = sentence[max(0, n.start() - 30) : n.start()]
-        previous = bool(_CONTEXT.search(before)) or (previous and _AND_BEFORE.search(before) is not None)
-        context.append(previous)
-    if context[-1] and _normalise(last) not in computed:
-        earlier = [n for n in kept[:-1] if _normalise(n) in computed]
-        plain = [n for n, c in zip(kept, context, strict=True) if not c]
-        last = (earlier or plain or [last])[-1]
-    return _normalise(last)
-
-
-def _clause_end(sentence: str, pos: int) -> int:
-    """Where a reason or condition clause ends: at a comma, or at an "=" when no number stands before it."""
-    digit = _DIGIT.search(sentence, pos)
-    for end in _CLAUSE_END.finditer(sentence, pos):
-        if end.group() != "=" or digit is None or digit.start() > end.start():  # "because 12/15=.8" runs on
-            return end.start()
-    return len(sentence)
-
-
-def _is_operand(sentence: str, number: re.Match) -> bool:
-    """Whether the number is an operand of a sum or a side of a comparison, not a stated result."""
-    return (
-        _OPERAND_TAIL.match(sentence, number.end()) is not None
-        or _COMPARED.search(sentence, max(0, number.start() - 8), number.start()) is not None
-    )
-
-
-def _in_purpose_clause(sentence: str, pos: int) -> bool:
-    purpose = _PURPOSE.search(sentence, max(0, pos - 60), pos)
-    return purpose is not None and not _MODAL_TO.search(sentence, max(0, purpose.start() - 30), purpose.start())
-
-
-def _rfind_all(text: str, needles: tuple[str, ...]):
-    """(position, needle) of every occurrence of the needles, from the last to the first, found with str.rfind."""
-    heads = {needle: text.rfind(needle) for needle in needles}
-    while True:
-        needle = max(heads, key=heads.__getitem__)
-        pos = heads[needle]
-        if pos < 0:
-            return
-        yield pos, needle
-        heads[needle] = text.rfind(needle, 0, pos + len(needle) - 1)
-
-
-def _at_line_start(text: str, pos: int, prefix: re.Pattern) -> bool:
-    """Whether only `prefix` (markdown such as '### ' or '**') stands between the start of the line and pos."""
-    line_start = text.rfind("\n", max(0, pos - 100), pos) + 1
-    return (line_start > 0 or pos <= 100) and prefix.fullmatch(text, line_start, pos) is not None
-
-
-def _span_after(text: str, pos: int) -> tuple[str, int]:
-    """The rest of the line after a marker or, when that holds no letter or digit, the next line that does, with
-    where that next line starts (-1 when the span is on the marker's own line)."""
-    limit, start = min(len(text), pos + SPAN_CHARS), pos
-    while pos < limit:
-        newline = text.find("\n", pos, limit)
-        line = text[pos : newline if newline >= 0 else limit]
-        if _ALNUM.search(line) or newline < 0:
-            return line, -1 if pos == start else pos
-        pos = newline + 1
-    return "", -1
-
-
-def _read_span(span: str, lead: bool = False, single: bool = False, computed=()) -> tuple[bool, str | None]:
-    """Read the answer after a marker: (whether it holds an answer at all, the normalised answer or None).
-
-    lead: the number must come first (after `####`); single: the span must hold exactly one number ("A:").
-    Otherwise a number first is the answer, a sentence gives its answer number, and a number word counts.
-    A number that starts an expression or an equation is replaced by the result after the last "=", if any.
-    """
-    span = _clean(span)
-    number = _NUMBER.search(span)
-    head = 0 if lead or single else _LEAD.match(span).end()
-    words = None if lead or single else _WORD_NUMBER.match(span, head)
-    first_end = _SENTENCE_END.search(span, head)
-    if words is not None and (number is None or (first_end is not None and first_end.end() <= number.start())):
-        return True, _word_value(words.group())  # "The answer is eighteen."
-    if number is None:
-        value = None if lead or single else _cued_word_number(span)
-        return value is not None, value
-    if lead and (_HASH_LEAD.fullmatch(span, 0, number.start()) is None or _HEADING_TAIL.match(span, number.end())):
-        return False, None
-    if single and _NUMBER.search(span, number.end()) is not None:
-        return False, None
-    if not (lead or single) and number.start() > head:  # a sentence: "After 60 days, she will spend $16"
-        boundary = None
-        for boundary in _SENTENCE_END.finditer(span, 0, number.start()):  # noqa: B007 - the last one is wanted
-            pass
-        start = boundary.end() if boundary else 0
-        end = _SENTENCE_END.search(span, number.end())
-        if end is None or "=" in span[end.start() :]:  # "... = $70. So for five days he earns 5 x 70 = $350."
-            end = None
-        sentence = span[start : end.start() if end else len(span)]
-        return True, _sentence_answer(sentence, list(_NUMBER.finditer(sentence)), computed)
-    return True, _stated(span, number)
-
-
-def _stated(span: str, number: re.Match) -> str | None:
-    """The number, or when it starts a sum or an equation, the result stated after the last "=" (else None)."""
-    tail = _EXPRESSION_TAIL.match(span, number.end())
-    if tail is None and _UNIT_EXPRESSION_TAIL.match(span, number.end()) and "=" in span[number.end() :]:
-        tail = True  # "12.8 hectares / (1 - 3/5) = 32 hectares"
-    if tail:
-        equals = span.rfind("=", number.end())
-        number = _NUMBER.search(span, equals + 1) if equals >= 0 else None
-        if number is None or _EXPRESSION_TAIL.match(span, number.end()):
-            return None  # an expression without its result: never evaluated
-    return _normalise(number)
-
-
-def _cued_word_number(span: str) -> str | None:
-    """A number word right after a verb in the span's first sentence: "Answer: Tom has eighteen pens." -> "18"."""
-    end = _SENTENCE_END.search(span)
-    sentence = span[: end.start() if end else len(span)]
-    for words in _WORD_NUMBER.finditer(sentence):
-        if _WORD_CUE.search(sentence, max(0, words.start() - 12), words.start()):
-            return _word_value(words.group())
-    return None
-
-
-def _word_value(words: str) -> str:
-    """The value of a run of number words: "twenty-five" -> "25", "a dozen" -> "12", "one hundred and one" -> "101"."""
-    total = current = 0
-    for word in re.findall(r"[a-z]+", words.lower()):
-        if word in _WORD_VALUES:
-            current += _WORD_VALUES[word]
-        elif word in ("a", "an"):
-            current += 1
-        elif word in ("dozen", "hundred"):
-            current = max(current, 1) * _WORD_SCALES[word]
-        elif word in _WORD_SCALES:
-            total, current = total + max(current, 1) * _WORD_SCALES[word], 0
-    return str(total + current)
-
-
-def _clean(text: str) -> str:
-    """Strip LaTeX and markdown around numbers: \\frac{1}{2} -> 0.5, 1,\\!080 -> 1,080, \\$18 -> 18, **18** -> 18."""
-    if "\\" in text:
-        text = _replace_fractions(text)
-        text = _ESCAPED.sub(r"\1", text)
-    if "^" in text:
-        text = _SCIENTIFIC.sub(_scientific_text, text)
-    if "\\" in text:
-        text = _APPROX.sub("=", _DIV.sub("/", _TIMES.sub("*", text)))
-    if any(sep in text for sep in ("\\", "{,}", "~", "\u00a0", "\u2009", "\u202f")):
-        text = _THOUSANDS_SEP.sub(",", text)
-    if "\\" in text:
-        text = _COMMAND.sub(" ", text)
-    if "**" in text:
-        text = _POWER.sub("^", text).replace("**", " ")
-    return text.translate(_CHARS)
-
-
-def _scientific_text(match: re.Match) -> str:
-    exponent = int(match.group("exp") or match.group("exp1"))
-    return _decimal_text(Decimal(match.group("mantissa")).scaleb(exponent, _CTX))
-
-
-def _replace_fractions(text: str) -> str:
-    """LaTeX fractions as decimals (3/4 -> 0.75, 2\\frac{1}{2} -> 2.5), or as "p/q", an expression, when infinite."""
-    parts, done = [], 0
-    for frac in _FRAC.finditer(text):
-        whole = _WHOLE_BEFORE.search(text, max(done, frac.start() - 40), frac.start())
-        head = frac.start() if whole is None else whole.start()
-        num, den = int(frac.group("num") or frac.group("num1")), int(frac.group("den") or frac.group("den1"))
-        parts += [text[done:head], _fraction_text(int(whole.group().strip()) if whole else 0, num, den)]
-        done = frac.end()
-    return "".join(parts) + text[done:]
-
-
-def _fraction_text(whole: int, num: int, den: int) -> str:
-    reduced = den // gcd(num, den) if den else 0
-    while reduced and reduced % 2 == 0:
-        reduced //= 2
-    while reduced and reduced % 5 == 0:
-        reduced //= 5
-    if reduced != 1:  # no finite decimal (or a zero denominator)
-        return f"{whole}+{num}/{den}" if whole else f"{num}/{den}"
-    return _decimal_text(_CTX.add(Decimal(whole), _CTX.divide(Decimal(num), Decimal(den))))
-
-
-def _normalise(match: re.Match) -> str | None:
-    body = match.group("body").replace(",", "")
-    if len(body) > MAX_NUMBER_CHARS:
-        return None
-    value = Decimal(body)
-    if match.group("scale"):
-        value = value.scaleb(_SCALES[match.group("scale").lower()], _CTX)
-    return _decimal_text(value.copy_negate() if match.group("neg") else value)
-
-
-def _decimal_text(value: Decimal) -> str:
-    return "0" if value.is_zero() else format(value.normalize(_CTX), "f")
-
 
 # ----------------------------------------------------------------------------------------------------------------
 # Reward functions: TRL calls them as f(prompts=..., completions=..., completion_ids=..., answer=..., ...)
@@ -798,22 +52,10 @@ def _golds(answer, n: int) -> list[str | None]:
     for i in range(n):
         gold = answer[i] if i < len(answer) else None
         if isinstance(gold, str):
-            golds.append(cache[gold] if gold in cache else cache.setdefault(gold, _gold_value(gold)))
+            golds.append(cache[gold] if gold in cache else cache.setdefault(gold, gold_value(gold)))
         else:
-            golds.append(_gold_value(gold))
+            golds.append(gold_value(gold))
     return golds
-
-
-def _gold_value(gold) -> str | None:
-    if gold is None or isinstance(gold, bool):
-        return None
-    if isinstance(gold, int | float | Decimal):
-        try:
-            value = Decimal(repr(gold)) if isinstance(gold, float) else Decimal(gold)
-        except (InvalidOperation, ValueError):
-            return None
-        return _decimal_text(value) if value.is_finite() else None
-    return extract_answer(gold)
 
 
 def _truncated(completion_ids, max_completion_length: int | None, n: int) -> list[bool]:
@@ -902,16 +144,14 @@ def format_reward(completions, answer=None, *, enable_thinking: bool = False, **
     rewards = []
     for completion in completions or []:
         text = completion_to_text(completion)
-        region = _answer_region(text, enable_thinking)
+        region = answer_region(text, enable_thinking)
         if region is None:
             rewards.append(0.0)
             continue
-        text = text.rstrip()
-        last_line = text[text.rfind("\n") + 1 :]
-        if _HASH_LINE.fullmatch(last_line):
+        if ends_with_hash_line(text):
             rewards.append(1.0)
         else:
-            rewards.append(0.5 if _hash_answer(region)[1] is not None else 0.0)
+            rewards.append(0.5 if extract_hash_answer(text, thinking=enable_thinking) is not None else 0.0)
     return rewards
 
 
@@ -933,7 +173,7 @@ def reasoning_reward(completions, answer=None, **kwargs) -> list[float]:
     rewards = []
     for completion in completions or []:
         text = completion_to_text(completion)
-        rewards.append(_working_score(text))
+        rewards.append(working_score(text))
     return rewards
 
 
@@ -969,31 +209,18 @@ def math_reward(
     rewards = []
     for completion, gold, truncated in zip(completions, golds, cut, strict=True):
         text = completion_to_text(completion)
-        if gold is None or _answer_region(text, enable_thinking) is None:
+        if gold is None or answer_region(text, enable_thinking) is None:
             rewards.append(None if gold is None else 0.0)
             continue
         pred = extract_answer(text, truncated=truncated, thinking=enable_thinking)
         tenths = (
             2 * (extract_hash_answer(text, thinking=enable_thinking) is not None)
-            + 2 * (_working_score(text) > 0)
+            + 2 * (working_score(text) > 0)
             + 2 * (pred is not None)
             + 4 * answers_match(pred, gold)
         )
         rewards.append(tenths / 10)
     return rewards
-
-
-def _working_score(text: str) -> float:
-    """1.0 for an operation chain with its "= result", 0.5 for an operation alone, 0.0 for none; linear time."""
-    if not any(op in text for op in _OP_CHARS):
-        return 0.0
-    pos, score = 0, 0.0
-    while (operation := _OPERATION.search(text, pos)) is not None:
-        chain_end = _CHAIN.match(text, operation.end()).end()  # the rest of "3 + 4 * 2", consumed once
-        if _RESULT.match(text, chain_end):
-            return 1.0
-        pos, score = chain_end, 0.5
-    return score
 
 
 class OverlongReward:
@@ -1042,30 +269,27 @@ class OverlongReward:
 
 
 def load(names, max_completion_length, enable_thinking=False) -> list[Callable]:
-    """Reward callables for REWARD_FUNCS entries: registry names or "module:function" strings.
+    """Reward callables for REWARD_FUNCS entries: registry names, "module:function" or TRL's "module.function".
 
     A class (a registry entry or a user's) is built with the run's `max_completion_length` and `enable_thinking`,
-    where its __init__ takes them. A module that fails to import, or a class that fails to build, is a ConfigError
-    naming the entry. Each plain (not async) callable is returned inside `Guarded`, so that one that raises during
-    training stops the run with a message naming it too.
+    where its __init__ takes them. A module that is not on the Python path, or lacks the name, is a ConfigError
+    naming the entry and where the module must live; a module or class that raises while loading is a bug and keeps
+    its traceback, with a note naming the entry. Each plain (not async) callable is returned inside `Guarded`, so
+    that one that raises during training names its entry and step under its traceback.
     """
-    import importlib
     import inspect
 
     funcs = []
     for name in names:
-        try:
-            if name in REWARDS:
-                func = REWARDS[name]
-            else:  # "module:function" (preflight has already rejected unknown plain names)
-                module, _, attr = name.partition(":")
-                func = getattr(importlib.import_module(module), attr)
-            if isinstance(func, type):
-                run = {"max_completion_length": max_completion_length, "enable_thinking": enable_thinking}
-                accepted = inspect.signature(func).parameters
+        func = REWARDS[name] if name in REWARDS else _import(name)
+        if isinstance(func, type):
+            run = {"max_completion_length": max_completion_length, "enable_thinking": enable_thinking}
+            accepted = inspect.signature(func).parameters
+            try:
                 func = func(**{key: value for key, value in run.items() if key in accepted})
-        except (Exception, SystemExit) as err:  # a user's module can fail to import, or exit, in any way
-            raise ConfigError(f"REWARD_FUNCS entry {name!r} cannot be loaded: {type(err).__name__}: {err}") from None
+            except Exception as err:
+                err.add_note(f"while building the reward class of REWARD_FUNCS entry {name!r}")
+                raise
         if not callable(func):
             raise ConfigError(f"REWARD_FUNCS entry {name!r} is a {type(func).__name__}, not a function.")
         async_ = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
@@ -1073,27 +297,51 @@ def load(names, max_completion_length, enable_thinking=False) -> list[Callable]:
     return funcs
 
 
-class RewardError(ConfigError):
-    """A reward function raised during training; the message names its REWARD_FUNCS entry (exit 2, no traceback)."""
+def _import(name):
+    """The object a "module:function" or "module.function" entry names (preflight has refused unknown plain names)."""
+    import importlib
+
+    module, _, attr = name.partition(":") if ":" in name else name.rpartition(".")
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if not err.name or not (module == err.name or module.startswith(err.name + ".")):
+            raise  # the reward's module imports something missing: its traceback says what and where
+        raise ConfigError(
+            f"REWARD_FUNCS entry {name!r}: there is no module {module!r} on the Python path.\n"
+            f"Put {module.replace('.', '/')}.py in the repository root (beside grpotrainer.py) or in a folder on "
+            "PYTHONPATH, and name it as module:function."
+        ) from None
+    except Exception as err:
+        err.add_note(f"while importing the module of REWARD_FUNCS entry {name!r}")
+        raise
+    if not attr or not hasattr(found, attr):
+        where = getattr(found, "__file__", module)
+        raise ConfigError(f"REWARD_FUNCS entry {name!r}: {where} has no {attr!r}; give module:function.")
+    return getattr(found, attr)
 
 
 class Guarded:
-    """A reward function that, when it raises, raises a RewardError naming its REWARD_FUNCS entry instead.
+    """A reward function that, when it raises, adds a note naming its REWARD_FUNCS entry and the training step.
 
-    Keeps the function's `__name__`, which TRL turns into the metric name rewards/<name>/mean. Picklable.
+    The error itself goes on, traceback and all: a reward that raises is a bug to be seen where it is, in the
+    reward's own file and line. Keeps the function's `__name__`, which TRL turns into the metric name
+    rewards/<name>/mean. Picklable.
     """
 
     def __init__(self, func, entry):
-        self.func, self.entry = func, entry
+        self.func = func
+        self.entry = entry
         self.__name__ = getattr(func, "__name__", entry.rpartition(":")[2])
 
     def __call__(self, *args, **kwargs):
         try:
             return self.func(*args, **kwargs)
-        except Exception as err:
+        except (Exception, SystemExit) as err:
             step = getattr(kwargs.get("trainer_state"), "global_step", "?")
-            message = f"REWARD_FUNCS entry {self.entry!r} raised at step {step}: {type(err).__name__}: {err}"
-            raise RewardError(message) from None
+            raise with_note(
+                err, f"raised by the reward REWARD_FUNCS entry {self.entry!r} at training step {step}"
+            ) from None
 
     def __repr__(self):
         return f"Guarded({self.func!r})"

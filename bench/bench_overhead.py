@@ -3,7 +3,7 @@
     python bench/bench_overhead.py                                   # ~1 min on 2 cores; prints the ratio
     python bench/bench_overhead.py --steps 20 --repeats 5 --json outputs/bench/overhead.json
 
-Both sides train the same tiny random Qwen3 (smoke.py) on the same fixture prompts with the same rewards, LoRA and
+Both sides train the same tiny random Qwen3 (grpo/profiles.py) on the same fixture prompts, rewards, LoRA and
 GRPO settings (the --smoke constants of grpotrainer.py), in this one process, interleaved ours/bare/bare/ours/...
 so that drift in the machine's speed hits both. "Ours" is `grpotrainer.main(["--smoke", ...])` unchanged: preflight,
 TensorBoard logging every step, our data loading. "Bare" is a GRPOTrainer built by hand below, reporting nowhere.
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from unittest import mock
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout: grpotrainer.py, smoke.py, rewards.py, data/
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: grpotrainer.py, grpo/profiles.py, rewards.py, data/
 
 
 def step_timer():
@@ -69,11 +69,10 @@ def run_ours(model_dir, steps, out_dir):
 
 def smoke_constants():
     """grpotrainer's constants as --smoke sets them: the numbers the bare script copies, nothing else."""
-    import cli
     import grpotrainer
-    import smoke
+    from grpo import cli, profiles
 
-    return {**cli.constants(grpotrainer), **smoke.PROFILE}
+    return {**cli.constants(grpotrainer), **profiles.SMOKE}
 
 
 def run_bare(model_dir, steps, out_dir):
@@ -83,6 +82,7 @@ def run_bare(model_dir, steps, out_dir):
     from trl import GRPOConfig, GRPOTrainer
 
     import rewards
+    from grpo import grading
 
     c = smoke_constants()
     rows = [json.loads(line) for line in Path(c["DATASET"]).read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -90,7 +90,7 @@ def run_bare(model_dir, steps, out_dir):
     dataset = datasets.Dataset.from_dict(
         {
             "prompt": [[system, {"role": "user", "content": r["question"]}] for r in rows],
-            "answer": [rewards.extract_hash_answer(r["answer"]) for r in rows],
+            "answer": [grading.extract_hash_answer(r["answer"]) for r in rows],
         }
     )
     funcs = [rewards.REWARDS[name] for name in c["REWARD_FUNCS"]]
@@ -178,7 +178,7 @@ def main(argv=None):
     import torch
     import trl
 
-    from smoke import ensure_model_dir
+    from grpo.profiles import ensure_model_dir
 
     torch.set_num_threads(args.threads)
     runs = {"ours": [], "bare": []}

@@ -6,7 +6,7 @@
 
 Nothing is downloaded. The models are randomly initialised Qwen3ForCausalLM with the published shapes (Qwen3-0.6B,
 Qwen3-8B, Qwen3-1.7B, in that order, each when the GPU's memory and the disk allow), saved in bf16 and loaded back
-through from_pretrained exactly as training loads them; the tokenizer is smoke.py's. A random network runs the same
+through from_pretrained exactly as training loads them; the tokenizer is the smoke one. A random network runs the same
 matrix multiplies as a trained one, and it rarely emits its end token, so every completion runs to full length.
 
 Cases, each in its own process with its own time budget, under one deadline for the whole run (--deadline, 540 s);
@@ -41,12 +41,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout: smoke.py, grpotrainer.py, data/
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: grpo/profiles.py, grpotrainer.py, data/
 FIXTURE = ROOT / "data" / "smoke_gsm8k.jsonl"
 GIB = 2**30
 
-# Shapes from each model's config.json on the Hub. Complete on purpose: smoke.build_model starts from
-# smoke.TINY_QWEN3, whose values (initializer_range 0.2, ...) must not leak into a real shape.
+# Shapes from each model's config.json on the Hub. Complete on purpose: profiles.build_model starts from
+# profiles.TINY_QWEN3, whose values (initializer_range 0.2, ...) must not leak into a real shape.
 _QWEN3 = dict(head_dim=128, num_key_value_heads=8, vocab_size=151936, max_position_embeddings=40960)
 SHAPES = {  # in the order they run: the smallest first, then the default MODEL_NAME (8B), then 1.7B if time is left
     "qwen3-0.6b": dict(_QWEN3, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
@@ -56,7 +56,7 @@ SHAPES = {  # in the order they run: the smallest first, then the default MODEL_
     "qwen3-1.7b": dict(_QWEN3, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
                        tie_word_embeddings=True, initializer_range=0.02),
 }  # fmt: skip
-# --dry-run: smoke.py's tiny Qwen3, untied like Qwen3-8B, with a vocabulary 8x its tokenizer's so that ids the
+# --dry-run: grpo/profiles.py's tiny Qwen3, untied like Qwen3-8B, with a vocabulary 8x its tokenizer's so that ids the
 # tokenizer does not know are exercised (the real models have 151936 against 512).
 DRY_SHAPES = {"tiny": dict(vocab_size=4096, tie_word_embeddings=False)}
 DRY_BATCH = 4  # --dry-run: completions per step, one prompt's group of NUM_GENERATIONS=4 (--smoke's own batch)
@@ -213,13 +213,13 @@ def build_defaults(device, dtype):
 
 
 def run_build(args):
-    """Save the random model and smoke.py's tokenizer into args.model_dir, as a downloaded checkpoint would be."""
-    import smoke
+    """Save the random model and the smoke tokenizer into args.model_dir, as a downloaded checkpoint would be."""
+    from grpo import profiles
 
     device, dtype = device_and_dtype(args.dry_run)
-    tokenizer = smoke.build_tokenizer()
+    tokenizer = profiles.build_tokenizer()
     with build_defaults(device, dtype):
-        model = smoke.build_model(tokenizer, **shape_of(args))
+        model = profiles.build_model(tokenizer, **shape_of(args))
     model.config.dtype = dtype
     model.save_pretrained(args.model_dir)
     tokenizer.save_pretrained(args.model_dir)
@@ -231,7 +231,7 @@ def load_model(args):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import hardware
+    from grpo import hardware
 
     device, dtype = device_and_dtype(args.dry_run)
     attn = hardware.auto_attention(cpu_only=args.dry_run, bf16=dtype == torch.bfloat16)
@@ -379,9 +379,9 @@ def run_step(args):
 
 
 def shape_of(args):
-    import smoke
+    from grpo import profiles
 
-    return {**smoke.TINY_QWEN3, **(DRY_SHAPES if args.dry_run else SHAPES)[args.model]}
+    return {**profiles.TINY_QWEN3, **(DRY_SHAPES if args.dry_run else SHAPES)[args.model]}
 
 
 def run_case(args):
@@ -509,7 +509,7 @@ def budget_of(kind, model=None):
 
 def run_model(args, model, calibration, budget, deadline):
     """Yield the case records of one model: build it, decode, then each step case."""
-    import hardware
+    from grpo import hardware
 
     if not args.dry_run and (why := fits(SHAPES[model], calibration, args.work)):
         yield case_record("build", model, status="skipped", reason=why)

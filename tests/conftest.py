@@ -16,8 +16,8 @@ sys.path.insert(0, str(REPO))
 @pytest.fixture
 def settings():
     """A fresh dict of grpotrainer.py's constants, as `cli.parse` resolves them with no arguments."""
-    import cli
     import grpotrainer
+    from grpo import cli
 
     return dict(cli.constants(grpotrainer))
 
@@ -25,15 +25,15 @@ def settings():
 @pytest.fixture
 def smoke_settings(settings):
     """The --smoke settings, which pass preflight on this CPU machine."""
-    import smoke
+    from grpo import profiles
 
-    return {**settings, **smoke.PROFILE}
+    return {**settings, **profiles.SMOKE}
 
 
 @pytest.fixture
 def gpu(monkeypatch):
     """Answer hardware's questions as a machine with GPUs would: `gpu(count=1, bf16=True, packages=("vllm",))`."""
-    import hardware
+    from grpo import hardware
 
     def fake(count=1, bf16=True, packages=None):
         monkeypatch.setattr(hardware, "cuda_available", lambda: count > 0)

@@ -26,14 +26,14 @@ REAL_SIZES = {
 
 @pytest.mark.parametrize("name", REAL_SIZES)
 def test_param_count_matches_the_model_transformers_builds(name):
-    import smoke
+    from grpo import profiles
 
     with gpu_check.build_defaults("meta", torch.bfloat16):  # shapes only: no memory, no initialisation maths
-        model = smoke.build_model(smoke.build_tokenizer(), **gpu_check.SHAPES[name])
+        model = profiles.build_model(profiles.build_tokenizer(), **gpu_check.SHAPES[name])
     shape = gpu_check.SHAPES[name]
     assert sum(p.numel() for p in model.parameters()) == gpu_check.param_count(shape) == REAL_SIZES[name][0]
     assert gpu_check.decode_params(shape) == REAL_SIZES[name][1]
-    assert model.config.initializer_range == 0.02  # Qwen's, not smoke.TINY_QWEN3's 0.2 (random logits stay sane)
+    assert model.config.initializer_range == 0.02  # Qwen's, not profiles.TINY_QWEN3's 0.2 (random logits stay sane)
 
 
 def test_decode_step_bytes_counts_weights_and_kv_cache():

@@ -1,4 +1,4 @@
-"""The demo (demo.py, `grpotrainer.py --demo`) and the sampled accuracy it reports (gsm8k.py).
+"""The demo (grpo/profiles.py, `grpotrainer.py --demo`) and the sampled accuracy it reports (gsm8k.py).
 
     .venv/bin/python -m pytest tests/test_demo.py -q -m "not slow"     # the task generator and the estimator, seconds
     .venv/bin/python -m pytest tests/test_demo.py -q -m slow -s        # the whole demo: ~6 minutes on 2 CPU cores
@@ -14,9 +14,7 @@ import random
 import pytest
 from conftest import event_dirs, read_scalars, run_script
 
-import demo
-import gsm8k
-import rewards
+from grpo import grading, gsm8k, profiles
 
 # ---------------------------------------------------------------------------------------------------------------
 # The task
@@ -24,26 +22,26 @@ import rewards
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_task_has_disjoint_splits_and_parseable_golds(seed):
-    train, test = demo.make_task(seed)
-    assert (len(train), len(test)) == (demo.TRAIN_PROBLEMS, demo.TEST_PROBLEMS)
+    train, test = profiles.make_task(seed)
+    assert (len(train), len(test)) == (profiles.TRAIN_PROBLEMS, profiles.TEST_PROBLEMS)
     assert len(test) >= 200  # the demo's evaluation needs at least 200 held-out problems
     assert not {r["question"] for r in train} & {r["question"] for r in test}  # no test question is trained on
     for row in train + test:
         work, gold = row["answer"].split("\n#### ")
-        assert rewards.extract_hash_answer(row["answer"]) == gold  # GSM8K's own answer format, read by our parser
+        assert grading.extract_hash_answer(row["answer"]) == gold  # GSM8K's own answer format, read by our parser
         a, op, b, _, result = work.split()
         assert int(result) == (int(a) + int(b) if op == "+" else int(a) - int(b)) == int(gold) >= 0
-        assert 1 <= int(a) <= demo.MAX_NUMBER + 1 and 1 <= int(b) <= demo.MAX_NUMBER
+        assert 1 <= int(a) <= profiles.MAX_NUMBER + 1 and 1 <= int(b) <= profiles.MAX_NUMBER
 
 
 def test_the_task_is_a_function_of_the_seed():
-    assert demo.make_task(0) == demo.make_task(0)  # same seed, same problems: runs and their caches agree
-    assert demo.make_task(0)[1] != demo.make_task(1)[1]  # another seed, another test split
+    assert profiles.make_task(0) == profiles.make_task(0)  # same seed, same problems: runs and their caches agree
+    assert profiles.make_task(0)[1] != profiles.make_task(1)[1]  # another seed, another test split
 
 
 def test_write_task_writes_gsm8k_files_that_load(tmp_path):
-    folder = demo.write_task(tmp_path / "task", seed=0)
-    train, test = demo.make_task(0)
+    folder = profiles.write_task(tmp_path / "task", seed=0)
+    train, test = profiles.make_task(0)
     lines = (tmp_path / "task" / "test.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == test
     loaded = gsm8k.load(folder, "train")  # the loader the training run uses
@@ -56,9 +54,9 @@ def test_write_task_writes_gsm8k_files_that_load(tmp_path):
 )
 def test_restyle_writes_one_of_the_two_answer_styles(share, expected):
     # share 1: always GSM8K's '#### N' (strict and lenient both credit it); 0: always the phrase only lenient credits
-    answer = demo.restyle("7 + 5 = 12\n#### 12", random.Random(0), hash_share=share)
+    answer = profiles.restyle("7 + 5 = 12\n#### 12", random.Random(0), hash_share=share)
     assert answer == expected
-    assert rewards.grade(answer, "12")["correct"] and rewards.grade(answer, "12")["strict_correct"] == (share == 1.0)
+    assert grading.grade(answer, "12")["correct"] and grading.grade(answer, "12")["strict_correct"] == (share == 1.0)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -133,7 +131,7 @@ def test_without_samples_the_metrics_are_the_greedy_ones_only():
 def test_sampling_is_seeded_and_leaves_the_global_random_state_alone():
     import torch
 
-    from smoke import build_model, build_tokenizer
+    from grpo.profiles import build_model, build_tokenizer
 
     tokenizer = build_tokenizer()
     model = build_model(tokenizer).eval()

@@ -13,13 +13,9 @@ import re
 import pytest
 from conftest import GSM8K_DIR, REPO, read_scalars, run_script
 
-import cli
 import evaluate
-import gsm8k
-import preflight
-import rewards
-import runguard
-from cli import ConfigError
+from grpo import checkpoints, cli, grading, gsm8k, preflight
+from grpo.cli import ConfigError
 
 # Four completions whose grades are known by construction, gold "18" throughout unless noted:
 CASES = [
@@ -36,13 +32,13 @@ CASES = [
 
 @pytest.mark.parametrize(("completion", "gold", "expected"), CASES)
 def test_grade(completion, gold, expected):
-    assert rewards.grade(completion, gold) == expected
+    assert grading.grade(completion, gold) == expected
 
 
 def test_grade_reads_chat_completions_like_plain_text():
     # TRL hands conversational completions as message lists; the grade must not depend on the wrapping.
     chat = [{"role": "assistant", "content": "9 * 2 = 18\n#### 18"}]
-    assert rewards.grade(chat, "18") == CASES[0][2]
+    assert grading.grade(chat, "18") == CASES[0][2]
 
 
 def test_score_counts_the_known_cases():
@@ -62,7 +58,7 @@ def test_score_counts_the_known_cases():
 
 
 def test_score_compares_by_value_not_by_text():
-    # "1,080", "1080.00" and "$1080" are all 1080 (rewards.answers_match compares Decimals): three right of three.
+    # "1,080", "1080.00" and "$1080" are all 1080 (grading.answers_match compares Decimals): three right of three.
     metrics = gsm8k.score(["1080"] * 3, ["#### 1,080", "#### 1080.00", "The answer is $1080."])
     assert (metrics["strict_accuracy"], metrics["lenient_accuracy"]) == (0.6667, 1.0)
 
@@ -77,10 +73,9 @@ def test_gsm8k_test_solutions_score_full_marks_and_boxed_ones_only_lenient():
     # must score 100% both ways; the same solutions ending in \boxed{N} instead are 100% lenient, 0% strict.
     if not (GSM8K_DIR / "test.jsonl").is_file():
         pytest.skip(f"GSM8K is not at {GSM8K_DIR}")
-    import rewards
 
     rows = [json.loads(line) for line in (GSM8K_DIR / "test.jsonl").read_text().splitlines()]
-    golds = [rewards.extract_hash_answer(r["answer"]) for r in rows]
+    golds = [grading.extract_hash_answer(r["answer"]) for r in rows]
     boxed = [
         r["answer"].rsplit("####", 1)[0] + f"So the answer is \\boxed{{{g}}}."
         for r, g in zip(rows, golds, strict=True)
@@ -176,7 +171,12 @@ def test_report_writes_the_files_and_the_tensorboard_scalars(tmp_path, capsys):
 
 def smoke_settings(tmp_path, **overrides):
     """evaluate.py's --smoke settings with a writable OUTPUT_DIR and a Hub id (passed through) as MODEL_NAME."""
-    return {**cli.constants(evaluate), **evaluate.profiles["smoke"], "OUTPUT_DIR": str(tmp_path / "out"), **overrides}
+    return {
+        **cli.constants(evaluate),
+        **evaluate.profile_settings["smoke"],
+        "OUTPUT_DIR": str(tmp_path / "out"),
+        **overrides,
+    }
 
 
 @pytest.mark.parametrize(
@@ -228,10 +228,10 @@ def test_an_output_dir_that_cannot_be_written_is_refused_before_any_weights(tmp_
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """A whole tiny model folder (smoke.py's), to cut copies of."""
-    import smoke
+    """A whole tiny model folder (grpo/profiles.py's), to cut copies of."""
+    from grpo import profiles
 
-    return smoke.ensure_model_dir(tmp_path_factory.mktemp("models") / "smoke-model")
+    return profiles.ensure_model_dir(tmp_path_factory.mktemp("models") / "smoke-model")
 
 
 def broken_copy(model_dir, path, how):
@@ -275,7 +275,7 @@ def save_adapter(folder, hidden=32, rank=2):
     config = {"base_model_name_or_path": "smoke-model", "peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank}
     (folder / "adapter_config.json").write_text(json.dumps({**config, "target_modules": ["q_proj"]}))
     prefix = "base_model.model.model.layers.0.self_attn.q_proj"
-    # q_proj maps hidden_size to heads x head_dim = 4 x 8 in smoke.TINY_QWEN3
+    # q_proj maps hidden_size to heads x head_dim = 4 x 8 in profiles.TINY_QWEN3
     tensors = {f"{prefix}.lora_A.weight": torch.zeros(rank, hidden), f"{prefix}.lora_B.weight": torch.zeros(32, rank)}
     save_file(tensors, str(folder / "adapter_model.safetensors"))
     return folder
@@ -309,11 +309,11 @@ def test_an_adapter_with_missing_or_cut_weights_is_refused_before_loading(tmp_pa
 
 def test_an_adapter_on_a_base_of_other_shapes_is_refused_naming_both(tmp_path):
     # the same layer names, but hidden size 48 where the adapter was trained at 32: peft raised RuntimeError
-    import smoke
+    from grpo import profiles
 
     wide = tmp_path / "wide" / "smoke-model"  # the name the adapter records, so only the shapes differ
-    tokenizer = smoke.build_tokenizer()
-    smoke.build_model(tokenizer, hidden_size=48).save_pretrained(wide)
+    tokenizer = profiles.build_tokenizer()
+    profiles.build_model(tokenizer, hidden_size=48).save_pretrained(wide)
     tokenizer.save_pretrained(wide)
     adapter = save_adapter(tmp_path / "run")
     s = smoke_settings(tmp_path, MODEL_NAME=str(wide), ADAPTER=str(adapter))
@@ -324,7 +324,7 @@ def test_an_adapter_on_a_base_of_other_shapes_is_refused_naming_both(tmp_path):
     # export.py refuses with the very same message: one function writes it
     from transformers import AutoModelForCausalLM
 
-    assert runguard.misfit_problem(AutoModelForCausalLM.from_pretrained(wide), adapter, str(wide)) == str(err.value)
+    assert checkpoints.misfit_problem(AutoModelForCausalLM.from_pretrained(wide), adapter, str(wide)) == str(err.value)
 
 
 def test_the_run_settings_decide_unless_given_here(tmp_path):
@@ -347,7 +347,7 @@ def test_base_model_adapter_and_checkpoint_results_never_share_a_file():
     assert len({base["OUTPUT_DIR"], adapter["OUTPUT_DIR"], checkpoint["OUTPUT_DIR"]}) == 3
     # beside the checkpoint, not in it: the trainer's rotation (SAVE_TOTAL_LIMIT) deletes checkpoint-N whole
     assert (adapter["OUTPUT_DIR"], checkpoint["OUTPUT_DIR"]) == ("runs/a", "runs/a/eval-checkpoint-4")
-    assert not runguard.checkpoints("runs/a")  # and eval-checkpoint-4 is not taken for a checkpoint (none exist)
+    assert not checkpoints.checkpoints("runs/a")  # and eval-checkpoint-4 is not taken for a checkpoint (none exist)
 
 
 def test_missing_adapter_exits_2_without_a_traceback(tmp_path):
@@ -388,7 +388,7 @@ def test_smoke_cli_writes_json_predictions_and_scalars(tmp_path):
 def test_hf_generator_pads_on_the_left_so_batching_does_not_change_greedy_output(tmp_path):
     # Left padding puts every prompt's last token right before the first generated one; with right padding a
     # shorter prompt would continue from pad tokens and its greedy completion would change with its batch.
-    from smoke import build_model, build_tokenizer
+    from grpo.profiles import build_model, build_tokenizer
 
     tokenizer = build_tokenizer()
     model = build_model(tokenizer).eval()
@@ -402,9 +402,8 @@ def test_hf_generator_pads_on_the_left_so_batching_does_not_change_greedy_output
 
 def length_reward(completions, **kwargs):
     """A reward that tells any two completions of different lengths apart, so that a few steps move the adapter."""
-    import rewards
 
-    return [len(rewards.completion_to_text(c)) / 100 for c in completions]
+    return [len(grading.completion_to_text(c)) / 100 for c in completions]
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import pytest
 from conftest import run_script
 
 import export
-from cli import ConfigError
+from grpo.cli import ConfigError
 
 
 def length_reward(completions, **kwargs):
@@ -392,12 +392,12 @@ def test_reexport_replaces_an_earlier_export_whole(trained_run, exported, tmp_pa
 
 @pytest.mark.slow
 def test_a_base_model_of_other_shapes_is_refused(trained_run, tmp_path):
-    import smoke
+    from grpo import profiles
 
     # same folder name as the run's base (so the name check passes), but wider layers: only the shapes differ
     other = tmp_path / "smoke-model"
-    tokenizer = smoke.build_tokenizer()
-    smoke.build_model(tokenizer, hidden_size=48).save_pretrained(other)
+    tokenizer = profiles.build_tokenizer()
+    profiles.build_model(tokenizer, hidden_size=48).save_pretrained(other)
     tokenizer.save_pretrained(other)
     out = run_script(
         "export.py", f"--ADAPTER={trained_run}", f"--MODEL_NAME={other}", f"--OUTPUT_DIR={tmp_path / 'o'}"

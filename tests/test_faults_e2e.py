@@ -2,9 +2,9 @@
 
     pytest tests/test_faults_e2e.py -m slow        # ~4 min on 2 cores
 
-These assume grpotrainer.py's main() uses runguard as described in runguard.py's docstring: `finished` before
-anything else, `output_lock` around the run, `resume_checkpoint`, the StopOnSignal callback with its message and
-exit code, `faults` around train and save, and `mark_finished` as the last write.
+These assume grpotrainer.py's main() uses grpo/checkpoints.py and grpo/guards.py as their docstrings say:
+`finished` before anything else, `output_lock` around the run, `resume_checkpoint`, the StopOnSignal callback
+with its message and exit code, `faults` around train and save, and `mark_finished` as the last write.
 """
 
 import contextlib
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_script
 
-import runguard
+from grpo import checkpoints, guards
 
 pytestmark = pytest.mark.slow
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
@@ -79,8 +79,8 @@ def test_sigterm_saves_and_rerun_resumes(tmp_path):
     assert "Traceback" not in text
     [saved] = list(out.glob("checkpoint-*"))  # the stop made the only checkpoint (SAVE_STEPS=1000)
     assert f"stopped by SIGTERM at step {steps(saved)}; checkpoint saved to {saved}; rerun the same command" in text
-    assert runguard.intact(saved) is None
-    assert not (out / runguard.LOCK_NAME).exists()  # released on the way out
+    assert checkpoints.checkpoint_problem(saved) is None
+    assert not (out / guards.LOCK_NAME).exists()  # released on the way out
     result = smoke(out, f"--MAX_STEPS={steps(saved) + 2}", "--SAVE_STEPS=1000")
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {saved}" in result.stderr
@@ -116,7 +116,7 @@ def test_second_run_is_refused_and_first_finishes(tmp_path):
 
 def test_cut_checkpoint_is_moved_aside_and_older_one_resumed(tmp_path):
     assert smoke(tmp_path).returncode == 0  # checkpoints 2 and 4
-    (tmp_path / runguard.FINISHED_NAME).unlink()  # as if the run had died at the last save
+    (tmp_path / checkpoints.FINISHED_NAME).unlink()  # as if the run had died at the last save
     with open(tmp_path / "checkpoint-4" / "trainer_state.json", "r+b") as f:
         f.truncate(1000)  # a full disk cut it
     result = smoke(tmp_path)
@@ -143,7 +143,7 @@ def test_torchrun_stops_all_ranks_at_one_step_when_one_is_signalled(tmp_path):
     proc.wait(180)
     text = log.read_text()
     [saved] = list(out.glob("checkpoint-*"))
-    assert runguard.intact(saved) is None
+    assert checkpoints.checkpoint_problem(saved) is None
     assert text.count(f"at step {steps(saved)}; checkpoint saved to {saved}") == 2  # both ranks, the same step
     assert "stopped by a signal on another rank" in text  # the rank that was not signalled stopped too
     assert "exitcode  : 143" in text  # torchrun's summary: a rank ended with the stop's status ...
@@ -154,7 +154,7 @@ def test_a_run_cut_after_its_last_checkpoint_finishes_without_an_extra_step(tmp_
     # killed during the final save (or EVAL_AFTER): the last checkpoint holds every step but the run is not marked
     # finished; resuming would train step 5, rotate checkpoint-2 away and overwrite the adapter
     assert smoke(tmp_path).returncode == 0
-    (tmp_path / runguard.FINISHED_NAME).unlink()
+    (tmp_path / checkpoints.FINISHED_NAME).unlink()
     (tmp_path / "adapter_model.safetensors").unlink()
     again = smoke(tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -162,4 +162,4 @@ def test_a_run_cut_after_its_last_checkpoint_finishes_without_an_extra_step(tmp_
     assert (tmp_path / "adapter_model.safetensors").read_bytes() == (
         tmp_path / "checkpoint-4" / "adapter_model.safetensors"
     ).read_bytes()  # the final adapter is the last checkpoint's, trained no further
-    assert json.loads((tmp_path / runguard.FINISHED_NAME).read_text())["global_step"] == 4
+    assert json.loads((tmp_path / checkpoints.FINISHED_NAME).read_text())["global_step"] == 4

@@ -9,7 +9,8 @@ output is stored here). Run:
 
 import pytest
 
-from rewards import REWARDS, correctness_reward, extract_answer, grade
+from grpo.grading import extract_answer, grade
+from rewards import REWARDS, correctness_reward
 
 R1_THINK = (
     "<think>\nOkay, so Tom buys 3 packs of 6 pens. That's 3 * 6 = 18 pens. He gives 4 away: 18 - 4 = 14.\n</think>\n\n"

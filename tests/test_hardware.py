@@ -1,11 +1,11 @@
-"""hardware.py: which attention kernel auto picks for what a machine offers, and what each setting needs.
+"""grpo/hardware.py: which attention kernel auto picks for what a machine offers, and what each setting needs.
 
 .venv/bin/python -m pytest tests/test_hardware.py -q
 """
 
 import pytest
 
-import hardware
+from grpo import hardware
 
 FA2, FA3 = hardware.FA2_KERNEL, hardware.FA3_KERNEL
 HOPPER, AMPERE = (9, 0), (8, 0)

@@ -1,4 +1,4 @@
-"""modelcard.py: the card names what was trained and how well, loads on the Hub, and user text cannot break it.
+"""grpo/modelcard.py: the card names what was trained and how well, loads on the Hub, and user text cannot break it.
 
 .venv/bin/python -m pytest tests/test_modelcard.py -q      # no model, no network: about a second
 """
@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-import modelcard
+from grpo import modelcard
 
 SETTINGS = {  # a run's settings as run_settings.json holds them (the keys the card reads, plus others it ignores)
     "MODEL_NAME": "Qwen/Qwen3-8B",

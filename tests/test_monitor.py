@@ -1,4 +1,4 @@
-"""monitor.py: every health advisory on synthetic logs, the clean NaN stop, the completions table, and a real smoke
+"""grpo/monitor.py: every health advisory on synthetic logs, the clean NaN stop, the completions table, a real smoke
 run whose TensorBoard events must hold the completions text and the before/after accuracy.
 
     python -m pytest tests/test_monitor.py -q      # ~35 s on 2 cores (two short smoke runs in subprocesses)
@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO, read_scalars, read_texts, run_script
 from transformers import TrainerControl, TrainerState
 
-import monitor
+from grpo import monitor
 
 T = monitor.Thresholds(
     kl_warn=10.0,

@@ -90,8 +90,8 @@ def nodes():
     ],
 )
 def test_batch_rule_counts_every_node(smoke_settings, monkeypatch, world_size, generations, problem):
-    import preflight
-    from cli import ConfigError
+    from grpo import preflight
+    from grpo.cli import ConfigError
 
     # torchrun and accelerate set WORLD_SIZE to the count over all nodes (2 nodes x 2 processes = 4)
     monkeypatch.setenv("WORLD_SIZE", str(world_size))
@@ -107,8 +107,8 @@ def test_batch_rule_counts_every_node(smoke_settings, monkeypatch, world_size, g
 
 
 def test_batch_rule_suggests_a_fix_that_counts_every_node(smoke_settings, monkeypatch):
-    import preflight
-    from cli import ConfigError
+    from grpo import preflight
+    from grpo.cli import ConfigError
 
     monkeypatch.setenv("WORLD_SIZE", "4")
     s = {**smoke_settings, "PER_DEVICE_TRAIN_BATCH_SIZE": 1, "GRADIENT_ACCUMULATION_STEPS": 1, "NUM_GENERATIONS": 8}
@@ -298,7 +298,7 @@ def test_a_lost_node_stops_the_run(tmp_path, nodes, how, says):
     stderr = err0.read_text()
     assert "grpotrainer.py FAILED" in stderr  # torchrun's summary: the job ends with a report, not silence
     assert says in stderr  # the cause as gloo words it ...
-    # ... and our message (runguard.stall_error) naming the setting and what to check, from a worker that printed
+    # ... and our message (guards.stall_error) naming the setting and what to check, from a worker that printed
     # no traceback (torchrun's own report of the failed worker, after "failed (exitcode: 2)", prints one)
     ours = stderr.split("failed (exitcode")[0]
     assert f"DDP_TIMEOUT={DDP_TIMEOUT} s" in ours and "Check every rank's log" in ours and "Traceback" not in ours

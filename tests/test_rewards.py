@@ -22,15 +22,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import rewards
+from grpo import grading
+from grpo.grading import answers_match, completion_to_text, extract_answer, extract_hash_answer
 from rewards import (
     REWARDS,
     CorrectnessReward,
     OverlongReward,
-    answers_match,
-    completion_to_text,
     correctness_reward,
-    extract_answer,
-    extract_hash_answer,
     format_reward,
     math_reward,
     reasoning_reward,
@@ -562,7 +560,7 @@ def test_extract_answer_never_raises_and_normalises(text):
 @settings(max_examples=150, deadline=None)
 @given(st.lists(texts, min_size=1, max_size=4), st.one_of(st.none(), texts))
 def test_rewards_never_raise(completions, gold):
-    gold_value = rewards.extract_answer(gold) if gold is not None else None
+    gold_value = grading.extract_answer(gold) if gold is not None else None
     for name in REWARDS:
         for thinking in (False, True):
             reward = make_reward(REWARDS[name], max_completion_length=1, enable_thinking=thinking)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rewards import answers_match, correctness_reward, extract_answer, extract_hash_answer, format_reward
+from grpo.grading import answers_match, extract_answer, extract_hash_answer
+from rewards import correctness_reward, format_reward
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared/data/gsm8k"
 SPLIT_SIZES = {"train": 7473, "test": 1319}

@@ -1,4 +1,4 @@
-"""Fault injection for runguard.py: cut checkpoints, finished reruns, a second run, SIGTERM, full disks, stalls.
+"""Fault injection for checkpoints.py: cut checkpoints, finished reruns, a second run, SIGTERM, full disks, stalls.
 
     pytest tests/test_runguard.py            # ~35 s on 2 cores; no model loads
 
@@ -27,8 +27,8 @@ from conftest import REPO
 from safetensors.torch import save_file
 from transformers import TrainerControl, TrainerState
 
-import runguard
-from cli import ConfigError
+from grpo import checkpoints, guards
+from grpo.cli import ConfigError
 
 LORA = {"base_model_name_or_path": "/models/Qwen3-8B", "r": 16, "lora_alpha": 32, "target_modules": ["q_proj"]}
 
@@ -54,7 +54,7 @@ def cut(path, size):
 
 
 def test_whole_checkpoint_is_intact(tmp_path):
-    assert runguard.intact(write_checkpoint(tmp_path / "checkpoint-2", 2)) is None
+    assert checkpoints.checkpoint_problem(write_checkpoint(tmp_path / "checkpoint-2", 2)) is None
 
 
 # Each fault, and the reason intact() gives. The 4,096-byte cut is what a full disk left in the issue's report.
@@ -93,7 +93,7 @@ def test_intact_names_each_fault(tmp_path, damage):
     folder = write_checkpoint(tmp_path / "checkpoint-4", 4)
     harm, reason = DAMAGE[damage]
     harm(folder)
-    assert runguard.intact(folder).startswith(reason)
+    assert checkpoints.checkpoint_problem(folder).startswith(reason)
 
 
 def test_state_file_is_longer_than_the_cut():
@@ -106,7 +106,7 @@ def test_state_file_is_longer_than_the_cut():
 
 def resume(output_dir, **changes):
     kwargs = dict(resume=True, model_name="Qwen/Qwen3-8B", lora_r=16, lora_alpha=32, target_modules="q_proj")
-    return runguard.resume_checkpoint(output_dir, **{**kwargs, **changes}, now=lambda: 0.0)
+    return checkpoints.resume_checkpoint(output_dir, **{**kwargs, **changes}, now=lambda: 0.0)
 
 
 @pytest.mark.parametrize("damage", ["state cut at 4096", "safetensors cut in the data", "optimizer missing"])
@@ -160,7 +160,7 @@ def test_resume_false_over_an_earlier_run_is_refused(tmp_path, leftover):
     if leftover == "checkpoint":
         (tmp_path / "checkpoint-4").mkdir()  # even a broken one: starting over would rotate the rest away
     else:
-        (tmp_path / runguard.FINISHED_NAME).write_text("{}")
+        (tmp_path / checkpoints.FINISHED_NAME).write_text("{}")
     held = "1 checkpoint(s)" if leftover == "checkpoint" else "a finished adapter"
     with pytest.raises(ConfigError) as err:
         resume(tmp_path, resume=False)
@@ -214,7 +214,7 @@ def test_target_modules_compare_by_module_name(tmp_path, saved, given, same):
 
 def finish(output_dir, global_step=4, max_steps=4, num_train_epochs=3):
     save_file({"lora_A": torch.zeros(2, 2)}, output_dir / "adapter_model.safetensors")
-    return runguard.mark_finished(
+    return checkpoints.mark_finished(
         output_dir, global_step=global_step, epoch=0.125, max_steps=max_steps, num_train_epochs=num_train_epochs
     )
 
@@ -235,7 +235,7 @@ def test_finished_run_rerun_is_detected(tmp_path, done, asked, is_finished):
     step, max_steps, epochs = done
     finish(tmp_path, global_step=step, max_steps=max_steps, num_train_epochs=epochs)
     before = sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.iterdir())
-    message = runguard.finished(tmp_path, *asked)
+    message = checkpoints.finished(tmp_path, *asked)
     assert (message is not None) == is_finished
     assert message is None or message.startswith(f"OUTPUT_DIR {tmp_path} holds a finished run ({step} steps")
     assert sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.iterdir()) == before  # touched nothing
@@ -258,14 +258,14 @@ def test_unfinished_or_damaged_final_save_is_not_finished(tmp_path, fault):
         cut(tmp_path / "adapter_model.safetensors", 30)
     else:
         (tmp_path / "adapter_model.safetensors").unlink()
-    assert runguard.finished(tmp_path, 4, 3) is None  # the rerun resumes and saves the final adapter again
+    assert checkpoints.finished(tmp_path, 4, 3) is None  # the rerun resumes and saves the final adapter again
 
 
 HOLDER = f"""
 import sys, time
 sys.path.insert(0, {str(REPO)!r})
-import runguard
-with runguard.output_lock(sys.argv[1], rank0=True):
+from grpo import checkpoints, guards
+with guards.output_lock(sys.argv[1], rank0=True):
     print("locked", flush=True)
     time.sleep(120)
 """
@@ -282,14 +282,14 @@ def test_second_run_is_refused_quickly_and_first_is_unaffected(tmp_path):
     holder = start_holder(tmp_path)
     try:
         start = time.monotonic()
-        with pytest.raises(ConfigError) as err, runguard.output_lock(tmp_path, rank0=True):
+        with pytest.raises(ConfigError) as err, guards.output_lock(tmp_path, rank0=True):
             pass
         assert time.monotonic() - start < 2
         assert f"is in use by another run (pid {holder.pid} on {socket.gethostname()}, since " in str(err.value)
         assert len(str(err.value).splitlines()) == 2
         assert holder.poll() is None  # still running
-        assert json.loads((tmp_path / runguard.LOCK_NAME).read_text())["pid"] == holder.pid  # its lock untouched
-        assert sorted(p.name for p in tmp_path.iterdir()) == [runguard.LOCK_NAME]  # the refused run wrote nothing
+        assert json.loads((tmp_path / guards.LOCK_NAME).read_text())["pid"] == holder.pid  # its lock untouched
+        assert sorted(p.name for p in tmp_path.iterdir()) == [guards.LOCK_NAME]  # the refused run wrote nothing
     finally:
         holder.kill()
         holder.wait()
@@ -299,35 +299,35 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path, caplog):
     holder = start_holder(tmp_path)
     holder.kill()  # SIGKILL: no cleanup ran, run.lock still names it
     holder.wait()
-    assert json.loads((tmp_path / runguard.LOCK_NAME).read_text())["pid"] == holder.pid
-    with caplog.at_level(logging.INFO), runguard.output_lock(tmp_path, rank0=True):
-        assert json.loads((tmp_path / runguard.LOCK_NAME).read_text())["pid"] == os.getpid()
+    assert json.loads((tmp_path / guards.LOCK_NAME).read_text())["pid"] == holder.pid
+    with caplog.at_level(logging.INFO), guards.output_lock(tmp_path, rank0=True):
+        assert json.loads((tmp_path / guards.LOCK_NAME).read_text())["pid"] == os.getpid()
     assert f"took over run.lock from pid {holder.pid} on {socket.gethostname()}" in caplog.text
 
 
 def test_lock_is_released_after_the_block(tmp_path):
-    with runguard.output_lock(tmp_path / "new", rank0=True):
-        assert (tmp_path / "new" / runguard.LOCK_NAME).is_file()  # OUTPUT_DIR is created for it
-    assert not (tmp_path / "new" / runguard.LOCK_NAME).exists()
-    with runguard.output_lock(tmp_path / "new", rank0=True):  # and can be taken again at once
+    with guards.output_lock(tmp_path / "new", rank0=True):
+        assert (tmp_path / "new" / guards.LOCK_NAME).is_file()  # OUTPUT_DIR is created for it
+    assert not (tmp_path / "new" / guards.LOCK_NAME).exists()
+    with guards.output_lock(tmp_path / "new", rank0=True):  # and can be taken again at once
         pass
 
 
 def test_lock_is_released_when_the_block_raises(tmp_path):
-    with pytest.raises(ConfigError), runguard.output_lock(tmp_path, rank0=True):
+    with pytest.raises(ConfigError), guards.output_lock(tmp_path, rank0=True):
         raise ConfigError("a bad setting")
-    assert not (tmp_path / runguard.LOCK_NAME).exists()
+    assert not (tmp_path / guards.LOCK_NAME).exists()
 
 
 def test_other_ranks_take_no_lock(tmp_path):
-    with runguard.output_lock(tmp_path / "out", rank0=False):
+    with guards.output_lock(tmp_path / "out", rank0=False):
         assert not (tmp_path / "out").exists()  # one lock per run, held by global rank 0
 
 
 def test_unwritable_output_dir_is_a_message(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     message = r"cannot lock OUTPUT_DIR .*file/sub .*: it must be a folder this user"
-    with pytest.raises(ConfigError, match=message), runguard.output_lock(tmp_path / "file" / "sub", rank0=True):
+    with pytest.raises(ConfigError, match=message), guards.output_lock(tmp_path / "file" / "sub", rank0=True):
         pass
 
 
@@ -336,8 +336,8 @@ def test_pid_fallback_without_flock(tmp_path, pid_state, taken):
     # filesystems without flock: the pid in the file decides. A finished child's pid is dead; ours is alive.
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout) if pid_state == "dead" else os.getpid()
-    (tmp_path / runguard.LOCK_NAME).write_text(json.dumps({"pid": pid, "host": socket.gethostname()}))
-    fd, refusal = runguard.pid_lock(tmp_path)
+    (tmp_path / guards.LOCK_NAME).write_text(json.dumps({"pid": pid, "host": socket.gethostname()}))
+    fd, refusal = guards.pid_lock(tmp_path)
     assert (fd is not None, refusal is None) == (taken, taken)
     if fd is not None:
         os.close(fd)
@@ -353,7 +353,7 @@ def step_end(stopper, step, device="cpu"):
 
 def test_signal_stops_after_the_step_with_a_save(tmp_path):
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    stopper = runguard.StopOnSignal()
+    stopper = guards.StopOnSignal()
     stopper.on_train_begin(None, None, None)
     try:
         control = step_end(stopper, 1)
@@ -375,7 +375,7 @@ def test_signal_stops_after_the_step_with_a_save(tmp_path):
 
 
 def test_ctrl_c_exit_code_is_130():
-    stopper = runguard.StopOnSignal()
+    stopper = guards.StopOnSignal()
     stopper.on_train_begin(None, None, None)
     try:
         os.kill(os.getpid(), signal.SIGINT)  # would raise KeyboardInterrupt without the handler
@@ -419,7 +419,7 @@ def test_sigterm_in_a_real_training_loop_saves_and_stops(tmp_path):
             if state.global_step == 2:  # step 3 is starting
                 os.kill(os.getpid(), signal.SIGTERM)
 
-    stopper = runguard.StopOnSignal()
+    stopper = guards.StopOnSignal()
     trainer = toy_trainer(tmp_path, [SendDuringStep3(), stopper])
     trainer.train()
     assert trainer.state.global_step == 3  # step 3 finished, step 4 never started (max_steps was 10)
@@ -437,12 +437,12 @@ def two_rank_worker(rank, store, out):
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
-        with runguard.output_lock(Path(out, "held"), rank0=rank == 0):  # the test process holds it
+        with guards.output_lock(Path(out, "held"), rank0=rank == 0):  # the test process holds it
             refusal = "not refused"
     except ConfigError as err:
         refusal = str(err)
     Path(out, f"lock{rank}.txt").write_text(refusal)
-    stopper = runguard.StopOnSignal()
+    stopper = guards.StopOnSignal()
     stopper.on_train_begin(None, None, None)
     for step in range(1, 6):
         if rank == 1 and step == 2:
@@ -462,7 +462,7 @@ def two_rank_worker(rank, store, out):
         dist.all_reduce(torch.ones(1), group=impatient)
         text = "no error"
     except Exception as err:
-        known = runguard.stall_error(err, 2)
+        known = guards.stall_error(err, 2)
         text = str(known) if known else f"unrecognised {type(err).__name__}: {err}"
     Path(out, "rank0.txt").write_text(text)
 
@@ -471,7 +471,7 @@ def two_rank_worker(rank, store, out):
 def two_ranks(tmp_path_factory):
     """Run two_rank_worker on two spawned processes once for the tests below; return the folder of their results."""
     out = tmp_path_factory.mktemp("two_ranks")
-    fd, _ = runguard.take_lock(out / "held")
+    fd, _ = guards.take_lock(out / "held")
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=two_rank_worker, args=(rank, out / "store", out)) for rank in (0, 1)]
     for p in procs:
@@ -488,7 +488,7 @@ def test_every_rank_of_a_second_torchrun_job_is_refused(two_ranks):
     assert (
         two_ranks / "lock1.txt"
     ).read_text() == f"rank 0 could not lock OUTPUT_DIR {two_ranks / 'held'}; see its message."
-    assert sorted(p.name for p in (two_ranks / "held").iterdir()) == [runguard.LOCK_NAME]  # nothing written
+    assert sorted(p.name for p in (two_ranks / "held").iterdir()) == [guards.LOCK_NAME]  # nothing written
 
 
 def test_all_ranks_stop_at_the_step_one_rank_was_signalled(two_ranks):
@@ -504,7 +504,7 @@ def test_real_gloo_stall_is_named(two_ranks):
 
 
 def test_any_rank_without_a_process_group_is_the_flag():
-    assert (runguard.any_rank(True), runguard.any_rank(False)) == (True, False)
+    assert (guards.any_rank(True), guards.any_rank(False)) == (True, False)
 
 
 def test_store_timeout_is_a_stall():
@@ -514,7 +514,7 @@ def test_store_timeout_is_a_stall():
         dist.init_process_group(
             "gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=2, timeout=timedelta(seconds=1)
         )
-    assert "DDP_TIMEOUT=1 s; DistStoreError: Timed out after" in str(runguard.stall_error(err.value, 1))
+    assert "DDP_TIMEOUT=1 s; DistStoreError: Timed out after" in str(guards.stall_error(err.value, 1))
 
 
 @pytest.mark.parametrize(
@@ -527,7 +527,7 @@ def test_store_timeout_is_a_stall():
     ],
 )
 def test_stall_texts(error, is_stall):
-    assert (runguard.stall_error(error, 600) is not None) == is_stall
+    assert (guards.stall_error(error, 600) is not None) == is_stall
 
 
 def write_state(path):
@@ -556,7 +556,7 @@ def tiny_disk(tmp_path):
 def test_real_full_disk_is_named(tiny_disk, saver):
     with pytest.raises(Exception) as err:
         SAVERS[saver](tiny_disk / "file")  # 400 kB into 64 KiB
-    message = str(runguard.disk_full_error(err.value, tiny_disk))
+    message = str(guards.disk_full_error(err.value, tiny_disk))
     assert message.startswith(f"No space left on device while writing to OUTPUT_DIR {tiny_disk} (")
     assert "MiB free now" in message and message.splitlines()[1].startswith("Free space there")
 
@@ -576,16 +576,16 @@ def test_real_full_disk_is_named(tiny_disk, saver):
     ],
 )
 def test_full_disk_texts(tmp_path, error, is_full):
-    assert (runguard.disk_full_error(error, tmp_path) is not None) == is_full
+    assert (guards.disk_full_error(error, tmp_path) is not None) == is_full
 
 
 def test_faults_wraps_a_cause_and_passes_others(tmp_path):
-    with pytest.raises(ConfigError, match="No space left on device"), runguard.faults(tmp_path, 600):
+    with pytest.raises(ConfigError, match="No space left on device"), guards.faults(tmp_path, 600):
         try:
             raise OSError(errno.ENOSPC, "No space left on device")
         except OSError as err:
             raise RuntimeError("saving the checkpoint failed") from err  # found through __cause__
-    with pytest.raises(RuntimeError, match="shape mismatch"), runguard.faults(tmp_path, 600):
+    with pytest.raises(RuntimeError, match="shape mismatch"), guards.faults(tmp_path, 600):
         raise RuntimeError("shape mismatch")  # not ours to explain: the traceback stays
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-import rewards
+from grpo import grading
 
 REPEAT_AFTER = 20  # logs before an advisory that keeps firing is shown again (at once if it gets more severe)
 LEVELS = {"warn": 1, "act": 2, "stop": 3}
@@ -354,12 +354,12 @@ def sample_rows(records, reward_names, n=4):
     round_robin = [i for rank in zip_longest(*groups.values()) for i in rank if i is not None]
     rows = []
     for i in sorted(round_robin[:n]):  # shown in batch order, so a group's completions stay together
-        record, text = records[i], rewards.completion_to_text(records[i].get("completion"))
+        record, text = records[i], grading.completion_to_text(records[i].get("completion"))
         rows.append(
             {
                 "question": questions[i],
                 "completion": text,
-                "extracted": record["extracted"] if "extracted" in record else rewards.extract_answer(text),
+                "extracted": record["extracted"] if "extracted" in record else grading.extract_answer(text),
                 "gold": record.get("gold"),
                 "rewards": {name: record.get(name) for name in reward_names},
                 "advantage": record.get("advantage"),
@@ -373,7 +373,7 @@ def question_of(prompt):
     if isinstance(prompt, str):
         return prompt
     users = [m.get("content", "") for m in prompt or [] if isinstance(m, dict) and m.get("role") == "user"]
-    return rewards.completion_to_text([{"content": users[-1]}]) if users else ""
+    return grading.completion_to_text([{"content": users[-1]}]) if users else ""
 
 
 def render_table(rows, max_chars=1500):

@@ -10,10 +10,10 @@ settings it used to OUTPUT_DIR/run_settings.json (`write_settings`) and evaluate
     evaluate_trainer(trainer, ...)              EVAL_BEFORE / EVAL_AFTER on the model being trained
     sample_all / sampled_metrics                k sampled completions per problem and their mean correctness
 
-Grading is rewards.grade, training's own rule: a completion whose thinking never closed (`<think>` without
+Grading is grading.grade, training's own rule: a completion whose thinking never closed (`<think>` without
 `</think>`, or thinking mode on and no `</think>`) gets no credit, and one cut off at the token limit gets none
 from the last-number fallback. Metrics (`KEYS`): strict_accuracy (the number after the last '####', GSM8K's
-official format, equals the gold), lenient_accuracy (rewards.extract_answer: '####', \\boxed{}, 'the answer is',
+official format, equals the gold), lenient_accuracy (grading.extract_answer: '####', \\boxed{}, 'the answer is',
 a final sentence), format_rate (a readable '#### N'), mean_completion_tokens (the end-of-turn token included),
 truncated_rate (completions cut off at the token limit) and seconds. A lenient accuracy far above the strict one
 means the model solves the problems but ignores the asked format.
@@ -33,15 +33,15 @@ import os
 import time
 from pathlib import Path
 
-import rewards
-from cli import ConfigError
+from grpo import grading
+from grpo.cli import ConfigError
 
 # The instruction before every problem; grpotrainer.py and evaluate.py start from this default.
 SYSTEM_PROMPT = (
     "You are a careful math tutor. Solve the problem step by step, showing each calculation. "
     "Then write the final answer on its own last line as '#### <number>', with no units."
 )
-FIXTURE = Path(__file__).resolve().parent / "data" / "smoke_gsm8k.jsonl"  # our own 32 problems, for --smoke
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "smoke_gsm8k.jsonl"  # our own 32 problems, for --smoke
 SETTINGS_FILE = "run_settings.json"
 KEYS = ("n", "strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens", "truncated_rate")
 SCALARS = {
@@ -83,7 +83,7 @@ def load(
     '#### N' are an error naming them, or are dropped with `skip_bad_rows`. `limit` keeps the first N usable rows.
     """
     rows, source = _read_local(dataset, split, name) if is_local(dataset) else _read_hub(dataset, config, split, name)
-    golds = [rewards.extract_hash_answer(row["answer"]) for row in rows]
+    golds = [grading.extract_hash_answer(row["answer"]) for row in rows]
     if bad := [i for i, gold in enumerate(golds) if gold is None]:
         shown = "; ".join(f"row {i + 1}: ...{rows[i]['answer'][-40:]!r}" for i in bad[:3])
         if not skip_bad_rows:
@@ -219,7 +219,7 @@ def score(golds, completions, completion_tokens=None, truncated=None):
     """
     truncated = truncated or [False] * len(completions)
     graded = [
-        {**rewards.grade(c, g, truncated=t), "truncated": t}
+        {**grading.grade(c, g, truncated=t), "truncated": t}
         for c, g, t in zip(completions, golds, truncated, strict=True)
     ]
     return summarize(graded, completion_tokens or [0] * len(graded))
@@ -256,7 +256,7 @@ def sampled_metrics(golds, completions, samples, temperature, thinking=False, tr
         raise ValueError(f"{len(completions)} completions for {len(golds)} problems x {samples} samples")
     truncated = truncated or [False] * len(completions)
     graded = [
-        rewards.grade(c, golds[i // samples], truncated=truncated[i], thinking=thinking)
+        grading.grade(c, golds[i // samples], truncated=truncated[i], thinking=thinking)
         for i, c in enumerate(completions)
     ]
 
@@ -332,7 +332,7 @@ def results(rows, seconds, thinking=False, sampled_rows=(), samples=0, temperatu
     """The metrics and the prediction records (question, gold, completion, extracted, correct, ...) of `rows`;
     with `sampled_rows` (from `sample_all`) the sampled-accuracy metrics too."""
     predictions = [
-        {**r, **rewards.grade(r["completion"], r["gold"], truncated=r["truncated"], thinking=thinking)} for r in rows
+        {**r, **grading.grade(r["completion"], r["gold"], truncated=r["truncated"], thinking=thinking)} for r in rows
     ]
     metrics = summarize(predictions, [r["completion_tokens"] for r in rows])
     if samples:
@@ -474,10 +474,10 @@ def adapter_step(adapter):
     adapter its newest checkpoint's (transformers always checkpoints the last step); 0 when unknown."""
     if not adapter:
         return 0
-    import runguard
+    from grpo import checkpoints
 
     state = Path(adapter) / "trainer_state.json"
-    if not state.is_file() and (found := runguard.checkpoints(adapter)):
+    if not state.is_file() and (found := checkpoints.checkpoints(adapter)):
         state = found[-1] / "trainer_state.json"
     try:
         return json.loads(state.read_text()).get("global_step", 0) if state.is_file() else 0
@@ -583,7 +583,7 @@ def training_logdir(trainer):
     The callback picks OUTPUT_DIR/runs/<date>_<host> when training begins unless its `logging_dir` is already set;
     setting it before `train()` makes the baseline accuracy land in the same run as the training curves.
     """
-    from monitor import tensorboard_callback
+    from grpo.monitor import tensorboard_callback
 
     callback = tensorboard_callback(trainer)
     if callback is None:

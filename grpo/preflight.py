@@ -13,9 +13,9 @@ import math
 import os
 from pathlib import Path
 
-import hardware
-from cli import ConfigError
-from rewards import REWARDS
+from grpo import hardware
+from grpo.cli import ConfigError
+from grpo.files import with_note
 
 # The allowed values of each choice setting (TRL 1.16 / transformers for the first ones).
 CHOICES = {
@@ -68,13 +68,15 @@ FIELD_CHOICES = {"importance_sampling_level": ("token", "sequence")}  # (TRL 1.1
 THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
-def check(s, cpu_only=False):
-    """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a run."""
+def check(s, cpu_only=False, known_rewards=()):
+    """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a run.
+
+    `known_rewards`: the registry's names (rewards.REWARDS), against which plain REWARD_FUNCS names are checked."""
     problems = [p for name in CHOICES if (p := _choice(name, s[name]))]
     problems += [p for name in RANGES if name in s and (p := _in_range(name, s[name]))]
     floats = [n for n, v in s.items() if isinstance(v, float) and not math.isfinite(v) and n not in RANGES]
     problems += [f"{n}={s[n]}: a number here must be finite." for n in floats]
-    problems += _batch(s) + _rewards(s) + _steps(s) + _paths(s) + hardware_problems(s, cpu_only)
+    problems += _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s) + hardware_problems(s, cpu_only)
     if s["ENABLE_THINKING"] and s["MAX_COMPLETION_LENGTH"] < THINKING_MIN_TOKENS:
         problems.append(
             f"ENABLE_THINKING=True with MAX_COMPLETION_LENGTH={s['MAX_COMPLETION_LENGTH']}: thinking is cut off "
@@ -123,7 +125,7 @@ def _batch(s):
     ]
 
 
-def _rewards(s):
+def _rewards(s, known):
     funcs, weights = s["REWARD_FUNCS"], s["REWARD_WEIGHTS"]
     if not funcs:
         return ["REWARD_FUNCS is empty: GRPO needs at least one reward, e.g. correctness_reward."]
@@ -135,12 +137,12 @@ def _rewards(s):
         )
     elif any(not math.isfinite(w) for w in weights) or not any(weights):
         problems.append(f"REWARD_WEIGHTS={weights}: every weight must be finite and one at least non-zero.")
-    for name in [f for f in funcs if isinstance(f, str) and f not in REWARDS and ":" not in f]:
-        close = difflib.get_close_matches(name, REWARDS, n=1)
+    for name in [f for f in funcs if known and isinstance(f, str) and f not in known and not {":", "."} & set(f)]:
+        close = difflib.get_close_matches(name, known, n=1)
         hint = f"Did you mean {close[0]}? " if close else ""
         problems.append(
             f"REWARD_FUNCS names an unknown reward {name!r}. {hint}\n"
-            f"Known: {', '.join(REWARDS)}; or give your own as 'module:function'."
+            f"Known: {', '.join(known)}; or give your own as 'module:function' (or TRL's 'module.function')."
         )
     return problems
 
@@ -281,7 +283,7 @@ def check_model_folder(model_name):
     folder = Path(model_name).expanduser()
     if not (folder / "config.json").is_file():
         return  # a Hub id: transformers downloads and checks it
-    import runguard
+    from grpo import checkpoints
 
     tokenizer = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
     problems = [] if any((folder / name).is_file() for name in tokenizer) else ["it holds no tokenizer files"]
@@ -290,7 +292,7 @@ def check_model_folder(model_name):
     if not problems and not template and not any(folder.glob("chat_template.j*")):  # .jinja or .json
         problems.append("its tokenizer has no chat template (GSM8K prompts are chat messages)")
     weights = sorted(folder.glob("*.safetensors"))
-    problems += [p for path in weights if (p := runguard.safetensors_problem(path))]
+    problems += [p for path in weights if (p := checkpoints.safetensors_problem(path))]
     if not weights and not any(folder.glob("*.bin")):
         problems.append("it holds no weights (*.safetensors)")
     if problems:
@@ -330,9 +332,9 @@ def check_rewards(funcs, names, dataset, max_completion_length):
             out = getattr(func, "func", func)(**kwargs)  # rewards.Guarded's own function: its error as raised
             out = asyncio.run(out) if inspect.isawaitable(out) else out  # TRL awaits async reward functions
             out = list(out) if not isinstance(out, str | bytes | dict) else out
-        except (Exception, SystemExit) as err:  # a user's function can raise anything; report it, never a traceback
-            problems.append(f"REWARD_FUNCS entry {name!r} fails on a real row: {type(err).__name__}: {err}")
-            continue
+        except (Exception, SystemExit) as err:  # a reward that raises is a bug: its traceback shows file and line
+            note = f"raised by REWARD_FUNCS entry {name!r}, called by preflight on {len(rows)} training rows"
+            raise with_note(err, note) from None  # the reward's own error, with its own traceback
         if not isinstance(out, list) or len(out) != len(completions):
             got = f"{len(out)} values" if isinstance(out, list) else repr(out)[:60]
             problems.append(

@@ -1,41 +1,32 @@
-"""Run safety for grpotrainer.py: nothing is lost when a run is killed, cut by a full disk, run twice or rerun.
+"""Checkpoint file checks: the checkpoints a run can resume from, adapters that fit their base, finished runs.
 
-    pytest tests/test_runguard.py                  # the fault-injection tests, ~35 s on 2 cores
+Reads headers and directories only, never tensors, so every check costs milliseconds. No `transformers` import at
+module level: evaluate.py, export.py, preflight and the trainer all need these checks.
 
-What each piece guards against, in the order main() uses them:
+    pytest tests/test_runguard.py                  # the fault-injection tests
 
-- `output_lock`: two runs writing into one OUTPUT_DIR. Global rank 0 holds an flock on OUTPUT_DIR/run.lock (the OS
-  releases it when the process dies, even by kill -9); the file names the holder's pid and host for the message.
+- `resume_checkpoint`: resuming from a checkpoint cut by a kill or a full disk. The newest intact checkpoint is
+  chosen (`checkpoint_problem`); broken ones are moved to OUTPUT_DIR/broken/, never deleted.
 - `finished`: rerunning a finished run, which would train one step past MAX_STEPS and rotate checkpoints away.
   The script writes OUTPUT_DIR/run_finished.json (`mark_finished`) after the final adapter is saved.
-- `resume_checkpoint`: resuming from a checkpoint cut by a kill or a full disk. The newest intact checkpoint is
-  chosen (`intact`); broken ones are moved to OUTPUT_DIR/broken/, never deleted.
-- `StopOnSignal`: SIGTERM (a scheduler's preemption notice) and Ctrl-C. The current step finishes, a checkpoint is
-  saved and the run exits with one line; all torchrun ranks stop at the same step.
-- `faults`: a full disk or a distributed stall, reported as a message that names the setting and what to check.
+- `adapter_problem`, `shape_problems`, `apply_adapter`: an adapter handed to evaluate.py or export.py that cannot
+  load onto its base, named before (files) and right after (shapes) the base loads.
 """
 
-import contextlib
-import errno
-import fcntl
 import json
 import logging
 import math
 import os
 import re
-import signal
-import socket
 import struct
 import time
 import zipfile
 from pathlib import Path
 
-from transformers import TrainerCallback
-
-from cli import ConfigError
+from grpo.cli import ConfigError
+from grpo.files import checkpoint_step, first_line
 
 log = logging.getLogger("grpotrainer")
-LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
 BROKEN_DIR = "broken"  # OUTPUT_DIR/broken/checkpoint-N-<time>: checkpoints that cannot be resumed, kept for a look
 TORCH_FILES = (".pt", ".pth", ".bin")  # torch.save writes zip archives under these names in a checkpoint
@@ -47,11 +38,11 @@ TORCH_FILES = (".pt", ".pth", ".bin")  # torch.save writes zip archives under th
 
 def checkpoints(output_dir):
     """The checkpoint-N folders Trainer wrote in output_dir, oldest (lowest N) first, intact or not."""
-    found = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and p.name[11:].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[11:]))
+    found = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and checkpoint_step(p) is not None]
+    return sorted(found, key=checkpoint_step)
 
 
-def intact(checkpoint_dir):
+def checkpoint_problem(checkpoint_dir):
     """None when the checkpoint folder can be resumed from, else the reason it cannot (one short phrase).
 
     Reads only headers and directories, never tensors, so it costs milliseconds even for large checkpoints:
@@ -60,7 +51,7 @@ def intact(checkpoint_dir):
     file (optimizer.pt, scheduler.pt, rng_state*.pth, ...) is a zip archive whose members fit in the file. A file
     cut anywhere loses the zip's central directory at its end, so a cut torch file fails that test.
 
-    >>> intact("/nonexistent/checkpoint-5")
+    >>> checkpoint_problem("/nonexistent/checkpoint-5")
     'trainer_state.json is missing'
     """
     folder = Path(checkpoint_dir)
@@ -175,7 +166,7 @@ def resume_checkpoint(
         )
     chosen = None
     for folder in reversed(found):
-        reason = intact(folder)
+        reason = checkpoint_problem(folder)
         if reason is None and chosen is None:
             chosen = folder
         elif reason is not None:
@@ -421,295 +412,3 @@ def restore(trainer, checkpoint):
     set_peft_model_state_dict(trainer.model, load_file(Path(checkpoint) / "adapter_model.safetensors"))
     trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
     log.info("%s already holds the last step: the run is finished from it, without training", checkpoint)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# one run per folder
-
-
-def any_rank(flag, device=None):
-    """True when `flag` is true on any process: an all-reduce (max) when torch.distributed is initialised with
-    more than one process, else `flag` itself. Every process must call it at the same point."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return bool(flag)
-    import torch
-
-    if device is None:  # NCCL reduces only CUDA tensors; accelerate has set this process's GPU
-        nccl = "nccl" in str(dist.get_backend()) and torch.cuda.is_available()
-        device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
-    t = torch.tensor([int(bool(flag))], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
-
-
-def pid_alive(pid):
-    """Whether a process with this pid runs on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, as another user
-        return True
-    return True
-
-
-def read_holder(path):
-    """The lock file's {"pid", "host", ...} as written by `take_lock`, or {} when it is empty or half-written."""
-    try:
-        holder = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    return holder if isinstance(holder, dict) else {}
-
-
-def take_lock(output_dir):
-    """Lock OUTPUT_DIR for this process: return (open file descriptor, None), or (None, why it is refused).
-
-    flock on OUTPUT_DIR/run.lock: the OS releases it when the holder dies, so a lock left by a killed run is
-    simply taken over (and logged). After locking, the path must still name the locked file; otherwise a
-    releasing holder unlinked it in between, and we lock again. Filesystems without flock (some Lustre and
-    FUSE mounts) fall back to the pid in the file: a dead pid on this host is taken over.
-    """
-    output_dir = Path(output_dir)
-    path = output_dir / LOCK_NAME
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        for _ in range(100):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                return None, holder_message(output_dir, read_holder(path))
-            except OSError as err:
-                os.close(fd)
-                if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                    raise
-                return pid_lock(output_dir)
-            with contextlib.suppress(FileNotFoundError):
-                if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                    break
-            os.close(fd)  # unlinked by a holder that released it: lock the new file instead
-        write_holder(fd, output_dir, read_holder(path))
-        return fd, None
-    except OSError as err:
-        return None, f"cannot lock OUTPUT_DIR {output_dir} ({err}): it must be a folder this user can write."
-
-
-def write_holder(fd, output_dir, previous):
-    """Record this process as the holder in the locked file, logging a previous holder that died without release."""
-    if previous.get("pid"):
-        log.info("took over %s from pid %s on %s, which no longer holds it", LOCK_NAME, *holder_id(previous))
-    data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M")})
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data.encode(), 0)
-
-
-def holder_id(holder):
-    return holder.get("pid", "?"), holder.get("host", "an unknown host")
-
-
-def holder_message(output_dir, holder):
-    pid, host = holder_id(holder)
-    return (
-        f"OUTPUT_DIR {output_dir} is in use by another run (pid {pid} on {host}, since {holder.get('since', '?')}); "
-        "two runs in one folder overwrite each other.\nWait for it to end, stop it, or give this run another "
-        "OUTPUT_DIR."
-    )
-
-
-def pid_lock(output_dir):
-    """The fallback without flock: create run.lock exclusively; a file naming a dead pid on this host is stale."""
-    path = Path(output_dir) / LOCK_NAME
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            holder = read_holder(path)
-            pid = holder.get("pid")
-            stale = holder.get("host") == socket.gethostname() and isinstance(pid, int) and not pid_alive(pid)
-            if not stale:
-                return None, holder_message(output_dir, holder) + f" If that run is gone, delete {path}."
-            path.unlink(missing_ok=True)
-            continue
-        write_holder(fd, output_dir, {})
-        return fd, None
-    return None, holder_message(output_dir, read_holder(path))
-
-
-@contextlib.contextmanager
-def output_lock(output_dir, rank0):
-    """Hold OUTPUT_DIR for one run while the block runs; refuse with ConfigError (exit 2) when another run has it.
-
-    Under torchrun only global rank 0 (`rank0`) takes the lock, and every rank learns the outcome through
-    `any_rank`, so all ranks of a refused run stop at once, before writing anything. That needs the process group,
-    which building the GRPOConfig starts: enter this after build_config(). The lock file is removed on exit.
-
-        with runguard.output_lock(OUTPUT_DIR, rank0=config.process_index == 0):
-            ...  # resume choice, training, saves
-    """
-    fd, refusal = take_lock(output_dir) if rank0 else (None, None)
-    if any_rank(refusal is not None):
-        raise ConfigError(refusal or f"rank 0 could not lock OUTPUT_DIR {output_dir}; see its message.")
-    try:
-        yield
-    finally:
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                (Path(output_dir) / LOCK_NAME).unlink()  # while still locked: see take_lock's inode check
-            os.close(fd)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# SIGTERM and Ctrl-C
-
-
-class StopOnSignal(TrainerCallback):
-    """On SIGTERM or SIGINT, finish the current optimiser step, save a checkpoint and stop training.
-
-    Schedulers send SIGTERM before preemption (Slurm, Kubernetes), torchrun forwards it to every process, and a
-    terminal sends Ctrl-C's SIGINT to all of them. The handlers only record the signal; at each step end the
-    processes agree (`any_rank`) so that all stop at the same step, and Trainer then saves as if SAVE_STEPS had
-    come. Later signals while stopping are ignored, so a second Ctrl-C cannot cut the save (Ctrl-\\ or kill -9
-    still end the process at once). Handlers are installed when training begins and restored when it ends.
-
-    After train() returns, `signal_name` is set when a signal stopped it, and `message()` and `exit_code`
-    say so: 128 + the signal number (143 for SIGTERM, 130 for Ctrl-C), the shell's convention for "ended by
-    this signal". Not 0: a Kubernetes Job, a torchrun restart policy or a `until python grpotrainer.py; do`
-    loop must see that the run is not done, and rerunning the same command resumes it.
-    """
-
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
-        self.signals = tuple(signals)
-        self.received = None  # the first signal's number
-        self.signal_name = None  # its name, once the processes have agreed to stop
-        self.stopped_at = None  # the global step after which training stopped
-        self.saved = None  # the checkpoint folder saved for the stop
-        self.previous = {}  # signal number -> the handler to restore
-
-    def handle(self, signum, frame):
-        if self.received is None:
-            self.received = signum
-            log.warning("%s received: finishing this step, then saving a checkpoint", signal.Signals(signum).name)
-        else:
-            log.warning(
-                "%s ignored: a checkpoint is being saved (Ctrl-\\ aborts without it)", signal.Signals(signum).name
-            )
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        for signum in self.signals:
-            self.previous[signum] = signal.signal(signum, self.handle)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if any_rank(self.received is not None, args.device) and self.signal_name is None:
-            self.signal_name = signal.Signals(self.received).name if self.received else "a signal on another rank"
-            self.stopped_at = state.global_step
-            control.should_save = True
-            control.should_training_stop = True
-        return control
-
-    def on_save(self, args, state, control, **kwargs):
-        if self.signal_name is not None and self.saved is None:
-            self.saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.restore()
-
-    def restore(self):
-        """Put back the handlers that were there before training (safe to call more than once)."""
-        while self.previous:
-            signum, handler = self.previous.popitem()
-            signal.signal(signum, handler)
-
-    @property
-    def exit_code(self):
-        return 128 + (self.received or signal.SIGTERM)
-
-    def message(self):
-        where = f"checkpoint saved to {self.saved}" if self.saved else "no checkpoint was saved"
-        return f"stopped by {self.signal_name} at step {self.stopped_at}; {where}; rerun the same command to resume"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# full disks and stalls
-
-FULL_DISK_TEXT = ("No space left on device", "Disk quota exceeded")  # any error type: safetensors says "(os error 28)"
-TORCH_WRITE_TEXT = ("PytorchStreamWriter failed writing file", "basic_ios::clear: iostream error", "unexpected pos")
-STALL_TEXT = ("timed out", "timeout", "watchdog", "Connection closed by peer", "Connection reset by peer")
-
-
-def chain(err):
-    """`err` and the exceptions it was raised from or during, outermost first."""
-    seen = []
-    while err is not None and err not in seen:
-        seen.append(err)
-        err = err.__cause__ or err.__context__
-    return seen
-
-
-def disk_full_error(err, output_dir):
-    """A ConfigError naming the full disk and OUTPUT_DIR when `err` (or its cause) is one, else None.
-
-    ENOSPC and EDQUOT from Python, any error whose text names them (safetensors' SafetensorError), and the
-    RuntimeErrors of torch.save's C++ writer, which keeps no errno (TORCH_WRITE_TEXT; on a full tmpfs torch 2.13
-    says "unexpected pos 704 vs 598"). The checkpoint it was writing is then cut: `intact` rejects it, and the
-    next run moves it aside and resumes from the one before.
-    """
-    for e in chain(err):
-        full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
-        full = full or any(t in str(e) for t in FULL_DISK_TEXT)
-        if full or (isinstance(e, RuntimeError) and any(t in str(e) for t in TORCH_WRITE_TEXT)):
-            free = free_bytes(output_dir)
-            free_text = f", {free / 2**20:.0f} MiB free now" if free is not None else ""
-            return ConfigError(
-                f"No space left on device while writing to OUTPUT_DIR {output_dir} ({first_line(e)}{free_text}).\n"
-                f"Free space there (or set OUTPUT_DIR to a larger disk), then rerun the same command to resume."
-            )
-    return None
-
-
-def stall_error(err, ddp_timeout):
-    """A ConfigError naming DDP_TIMEOUT and what to check when `err` is a torch.distributed timeout or abort."""
-    import torch.distributed as dist
-
-    for e in chain(err):
-        dist_error = isinstance(e, (dist.DistBackendError, dist.DistStoreError, dist.DistNetworkError))
-        if dist_error or (isinstance(e, RuntimeError) and any(t.lower() in str(e).lower() for t in STALL_TEXT)):
-            return ConfigError(
-                f"a process waited for the others and gave up (DDP_TIMEOUT={ddp_timeout} s; {first_line(e)}).\n"
-                "Check every rank's log for the first error (a stalled or dead rank), then NCCL and the network "
-                "(NCCL_DEBUG=INFO); raise DDP_TIMEOUT only if a rank legitimately works alone that long."
-            )
-    return None
-
-
-@contextlib.contextmanager
-def faults(output_dir, ddp_timeout):
-    """Turn a full disk or a distributed stall raised in the block into a ConfigError (one message, exit 2)."""
-    try:
-        yield
-    except Exception as err:
-        known = disk_full_error(err, output_dir) or stall_error(err, ddp_timeout)
-        if known is None:
-            raise
-        raise known from None
-
-
-def first_line(err):
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0][:200] if text else ''}"
-
-
-def free_bytes(path):
-    """Free bytes on the filesystem holding `path` (or its nearest existing parent); None if unknown."""
-    import shutil
-
-    path = Path(path).resolve()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:
-        return shutil.disk_usage(path).free
-    except OSError:
-        return None

@@ -1,0 +1,165 @@
+"""Files, names and errors, one rule each: local path or Hub id, the Hub's offline switch, checkpoint folder
+names, writing aside then renaming, the first line of an error, a note under a traceback, load errors.
+
+Nothing heavy is imported here: every other module of the package and the scripts use it.
+"""
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+from pathlib import Path
+
+_CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")
+
+
+def is_local(name):
+    """Whether a MODEL_NAME / DATASET / ADAPTER value names a local path rather than a Hub id.
+
+    >>> is_local("Qwen/Qwen3-8B"), is_local("./Qwen3"), is_local("data/train.jsonl"), is_local("~/m")
+    (False, True, True, True)
+    """
+    name = str(name)
+    return (
+        Path(name).suffix in (".jsonl", ".json")
+        or os.path.exists(os.path.expanduser(name))
+        or name.startswith((".", "/", "~"))
+    )
+
+
+def hub_offline():
+    """Whether the Hugging Face Hub must not be reached: HF_HUB_OFFLINE as huggingface_hub read it at import, or as
+    the environment says now (a test or a launcher may set it later), with huggingface_hub's own true values."""
+    from huggingface_hub import constants
+
+    now = os.environ.get("HF_HUB_OFFLINE", "").upper() in constants.ENV_VARS_TRUE_VALUES
+    return bool(constants.HF_HUB_OFFLINE or now)
+
+
+def checkpoint_step(path):
+    """N for a folder named checkpoint-N (Trainer's name for a checkpoint), else None.
+
+    >>> checkpoint_step("runs/a/checkpoint-40"), checkpoint_step("runs/a"), checkpoint_step("checkpoint-4x")
+    (40, None, None)
+    """
+    match = _CHECKPOINT.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def first_line(err):
+    """`Type: first line of the message`, at most 200 characters of it: an error quoted inside one of ours."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:200] if text else ''}"
+
+
+def with_note(err, note):
+    """`err` with `note` added under its traceback, to be re-raised; a SystemExit (a reward calling sys.exit would
+    end the run without a word) becomes a RuntimeError raised from it, so that its traceback is shown too."""
+    if isinstance(err, SystemExit):
+        err = RuntimeError(f"the reward called sys.exit({err.code!r})").with_traceback(err.__traceback__)
+    err.add_note(note)
+    return err
+
+
+def _aside(path, kind):
+    """A hidden sibling of `path` for work in progress; host and pid, since nodes may share the file system."""
+    path = Path(path)
+    return path.parent / f".{path.name}.{kind}-{socket.gethostname()}-{os.getpid()}"
+
+
+def fsync_dir(path):
+    """Make a rename inside `path` durable (POSIX: the directory entry lives in the directory)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, text, durable=False):
+    """Write `text` to `path` so that a reader sees the old file or the new one, never half of either: written
+    aside, then renamed over it; `durable` also fsyncs the file and the directory (for markers a rerun trusts)."""
+    path = Path(path)
+    tmp = _aside(path, "tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    if durable:
+        fsync_dir(path.parent)
+    return path
+
+
+@contextlib.contextmanager
+def publish_dir(target, replace=False):
+    """Fill a hidden sibling folder in the block, then rename it to `target`: never half a folder at `target`.
+
+    Without `replace`, a `target` that another process (a torchrun rank) finished first is kept and ours dropped.
+    With it, an existing `target` is moved aside and deleted once the new one is in place. A block that raises
+    leaves `target` as it was."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = _aside(target, "partial"), _aside(target, "old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if replace and target.exists():
+            target.rename(old)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if replace:
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# The functions of transformers' and peft's loading path: a ValueError or RuntimeError raised inside one of them is
+# a checkpoint that does not fit (sizes, a torn or foreign file), not a bug of ours.
+_LOADERS = {
+    "from_pretrained",
+    "_load_pretrained_model",
+    "load_state_dict",
+    "load_shard_file",
+    "_load_state_dict_into_meta_model",
+    "load_adapter",
+    "set_peft_model_state_dict",
+    "from_dict",
+    "get_checkpoint_shard_files",
+    "cached_file",
+    "cached_files",
+}
+
+
+def is_load_error(err):
+    """Whether `err`, raised while loading a model, means the checkpoint cannot be loaded (a setting or file the
+    user can fix): a file or Hub error, safetensors' own, or a ValueError/RuntimeError raised inside the loading
+    functions of transformers or peft. Anything else is a bug and should keep its traceback."""
+    from huggingface_hub.errors import EntryNotFoundError, HFValidationError
+    from safetensors import SafetensorError
+
+    if isinstance(err, OSError | SafetensorError | EntryNotFoundError | HFValidationError):
+        return True
+    if not isinstance(err, ValueError | RuntimeError):
+        return False
+    tb = err.__traceback__
+    deepest = None
+    while tb is not None:  # the frame that raised it is the last one
+        deepest = tb.tb_frame
+        tb = tb.tb_next
+    frame = deepest
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith(("transformers.", "peft.", "safetensors")) and frame.f_code.co_name in _LOADERS:
+            return True
+        frame = frame.f_back
+    return False
