@@ -95,27 +95,13 @@ def run_dir(adapter):
     return path.parent if files.checkpoint_step(path) is not None else path
 
 
-def read_json(path):
-    """The JSON object in the file `path`; {} when there is no such file. Anything else is refused, naming it."""
-    path = Path(path)
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ConfigError(f"{path} cannot be read ({err}); restore it or delete it.") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} holds a {type(data).__name__}, not a JSON object; restore it or delete it.")
-    return data
-
-
 def resolve(c):
     """Fill in the settings left "" from the run's records (in place: MODEL_NAME, DTYPE, ENABLE_THINKING,
     OUTPUT_DIR, and STEP, the step the adapter was saved at); return the run's settings dict for the model card."""
     adapter = c["ADAPTER"]
     if not adapter:
         raise ConfigError("give the adapter to merge: --ADAPTER=<a run's OUTPUT_DIR or a checkpoint-N in it>.")
-    config = read_json(Path(adapter) / "adapter_config.json")
+    config = files.read_json_object(Path(adapter) / "adapter_config.json")
     if not config:
         mergeable = [c for c in checkpoints.checkpoints(adapter) if (c / "adapter_config.json").is_file()]
         newest = mergeable[-1] if Path(adapter).is_dir() and mergeable else None
@@ -164,7 +150,7 @@ def run_dtype(run, model_name):
     """The dtype the run computed in: BF16 from its settings, else the base model's config.json, else float32."""
     if "BF16" in run:
         return "bfloat16" if run["BF16"] else "float32"
-    config = read_json(Path(model_name) / "config.json") if Path(model_name).is_dir() else {}
+    config = files.read_json_object(Path(model_name) / "config.json") if Path(model_name).is_dir() else {}
     dtype = config.get("dtype") or config.get("torch_dtype")
     return dtype if dtype in DTYPES else "float32"
 
@@ -190,7 +176,7 @@ def default_output_dir(adapter):
 
 def check_push(repo_id):
     """Refuse PUSH_TO_HUB without a Hub token or with the Hub switched off, naming the fix."""
-    from huggingface_hub import constants, get_token
+    from huggingface_hub import get_token
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
@@ -198,7 +184,7 @@ def check_push(repo_id):
         validate_repo_id(repo_id)
     except HFValidationError as err:
         raise ConfigError(f"PUSH_TO_HUB={repo_id!r} is not a Hub repo id ({err}); write it as you/name.") from None
-    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in cli.TRUE:
+    if files.hub_offline():
         raise ConfigError(
             f"PUSH_TO_HUB={repo_id} needs the Hub, but HF_HUB_OFFLINE is set. Unset it, or export without "
             "PUSH_TO_HUB and upload the folder later (hf upload)."
@@ -224,7 +210,7 @@ def check_output_dir(out):
             f"OUTPUT_DIR={out} already holds files that export.py did not write; it will not overwrite them.\n"
             "Give a new folder: --OUTPUT_DIR=<path>."
         )
-    written = read_json(out / MARKER).get("files")
+    written = files.read_json_object(out / MARKER).get("files")
     if not isinstance(written, list):  # an export.py from before the list: what it wrote is not known
         raise ConfigError(
             f"OUTPUT_DIR={out} is an earlier export whose {MARKER} does not list its files, so files added there "

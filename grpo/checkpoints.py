@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 from grpo.cli import ConfigError
-from grpo.files import checkpoint_step, first_line
+from grpo.files import atomic_write, checkpoint_step, first_line
 
 log = logging.getLogger("grpotrainer")
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
@@ -340,24 +340,9 @@ def mark_finished(output_dir, global_step, epoch, max_steps, num_train_epochs):
         "NUM_TRAIN_EPOCHS": num_train_epochs,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    tmp = output_dir / f".{FINISHED_NAME}.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, output_dir / FINISHED_NAME)
-    fsync_dir(output_dir)
+    atomic_write(output_dir / FINISHED_NAME, json.dumps(record, indent=1), durable=True)
     log.info("saved the adapter and its model card to %s; the run is finished", output_dir)
     return output_dir / FINISHED_NAME
-
-
-def fsync_dir(path):
-    """Make a rename inside `path` durable (POSIX: the directory entry lives in the directory)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def finished(output_dir, max_steps, num_train_epochs):

@@ -47,6 +47,24 @@ def checkpoint_step(path):
     return int(match.group(1)) if match else None
 
 
+def read_json_object(path):
+    """The JSON object in the file `path`; {} when there is no such file. Anything else is refused, naming it."""
+    import json
+
+    from grpo.cli import ConfigError
+
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path} cannot be read ({err}); restore it or delete it.") from None
+    if not isinstance(data, dict):  # what later .get() and [key] calls rely on
+        raise ConfigError(f"{path} holds a {type(data).__name__}, not a JSON object; restore it or delete it.")
+    return data
+
+
 def first_line(err):
     """`Type: first line of the message`, at most 200 characters of it: an error quoted inside one of ours."""
     text = str(err).strip().splitlines()

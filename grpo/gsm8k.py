@@ -33,7 +33,7 @@ import os
 import time
 from pathlib import Path
 
-from grpo import grading
+from grpo import files, grading, hardware
 from grpo.cli import ConfigError
 
 # The instruction before every problem; grpotrainer.py and evaluate.py start from this default.
@@ -68,11 +68,6 @@ def make_prompt(question, system_prompt=SYSTEM_PROMPT):
     return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
 
 
-def is_local(dataset):
-    path = Path(dataset).expanduser()
-    return path.suffix in (".jsonl", ".json") or path.exists() or dataset.startswith((".", "/", "~"))
-
-
 def load(
     dataset, split="train", *, config="main", limit=0, skip_bad_rows=False, system_prompt=SYSTEM_PROMPT, name="DATASET"
 ):
@@ -82,7 +77,9 @@ def load(
     `dataset` is a Hub id (with `config`), a .jsonl file, or a folder holding {split}.jsonl. Rows whose answer has no
     '#### N' are an error naming them, or are dropped with `skip_bad_rows`. `limit` keeps the first N usable rows.
     """
-    rows, source = _read_local(dataset, split, name) if is_local(dataset) else _read_hub(dataset, config, split, name)
+    rows, source = (
+        _read_local(dataset, split, name) if files.is_local(dataset) else _read_hub(dataset, config, split, name)
+    )
     golds = [grading.extract_hash_answer(row["answer"]) for row in rows]
     if bad := [i for i, gold in enumerate(golds) if gold is None]:
         shown = "; ".join(f"row {i + 1}: ...{rows[i]['answer'][-40:]!r}" for i in bad[:3])
@@ -180,27 +177,14 @@ def write_settings(output_dir, settings, main_process=True):
     if not main_process:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(settings, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return files.atomic_write(path, json.dumps(settings, indent=2, default=str) + "\n")
 
 
 def run_settings(adapter):
     """The settings a run recorded, for an adapter folder (a run's OUTPUT_DIR or a checkpoint-N in it); {} if none."""
     for folder in (Path(adapter), Path(adapter).parent):
-        path = folder / SETTINGS_FILE
-        if path.is_file():
-            try:
-                settings = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-                raise ConfigError(f"{path} cannot be read ({err}); delete it or fix it.") from None
-            if not isinstance(settings, dict):  # what later .get() and [key] calls rely on
-                raise ConfigError(
-                    f"{path} is not a JSON object of settings like the one a run writes (it holds a "
-                    f"{type(settings).__name__}); delete it or fix it."
-                )
-            return settings
+        if (folder / SETTINGS_FILE).is_file():
+            return files.read_json_object(folder / SETTINGS_FILE)
     return {}
 
 
@@ -455,7 +439,7 @@ def vllm_generator(
         gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_completion_length + 1024,  # GSM8K prompts are well under 1024 tokens
         enable_lora=bool(adapter),
-        max_lora_rank=next((r for r in (8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), rank) if adapter else 16,
+        max_lora_rank=hardware.vllm_lora_rank(rank) if adapter else 16,
         seed=0,
     )
     lora = LoRARequest("adapter", 1, str(Path(adapter).resolve())) if adapter else None

@@ -16,6 +16,18 @@ from pathlib import Path
 
 # ATTN_IMPLEMENTATION values transformers 5.17 loads for Qwen3, besides a Hub kernel "org/repo" (see HUB_KERNEL).
 # The paged|... variants are left out: continuous batching switches to them by itself while generating.
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the --max-lora-rank values vLLM accepts
+
+
+def vllm_lora_rank(rank):
+    """The smallest --max-lora-rank vLLM accepts that holds an adapter of rank `rank`.
+
+    >>> vllm_lora_rank(16), vllm_lora_rank(17), vllm_lora_rank(1000)
+    (16, 32, 1000)
+    """
+    return next((r for r in VLLM_LORA_RANKS if r >= rank), rank)
+
+
 ATTENTION = ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 # A Hub kernel repository, as transformers' integrations.hub_kernels.is_kernel matches it: org/name[@rev][:function]
 HUB_KERNEL = re.compile(r"^[^/:]+/[^/:]+(?:@[^/:]+)?(?::[^/:]+)?$")

@@ -18,6 +18,8 @@ import re
 import shlex
 from pathlib import Path
 
+from grpo import files, hardware
+
 TAGS = ["grpo", "trl", "gsm8k", "lora"]  # front-matter tags; the Hub lists the model under each
 GSM8K_HUB_ID = "openai/gsm8k"
 METRICS = (  # (key in eval_test_*.json, label, format)
@@ -48,7 +50,6 @@ SETTINGS = (  # (settings key, label) in the "Training settings" table, in this 
     ("ENABLE_THINKING", "thinking mode (enable_thinking)"),
     ("SEED", "seed"),
 )
-VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the --max-lora-rank values vLLM accepts
 EXAMPLE_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May?"
@@ -154,7 +155,7 @@ def front_matter(base, dataset, library_name, licence):
         license=licence.get("license", UNKNOWN),
         license_name=licence.get("license_name"),
         license_link=licence.get("license_link"),
-        datasets=[dataset] if dataset and not is_local(dataset) else None,  # a local path is no Hub dataset
+        datasets=[dataset] if dataset and not files.is_local(dataset) else None,  # a local path is no Hub dataset
         tags=[*TAGS, *([f"base_model:adapter:{base_id}"] if base_id and library_name == "peft" else [])],
         pipeline_tag="text-generation",
     )
@@ -173,7 +174,7 @@ def data_section(settings, dataset_sizes):
     dataset = str(settings.get("DATASET", ""))
     if not dataset:
         source = "not recorded"
-    elif is_local(dataset):
+    elif files.is_local(dataset):
         source = f"the local GSM8K-format file {code(dataset)}"
     else:
         config = settings.get("DATASET_CONFIG")
@@ -270,7 +271,7 @@ def usage_section(settings, library_name, location, adapter_dir):
         parts += ["", "### vLLM", "", fence(f"vllm serve {shlex.quote(location)}", "bash")]
     if adapter_dir:
         rank = int(settings.get("LORA_R") or 16)
-        lora_rank = next((r for r in VLLM_LORA_RANKS if r >= rank), rank)
+        lora_rank = hardware.vllm_lora_rank(rank)
         adapter = location if library_name == "peft" else adapter_dir
         if library_name == "transformers":
             parts += ["", f"The LoRA adapter it was merged from is {code(adapter_dir)}; it can be served on its own:"]
@@ -377,14 +378,14 @@ def base_licence(model_name, *, cache_dir=None, fetch=None):
 
 def hub_readme(model_name, cache_dir=None, fetch=None):
     """Path of the base model's README.md from the Hub cache or, when allowed, the Hub; None when unavailable."""
-    from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
     repo_id = hub_model_id(model_name)
     cached = try_to_load_from_cache(repo_id, "README.md", cache_dir=cache_dir)
     if isinstance(cached, str):
         return Path(cached)
     if fetch is None:
-        fetch = not (constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true"))
+        fetch = not files.hub_offline()
     if not fetch:
         return None
     try:
@@ -416,12 +417,6 @@ def framework_versions():
 
 # ---------------------------------------------------------------------------------------------------------------
 # markdown that user text cannot break
-
-
-def is_local(name):
-    """Whether a MODEL_NAME / DATASET value names a local path rather than a Hub id (grpotrainer's rule)."""
-    name = str(name)
-    return Path(name).suffix in (".jsonl", ".json") or os.path.exists(name) or name.startswith((".", "/", "~"))
 
 
 def valid_repo_id(name):

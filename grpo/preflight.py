@@ -13,7 +13,7 @@ import math
 import os
 from pathlib import Path
 
-from grpo import hardware
+from grpo import files, hardware
 from grpo.cli import ConfigError
 from grpo.files import with_note
 
@@ -367,8 +367,8 @@ def check_config(config, s, train_size):
         for warper, value in warpers:
             warper(value)
         tf.GenerationConfig(**(config.generation_kwargs or {})).validate(strict=True)
-    except Exception as err:  # each raises ValueError naming the value; a generation_kwargs that is no dict, TypeError
-        problems.append(f"the sampling settings are invalid: {str(err).strip().splitlines()[0]}")
+    except (ValueError, TypeError) as err:  # each names the value; a generation_kwargs that is no dict: TypeError
+        problems.append(f"the sampling settings are invalid: {files.first_line(err)}")
     values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     bad = [name for name, value in values.items() if isinstance(value, float) and not math.isfinite(value)]
     problems += [f"--{name}={getattr(config, name)}: a number here must be finite" for name in bad]
@@ -395,9 +395,9 @@ def check_config(config, s, train_size):
 
 
 def _hub_writable():
-    from huggingface_hub import constants, get_token
+    from huggingface_hub import get_token
 
-    return not constants.HF_HUB_OFFLINE and get_token() is not None
+    return not files.hub_offline() and get_token() is not None
 
 
 def check_model(s):
@@ -413,10 +413,10 @@ def check_model(s):
         config = AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=remote)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=remote)
-    except Exception as err:  # an unreadable or foreign config.json; or a Hub id not in the cache (then: skip)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # unreadable, foreign; or not cached
         if not local:
             return
-        what = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        what = files.first_line(err)
         raise ConfigError(f"MODEL_NAME={name}: its config.json is not a causal language model's ({what}).") from None
     problems = _weight_shapes(Path(name), model) if local else []
     architectures = getattr(config, "architectures", None) or [None]

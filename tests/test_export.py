@@ -99,7 +99,7 @@ def test_default_output_dir(tmp_path, adapter, expected):
         ({"adapter_model.safetensors": b"\x10"}, "ADAPTER={run}: adapter_model.safetensors is cut short (1 bytes)"),
         ({"adapter_model.safetensors": None}, "ADAPTER={run}: adapter_model.safetensors is missing"),
         # a JSON list where an object belongs once raised AttributeError
-        ({"run_settings.json": b"[1, 2]"}, "{run}/run_settings.json is not a JSON object of settings"),
+        ({"run_settings.json": b"[1, 2]"}, "{run}/run_settings.json holds a list, not a JSON object"),
         ({"adapter_config.json": b"[]"}, "{run}/adapter_config.json holds a list, not a JSON object"),
     ],
 )
