@@ -37,7 +37,7 @@ TRUST_REMOTE_CODE = False  # run a model repo's own Python code; Qwen3 needs non
 # what to write
 OUTPUT_DIR = ""  # "" = beside the run: <run>-merged, or <run>-checkpoint-N-merged for a checkpoint
 DTYPE = ""  # bfloat16, float16 or float32; "" = the run's (BF16 in run_settings.json), else the base's config
-ENABLE_THINKING = ""  # true or false: the chat template's default for enable_thinking; "" = the run's
+ENABLE_THINKING = False  # the chat template's default for enable_thinking; the run's unless given here
 # where to publish
 PUSH_TO_HUB = ""  # a Hub repo id (you/name) to upload the folder to; "" = do not push
 PRIVATE = True  # create the Hub repo private; it is never made public by this script once it exists
@@ -50,11 +50,12 @@ log = logging.getLogger("grpotrainer.export")
 
 
 def main(argv=()):
-    c = settings(argv)
+    args = cli.parse(cli.constants(globals()), list(argv), source=__file__)
+    c = dict(args.settings)
     cli.setup_logging("export")
     if c["PUSH_TO_HUB"]:
         check_push(c["PUSH_TO_HUB"])  # before any work: a missing token must not cost a merge first
-    run = resolve(c)
+    run = resolve(c, given=args.given)
     out = Path(c["OUTPUT_DIR"])
     check_output_dir(out)
     log.info("merging %s into %s (%s)", c["ADAPTER"], c["MODEL_NAME"], c["DTYPE"])
@@ -82,7 +83,7 @@ def main(argv=()):
 
 def settings(argv):
     """This module's constants with the `--KEY=value` overrides applied, as a dict (the module is not changed)."""
-    return cli.parse(cli.constants(globals()), list(argv), source=__file__).settings
+    return dict(cli.parse(cli.constants(globals()), list(argv), source=__file__).settings)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -95,9 +96,10 @@ def run_dir(adapter):
     return path.parent if files.checkpoint_step(path) is not None else path
 
 
-def resolve(c):
-    """Fill in the settings left "" from the run's records (in place: MODEL_NAME, DTYPE, ENABLE_THINKING,
-    OUTPUT_DIR, and STEP, the step the adapter was saved at); return the run's settings dict for the model card."""
+def resolve(c, given=frozenset()):
+    """Fill in the settings left "" from the run's records (in place: MODEL_NAME, DTYPE, OUTPUT_DIR, and STEP,
+    the step the adapter was saved at), and ENABLE_THINKING unless `given` on the command line; return the run's
+    settings dict for the model card."""
     adapter = c["ADAPTER"]
     if not adapter:
         raise ConfigError("give the adapter to merge: --ADAPTER=<a run's OUTPUT_DIR or a checkpoint-N in it>.")
@@ -125,7 +127,8 @@ def resolve(c):
     c["DTYPE"] = c["DTYPE"] or run_dtype(run, c["MODEL_NAME"])
     if c["DTYPE"] not in DTYPES:
         raise ConfigError(f'DTYPE is {c["DTYPE"]!r}; give one of {", ".join(DTYPES)}, or "" for the run\'s.')
-    c["ENABLE_THINKING"] = thinking_default(c["ENABLE_THINKING"], run)
+    if "ENABLE_THINKING" not in given:
+        c["ENABLE_THINKING"] = bool(run.get("ENABLE_THINKING", False))
     c["OUTPUT_DIR"] = c["OUTPUT_DIR"] or default_output_dir(adapter)
     c["STEP"] = gsm8k.adapter_step(adapter)
     run = {**run, "MODEL_NAME": c["MODEL_NAME"], "ENABLE_THINKING": c["ENABLE_THINKING"]}
@@ -153,15 +156,6 @@ def run_dtype(run, model_name):
     config = files.read_json_object(Path(model_name) / "config.json") if Path(model_name).is_dir() else {}
     dtype = config.get("dtype") or config.get("torch_dtype")
     return dtype if dtype in DTYPES else "float32"
-
-
-def thinking_default(value, run):
-    """ENABLE_THINKING as a bool: the override ("true"/"false"), else the run's setting, else False."""
-    if value == "":
-        return bool(run.get("ENABLE_THINKING", False))
-    if str(value).lower() in cli.TRUE | cli.FALSE:
-        return str(value).lower() in cli.TRUE
-    raise ConfigError(f'ENABLE_THINKING is {value!r}; give true or false, or "" for the run\'s setting.')
 
 
 def default_output_dir(adapter):

@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 TRUE, FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
@@ -137,7 +138,7 @@ def parse(settings, argv, profiles=None, config_class=None, owned=None, source=N
     whose constants block `--help` prints.
     """
     if "--help" in argv or "-h" in argv:
-        print(help_text(source, profiles), flush=True)
+        print(help_text(source, settings, profiles, fields=config_class is not None), flush=True)
         sys.exit(0)
     profiles = profiles or {}
     profile = next((name for name in profiles if f"--{name}" in argv), None)
@@ -163,25 +164,41 @@ def _is_field(arg):
 _CONSTANT = re.compile(r"^([A-Z][A-Z0-9_]*) = (.*?)(?:  # (.*))?$")
 
 
-def help_text(source, profiles=None):
-    """The script's docstring head and its constants block: each constant with its default and comment."""
+def _shown(value, limit=60):
+    """A value as it is written on the command line: `a,b` for a list, `true` for a bool, a string unquoted."""
+    text = _example(value) if not isinstance(value, list) or value else ""
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def help_text(source, settings=None, profiles=None, fields=False):
+    """`--help`: the script's summary and run commands, its constants block as `--KEY=value` in command-line syntax
+    with each comment, and what each profile (`--smoke`, `--demo`) sets."""
     if source is None:
         return "usage: --KEY=value overrides"
     lines = Path(source).read_text(encoding="utf-8").splitlines()
-    doc_end = next((i for i, line in enumerate(lines[1:], 1) if line.strip().endswith('"""')), 0)
-    out = [line for line in lines[1:doc_end] if line.strip()][:8]
-    out += ["", "settings (--KEY=value; lower-case --field=value passes any GRPOConfig field through):"]
+    doc_end = next((i for i, line in enumerate(lines) if i and line.strip().endswith('"""')), 0)
+    summary = lines[0].strip().strip('"')
+    commands = [line for line in lines[1:doc_end] if line.startswith("    ")]
+    name = Path(source).name
+    usage = f"usage: python {name}" + "".join(f" [--{p}]" for p in profiles or {}) + " [--KEY=value ...]"
+    out = [summary, "", usage + (" [--field=value ...]" if fields else ""), *commands, ""]
+    out.append("settings (--KEY=value; a list as a,b; a boolean as true or false)")
+    if fields:
+        out.append("and lower-case --field=value for any other GRPOConfig field (--top_p=0.9):")
     ruler = [i for i, line in enumerate(lines) if line.startswith("# ----")]
     block = lines[ruler[0] + 1 : ruler[1]] if len(ruler) >= 2 else lines
     for line in block:
         if match := _CONSTANT.match(line):
-            name, value, comment = match.groups()
-            value = value if len(value) <= 40 else value[:37] + "..."
-            out.append(f"  --{name}={value}" + (f"\n        {comment}" if comment else ""))
+            key, value, comment = match.groups()
+            shown = _shown(settings[key]) if settings and key in settings else value
+            out.append(f"  --{key}={shown}" + (f"\n        {comment}" if comment else ""))
         elif line.startswith("# "):
             out.append(f"\n {line[2:]}")
-    if profiles:
-        out.append("\nprofiles: " + ", ".join(f"--{name}" for name in profiles))
+    for profile, overrides in (profiles or {}).items():
+        sets = ", ".join(f"{key}={_shown(value, 40)}" for key, value in overrides.items())
+        out.append(f"\n--{profile} sets, before the command line's own --KEY=value:")
+        out += textwrap.wrap(sets, 110, initial_indent="  ", subsequent_indent="  ")
     return "\n".join(out)
 
 

@@ -54,7 +54,9 @@ def settings_for(adapter, **overrides):
         ({"MODEL_NAME": "/models/Qwen3-8B", "BF16": True, "ENABLE_THINKING": False}, {}, "bfloat16", False),
         ({"MODEL_NAME": "/models/Qwen3-8B", "BF16": False, "ENABLE_THINKING": True}, {}, "float32", True),
         # an override wins over the run's record
-        ({"BF16": True}, {"DTYPE": "float16", "ENABLE_THINKING": "true"}, "float16", True),
+        ({"BF16": True, "ENABLE_THINKING": False}, {"DTYPE": "float16", "ENABLE_THINKING": True}, "float16", True),
+        # a thinking run exported with thinking off, given on the command line
+        ({"BF16": True, "ENABLE_THINKING": True}, {"ENABLE_THINKING": False}, "bfloat16", False),
         # no run_settings.json (an older run) and no base config.json to read: fp32, thinking off
         (None, {}, "float32", False),
     ],
@@ -62,7 +64,7 @@ def settings_for(adapter, **overrides):
 def test_resolve_reads_the_run(tmp_path, run_settings, overrides, dtype, thinking):
     folder = adapter_folder(tmp_path, run_settings=run_settings)
     c = settings_for(folder, **overrides)
-    run = export.resolve(c)
+    run = export.resolve(c, given=frozenset(overrides))
     # the base model comes from run_settings.json, else adapter_config.json: both say /models/Qwen3-8B here
     assert (c["MODEL_NAME"], c["DTYPE"], c["ENABLE_THINKING"]) == ("/models/Qwen3-8B", dtype, thinking)
     assert c["OUTPUT_DIR"] == str(folder.resolve()) + "-merged"
@@ -118,7 +120,6 @@ def test_resolve_refuses_a_damaged_run_before_any_work(tmp_path, damage, message
         ({"ADAPTER": ""}, "give the adapter to merge"),
         ({"MODEL_NAME": "/models/Llama-3-8B"}, "was trained on /models/Qwen3-8B, but MODEL_NAME is"),
         ({"DTYPE": "fp8"}, "DTYPE is 'fp8'"),
-        ({"ENABLE_THINKING": "maybe"}, "ENABLE_THINKING is 'maybe'"),
     ],
 )
 def test_resolve_refuses(tmp_path, overrides, message):
@@ -411,3 +412,10 @@ def test_missing_adapter_exits_2_and_writes_nothing(tmp_path):
     out = run_script("export.py", f"--ADAPTER={tmp_path}", timeout=60)
     assert out.returncode == 2 and "holds no LoRA adapter" in out.stderr and "Traceback" not in out.stderr
     assert not os.path.exists(str(tmp_path) + "-merged")
+
+
+def test_enable_thinking_is_a_boolean_on_the_command_line():
+    # a real boolean: "given or not" is what the command line says, as in evaluate.py; a word that is none is refused
+    assert export.settings(["--ENABLE_THINKING=true"])["ENABLE_THINKING"] is True
+    with pytest.raises(ConfigError, match="--ENABLE_THINKING=maybe is not a valid bool"):
+        export.settings(["--ENABLE_THINKING=maybe"])

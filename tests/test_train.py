@@ -101,7 +101,12 @@ def test_help_lists_every_constant_with_its_comment():
     for name in cli.constants(grpotrainer):
         assert f"--{name}=" in out.stdout
     assert "adapter rank: 8-64" in out.stdout  # LORA_R's comment
-    assert "--smoke" in out.stdout
+    assert out.stdout.startswith("GRPO-tune a Qwen model on GSM8K")  # the summary line first
+    # command-line syntax, not Python literals: what a user can paste back
+    assert "--REWARD_FUNCS=correctness_reward,format_reward\n" in out.stdout
+    assert "--MODEL_NAME=Qwen/Qwen3-8B\n" in out.stdout and "--BF16=true\n" in out.stdout
+    assert "--smoke sets, before the command line's own --KEY=value:" in out.stdout
+    assert "MAX_STEPS=4" in out.stdout.split("--smoke sets")[1]  # what the profile overrides
 
 
 def test_smoke_config_is_fp32_on_cpu(smoke_settings):
