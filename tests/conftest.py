@@ -55,6 +55,25 @@ def run_script(*args, timeout=300, env=None):
     )
 
 
+def run_in_process(main, *args, capsys):
+    """`cli.run(main)` with `args` as the command line, in this process: (exit code, stderr). For mistakes that
+    stop before any model or process group exists; it costs no new Python importing torch, as run_script does."""
+    import sys as _sys
+
+    from grpo import cli
+
+    argv = _sys.argv
+    _sys.argv = ["script", *args]
+    try:
+        cli.run(main)
+        code = 0
+    except SystemExit as end:
+        code = end.code
+    finally:
+        _sys.argv = argv
+    return code, capsys.readouterr().err
+
+
 def event_dirs(output_dir):
     """TensorBoard run folders under OUTPUT_DIR/runs, oldest first."""
     return sorted((Path(output_dir) / "runs").iterdir(), key=lambda p: p.stat().st_mtime)

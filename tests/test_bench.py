@@ -94,6 +94,7 @@ def run_script_bash(*args, env):
     )
 
 
+@pytest.mark.slow  # a real benchmark process, 8 smoke steps
 def test_overhead_bench_runs_and_times_the_same_work(tmp_path):
     args = ["--steps", "4", "--warmup", "1", "--repeats", "1", "--json", str(tmp_path / "overhead.json")]
     result = run_script("bench/bench_overhead.py", *args)

@@ -365,6 +365,7 @@ def test_an_unwritable_output_dir_exits_2_before_generating(tmp_path):
     assert "GSM8K test" not in result.stderr + result.stdout  # no progress bar: nothing was generated
 
 
+@pytest.mark.slow  # `python evaluate.py --smoke` end to end, as the README runs it
 def test_smoke_cli_writes_json_predictions_and_scalars(tmp_path):
     result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]

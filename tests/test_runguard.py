@@ -483,6 +483,7 @@ def two_ranks(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # a torchrun job of two Pythons importing torch
 def test_every_rank_of_a_second_torchrun_job_is_refused(two_ranks):
     assert f"is in use by another run (pid {os.getpid()} on " in (two_ranks / "lock0.txt").read_text()
     assert (
@@ -491,6 +492,7 @@ def test_every_rank_of_a_second_torchrun_job_is_refused(two_ranks):
     assert sorted(p.name for p in (two_ranks / "held").iterdir()) == [guards.LOCK_NAME]  # nothing written
 
 
+@pytest.mark.slow  # shares the torchrun job above
 def test_all_ranks_stop_at_the_step_one_rank_was_signalled(two_ranks):
     # both stop after step 2 and save; only rank 1 got the signal itself
     assert json.loads((two_ranks / "rank0.json").read_text()) == [2, True, "a signal on another rank"]

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_script
+from conftest import REPO, run_in_process, run_script
 
 import grpotrainer
 from grpo import cli, gsm8k, hardware, preflight
@@ -703,14 +703,30 @@ def test_the_registry_passes_the_reward_check():
         (["--smoke", "--REWARD_FUNCS=nope_reward", "--REWARD_WEIGHTS=1"], "unknown reward 'nope_reward'"),
         (["--smoke", "--DATASET=/nonexistent/gsm8k.jsonl"], "DATASET=/nonexistent/gsm8k.jsonl points at"),
         (["--smoke", "--TEMPERATUR=1"], "Did you mean TEMPERATURE"),
-        (["--smoke", "--MODEL_NAME=nobody/no-such-model"], "MODEL_NAME=nobody/no-such-model could not be loaded"),
-        (["--smoke", "--LORA_TARGET_MODULES=no_such_proj"], "no_such_proj matches no layer"),
         pytest.param(
             [], "no CUDA GPU is visible", marks=pytest.mark.skipif(HAS_CUDA, reason="would start a real run")
         ),
     ],
 )
-def test_cli_errors_exit_2_without_traceback(args, message, tmp_path):
+def test_cli_errors_exit_2_without_traceback(args, message, tmp_path, capsys, monkeypatch):
+    # preflight's mistakes, through cli.run as `python grpotrainer.py` runs it, in this process
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, stderr = run_in_process(grpotrainer.main, *args, f"--OUTPUT_DIR={tmp_path}", capsys=capsys)
+    assert code == 2
+    assert message in stderr and "Traceback" not in stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--smoke", "--MODEL_NAME=nobody/no-such-model"], "MODEL_NAME=nobody/no-such-model could not be loaded"),
+        (["--smoke", "--LORA_TARGET_MODULES=no_such_proj"], "no_such_proj matches no layer"),
+    ],
+)
+def test_cli_errors_found_by_loading_exit_2_without_traceback(args, message, tmp_path):
+    # these need the model's config or the process group: a fresh Python, as a user runs it
     out = run_script("grpotrainer.py", *args, f"--OUTPUT_DIR={tmp_path}")
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
