@@ -163,3 +163,38 @@ def test_a_run_cut_after_its_last_checkpoint_finishes_without_an_extra_step(tmp_
         tmp_path / "checkpoint-4" / "adapter_model.safetensors"
     ).read_bytes()  # the final adapter is the last checkpoint's, trained no further
     assert json.loads((tmp_path / checkpoints.FINISHED_NAME).read_text())["global_step"] == 4
+
+
+USER_REWARD = '''\
+def myreward(completions, trainer_state=None, **kwargs):
+    if trainer_state.global_step >= 3:
+        return [kwargs["difficulty"] for _ in completions]  # the user's bug, on this line (line 3)
+    return [0.0 for _ in completions]
+'''
+
+
+def test_a_users_reward_that_raises_in_training_shows_its_traceback(tmp_path):
+    # a bug in a reward of one's own: its traceback into the user's file and line, the entry and the step named;
+    # exit non-zero; the last checkpoint kept whole and no final adapter written over it
+    (tmp_path / "mymod.py").write_text(USER_REWARD)
+    out = run_script(
+        "grpotrainer.py",
+        "--smoke",
+        f"--OUTPUT_DIR={tmp_path / 'run'}",
+        "--REWARD_FUNCS=correctness_reward,mymod:myreward",
+        "--REWARD_WEIGHTS=1,1",
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert out.returncode not in (0, 2), out.stderr[-2000:]
+    assert "Traceback (most recent call last)" in out.stderr
+    assert f'File "{tmp_path / "mymod.py"}", line 3, in myreward' in out.stderr
+    assert "raised by the reward REWARD_FUNCS entry 'mymod:myreward' at training step 3" in out.stderr
+    assert "KeyError: 'difficulty'" in out.stderr  # the error, as raised
+    assert checkpoints.checkpoint_problem(tmp_path / "run" / "checkpoint-2") is None
+    assert not (tmp_path / "run" / "adapter_model.safetensors").exists()
+
+
+def test_a_bad_setting_is_still_one_line_without_a_traceback(tmp_path):
+    out = smoke(tmp_path / "run", "--REWARD_FUNCS=correctness_reward,nomod:myreward", "--REWARD_WEIGHTS=1,1")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "there is no module 'nomod' on the Python path" in out.stderr
