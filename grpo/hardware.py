@@ -3,7 +3,7 @@
 preflight.py and grpotrainer.py ask here instead of importing torch themselves. `pick_attention` is a pure function of
 what was found, so its choice is tested without a GPU:
 
-    python hardware.py          # prints what this machine offers and what ATTN_IMPLEMENTATION=auto picks
+    python -m grpo.hardware     # prints what this machine offers and what ATTN_IMPLEMENTATION=auto picks
 
 Nothing here compiles anything: flash-attn is used when a prebuilt wheel is installed, a Hub kernel (the `kernels`
 package) when it is already in the local cache, and PyTorch's own sdpa otherwise.
