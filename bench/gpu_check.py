@@ -267,16 +267,16 @@ def load_model(args):
 
 
 def decode_options(case, dry_run):
-    """generate()'s keyword arguments for a decode case: none for eager; for decode-static, transformers' static KV
-    cache with its compile config, which compiles the decode step (prefill stays eager). transformers compiles on
-    CUDA only; the dry run asks for it on the CPU too, so that the same code path runs."""
-    if case != "decode-static":
-        return {}
-    from transformers import CompileConfig
+    """generate()'s keyword arguments for a decode case: none for eager; for decode-static, those of
+    CACHE_IMPLEMENTATION=static (grpo/hardware.py, decode_options: the static KV cache and the compile config with
+    which generate() compiles the decode step). transformers compiles on CUDA only; the dry run asks for it on the
+    CPU too (transformers' own switch for tests), so that the same code path runs."""
+    from grpo import hardware
 
-    compile_config = CompileConfig()  # transformers' defaults: inductor, mode "reduce-overhead" (CUDA graphs)
-    compile_config._compile_all_devices = dry_run  # transformers' own switch to compile on the CPU (for tests)
-    return {"cache_implementation": "static", "compile_config": compile_config}
+    options = hardware.decode_options("static" if case == "decode-static" else "dynamic")
+    if options:
+        options["compile_config"]._compile_all_devices = dry_run
+    return options
 
 
 def run_decode(args):
