@@ -189,7 +189,7 @@ def test_skipped_when_the_budget_exceeds_the_time_left_timed_out_past_its_own(tm
 def test_quick_runs_the_small_model_decode_and_two_steps():
     args = gpu_check.parse_args(["--quick"])
     assert (args.models, args.cases, args.steps) == (["qwen3-0.6b"], ["decode", "step-generate"], 2)
-    assert args.deadline == gpu_check.QUICK["deadline"] == 250
+    assert args.deadline == gpu_check.QUICK["deadline"] == 270
 
 
 def run_script_bash(*args, env):
