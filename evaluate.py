@@ -41,6 +41,7 @@ LIMIT = 0  # score only the first N problems; 0 = all
 # generation
 BATCH_SIZE = 64  # prompts per generate() call with transformers; lower it on out-of-memory
 MAX_COMPLETION_LENGTH = 256  # new tokens per answer; as in training, so numbers compare
+CACHE_IMPLEMENTATION = "dynamic"  # or static: static KV cache + compiled decode step (transformers; CUDA; ~1 min)
 USE_VLLM = True  # generate with vLLM when it is installed and a GPU is visible (several times faster); False = never
 VLLM_GPU_MEMORY_UTILIZATION = 0.85  # share of GPU memory vLLM may take
 SAMPLES = 0  # sampled accuracy: answers sampled per problem (mean correctness = pass@1 estimated from k); 0 = off
@@ -196,7 +197,13 @@ def main(argv=()):
         )
     else:
         model, tokenizer = load_model(s, cpu_only)
-        generate = gsm8k.hf_generator(model, tokenizer, s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])
+        generate = gsm8k.hf_generator(
+            model,
+            tokenizer,
+            s["MAX_COMPLETION_LENGTH"],
+            s["ENABLE_THINKING"],
+            cache_implementation=s["CACHE_IMPLEMENTATION"],
+        )
         batch_size = s["BATCH_SIZE"]
     name = s["MODEL_NAME"] + (f" + {s['ADAPTER']}" if s["ADAPTER"] else "")
     split = s["SPLIT"]

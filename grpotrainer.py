@@ -49,6 +49,7 @@ MASK_TRUNCATED_COMPLETIONS = False  # leave completions cut at MAX_COMPLETION_LE
 REWARD_FUNCS = ["correctness_reward", "format_reward"]  # rewards.REWARDS names, or "module:function"
 REWARD_WEIGHTS = [1.0, 0.2]  # one weight per reward function; correctness should dominate
 USE_TRANSFORMERS_CONTINUOUS_BATCHING = False  # transformers' paged continuous batching (no vLLM)
+CACHE_IMPLEMENTATION = "dynamic"  # or static: static KV cache + compiled decode step (CUDA; ~1 min)
 USE_VLLM = False  # generate with vLLM (requirements-vllm.txt): several times faster generation
 VLLM_MODE = "colocate"  # colocate = on the training GPUs; server = `trl vllm-serve` on other GPUs
 VLLM_GPU_MEMORY_UTILIZATION = 0.3  # colocate: share of GPU memory vLLM may take
@@ -124,6 +125,7 @@ def build_config(s, fields, cpu_only):
             mask_truncated_completions=s["MASK_TRUNCATED_COMPLETIONS"],
             reward_weights=s["REWARD_WEIGHTS"],
             use_transformers_continuous_batching=s["USE_TRANSFORMERS_CONTINUOUS_BATCHING"],
+            cache_implementation=s["CACHE_IMPLEMENTATION"],
             use_vllm=s["USE_VLLM"],
             vllm_mode=s["VLLM_MODE"],
             vllm_gpu_memory_utilization=s["VLLM_GPU_MEMORY_UTILIZATION"],
@@ -216,10 +218,10 @@ def train(s, record, config, reward_funcs, datasets):
     resuming = f"; resuming from {last}" if last else ""
     log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, resuming)
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
-    # advice and the NaN stop; SIGTERM and Ctrl-C; sample completions in TensorBoard
+    # advice and the NaN stop; SIGTERM and Ctrl-C; samples in TensorBoard; TRL's generation choices undone
     health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer)
     stopper = guards.StopOnSignal()
-    for callback in (health, stopper, monitor.CompletionSamples(trainer)):
+    for callback in (health, stopper, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer)):
         trainer.add_callback(callback)
     gsm8k.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
     scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])

@@ -1,7 +1,7 @@
 """The GPU check: how fast grpotrainer.py generates and trains on a CUDA machine, against what the hardware allows.
 
-    bash bench/gpu_check.sh                  # the whole check, offline, within 9 minutes (installs .whl/ first)
-    python bench/gpu_check.py                # the same without the install step
+    bash bench/gpu_check.sh                  # the whole check, offline, in at most 6 minutes (installs .whl/ first)
+    bash bench/gpu_check.sh --quick          # Qwen3-0.6B only: calibrate, decode, two real steps; at most 4.5 minutes
     python bench/gpu_check.py --dry-run      # tiny shapes on CPU in a few minutes: the same code path
 
 Nothing is downloaded. The models are randomly initialised Qwen3ForCausalLM with the published shapes (Qwen3-0.6B,
@@ -9,22 +9,26 @@ Qwen3-8B, Qwen3-1.7B, in that order, each when the GPU's memory and the disk all
 through from_pretrained exactly as training loads them; the tokenizer is the smoke one. A random network runs the same
 matrix multiplies as a trained one, and it rarely emits its end token, so every completion runs to full length.
 
-Cases, each in its own process with its own time budget, under one deadline for the whole run (--deadline, 540 s);
-the JSON is rewritten after every case, so a run cut off by the deadline keeps what it measured:
+Cases, each in its own process with its own time budget (BUDGETS), under one deadline for the whole run
+(--deadline). A case whose budget is more than the time left is skipped, not started, and reported as skipped; a
+case that outlives its budget is killed and reported as a timeout, which is a failure. The JSON is rewritten after
+every case, so a run cut short keeps what it measured:
     calibrate      the device's memory bandwidth (a device-to-device copy) and bf16 matmul rate (one large matmul)
     build          the random model folder
-    decode-b1      `generate` at batch 1, tokens/s against the bandwidth roofline
-    decode-grpo    the same at the GRPO generation batch (PER_DEVICE_TRAIN_BATCH_SIZE x GRADIENT_ACCUMULATION_STEPS)
+    decode         `generate` at batch 1 (decode-b1) and at the GRPO generation batch (decode-grpo), eager
+    decode-static  the same with a static KV cache and the compiled decode step (decode-static-b1, -grpo)
     step-generate  real `grpotrainer.py` steps at its default settings, plain `generate`
     step-cb        the same with USE_TRANSFORMERS_CONTINUOUS_BATCHING=True
     step-vllm      the same with USE_VLLM=True (only where vllm is installed)
 
 Figures (every case has all keys; null where a case does not measure it):
-    step_seconds          one optimiser step (TRL's train/step_time of the last of --steps steps; the first warms up)
-    generation_share      the part of that step spent generating (TRL's own generate timing, see record_profiling)
+    step_seconds          wall time of one whole optimiser step (callback to callback, CUDA synchronised), the last
+                          of --steps steps; the first pays the warm-up
+    generation_share      the part of that step spent generating (TRL's own generate timing, synchronised)
     decode_tokens_per_s   completion tokens per second of generation
     bandwidth_fraction    bytes a decode step must read (weights + KV cache) / decode step time / measured bandwidth
-    peak_memory_gib       torch.cuda.max_memory_allocated of the case's process (null on CPU)
+    peak_memory_gib       torch.cuda.max_memory_allocated of the case (null on CPU); peak_memory_no_kv_gib beside it
+                          is the same outside generation (steps) or before it (decode): without the KV cache
     matmul_efficiency     step cases: the step's matmul FLOPs outside generation / that time / measured matmul rate
 """
 
@@ -57,27 +61,47 @@ SHAPES = {  # in the order they run: the smallest first, then the default MODEL_
                        tie_word_embeddings=True, initializer_range=0.02),
 }  # fmt: skip
 # --dry-run: grpo/profiles.py's tiny Qwen3, untied like Qwen3-8B, with a vocabulary 8x its tokenizer's so that ids the
-# tokenizer does not know are exercised (the real models have 151936 against 512).
-DRY_SHAPES = {"tiny": dict(vocab_size=4096, tie_word_embeddings=False)}
-DRY_BATCH = 4  # --dry-run: completions per step, one prompt's group of NUM_GENERATIONS=4 (--smoke's own batch)
-# seconds each case may take on an H200, per model; the dry run gives every case DRY_BUDGET
-BUDGETS = {
-    "calibrate": 30,
-    "build": {"qwen3-0.6b": 45, "qwen3-1.7b": 60, "qwen3-8b": 120},
-    "decode": {"qwen3-0.6b": 45, "qwen3-1.7b": 60, "qwen3-8b": 90},
-    "step": {"qwen3-0.6b": 75, "qwen3-1.7b": 90, "qwen3-8b": 150},
+# tokenizer does not know are exercised (the real models have 151936 against 512). The "deep" shapes keep the tiny
+# width at the real models' depth: on the CPU their times are Python's and the kernel launches' share of a step,
+# which is what bounds eager decoding on a GPU (the budgets below are built from them, see bench/README.md).
+DRY_SHAPES = {
+    "tiny": dict(vocab_size=4096, tie_word_embeddings=False),
+    "tiny-28-layers": dict(vocab_size=4096, tie_word_embeddings=False, num_hidden_layers=28),
+    "tiny-36-layers": dict(vocab_size=4096, tie_word_embeddings=False, num_hidden_layers=36),
 }
-DRY_BUDGET = 150
+DRY_MODELS = ["tiny"]  # what --dry-run runs unless --models says otherwise
+# --dry-run: grpotrainer.py's own batch layout and activation checkpointing over --smoke's (which trains 4
+# completions in one micro-batch), so that the CPU runs every micro-batch a GPU step runs
+DRY_LAYOUT = {"PER_DEVICE_TRAIN_BATCH_SIZE": 1, "GRADIENT_ACCUMULATION_STEPS": 8, "ACTIVATION_CHECKPOINTING": "true"}
+# --quick: a second try in what is left of the GPU machine's window
+QUICK = dict(models=["qwen3-0.6b"], cases=["decode", "step-generate"], deadline=270)
+DEADLINE = 360  # seconds for the whole run (gpu_check.sh passes what its install left); the dry run gets 900
+# Seconds each case may take on an H200, per model: an estimate x 1.5, rounded up. The estimates add the
+# CPU-simulated image's measured times at the real depth (process start and imports, and eager decoding, which is
+# launch-bound on a GPU: Python and kernel launches per token, not bandwidth) to the GPU's own work at its datasheet
+# rates; the compile time of decode-static could not be measured at depth on the CPU and is the least certain.
+# bench/README.md gives the measurements, the command and the sums. The dry run gives every case DRY_BUDGET.
+BUDGETS = {
+    "calibrate": 25,
+    "build": {"qwen3-0.6b": 40, "qwen3-1.7b": 55, "qwen3-8b": 110},
+    "decode": {"qwen3-0.6b": 65, "qwen3-1.7b": 70, "qwen3-8b": 95},
+    "decode-static": {"qwen3-0.6b": 180, "qwen3-1.7b": 190, "qwen3-8b": 220},
+    "step": {"qwen3-0.6b": 110, "qwen3-1.7b": 115, "qwen3-8b": 160},
+}
+DRY_BUDGET = 240
 STEP_CASES = {  # case -> grpotrainer.py overrides on top of its defaults
     "step-generate": [],
     "step-cb": ["--USE_TRANSFORMERS_CONTINUOUS_BATCHING=true"],
     "step-vllm": ["--USE_VLLM=true"],
 }
+DECODE_CASES = ("decode", "decode-static")
+CASES = ("decode", "step-generate", "decode-static", "step-cb", "step-vllm")  # after each build, in this order
 # On the CPU, TRL's continuous-batching default (half the free memory as paged KV cache) means gigabytes of RAM
 # allocated per generation round; the tiny model needs 16 blocks of 256 tokens.
 DRY_CB_CONFIG = '--transformers_continuous_batching_config={"num_blocks": 16, "max_batch_tokens": 256}'
 GENERATION_NAMES = ("transformers.generate", "transformers.generate_batch", "vLLM.generate")  # TRL's profiling names
 KEYS = ("step_seconds", "generation_share", "decode_tokens_per_s", "bandwidth_fraction", "peak_memory_gib")
+FAILED = ("error", "timeout")  # statuses of a case that ran and did not succeed
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -165,16 +189,19 @@ def sync():
 
 
 def best_time(fn, repeats):
-    """The fastest of `repeats` timed calls of fn(), after one untimed warm-up call."""
+    """The fastest of `repeats` timed calls of fn(), after one untimed warm-up call; and the warm-up's time."""
+    sync()
+    start = time.perf_counter()
     fn()
+    sync()
+    warmup = time.perf_counter() - start
     times = []
     for _ in range(repeats):
-        sync()
         start = time.perf_counter()
         fn()
         sync()
         times.append(time.perf_counter() - start)
-    return min(times)
+    return min(times), warmup
 
 
 def run_calibrate(args):
@@ -185,10 +212,10 @@ def run_calibrate(args):
     n_bytes, n = (64 * 2**20, 512) if args.dry_run else (2 * GIB, 8192)
     src = torch.empty(n_bytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    copy_s = best_time(lambda: dst.copy_(src), 5 if args.dry_run else 20)
+    copy_s, _ = best_time(lambda: dst.copy_(src), 5 if args.dry_run else 20)
     a = torch.randn(n, n, dtype=dtype, device=device)
     b = torch.randn(n, n, dtype=dtype, device=device)
-    matmul_s = best_time(lambda: a @ b, 3 if args.dry_run else 10)
+    matmul_s, _ = best_time(lambda: a @ b, 3 if args.dry_run else 10)
     return {
         "bandwidth_bytes_per_s": 2 * n_bytes / copy_s,
         "matmul_flops_per_s": 2 * n**3 / matmul_s,
@@ -239,12 +266,26 @@ def load_model(args):
     return model.eval(), AutoTokenizer.from_pretrained(args.model_dir), attn
 
 
+def decode_options(case, dry_run):
+    """generate()'s keyword arguments for a decode case: none for eager; for decode-static, those of
+    CACHE_IMPLEMENTATION=static (grpo/hardware.py, decode_options: the static KV cache and the compile config with
+    which generate() compiles the decode step). transformers compiles on CUDA only; the dry run asks for it on the
+    CPU too (transformers' own switch for tests), so that the same code path runs."""
+    from grpo import hardware
+
+    options = hardware.decode_options("static" if case == "decode-static" else "dynamic")
+    if options:
+        options["compile_config"]._compile_all_devices = dry_run
+    return options
+
+
 def run_decode(args):
     """`generate` at batch 1 and at the GRPO generation batch on one GSM8K-style chat prompt: decode tokens/s, and
     how close a decode step comes to the bandwidth bound. Prefill is taken out by timing 1 and N new tokens."""
     import torch
 
     model, tokenizer, attn = load_model(args)
+    weights_gib = memory_allocated_gib()
     question = json.loads(FIXTURE.read_text().splitlines()[0])["question"]
     messages = [{"role": "user", "content": question}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
@@ -253,36 +294,56 @@ def run_decode(args):
     new_tokens = 16 if args.dry_run else defaults["completion_tokens"]
     bandwidth = args.calibration["bandwidth_bytes_per_s"]
     shape, dtype_bytes = shape_of(args), model.dtype.itemsize
+    options = decode_options(args.case, args.dry_run)
+    prefix = "decode-static" if options else "decode"
     records = []
-    for case, batch in (("decode-b1", 1), ("decode-grpo", defaults["generation_batch"])):
+    for suffix, batch in (("b1", 1), ("grpo", defaults["generation_batch"])):
         ids = prompt_ids.expand(batch, -1)
 
         def generate(n, ids=ids):
             with torch.no_grad():
                 model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=0.7,
-                               max_new_tokens=n, min_new_tokens=n, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+                               max_new_tokens=n, min_new_tokens=n, pad_token_id=tokenizer.pad_token_id,
+                               **options)  # fmt: skip
 
-        if torch.cuda.is_available():
-            torch.cuda.reset_peak_memory_stats()
-        full_s, prefill_s = best_time(lambda n=new_tokens: generate(n), 2), best_time(lambda: generate(1), 2)
+        reset_peak_memory()
+        full_s, warmup_s = best_time(lambda n=new_tokens: generate(n), 1)  # the warm-up compiles (decode-static)
+        prefill_s, _ = best_time(lambda: generate(1), 1)
         step_s = (full_s - prefill_s) / (new_tokens - 1)
         step_bytes = decode_step_bytes(shape, dtype_bytes, batch, prompt_ids.shape[1], new_tokens)
         records.append(
             case_record(
-                case,
+                f"{prefix}-{suffix}",
                 args.model,
                 decode_tokens_per_s=batch / step_s,
                 bandwidth_fraction=step_bytes / step_s / bandwidth,
                 peak_memory_gib=peak_memory_gib(),
+                peak_memory_no_kv_gib=weights_gib,  # the loaded model alone, before any generation
+                kv_cache_gib=kv_bytes_per_token(shape, dtype_bytes) * batch * (prompt_ids.shape[1] + new_tokens) / GIB,
                 batch=batch,
                 prompt_tokens=prompt_ids.shape[1],
                 new_tokens=new_tokens,
                 decode_step_seconds=step_s,
+                warmup_seconds=warmup_s,  # the first full generate: kernel warm-up, and compilation when static
                 roofline_tokens_per_s=batch * bandwidth / step_bytes,
                 attn_implementation=attn,
+                cache_implementation=options.get("cache_implementation", "dynamic"),
             )
         )
     return {"records": records}
+
+
+def memory_allocated_gib():
+    import torch
+
+    return torch.cuda.memory_allocated() / GIB if torch.cuda.is_initialized() else None
+
+
+def reset_peak_memory():
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
 
 
 def peak_memory_gib():
@@ -291,23 +352,67 @@ def peak_memory_gib():
     return torch.cuda.max_memory_allocated() / GIB if torch.cuda.is_initialized() else None
 
 
-def record_profiling(events):
-    """Append TRL's own timings (generation, weight sync, rewards ...) to `events` as {name, seconds, step}.
+def instrument_trainer(events, memory):
+    """In the measuring process only: append TRL's own timings (generation, weight sync, rewards ...) to `events` as
+    {name, seconds, step}, keep the peak CUDA memory inside and outside generation in `memory`, and return the step
+    timer (its `seconds`) that joins the GRPOTrainer grpotrainer.py builds.
 
     TRL times each generation call with trl.extras.profiling.ProfilingContext but sends the figure only to wandb,
-    mlflow or trackio, none of which the GPU machine has; its `_log_metrics` is the one place every timing passes
-    through, so it is wrapped here, in the measuring process only. `step` is trainer.state.global_step when the timed
-    block began: the optimiser step in progress minus one.
+    mlflow or trackio, none of which the GPU machine has, and reads the clock without waiting for the GPU; its
+    __enter__/__exit__ are the one place every timing passes through, so they are replaced here with synchronised
+    ones. `step` is trainer.state.global_step when the timed block began: the optimiser step in progress minus one.
+    grpotrainer.py runs unchanged, so the timer joins the trainer's callbacks when train() is called.
     """
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
     from trl.extras import profiling
 
-    original = profiling.ProfilingContext._log_metrics
+    class StepTimer(TrainerCallback):
+        """Whole optimiser steps, on_step_begin to on_step_end, CUDA synchronised at both ends: generation, rewards,
+        every micro-batch's forward and backward, gradient clipping and the optimiser step."""
 
-    def log_metrics(self, duration):
-        events.append({"name": self.name.split(".", 1)[-1], "seconds": duration, "step": self.step})
-        return original(self, duration)
+        def __init__(self):
+            self.seconds, self._start = [], None
 
-    profiling.ProfilingContext._log_metrics = log_metrics
+        def on_step_begin(self, args, state, control, **kwargs):
+            sync()
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            sync()
+            self.seconds.append(time.perf_counter() - self._start)
+
+    timer = StepTimer()
+
+    original_exit, original_train = profiling.ProfilingContext.__exit__, GRPOTrainer.train
+
+    def enter(self):
+        sync()
+        if self.name.split(".", 1)[-1] in GENERATION_NAMES:  # peak so far: training, without the KV cache
+            memory["outside"] = max(memory.get("outside") or 0, peak_memory_gib() or 0) or None
+            reset_peak_memory()
+        self._start_time = time.perf_counter()
+        return self
+
+    def exit(self, *exc):
+        sync()
+        duration = time.perf_counter() - self._start_time
+        self._start_time = None  # the original __exit__ below must not log a second, unsynchronised figure
+        name = self.name.split(".", 1)[-1]
+        events.append({"name": name, "seconds": duration, "step": self.step})
+        if name in GENERATION_NAMES:
+            memory["generation"] = max(memory.get("generation") or 0, peak_memory_gib() or 0) or None
+            reset_peak_memory()
+        self._log_metrics(duration)
+        return original_exit(self, *exc)
+
+    def train(self, *args, **kwargs):
+        self.add_callback(timer)
+        return original_train(self, *args, **kwargs)
+
+    profiling.ProfilingContext.__enter__, profiling.ProfilingContext.__exit__ = enter, exit
+    GRPOTrainer.train = train
+    return timer
 
 
 def step_arguments(args, output_dir):
@@ -315,9 +420,10 @@ def step_arguments(args, output_dir):
     common = [f"--MODEL_NAME={args.model_dir}", f"--DATASET={FIXTURE}", f"--OUTPUT_DIR={output_dir}"]
     common += [f"--MAX_STEPS={args.steps}", f"--SAVE_STEPS={args.steps + 1}"]  # no checkpoint inside the timed steps
     extra = STEP_CASES[args.case]
-    if args.dry_run:  # --smoke: CPU, fp32, the smoke sizes (preflight refuses a real run without CUDA)
-        batch = [f"--PER_DEVICE_TRAIN_BATCH_SIZE={DRY_BATCH}", "--GRADIENT_ACCUMULATION_STEPS=1"]
-        return ["--smoke", *common, *batch, *extra, *([DRY_CB_CONFIG] if args.case == "step-cb" else [])]
+    if args.dry_run:  # --smoke: CPU, fp32 (preflight refuses a real run without CUDA), 32 tokens per completion
+        # ... in the default layout: micro-batches of 1 over 8 accumulation steps, activation checkpointing on
+        layout = [f"--{name}={value}" for name, value in DRY_LAYOUT.items()]
+        return ["--smoke", *common, *layout, *extra, *([DRY_CB_CONFIG] if args.case == "step-cb" else [])]
     return [*common, *extra]
 
 
@@ -327,8 +433,8 @@ def run_step(args):
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = []
-    record_profiling(events)
+    events, memory = [], {}
+    timer = instrument_trainer(events, memory)
     output_dir = Path(args.work) / f"{args.model}-{args.case}"
     argv = step_arguments(args, output_dir)
     sys.argv = [str(ROOT / "grpotrainer.py"), *argv]
@@ -337,24 +443,26 @@ def run_step(args):
     except SystemExit as stop:
         if stop.code:
             raise RuntimeError(f"grpotrainer.py {' '.join(argv)} exited with status {stop.code}") from None
+    memory["outside"] = max(memory.get("outside") or 0, peak_memory_gib() or 0) or None  # after the last generation
     (run,) = (output_dir / "runs").iterdir()
     acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
     acc.Reload()
     scalars = {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-    step_s = scalars["train/step_time"][-1]
+    step_s = timer.seconds[-1]
     tokens = scalars["train/num_tokens"][-1] - scalars["train/num_tokens"][-2]  # prompt + completion, this step
     last = args.steps - 1  # global_step while the last step ran
     gen_s = sum(e["seconds"] for e in events if e["step"] == last and e["name"] in GENERATION_NAMES)
     sync_s = sum(e["seconds"] for e in events if e["step"] == last and e["name"] == "sync_weights")
     defaults = grpo_defaults()
     shape, dtype_bytes = shape_of(args), 4 if args.dry_run else 2
-    batch = DRY_BATCH if args.dry_run else defaults["generation_batch"]  # completions per optimiser step
+    batch = defaults["generation_batch"]  # completions per optimiser step (the dry run keeps the layout)
     completion_tokens = scalars["train/completions/mean_length"][-1] * batch
     longest = scalars["train/completions/max_length"][-1]  # decode steps of the generation round
     prompt_tokens = (tokens - completion_tokens) / batch
     step_bytes = decode_step_bytes(shape, dtype_bytes, batch, prompt_tokens, longest)
     train_s = step_s - gen_s - sync_s
     flops = tokens * training_flops_per_token(shape, defaults["beta"])
+    peaks = [m for m in (memory.get("outside"), memory.get("generation")) if m is not None]
     return {
         "records": [
             case_record(
@@ -364,14 +472,16 @@ def run_step(args):
                 generation_share=gen_s / step_s,
                 decode_tokens_per_s=completion_tokens / gen_s,
                 bandwidth_fraction=step_bytes * longest / gen_s / args.calibration["bandwidth_bytes_per_s"],
-                peak_memory_gib=peak_memory_gib(),
+                peak_memory_gib=max(peaks) if peaks else None,
+                peak_memory_no_kv_gib=memory.get("outside"),  # outside generation: no KV cache, paged or not
                 matmul_efficiency=flops / train_s / args.calibration["matmul_flops_per_s"],
                 generation_seconds=gen_s,
                 weight_sync_seconds=sync_s,
                 tokens=tokens,
                 completions=batch,
                 completion_tokens=completion_tokens,
-                steps_seconds=scalars["train/step_time"],
+                steps_seconds=timer.seconds,
+                trl_step_time=scalars["train/step_time"],  # TRL's own figure: training_step calls, unsynchronised
                 grpotrainer_args=argv,
             )
         ]
@@ -389,8 +499,8 @@ def run_case(args):
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.calibration = json.loads(args.calibration) if args.calibration else None
-    run = {"calibrate": run_calibrate, "build": run_build, "decode": run_decode}.get(args.case, run_step)
-    result = run(args)
+    run = {"calibrate": run_calibrate, "build": run_build, "decode": run_decode, "decode-static": run_decode}
+    result = run.get(args.case, run_step)(args)
     Path(args.result).write_text(json.dumps(result, indent=2) + "\n")
 
 
@@ -399,30 +509,34 @@ def run_case(args):
 
 
 def in_child(args, case, budget, deadline, model=None, **extra):
-    """Run one case in a child process; return (result dict or None, status, reason)."""
+    """Run one case in a child process; return (result dict or None, status, reason, seconds).
+
+    A case whose budget is more than the time left before `deadline` is not started: "skipped". One that outlives
+    its budget is killed with everything it started: "timeout", a failure like "error"."""
     left = deadline - time.monotonic()
-    if left < 5:
-        return None, "skipped", "the run's deadline was reached"
-    timeout = min(budget, left)
+    if budget > left:
+        return None, "skipped", f"its budget of {budget:.0f} s is more than the {max(left, 0):.0f} s left", 0.0
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         result = Path(f.name)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--case", case, "--result", str(result), "--work", args.work]
     cmd += ["--steps", str(args.steps), *(["--dry-run"] if args.dry_run else [])]
     cmd += [*(["--model", model] if model else []), *[f"--{k.replace('_', '-')}={v}" for k, v in extra.items()]]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    log = Path(args.work) / f"{model or 'device'}-{case}.log"
+    log = Path(args.logs) / f"{model or 'device'}-{case}.log"
+    started = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            code = proc.wait(timeout=timeout)
+            code = proc.wait(timeout=budget)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it started (vLLM workers)
             proc.wait()
-            return None, "timeout", f"took longer than its {timeout:.0f} s (budget {budget} s); log {log}"
+            return None, "timeout", f"took longer than its budget of {budget:.0f} s; log {log}", budget
+    seconds = time.monotonic() - started
     if code or not result.stat().st_size:
         tail = log.read_text()[-2000:]
-        return None, "error", f"exit status {code}; log {log}: ...{tail}"
-    return json.loads(result.read_text()), "ok", None
+        return None, "error", f"exit status {code}; log {log}: ...{tail}", seconds
+    return json.loads(result.read_text()), "ok", None, seconds
 
 
 def fits(shape, calibration, work):
@@ -451,30 +565,47 @@ def environment():
     return {name: ver(name) for name in names}
 
 
+def output_path(environ):
+    """Where the JSON goes: $GPU_CHECK_OUT, else $OUT/gpu_check.json (the GPU machine returns only what lies under
+    $OUT), else outputs/bench/gpu_check.json. The per-case logs go beside it, in gpu_check-logs/.
+
+    >>> str(output_path({"OUT": "/o"})), str(output_path({"OUT": "/o", "GPU_CHECK_OUT": "/g.json"}))
+    ('/o/gpu_check.json', '/g.json')
+    """
+    if environ.get("GPU_CHECK_OUT"):
+        return Path(environ["GPU_CHECK_OUT"])
+    return Path(environ["OUT"]) / "gpu_check.json" if environ.get("OUT") else ROOT / "outputs/bench/gpu_check.json"
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.case:
         return run_case(args)
     started = time.monotonic()
     deadline = started + args.deadline
-    out = Path(os.environ.get("GPU_CHECK_OUT") or ROOT / "outputs" / "bench" / "gpu.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = output_path(os.environ)
+    args.logs = str(out.parent / "gpu_check-logs")
+    Path(args.logs).mkdir(parents=True, exist_ok=True)
     args.work = args.work or tempfile.mkdtemp(prefix="gpu-check-")
     Path(args.work).mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT))
     report = {
         "benchmark": "gpu_check",
         "dry_run": args.dry_run,
+        "quick": args.quick,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
         "deadline_s": args.deadline,
         "versions": environment(),
         "calibration": None,
         "cases": [],
+        "failed": [],
+        "skipped": [],
         "complete": False,
     }
 
     def save(line):
+        summarise(report)
         report["elapsed_s"] = round(time.monotonic() - started, 1)
         out.write_text(json.dumps(report, indent=2) + "\n")
         print(line, flush=True)
@@ -485,9 +616,9 @@ def main(argv=None):
         if not torch.cuda.is_available():
             sys.exit("error: no CUDA GPU is visible; `bash bench/gpu_check.sh --dry-run` checks the code path on CPU.")
     budget = (lambda kind, model=None: DRY_BUDGET) if args.dry_run else budget_of
-    calibration, status, reason = in_child(args, "calibrate", budget("calibrate"), deadline)
+    calibration, status, reason, seconds = in_child(args, "calibrate", budget("calibrate"), deadline)
+    report["cases"].append(case_record("calibrate", None, status=status, reason=reason, seconds=seconds))
     if calibration is None:
-        report["cases"].append(case_record("calibrate", None, status=status, reason=reason))
         save(f"calibrate: {status}: {reason}")
         return report
     report["calibration"] = calibration
@@ -497,76 +628,95 @@ def main(argv=None):
         for record in run_model(args, model, calibration, budget, deadline):
             report["cases"].append(record)
             save(summary(record))
-    report["complete"] = all(c.get("status") == "ok" or c.get("status") == "skipped" for c in report["cases"])
-    save(f"wrote {out}")
+    save(f"wrote {out} ({len(report['failed'])} failed, {len(report['skipped'])} skipped)")
+    return report
+
+
+def summarise(report):
+    """Fill in `failed` and `skipped` (as "model case") and `complete`: some case ran and every case that ran
+    succeeded. A skipped case is not a failure; a timeout is (the case outlived its own budget)."""
+    named = [(f"{c['model'] or 'device'} {c['case']}", c.get("status")) for c in report["cases"]]
+    report["failed"] = [name for name, status in named if status in FAILED]
+    report["skipped"] = [name for name, status in named if status == "skipped"]
+    report["complete"] = any(status == "ok" for _, status in named) and not report["failed"]
     return report
 
 
 def budget_of(kind, model=None):
-    value = BUDGETS[kind]
+    value = BUDGETS["step" if kind in STEP_CASES else kind]
     return value[model] if model else value
 
 
 def run_model(args, model, calibration, budget, deadline):
-    """Yield the case records of one model: build it, decode, then each step case."""
+    """Yield the case records of one model: build it, decode eager and static, then each step case. A case that
+    needs the model folder is skipped when the build did not run or failed."""
     from grpo import hardware
 
     if not args.dry_run and (why := fits(SHAPES[model], calibration, args.work)):
         yield case_record("build", model, status="skipped", reason=why)
         return
     model_dir = str(Path(args.work) / model)
-    built, status, reason = in_child(args, "build", budget("build", model), deadline, model, model_dir=model_dir)
-    yield case_record("build", model, status=status, reason=reason, **(built or {}))
+    built, status, reason, seconds = in_child(
+        args, "build", budget("build", model), deadline, model, model_dir=model_dir
+    )
+    yield case_record("build", model, status=status, reason=reason, seconds=seconds, **(built or {}))
     if built is None:
+        why = f"needs the model folder, and the build was {status}"
+        for case in args.cases:
+            yield case_record(case, model, status="skipped", reason=why)
         return
     calib = json.dumps(calibration)
-    decoded, status, reason = in_child(
-        args, "decode", budget("decode", model), deadline, model, model_dir=model_dir, calibration=calib
-    )
-    for record in decoded["records"] if decoded else [case_record("decode", model)]:
-        yield {**record, "status": status, "reason": reason}
     for case in args.cases:
         if case == "step-vllm" and (args.dry_run or not hardware.importable("vllm")):
             why = "needs a CUDA GPU and vllm (requirements-vllm.txt)"
             yield case_record(case, model, status="skipped", reason=why)
             continue
-        stepped, status, reason = in_child(
-            args, case, budget("step", model), deadline, model, model_dir=model_dir, calibration=calib
+        result, status, reason, seconds = in_child(
+            args, case, budget(case, model), deadline, model, model_dir=model_dir, calibration=calib
         )
-        for record in stepped["records"] if stepped else [case_record(case, model)]:
-            yield {**record, "status": status, "reason": reason}
+        for record in result["records"] if result else [case_record(case, model)]:
+            yield {**record, "status": status, "reason": reason, "seconds": seconds, "budget_s": budget(case, model)}
 
 
 def summary(record):
     """One line per case for the terminal."""
     if record.get("status") != "ok":
         return f"{record['model']} {record['case']}: {record.get('status')}: {record.get('reason')}"
-    shown = {k: record[k] for k in (*KEYS, "matmul_efficiency") if record.get(k) is not None}
+    shown = {k: record[k] for k in (*KEYS, "matmul_efficiency", "seconds") if record.get(k) is not None}
     return f"{record['model']} {record['case']}: " + ", ".join(f"{k} {v:.3g}" for k, v in shown.items())
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="tiny shapes on CPU: checks the code path, not speed")
+    p.add_argument("--quick", action="store_true", help="Qwen3-0.6B: calibrate, build, decode, step-generate")
     p.add_argument("--models", help=f"comma list of {', '.join(SHAPES)} (dry run: {', '.join(DRY_SHAPES)})")
-    p.add_argument("--cases", default=",".join(STEP_CASES), help="step cases to run (default: all)")
+    p.add_argument("--cases", help=f"cases to run after each build (default: {', '.join(CASES)})")
     p.add_argument("--steps", type=int, default=2, help="optimiser steps per step case; the last is reported")
-    p.add_argument("--deadline", type=float, default=None, help="seconds for the whole run (540; dry run 600)")
+    p.add_argument("--deadline", type=float, default=None, help=f"seconds for the whole run ({DEADLINE})")
     p.add_argument("--work", help="folder for the models and runs (default: a new temporary folder)")
+    p.add_argument("--spent", type=float, default=0.0, help=argparse.SUPPRESS)  # seconds gpu_check.sh used
     for hidden in ("--case", "--result", "--model", "--model-dir", "--calibration"):
         p.add_argument(hidden, help=argparse.SUPPRESS)  # internal: one case in a child process
     args = p.parse_args(argv)
     known = DRY_SHAPES if args.dry_run else SHAPES
-    args.models = (args.models or ",".join(known)).split(",")
-    args.cases = args.cases.split(",")
-    if bad := [m for m in args.models if m not in known] + [c for c in args.cases if c not in STEP_CASES]:
-        p.error(f"unknown model or case {bad}; models: {', '.join(known)}; cases: {', '.join(STEP_CASES)}")
+    quick = QUICK if args.quick else {}
+    default_models = DRY_MODELS if args.dry_run else quick.get("models", list(SHAPES))
+    args.models = args.models.split(",") if args.models else default_models
+    cases = args.cases.split(",") if args.cases else quick.get("cases", CASES)
+    if bad := [m for m in args.models if m not in known] + [c for c in cases if c not in CASES]:
+        p.error(f"unknown model or case {bad}; models: {', '.join(known)}; cases: {', '.join(CASES)}")
+    args.cases = [c for c in CASES if c in cases]
     if args.steps < 2:
         p.error("--steps must be at least 2: the first step is warm-up")
-    args.deadline = args.deadline or (600 if args.dry_run else 540)
+    args.deadline = (args.deadline or (900 if args.dry_run else quick.get("deadline", DEADLINE))) - args.spent
     return args
 
 
+def exit_status(report):
+    """0 unless a case failed (an error or a timeout); skipped cases are reported, not failures."""
+    return 1 if report is not None and report["failed"] else 0
+
+
 if __name__ == "__main__":
-    report = main()
-    sys.exit(0 if report is None or report["complete"] else 1)
+    sys.exit(exit_status(main()))

@@ -374,7 +374,9 @@ def eos_ids(model, tokenizer):
     return [eos] if isinstance(eos, int) else list(eos)
 
 
-def hf_generator(model, tokenizer, max_new_tokens, enable_thinking=False, temperature=0.0):
+def hf_generator(
+    model, tokenizer, max_new_tokens, enable_thinking=False, temperature=0.0, cache_implementation="dynamic"
+):
     """A `generate(prompts, temperature=temperature)` for `generate_all` on a transformers model: chat template,
     left padding, greedy at temperature 0, else sampled from the full distribution at that temperature (no top-k or
     top-p, as GRPOTrainer samples by default).
@@ -383,6 +385,8 @@ def hf_generator(model, tokenizer, max_new_tokens, enable_thinking=False, temper
     prompt ends right where generation starts, and decoded. Each completion's tokens are counted up to and
     including the first end-of-turn token (the rest is padding), as TRL counts them; its text is decoded without
     special tokens, as TRL decodes it for the rewards. A completion without an end-of-turn token was cut off.
+    `cache_implementation`: CACHE_IMPLEMENTATION; "static" decodes with a static KV cache and the compiled decode
+    step (grpo/hardware.py, decode_options).
     """
     import torch
     from transformers import GenerationConfig
@@ -404,7 +408,9 @@ def hf_generator(model, tokenizer, max_new_tokens, enable_thinking=False, temper
         inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
         inputs = inputs.to(model.device)
         with torch.no_grad():
-            output = model.generate(**inputs, generation_config=config)
+            output = model.generate(
+                **inputs, generation_config=config, **hardware.decode_options(cache_implementation)
+            )
         outputs = []
         for ids in output[:, inputs["input_ids"].shape[1] :].tolist():
             end = next((i for i, t in enumerate(ids) if t in eos), None)
@@ -519,7 +525,8 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     samples, desc = args.num_generations if samples is None else samples, f"GSM8K test, {when} training"
     start = time.perf_counter()
     with generation_ready(trainer) as model:
-        generate = hf_generator(model, trainer.processing_class, args.max_completion_length, thinking)
+        tokenizer, length, cache = trainer.processing_class, args.max_completion_length, args.cache_implementation
+        generate = hf_generator(model, tokenizer, length, thinking, cache_implementation=cache)  # as training
         rows = generate_all(shard, generate, batch_size, desc, acc.is_main_process)
         sampler = functools.partial(generate, temperature=args.temperature)
         sampled = sample_all(shard, sampler, samples, batch_size, desc, acc.is_main_process, args.seed)  # 0: []

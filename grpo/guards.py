@@ -7,6 +7,9 @@ What each piece guards against, in the order grpotrainer.py uses them:
 - `StopOnSignal`: SIGTERM (a scheduler's preemption notice) and Ctrl-C. The current step finishes, a checkpoint is
   saved and the run exits with one line; all torchrun ranks stop at the same step.
 - `faults`: a full disk or a distributed stall, reported as a message that names the setting and what to check.
+- `generation_guards`: TRL's cast of the whole model to bf16 before continuous-batching generation, which would
+  leave the LoRA weights training in bf16 (KeepTrainableFp32), and its GenerationConfig that never compiles
+  (CompileDecode, for CACHE_IMPLEMENTATION=static).
 
 Training only: this module imports transformers (for `TrainerCallback`); checkpoint file checks live in
 grpo/checkpoints.py.
@@ -25,6 +28,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from grpo import hardware
 from grpo.cli import ConfigError
 from grpo.files import first_line
 
@@ -247,6 +251,61 @@ class StopOnSignal(TrainerCallback):
 FULL_DISK_TEXT = ("No space left on device", "Disk quota exceeded")  # any error type: safetensors says "(os error 28)"
 TORCH_WRITE_TEXT = ("PytorchStreamWriter failed writing file", "basic_ios::clear: iostream error", "unexpected pos")
 STALL_TEXT = ("timed out", "timeout", "watchdog", "Connection closed by peer", "Connection reset by peer")
+
+
+class KeepTrainableFp32(TrainerCallback):
+    """Keep the fp32 trainable weights (LoRA's) fp32 under USE_TRANSFORMERS_CONTINUOUS_BATCHING with BF16.
+
+    TRL 1.16 casts the whole model to bf16 before `generate_batch` (GRPOTrainer._generate_single_turn) and never
+    back, so the adapter would train in bf16, where an Adam step of 1e-5 rounds away for any weight above ~3e-3.
+    At each step's start this keeps an fp32 copy of those weights; just before the optimiser steps it puts the copy
+    back over whatever generation rounded, with the gradients cast to fp32, so every update lands on the unrounded
+    weights (the micro-batches after a generation ran on the rounded ones, as bf16 maths would anyway). TRL's cast
+    keeps each Parameter object (torch's .data swap), so the optimiser's references stay valid.
+    """
+
+    def __init__(self, model):
+        import torch
+
+        self.params = [p for p in model.parameters() if p.requires_grad and p.dtype == torch.float32]
+        self.saved = []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.saved = [p.detach().clone() for p in self.params]  # LoRA's few MB, before any generation this step
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        for param, saved in zip(self.params, self.saved, strict=True):
+            if param.dtype != saved.dtype:
+                param.data = saved
+                if param.grad is not None:
+                    param.grad = param.grad.to(saved.dtype)
+
+
+class CompileDecode(TrainerCallback):
+    """CACHE_IMPLEMENTATION=static in training. GRPOConfig(cache_implementation="static") gives TRL's generate() the
+    static cache, but TRL 1.16 builds its GenerationConfig with disable_compile=True (GRPOTrainer.__init__), so the
+    decode step would never compile. When training begins this turns compilation back on, with decode_options'
+    compile config, on the GenerationConfig TRL passes to every generate() call (trainer.generation_config; no
+    public hook sets it)."""
+
+    def __init__(self, generation_config):
+        self.generation_config = generation_config
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.generation_config.disable_compile = False
+        self.generation_config.compile_config = hardware.decode_options("static")["compile_config"]
+
+
+def generation_guards(trainer):
+    """The callbacks that undo two choices TRL 1.16 makes for generation: it never compiles (CompileDecode), which
+    CACHE_IMPLEMENTATION=static needs; and under continuous batching in bf16 it casts the adapter to bf16
+    (KeepTrainableFp32)."""
+    callbacks = []
+    if trainer.args.cache_implementation == "static":
+        callbacks.append(CompileDecode(trainer.generation_config))
+    if trainer.args.use_transformers_continuous_batching and trainer.args.bf16:
+        callbacks.append(KeepTrainableFp32(trainer.model))
+    return callbacks
 
 
 def chain(err):

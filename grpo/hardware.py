@@ -197,6 +197,24 @@ def model_init_kwargs(attn, bf16, cpu_only):
     return {"dtype": "bfloat16" if bf16 else "float32", "attn_implementation": attn}
 
 
+def decode_options(cache_implementation):
+    """generate()'s keyword arguments for CACHE_IMPLEMENTATION: {} for "dynamic" (transformers' default: a dynamic KV
+    cache, eager), or for "static" its static KV cache with a compile config, with which generate() compiles the
+    decode step (torch.compile, inductor, mode "reduce-overhead": CUDA graphs) where transformers compiles, on CUDA;
+    on the CPU the static cache alone. Prefill stays eager. dynamic=True: one compilation for every batch size and
+    cache length (transformers grows the static cache to the longest prompt seen), not one per shape. The first
+    call compiles, about a minute.
+
+    >>> decode_options("dynamic"), decode_options("static")["cache_implementation"]
+    ({}, 'static')
+    """
+    if cache_implementation != "static":
+        return {}
+    from transformers import CompileConfig
+
+    return {"cache_implementation": "static", "compile_config": CompileConfig(dynamic=True)}
+
+
 def quantization_config(load_in_4bit, bf16):
     """QLoRA's 4-bit NF4 storage for the base weights (bitsandbytes, CUDA), or None."""
     if not load_in_4bit:

@@ -23,6 +23,7 @@ CHOICES = {
     "SCALE_REWARDS": ("group", "batch", "none"),
     "VLLM_MODE": ("colocate", "server"),
     "REPORT_TO": ("tensorboard", "trackio", "wandb", "none"),
+    "CACHE_IMPLEMENTATION": ("dynamic", "static"),
 }
 # (low, high, low_inclusive, high_inclusive, hint): a number outside fails inside TRL/peft, often after the weights
 # load, or silently wastes the run. Floats must also be finite.
@@ -250,6 +251,12 @@ def hardware_problems(s, cpu_only):
             "USE_VLLM=True with LOAD_IN_4BIT=True: TRL merges LoRA into the base weights for vLLM, lossy in 4-bit.\n"
             "Use vLLM with bf16 LoRA, or QLoRA with transformers generation (TRL issues 3466, 3654)."
         )
+    for other in ("USE_VLLM", "USE_TRANSFORMERS_CONTINUOUS_BATCHING"):
+        if s["CACHE_IMPLEMENTATION"] == "static" and s[other]:
+            problems.append(
+                f"CACHE_IMPLEMENTATION=static does nothing with {other}=True, which generates without generate().\n"
+                f"Set CACHE_IMPLEMENTATION=dynamic, or {other}=False to decode with the static cache."
+            )
     return problems
 
 

@@ -8,6 +8,8 @@ short overhead benchmark; plus the sizes and rooflines the GPU check's figures a
 import json
 import os
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -66,22 +68,128 @@ def test_script_defaults_reads_literals_only_of_the_names_asked(tmp_path):
 def test_gpu_check_dry_run(tmp_path):
     out = tmp_path / "gpu.json"
     env = {"GPU_CHECK_OUT": str(out), "PYTHON": os.environ.get("PYTHON", sys.executable)}
+    env["GPU_CHECK_VENV"] = str(tmp_path / "venv")  # its own, seeing this environment's packages
     result = run_script_bash("bench/gpu_check.sh", "--dry-run", "--work", str(tmp_path / "work"), env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert (report["dry_run"], report["complete"]) == (True, True)
+    assert (report["failed"], report["skipped"]) == ([], ["tiny step-vllm"])
     cases = {c["case"]: c for c in report["cases"]}
-    assert list(cases) == ["build", "decode-b1", "decode-grpo", "step-generate", "step-cb", "step-vllm"]
+    names = ["calibrate", "build", "decode-b1", "decode-grpo", "step-generate", "decode-static-b1"]
+    assert list(cases) == [*names, "decode-static-grpo", "step-cb", "step-vllm"]  # CASES' order: core cases first
     assert {k: c["status"] for k, c in cases.items()} == {**dict.fromkeys(cases, "ok"), "step-vllm": "skipped"}
+    assert (cases["decode-b1"]["cache_implementation"], cases["decode-static-b1"]["cache_implementation"]) == (
+        "dynamic",
+        "static",
+    )
+    assert (out.parent / "gpu_check-logs" / "tiny-decode-static.log").is_file()  # the logs lie beside the JSON
     for case in report["cases"]:  # the keys the issue asks every case to carry, measured or not
         assert set(gpu_check.KEYS) <= set(case), case["case"]
     assert (cases["decode-b1"]["batch"], cases["decode-grpo"]["batch"]) == (1, 8)  # grpotrainer's generation batch
     for name in ("step-generate", "step-cb"):
         step = cases[name]
-        assert step["completions"] == 4 and len(step["steps_seconds"]) == 2  # one warm-up step, one measured
+        assert step["completions"] == 8 and len(step["steps_seconds"]) == 2  # one warm-up step, one measured
         assert 0 < step["generation_share"] < 1 and step["step_seconds"] > 0 and step["matmul_efficiency"] > 0
         assert step["peak_memory_gib"] is None  # CPU: no CUDA allocator to ask
     assert report["calibration"]["bandwidth_bytes_per_s"] > 0 and report["calibration"]["matmul_flops_per_s"] > 0
+
+
+def test_a_case_whose_budget_exceeds_the_time_left_is_skipped_not_started(tmp_path):
+    args = gpu_check.parse_args(["--dry-run", "--work", str(tmp_path)])
+    args.logs = str(tmp_path / "logs")  # never created: nothing starts, so no log is opened
+    deadline = time.monotonic() + 30
+    result, status, reason, seconds = gpu_check.in_child(args, "calibrate", 60, deadline)
+    assert (result, status, seconds) == (None, "skipped", 0.0)
+    assert reason in ("its budget of 60 s is more than the 30 s left", "its budget of 60 s is more than the 29 s left")
+    assert not (tmp_path / "logs").exists()
+
+
+def test_a_tiny_deadline_skips_every_case_reports_it_and_exits_0(tmp_path, monkeypatch):
+    monkeypatch.delenv("GPU_CHECK_OUT", raising=False)
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))  # the GPU machine's folder: the JSON lands under it
+    report = gpu_check.main(["--dry-run", "--deadline", "1", "--work", str(tmp_path / "work")])
+    # calibrate's budget (DRY_BUDGET) is more than 1 s: skipped, and nothing after it can run without it
+    assert [(c["case"], c["status"]) for c in report["cases"]] == [("calibrate", "skipped")]
+    assert (report["failed"], report["skipped"], report["complete"]) == ([], ["device calibrate"], False)
+    assert gpu_check.exit_status(report) == 0  # nothing failed
+    assert json.loads((tmp_path / "out" / "gpu_check.json").read_text())["cases"] == report["cases"]
+
+
+@pytest.mark.parametrize(
+    ("statuses", "complete", "exit_status"),
+    [(["ok", "skipped"], True, 0), (["ok", "timeout"], False, 1), (["error", "skipped"], False, 1)],
+)
+def test_complete_means_every_case_that_ran_succeeded(statuses, complete, exit_status):
+    # a timeout is a case that ran past its own budget: a failure, unlike a case skipped for want of time
+    cases = [gpu_check.case_record(f"c{i}", "m", status=status) for i, status in enumerate(statuses)]
+    report = gpu_check.summarise({"cases": cases})
+    assert (report["complete"], gpu_check.exit_status(report)) == (complete, exit_status)
+
+
+class FakeCase:
+    """subprocess.Popen for gpu_check's children on a fake clock: each case "takes" SECONDS[case] and writes the
+    result a real child would (in shape); one that takes longer than its timeout raises as the real wait does."""
+
+    SECONDS = {"calibrate": 10, "build": 10, "decode": 10, "step-generate": 10, "decode-static": 150, "step-cb": 10}
+
+    def __init__(self, cmd, clock, **kwargs):
+        self.case, self.result, self.clock, self.pid = (
+            cmd[cmd.index("--case") + 1],
+            cmd[cmd.index("--result") + 1],
+            clock,
+            0,
+        )
+
+    def wait(self, timeout=None):
+        import subprocess
+
+        took = self.SECONDS[self.case]
+        if getattr(self, "killed", False):  # the wait after os.killpg: the process is gone at once
+            return -9
+        if timeout is not None and took > timeout:
+            self.killed = True
+            self.clock[0] += timeout
+            raise subprocess.TimeoutExpired(self.case, timeout)
+        self.clock[0] += took
+        calibration = {"bandwidth_bytes_per_s": 1.0, "matmul_flops_per_s": 1.0, "matmul_dtype": "float32"}
+        names = {"decode": ["decode-b1", "decode-grpo"], "decode-static": ["decode-static-b1", "decode-static-grpo"]}
+        records = [gpu_check.case_record(name, "tiny") for name in names.get(self.case, [self.case])]
+        result = {"calibrate": calibration, "build": {"params": 1}}.get(self.case, {"records": records})
+        Path(self.result).write_text(json.dumps(result))
+        return 0
+
+
+def test_skipped_when_the_budget_exceeds_the_time_left_timed_out_past_its_own(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    clock = [0.0]
+    monkeypatch.setattr(gpu_check, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(gpu_check.subprocess, "Popen", lambda cmd, **kw: FakeCase(cmd, clock))
+    monkeypatch.setattr(gpu_check.os, "killpg", lambda pid, sig: None)
+    monkeypatch.setattr(gpu_check, "DRY_BUDGET", 100)
+    monkeypatch.setenv("GPU_CHECK_OUT", str(tmp_path / "gpu.json"))
+    report = gpu_check.main(["--dry-run", "--deadline", "230", "--work", str(tmp_path / "work")])
+    statuses = [(c["case"], c["status"]) for c in report["cases"]]
+    # 4 cases of 10 s leave 190 s: decode-static (budget 100) starts, and is killed at its budget, 150 > 100;
+    # 90 s are left, less than step-cb's budget of 100: skipped, not started and cut off by the deadline
+    assert statuses == [
+        ("calibrate", "ok"),
+        ("build", "ok"),
+        ("decode-b1", "ok"),
+        ("decode-grpo", "ok"),
+        ("step-generate", "ok"),
+        ("decode-static", "timeout"),
+        ("step-cb", "skipped"),
+        ("step-vllm", "skipped"),
+    ]
+    assert report["cases"][-2]["reason"] == "its budget of 100 s is more than the 90 s left"
+    assert (report["failed"], report["complete"], gpu_check.exit_status(report)) == (["tiny decode-static"], False, 1)
+
+
+def test_quick_runs_the_small_model_decode_and_two_steps():
+    args = gpu_check.parse_args(["--quick"])
+    assert (args.models, args.cases, args.steps) == (["qwen3-0.6b"], ["decode", "step-generate"], 2)
+    assert args.deadline == gpu_check.QUICK["deadline"] == 270
 
 
 def run_script_bash(*args, env):

@@ -47,6 +47,28 @@ def test_config_maps_constants_to_grpo_config(settings):
     # STEPS_PER_GENERATION=0 means "one generation round per optimiser step": 1 x 1 process x 8 micro-batches
     assert (config.steps_per_generation, config.generation_batch_size) == (8, 8)
     assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "sdpa"}
+    assert config.cache_implementation == "dynamic"  # transformers' default KV cache, eager decoding
+
+
+def test_a_static_cache_is_asked_of_trl_and_its_decode_step_compiled(settings):
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig
+
+    from grpo import guards
+
+    s = {**settings, "BF16": False, "CACHE_IMPLEMENTATION": "static"}
+    config = grpotrainer.build_config(s, {}, cpu_only=True)
+    assert config.cache_implementation == "static"
+    # TRL 1.16 builds its GenerationConfig with disable_compile=True; CompileDecode turns it back on at train begin
+    trainer = SimpleNamespace(args=config, generation_config=GenerationConfig(disable_compile=True), model=None)
+    (callback,) = guards.generation_guards(trainer)  # no KeepTrainableFp32: no continuous batching here
+    callback.on_train_begin(config, None, None)
+    compile_config = trainer.generation_config.compile_config
+    assert trainer.generation_config.disable_compile is False
+    assert (compile_config.dynamic, compile_config.mode) == (True, "reduce-overhead")
+    default = grpotrainer.build_config({**settings, "BF16": False}, {}, cpu_only=True)
+    assert guards.generation_guards(SimpleNamespace(args=default)) == []  # the defaults need neither guard
 
 
 def test_settings_are_values_not_module_state(settings):
@@ -222,6 +244,14 @@ def smoke_ok(smoke_settings):
         (dict(LOAD_IN_4BIT=True), "LOAD_IN_4BIT=True needs a CUDA GPU"),
         (dict(USE_VLLM=True), "USE_VLLM=True needs a CUDA GPU"),
         (dict(USE_VLLM=True, LOAD_IN_4BIT=True), "lossy in 4-bit"),
+        (
+            dict(CACHE_IMPLEMENTATION="static", USE_TRANSFORMERS_CONTINUOUS_BATCHING=True),
+            "CACHE_IMPLEMENTATION=static does nothing with USE_TRANSFORMERS_CONTINUOUS_BATCHING=True",
+        ),
+        (
+            dict(CACHE_IMPLEMENTATION="Static"),
+            "CACHE_IMPLEMENTATION='Static' is not one of dynamic, static. Did you mean static?",
+        ),
         (dict(LORA_R=0), "LORA_R=0 is outside [1, inf]"),
         (dict(LOGGING_STEPS=0), "LOGGING_STEPS=0 is outside [1, inf]"),
         (dict(SAVE_STEPS=0), "SAVE_STEPS=0 is outside [1, inf]"),
