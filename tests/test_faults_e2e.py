@@ -165,12 +165,12 @@ def test_a_run_cut_after_its_last_checkpoint_finishes_without_an_extra_step(tmp_
     assert json.loads((tmp_path / checkpoints.FINISHED_NAME).read_text())["global_step"] == 4
 
 
-USER_REWARD = '''\
+USER_REWARD = """\
 def myreward(completions, trainer_state=None, **kwargs):
     if trainer_state.global_step >= 3:
         return [kwargs["difficulty"] for _ in completions]  # the user's bug, on this line (line 3)
     return [0.0 for _ in completions]
-'''
+"""
 
 
 def test_a_users_reward_that_raises_in_training_shows_its_traceback(tmp_path):
