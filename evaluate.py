@@ -21,7 +21,7 @@ import logging
 import os
 from pathlib import Path
 
-from grpo import cli, files, gsm8k, hardware, preflight, profiles
+from grpo import checkpoints, cli, files, gsm8k, hardware, preflight, profiles
 from grpo.cli import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -96,8 +96,6 @@ def default_output_dir(adapter, model_name):
 def check(s, cpu_only=False):
     """Settings that would fail once the model has loaded, or after the generation, reported at once before any
     weights load, naming the constant to change."""
-    from grpo import checkpoints
-
     problems = []
     if s["ADAPTER"] and not (Path(s["ADAPTER"]) / "adapter_config.json").is_file():
         problems.append(
@@ -152,7 +150,7 @@ def load_model(s, cpu_only=False):
             s["MODEL_NAME"], **kwargs, trust_remote_code=remote, device_map="auto" if cuda else None
         )
     except Exception as err:  # a folder torn or of another format is the user's to fix; anything else is a bug
-        if isinstance(err, torch.OutOfMemoryError) or not files.is_load_error(err):
+        if not files.is_load_error(err):
             raise
         raise ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
     adapter = s["ADAPTER"]
@@ -161,8 +159,6 @@ def load_model(s, cpu_only=False):
         adapter if has_tokenizer else s["MODEL_NAME"], padding_side="left", trust_remote_code=remote
     )
     if adapter:
-        from grpo import checkpoints
-
         if base := checkpoints.other_base_model(adapter, s["MODEL_NAME"]):
             log.warning(
                 "ADAPTER was trained on %s but MODEL_NAME is %s: set MODEL_NAME=%s", base, s["MODEL_NAME"], base

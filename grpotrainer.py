@@ -16,7 +16,7 @@ rewards.py. Watch a run with `tensorboard --logdir outputs` (see README).
 import logging
 
 import rewards
-from grpo import cli, files, gsm8k, hardware, modelcard, preflight, profiles
+from grpo import checkpoints, cli, files, gsm8k, hardware, modelcard, preflight, profiles
 
 # --------------------------------------------------------------------------------------------------
 # model
@@ -153,7 +153,7 @@ def build_config(s, fields, cpu_only):
             **fields,
         )
     except (ValueError, ImportError) as err:  # GRPOConfig's own checks, e.g. of a --field=value
-        raise cli.ConfigError(f"GRPOConfig refuses these settings: {type(err).__name__}: {err}") from None
+        raise cli.ConfigError(f"GRPOConfig refuses these settings: {files.first_line(err)}") from None
 
 
 def build_peft_config(s):
@@ -202,7 +202,7 @@ def load_data(s):
 def train(s, record, config, reward_funcs, datasets):
     """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark the run finished."""
     train_dataset, eval_dataset = datasets
-    from grpo import checkpoints, guards, monitor
+    from grpo import guards, monitor  # transformers' callbacks: imported once the settings are known good
 
     out = s["OUTPUT_DIR"]
     rank0 = config.process_index == 0
@@ -278,7 +278,7 @@ def main(argv=()):
         s = profiles.prepare(s, args.given)  # its task and warm-started Qwen3
     train_dataset, eval_dataset = load_data(s)
     reward_funcs = rewards.load(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])
-    from grpo import checkpoints, guards
+    from grpo import guards
 
     done = s["RESUME"] and checkpoints.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])
     if done:

@@ -27,7 +27,7 @@ Run the examples in the docstrings and the tests:
 from collections.abc import Callable
 
 from grpo.cli import ConfigError
-from grpo.files import with_note
+from grpo.files import exit_as_error
 from grpo.grading import (
     answer_region,
     answers_match,
@@ -339,9 +339,11 @@ class Guarded:
             return self.func(*args, **kwargs)
         except (Exception, SystemExit) as err:
             step = getattr(kwargs.get("trainer_state"), "global_step", "?")
-            raise with_note(
-                err, f"raised by the reward REWARD_FUNCS entry {self.entry!r} at training step {step}"
-            ) from None
+            note = f"raised by the reward REWARD_FUNCS entry {self.entry!r} at training step {step}"
+            if isinstance(err, SystemExit):
+                raise exit_as_error(err, note) from err
+            err.add_note(note)  # the reward's own error goes on, its traceback and chain untouched
+            raise
 
     def __repr__(self):
         return f"Guarded({self.func!r})"

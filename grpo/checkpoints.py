@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 from grpo.cli import ConfigError
-from grpo.files import atomic_write, checkpoint_step, first_line
+from grpo.files import atomic_write, checkpoint_step, first_line, is_load_error
 
 log = logging.getLogger("grpotrainer")
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
@@ -146,7 +146,7 @@ def resume_checkpoint(
 ):
     """The checkpoint to resume from (None for a fresh start), after checking that resuming or not is safe.
 
-    The newest intact checkpoint (see `intact`) is chosen. Every broken one is named in the log and moved to
+    The newest intact checkpoint (`checkpoint_problem`) is chosen. Every broken one is named in the log and moved to
     OUTPUT_DIR/broken/ by the main process (only one process of a torchrun job may move files); the others leave
     them. Moving, not skipping: Trainer would otherwise rotate the intact ones away (SAVE_TOTAL_LIMIT counts every
     checkpoint-N folder) and later write into the broken folder's name.
@@ -306,7 +306,9 @@ def apply_adapter(model, adapter, model_name):
         raise ConfigError(problem)
     try:
         return PeftModel.from_pretrained(model, adapter)
-    except (ValueError, RuntimeError) as err:  # sizes or layers peft cannot match; misfit_problem names most
+    except Exception as err:  # sizes or layers peft cannot match (misfit_problem names most); a bug goes on
+        if not is_load_error(err):
+            raise
         raise ConfigError(
             f"ADAPTER={adapter} does not load onto MODEL_NAME={model_name} ({first_line(err)}).\n"
             "Leave MODEL_NAME unset to use the run's base model, or give the one it was trained on."

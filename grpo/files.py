@@ -71,13 +71,12 @@ def first_line(err):
     return f"{type(err).__name__}: {text[0][:200] if text else ''}"
 
 
-def with_note(err, note):
-    """`err` with `note` added under its traceback, to be re-raised; a SystemExit (a reward calling sys.exit would
-    end the run without a word) becomes a RuntimeError raised from it, so that its traceback is shown too."""
-    if isinstance(err, SystemExit):
-        err = RuntimeError(f"the reward called sys.exit({err.code!r})").with_traceback(err.__traceback__)
-    err.add_note(note)
-    return err
+def exit_as_error(err, note):
+    """A RuntimeError for a reward that called sys.exit (which would end the run without a word), with `note`
+    under it: raise it `from err`, so that the traceback into the reward is shown too."""
+    error = RuntimeError(f"the reward called sys.exit({err.code!r})")
+    error.add_note(note)
+    return error
 
 
 def _aside(path, kind):
@@ -134,8 +133,11 @@ def publish_dir(target, replace=False):
         try:
             tmp.rename(target)
         except OSError:
-            if replace:
+            if old.exists() and not target.exists():
+                old.rename(target)  # the earlier folder back in place
                 raise
+            if replace or not target.exists():
+                raise  # not another process's finished folder: a real failure
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
@@ -162,9 +164,12 @@ def is_load_error(err):
     """Whether `err`, raised while loading a model, means the checkpoint cannot be loaded (a setting or file the
     user can fix): a file or Hub error, safetensors' own, or a ValueError/RuntimeError raised inside the loading
     functions of transformers or peft. Anything else is a bug and should keep its traceback."""
+    import torch
     from huggingface_hub.errors import EntryNotFoundError, HFValidationError
     from safetensors import SafetensorError
 
+    if isinstance(err, torch.OutOfMemoryError):  # a RuntimeError, but no fault of the checkpoint's
+        return False
     if isinstance(err, OSError | SafetensorError | EntryNotFoundError | HFValidationError):
         return True
     if not isinstance(err, ValueError | RuntimeError):

@@ -33,7 +33,7 @@ import os
 import time
 from pathlib import Path
 
-from grpo import files, grading, hardware
+from grpo import checkpoints, files, grading, hardware
 from grpo.cli import ConfigError
 
 # The instruction before every problem; grpotrainer.py and evaluate.py start from this default.
@@ -108,9 +108,9 @@ def _read_hub(dataset, config, split, name):
 
     try:
         ds = datasets.load_dataset(dataset, config, split=split)
-    except Exception as err:  # the Hub's errors have many types; each says what went wrong
+    except (OSError, ValueError) as err:  # not found, offline, a connection (OSError); a bad config or split
         raise ConfigError(
-            f"{name} {dataset!r} could not be loaded from the Hugging Face Hub ({type(err).__name__}: {err}).\n"
+            f"{name} {dataset!r} could not be loaded from the Hugging Face Hub ({files.first_line(err)}).\n"
             f"Without Hub access, point {name} at a local GSM8K-format .jsonl file or folder (see README)."
         ) from None
     if missing := {"question", "answer"} - set(ds.column_names):
@@ -464,8 +464,6 @@ def adapter_step(adapter):
     adapter its newest checkpoint's (transformers always checkpoints the last step); 0 when unknown."""
     if not adapter:
         return 0
-    from grpo import checkpoints
-
     state = Path(adapter) / "trainer_state.json"
     if not state.is_file() and (found := checkpoints.checkpoints(adapter)):
         state = found[-1] / "trainer_state.json"

@@ -322,7 +322,7 @@ def disk_full_error(err, output_dir):
 
     ENOSPC and EDQUOT from Python, any error whose text names them (safetensors' SafetensorError), and the
     RuntimeErrors of torch.save's C++ writer, which keeps no errno (TORCH_WRITE_TEXT; on a full tmpfs torch 2.13
-    says "unexpected pos 704 vs 598"). The checkpoint it was writing is then cut: `intact` rejects it, and the
+    says "unexpected pos 704 vs 598"). The checkpoint it was writing is then cut (`checkpoint_problem` rejects it); the
     next run moves it aside and resumes from the one before.
     """
     for e in chain(err):

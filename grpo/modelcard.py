@@ -362,11 +362,12 @@ def base_licence(model_name, *, cache_dir=None, fetch=None):
         readme = hub_readme(model_name, cache_dir, fetch) if hub_model_id(model_name) else None
     if readme is None:
         return {"license": UNKNOWN}
+    import yaml
     from huggingface_hub import metadata_load
 
     try:
         meta = metadata_load(readme) or {}
-    except Exception:  # a README whose front matter is not YAML says nothing about the licence
+    except (ValueError, yaml.YAMLError):  # a README whose front matter is not YAML says nothing about the licence
         return {"license": UNKNOWN}
     licence = meta.get("license")
     if not isinstance(licence, str) or not licence:

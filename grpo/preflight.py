@@ -13,9 +13,9 @@ import math
 import os
 from pathlib import Path
 
-from grpo import files, hardware
+from grpo import checkpoints, files, hardware
 from grpo.cli import ConfigError
-from grpo.files import with_note
+from grpo.files import exit_as_error
 
 # The allowed values of each choice setting (TRL 1.16 / transformers for the first ones).
 CHOICES = {
@@ -166,7 +166,7 @@ def _paths(s):
 def model_name_problem(model_name):
     """Why MODEL_NAME names neither a model folder (one with a config.json) nor a valid Hub id, or None."""
     model_dir = Path(model_name).expanduser()
-    local = model_name.startswith(("/", ".", "~")) or _exists(model_dir)
+    local = files.is_local(model_name)
     if local and not (model_dir / "config.json").is_file():
         return (
             f"MODEL_NAME={model_name}: that folder holds no config.json.\n"
@@ -180,13 +180,6 @@ def model_name_problem(model_name):
         except HFValidationError as err:
             return f"MODEL_NAME={model_name!r} is neither a folder nor a Hub id ({err})."
     return None
-
-
-def _exists(path):
-    try:
-        return path.exists()
-    except OSError:  # a name too long for the file system, say
-        return False
 
 
 def output_dir_problem(out, name="OUTPUT_DIR"):
@@ -290,8 +283,6 @@ def check_model_folder(model_name):
     folder = Path(model_name).expanduser()
     if not (folder / "config.json").is_file():
         return  # a Hub id: transformers downloads and checks it
-    from grpo import checkpoints
-
     tokenizer = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
     problems = [] if any((folder / name).is_file() for name in tokenizer) else ["it holds no tokenizer files"]
     config = folder / "tokenizer_config.json"
@@ -341,7 +332,10 @@ def check_rewards(funcs, names, dataset, max_completion_length):
             out = list(out) if not isinstance(out, str | bytes | dict) else out
         except (Exception, SystemExit) as err:  # a reward that raises is a bug: its traceback shows file and line
             note = f"raised by REWARD_FUNCS entry {name!r}, called by preflight on {len(rows)} training rows"
-            raise with_note(err, note) from None  # the reward's own error, with its own traceback
+            if isinstance(err, SystemExit):
+                raise exit_as_error(err, note) from err
+            err.add_note(note)  # the reward's own error goes on, its traceback and chain untouched
+            raise
         if not isinstance(out, list) or len(out) != len(completions):
             got = f"{len(out)} values" if isinstance(out, list) else repr(out)[:60]
             problems.append(

@@ -57,7 +57,7 @@ def test_whole_checkpoint_is_intact(tmp_path):
     assert checkpoints.checkpoint_problem(write_checkpoint(tmp_path / "checkpoint-2", 2)) is None
 
 
-# Each fault, and the reason intact() gives. The 4,096-byte cut is what a full disk left in the report.
+# Each fault, and the reason checkpoint_problem() gives. The 4,096-byte cut: what a full disk left.
 DAMAGE = {
     "state cut at 4096": (lambda f: cut(f / "trainer_state.json", 4096), "trainer_state.json does not parse"),
     "state missing": (lambda f: (f / "trainer_state.json").unlink(), "trainer_state.json is missing"),

@@ -631,7 +631,16 @@ def test_a_reward_that_raises_in_preflight_keeps_its_traceback(name, error, func
         preflight.check_rewards(funcs, ["correctness_reward", name], gsm8k.load(FIXTURE, limit=4), 32)
     assert not isinstance(excinfo.value, ConfigError)  # a bug, not a setting: cli.run shows its traceback
     assert f"REWARD_FUNCS entry {name!r}" in "\n".join(excinfo.value.__notes__)
-    if function:
+    if error is RuntimeError:  # raised from the SystemExit, whose traceback goes into the reward
+        assert isinstance(excinfo.value.__cause__, SystemExit)
+        frame = excinfo.value.__cause__.__traceback__
+        while frame.tb_next:
+            frame = frame.tb_next
+        assert (Path(frame.tb_frame.f_code.co_filename).name, frame.tb_frame.f_code.co_name) == (
+            "test_train.py",
+            function,
+        )
+    elif function:
         assert _raised_here(excinfo) == ("test_train.py", function)
 
 
