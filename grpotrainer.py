@@ -250,6 +250,8 @@ def train(s, record, config, reward_funcs, datasets):
                 max_steps=s["MAX_STEPS"],
                 num_train_epochs=s["NUM_TRAIN_EPOCHS"],
             )
+            if record["profile"] == "demo":  # its one before -> after line, last
+                log.info(profiles.summary(out))
     trainer.accelerator.wait_for_everyone()  # no rank exits while another uses the process group
     trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end
     if stopper.signal_name:  # the step it stopped at was checkpointed: the same command resumes
