@@ -405,6 +405,12 @@ def style_stats(predictions):
     return stats
 
 
+def log_summary(output_dir, profile):
+    """Log `summary` at the end of a --demo run (`profile` "demo"); a run of another profile logs nothing."""
+    if profile == "demo":
+        log.info(summary(output_dir))
+
+
 def summary(output_dir):
     """The demo's one before -> after line, from OUTPUT_DIR/eval_test_{before,after}.json and their predictions."""
     parts = {}

@@ -110,6 +110,14 @@ def test_summary_is_one_before_after_line(tmp_path):
     )
 
 
+def test_only_a_demo_run_logs_the_summary(tmp_path, caplog):
+    caplog.set_level("INFO", logger="grpotrainer.profiles")
+    profiles.log_summary(tmp_path, "smoke")  # another profile: nothing, not even the missing-files note
+    assert caplog.messages == []
+    profiles.log_summary(tmp_path, "demo")  # no evaluations in tmp_path: the note says why there is no line
+    assert caplog.messages == ["demo: no before -> after line without EVAL_BEFORE and EVAL_AFTER"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Sampled accuracy
 
