@@ -215,8 +215,7 @@ def train(s, record, config, reward_funcs, datasets):
         target_modules=s["LORA_TARGET_MODULES"],
         main_process=rank0,
     )
-    resuming = f"; resuming from {last}" if last else ""
-    log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, resuming)
+    log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
     # advice and the NaN stop; SIGTERM and Ctrl-C; samples in TensorBoard; TRL's generation choices undone
     health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer)
@@ -250,6 +249,7 @@ def train(s, record, config, reward_funcs, datasets):
                 max_steps=s["MAX_STEPS"],
                 num_train_epochs=s["NUM_TRAIN_EPOCHS"],
             )
+            profiles.log_summary(out, record["profile"])  # --demo: its one before -> after line, last
     trainer.accelerator.wait_for_everyone()  # no rank exits while another uses the process group
     trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end
     if stopper.signal_name:  # the step it stopped at was checkpointed: the same command resumes

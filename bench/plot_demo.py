@@ -1,36 +1,38 @@
-"""Plot a demo run from its TensorBoard event files: train/reward and the held-out accuracies against the step.
+"""Plot demo runs (one OUTPUT_DIR per seed): what GRPO changed on the held-out problems, and the training curve.
 
-    python grpotrainer.py --demo                                  # the run (docs/demo.md)
-    python bench/plot_demo.py outputs/demo docs/demo.png          # OUTPUT_DIR (or one runs/<run> folder), PNG
+    python grpotrainer.py --demo --SEED=0 --OUTPUT_DIR=outputs/demo-s0     # one run per seed (docs/demo.md)
+    python bench/plot_demo.py outputs/demo-s0 outputs/demo-s1 outputs/demo-s2 --out demo.png
+    python bench/plot_demo.py outputs/demo-s* --out docs/demo.png --overwrite   # replace the tracked picture
 
-The reward is drawn per step (light) and as a running mean over 5 steps; the accuracies are the EVAL_BEFORE (step 0)
-and EVAL_AFTER (last step) points that grpotrainer.py logs: greedy strict, greedy lenient, sampled.
+Four panels, one line per seed: greedy lenient and sampled accuracy, the share of greedy answers that are worked
+solutions (grpo.profiles.style) and the mean completion length, each before -> after GRPO (from
+eval_test_{before,after}.json and their predictions), and the correctness reward per GRPO step from the training
+run's own TensorBoard folder (the one holding train/reward, not a later evaluation's). An existing file is never
+replaced without --overwrite.
 """
 
+import argparse
+import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # grpo/, when run as bench/plot_demo.py
+
 REWARD = "train/reward"
-PARTS = {  # the reward's parts, each a share of the step's completions (0-1)
-    "train/rewards/correctness_reward/mean": "correctness (lenient: any answer form)",
-    "train/rewards/format_reward/mean": "format ('#### N' last)",
-}
-ACCURACIES = {  # tag -> legend label
-    "eval/gsm8k_strict_accuracy": "greedy strict ('#### N' only)",
-    "eval/gsm8k_lenient_accuracy": "greedy lenient (any answer form)",
-    "eval/gsm8k_sampled_accuracy": "sampled (training temperature)",
-}
+CORRECTNESS = "train/rewards/correctness_reward/mean"
 
 
 def run_folder(path):
-    """The TensorBoard run folder: `path` itself if it holds event files, else the newest one in path/runs."""
+    """The training run's TensorBoard folder: `path` itself if it holds event files, else the newest folder in
+    path/runs whose events hold train/reward (an evaluate.py run logs only eval/* and is skipped)."""
     path = Path(path)
     if any(path.glob("events.out.tfevents.*")):
         return path
     runs = sorted((p for p in (path / "runs").glob("*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
-    if not runs:
-        raise SystemExit(f"no TensorBoard events in {path} or {path / 'runs'}")
-    return runs[-1]
+    training = [run for run in runs if REWARD in read_scalars(run)]
+    if not training:
+        raise SystemExit(f"no TensorBoard run with {REWARD} in {path / 'runs'}: is {path} a grpotrainer.py run?")
+    return training[-1]
 
 
 def read_scalars(logdir):
@@ -54,30 +56,53 @@ def running_mean(values, window=5):
     ]
 
 
-def plot(scalars, out, title="grpotrainer.py --demo"):
-    """Write the two-panel PNG (reward left, accuracies right) to `out`."""
-    import matplotlib
+def before_after(output_dir):
+    """{metric: (before, after)} of one demo run: lenient and sampled accuracy, worked share, completion tokens."""
+    from grpo import profiles
 
+    parts = []
+    for when in ("before", "after"):
+        metrics = json.loads((Path(output_dir) / f"eval_test_{when}.json").read_text(encoding="utf-8"))
+        with open(Path(output_dir) / f"eval_test_{when}_predictions.jsonl", encoding="utf-8") as f:
+            metrics |= profiles.style_stats([json.loads(line) for line in f])
+        parts.append(metrics)
+    keys = ("lenient_accuracy", "sampled_accuracy", "worked_share", "mean_completion_tokens")
+    return {k: (parts[0][k], parts[1][k]) for k in keys}
+
+
+def plot(runs, out):
+    """Write the four-panel PNG to `out`; `runs` maps a label (the seed) to (before_after, scalars)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("bench/plot_demo.py needs matplotlib: pip install -r requirements-dev.txt") from None
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=100)
-    colors = ("tab:blue", "tab:orange", "tab:green")
-    for (tag, label), color in zip({REWARD: "train/reward", **PARTS}.items(), colors, strict=True):
-        if tag in scalars:
-            steps, values = zip(*scalars[tag], strict=True)
-            left.plot(steps, values, color=color, alpha=0.25, linewidth=1)
-            left.plot(steps, running_mean(list(values)), color=color, linewidth=2, label=label)
-    left.set(title="training samples (lines: mean of 5 steps)", xlabel="GRPO step", ylabel="reward", ylim=(-0.05, 1.3))
-    left.legend(loc="lower right", fontsize=8)
-    for tag, label in ACCURACIES.items():
-        if tag in scalars:
-            xs, ys = zip(*scalars[tag], strict=True)
-            values = " -> ".join(f"{y:.3f}" for y in ys)  # before -> after, in the legend: the lines can overlap
-            right.plot(xs, ys, marker="o", linewidth=2, label=f"{label}: {values}")
-    right.set(title="held-out test problems", xlabel="GRPO step", ylabel="accuracy", ylim=(-0.05, 1.1))
-    right.legend(loc="lower right", fontsize=8)
-    fig.suptitle(title, fontsize=10)
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.4), dpi=100)
+    panels = [
+        ("held-out accuracy", "accuracy", ("lenient_accuracy", "sampled_accuracy"), (-0.05, 1.05)),
+        ("greedy answers that are worked", "share", ("worked_share",), (-0.05, 1.05)),
+        ("mean completion length", "tokens", ("mean_completion_tokens",), None),
+    ]
+    colors = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
+    for ax, (title, ylabel, keys, ylim) in zip(axes, panels, strict=False):
+        for (label, (values, _)), color in zip(runs.items(), colors, strict=False):
+            for key, dash in zip(keys, ("-", "--"), strict=False):
+                name = f"{label} {key.split('_')[0]}" if len(keys) > 1 else label
+                text = f"{name}: {values[key][0]:.2f} -> {values[key][1]:.2f}"
+                ax.plot([0, 1], values[key], dash, marker="o", color=color, label=text)
+        ax.set(title=title, ylabel=ylabel, xticks=[0, 1], xticklabels=["before", "after GRPO"], xlim=(-0.2, 1.2))
+        if ylim:
+            ax.set_ylim(*ylim)
+        ax.legend(fontsize=7, loc="best")
+    for (label, (_, scalars)), color in zip(runs.items(), colors, strict=False):
+        if CORRECTNESS in scalars:
+            steps, values = zip(*scalars[CORRECTNESS], strict=True)
+            axes[3].plot(steps, running_mean(list(values)), color=color, label=label)
+    axes[3].set(title="correctness reward (mean of 5 steps)", xlabel="GRPO step", ylim=(-0.05, 1.05))
+    axes[3].legend(fontsize=7, loc="lower right")
+    fig.suptitle("grpotrainer.py --demo: before -> after GRPO, per seed (solid lenient, dashed sampled)", fontsize=10)
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
@@ -85,12 +110,21 @@ def plot(scalars, out, title="grpotrainer.py --demo"):
 
 
 def main(argv):
-    source = argv[0] if argv else "outputs/demo"
-    out = argv[1] if len(argv) > 1 else "docs/demo.png"
-    scalars = read_scalars(run_folder(source))
-    if REWARD not in scalars:
-        raise SystemExit(f"{source} has no {REWARD}: is it a grpotrainer.py run?")
-    print(plot(scalars, out))
+    parser = argparse.ArgumentParser(description="Plot demo runs, one OUTPUT_DIR per seed.")
+    parser.add_argument("output_dirs", nargs="+", help="demo OUTPUT_DIRs (grpotrainer.py --demo --OUTPUT_DIR=...)")
+    parser.add_argument("--out", default="demo.png", help="the PNG to write (default demo.png)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (docs/demo.png: ask)")
+    args = parser.parse_args(argv)
+    if Path(args.out).exists() and not args.overwrite:
+        raise SystemExit(f"{args.out} exists (docs/demo.png is tracked): pass --overwrite to replace it")
+    runs = {}
+    for folder in args.output_dirs:
+        missing = [f for f in ("eval_test_before.json", "eval_test_after.json") if not (Path(folder) / f).is_file()]
+        if missing:
+            raise SystemExit(f"{folder} has no {missing[0]}: is it a finished grpotrainer.py --demo run?")
+        settings = json.loads((Path(folder) / "eval_test_after.json").read_text(encoding="utf-8"))["settings"]
+        runs[f"seed {settings.get('SEED', folder)}"] = (before_after(folder), read_scalars(run_folder(folder)))
+    print(plot(runs, args.out))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ look exactly like downloaded checkpoints, loaded through the same `from_pretrain
 
 - smoke: a `Qwen3ForCausalLM` with random weights (35k parameters) and a byte-level BPE tokenizer trained on the
   project's own fixture, with Qwen's ChatML special tokens and a chat template that honours `enable_thinking`;
-- demo: a synthetic GSM8K-format task generated from SEED (`make_task`) and a tiny Qwen3 warm-started on it by a
-  short supervised phase (TRL's SFTTrainer), so that GRPO has something to improve (docs/demo.md).
+- demo: a synthetic GSM8K-format task generated from SEED (`make_task`) and a tiny Qwen3 warm-started on it by
+  two short supervised phases (TRL's SFTTrainer), so that GRPO has something to improve (docs/demo.md).
 
     python -m grpo.profiles smoke-model outputs/smoke-model   # build the smoke model folder by hand
     python -m grpo.profiles demo-task outputs/demo-task 0      # write the demo task's {train,test}.jsonl for a seed
@@ -181,26 +181,22 @@ def ensure_model_dir(path):
 # ---------------------------------------------------------------------------------------------------------------
 # the demo: its task and warm-started model
 
-# The task: sizes, numbers and the share of warm-start targets in the asked '#### N' style.
-TRAIN_PROBLEMS = 4000
+# The task: three-digit additions in words, each with a worked solution (the columns with their carries).
+TRAIN_PROBLEMS = 8000
 TEST_PROBLEMS = 256
-MAX_NUMBER = 10  # operands from 1 to this: small enough for a 0.6M-parameter model to learn in minutes
-HASH_SHARE = 0.45  # warm-start targets ending '#### N'; the rest end "The answer is N.", which greedy then prefers
+DIGITS = 3  # both numbers have this many digits: too many for the tiny model to add in one shot, few to work out
 
 NAMES = ["Mia", "Tom", "Ava", "Leo", "Zoe", "Sam", "Ivy", "Max", "Eva", "Ben", "Lily", "Jack"]
 PRONOUNS = {"Mia": "She", "Ava": "She", "Zoe": "She", "Ivy": "She", "Eva": "She", "Lily": "She"}
 ITEMS = ["apples", "shells", "stickers", "marbles", "pencils", "cards", "coins", "books", "cookies", "stamps"]
-# (question template, operator): a + b or a - b, written in words as GSM8K's easiest problems are.
 TEMPLATES = [
-    ("{n} has {a} {item}. {p} buys {b} more. How many {item} does {n} have now?", "+"),
-    ("{n} has {a} {item} and {f} has {b} {item}. How many {item} do they have together?", "+"),
-    ("{n} had {a} {item}. {f} gave {o} {b} more. How many {item} does {n} have now?", "+"),
-    ("{n} has {a} {item}. {p} gives {b} to {f}. How many {item} does {n} have left?", "-"),
-    ("{n} had {a} {item} and lost {b} of them. How many {item} does {n} have now?", "-"),
-    ("{n} baked {a} {item} and {f} ate {b} of them. How many {item} are left?", "-"),
+    "{n} has {a} {item}. {p} buys {b} more. How many {item} does {n} have now?",
+    "{n} has {a} {item} and {f} has {b} {item}. How many {item} do they have together?",
+    "{n} had {a} {item}. {f} gave {o} {b} more. How many {item} does {n} have now?",
+    "{n} collected {a} {item} on Monday and {b} on Tuesday. How many {item} did {n} collect?",
 ]
 
-# A 0.64M-parameter Qwen3, the size issue 9's prototype used (not tuned further).
+# A 0.64M-parameter Qwen3 with a 512-token BPE vocabulary, digits split one per token as Qwen's are.
 DEMO_QWEN3 = dict(
     hidden_size=128,
     intermediate_size=256,
@@ -210,31 +206,92 @@ DEMO_QWEN3 = dict(
     head_dim=32,
     initializer_range=0.02,  # Qwen's own; the smoke model's 0.2 is for LoRA on random weights
 )
-# The supervised warm start (TRL SFTTrainer, full fine-tuning).
-SFT_STEPS = 400  # the arithmetic appears after ~250 steps; the rest gives it margin, so LoRA does not disturb it
-SFT_BATCH_SIZE = 64
-SFT_LEARNING_RATE = 4e-3
+# The warm start (TRL SFTTrainer, full fine-tuning) in two phases, every target a correct solution:
+WORKED_STEPS = 600  # 1: worked solutions only; the column addition appears after ~400-450 steps (seed 0)
+WORKED_LEARNING_RATE = 5e-3  # cosine, 5% warm-up
+MIXED_STEPS = 40  # 2: a short tuning on answers mostly given in one shot, as terse instruct data gives them ...
+MIXED_LEARNING_RATE = 3e-4  # constant: enough to set the style, too little to erase the working
+ONE_SHOT_SHARE = 0.7  # ... this share of its targets are '#### N' alone, the rest worked solutions
+SFT_BATCH_SIZE = 32
+
+# `grpotrainer.py --demo`: these settings over the constants, then the command line's. DATASET and MODEL_NAME are
+# replaced by the generated task and warm-started model in OUTPUT_DIR (see `prepare`) unless given.
+DEMO = dict(
+    DATASET="outputs/demo/demo-sums-seed0",
+    OUTPUT_DIR="outputs/demo",
+    SEED=0,
+    SYSTEM_PROMPT="Solve it. End with '#### N'.",  # short: the prompt is most of a training sequence's tokens
+    LORA_DROPOUT=0.0,
+    MAX_COMPLETION_LENGTH=48,  # a worked solution is 40 tokens, a one-shot answer 6
+    NUM_GENERATIONS=8,
+    LEARNING_RATE=5e-4,
+    PER_DEVICE_TRAIN_BATCH_SIZE=64,  # 8 problems x 8 completions per step
+    GRADIENT_ACCUMULATION_STEPS=1,
+    MAX_STEPS=40,
+    SAVE_STEPS=40,
+    EVAL_BEFORE=256,  # the whole test split, before and after
+    EVAL_AFTER=256,
+    EVAL_BATCH_SIZE=128,
+    EVAL_SAMPLES=4,
+    BF16=False,
+    ACTIVATION_CHECKPOINTING=False,
+)
 
 
-def make_task(seed, train=TRAIN_PROBLEMS, test=TEST_PROBLEMS):
-    """Word problems in GSM8K's format, generated from `seed`: (train_rows, test_rows), each row a dict with
-    question and answer ("7 + 5 = 12\\n#### 12"). No question is in both splits."""
+def worked(a, b):
+    """The written column addition of a + b, units first, each column 'x+y+carry=two-digit sum', then '#### N'.
+
+    >>> worked(457, 386)
+    '457+386\\n7+6+0=13\\n5+8+1=14\\n4+3+1=08\\n#### 843'
+    """
+    lines, carry = [f"{a}+{b}"], 0
+    for x, y in zip(str(a)[::-1], str(b)[::-1], strict=True):
+        total = int(x) + int(y) + carry
+        lines.append(f"{x}+{y}+{carry}={total:02d}")  # fixed width: every column the same number of tokens
+        carry = total // 10
+    return "\n".join(lines) + f"\n#### {a + b}"
+
+
+def one_shot(a, b):
+    """The answer alone, as a terse model states it.
+
+    >>> one_shot(457, 386)
+    '#### 843'
+    """
+    return f"#### {a + b}"
+
+
+def style(completion):
+    """'one-shot' for a completion that starts with its '#### N' answer, else 'worked'.
+
+    >>> style(one_shot(457, 386)), style(worked(457, 386))
+    ('one-shot', 'worked')
+    """
+    return "one-shot" if completion.lstrip().startswith("####") else "worked"
+
+
+def make_problems(seed, n=TRAIN_PROBLEMS + TEST_PROBLEMS):
+    """`n` distinct word problems from `seed`: dicts with question, a and b (the two numbers to add)."""
     rng = random.Random(seed)
+    low, high = 10 ** (DIGITS - 1), 10**DIGITS - 1
     seen, rows = set(), []
-    while len(rows) < train + test:
-        template, op = rng.choice(TEMPLATES)
+    while len(rows) < n:
+        template = rng.choice(TEMPLATES)
         name, friend = rng.sample(NAMES, 2)
-        a, b = rng.randint(1, MAX_NUMBER), rng.randint(1, MAX_NUMBER)
-        if op == "-":  # a positive difference: the larger first, a tie moved up by one
-            a, b = max(a, b) + (a == b), min(a, b)
+        a, b = rng.randint(low, high), rng.randint(low, high)
         pronoun = PRONOUNS.get(name, "He")
         fields = dict(n=name, f=friend, p=pronoun, o="her" if pronoun == "She" else "him", item=rng.choice(ITEMS))
         question = template.format(a=a, b=b, **fields)
-        if question in seen:
-            continue
-        seen.add(question)
-        result = a + b if op == "+" else a - b
-        rows.append({"question": question, "answer": f"{a} {op} {b} = {result}\n#### {result}"})
+        if question not in seen:
+            seen.add(question)
+            rows.append({"question": question, "a": a, "b": b})
+    return rows
+
+
+def make_task(seed, train=TRAIN_PROBLEMS, test=TEST_PROBLEMS):
+    """The task in GSM8K's format: (train_rows, test_rows) of question and answer, the worked solution as gold.
+    No question is in both splits."""
+    rows = [{"question": r["question"], "answer": worked(r["a"], r["b"])} for r in make_problems(seed, train + test)]
     return rows[:train], rows[train:]
 
 
@@ -249,61 +306,66 @@ def write_task(folder, seed):
     return str(folder)
 
 
-def restyle(answer, rng, hash_share=HASH_SHARE):
-    """A gold solution in one of the two answer styles the warm start mixes.
+def warm_start_targets(seed, one_shot_share=ONE_SHOT_SHARE):
+    """The train split's questions and the two phases' targets: (questions, worked_targets, mixed_targets)."""
+    problems = make_problems(seed)[:TRAIN_PROBLEMS]
+    rng = random.Random(seed + 1)
+    worked_targets = [worked(r["a"], r["b"]) for r in problems]
+    mixed = [one_shot(r["a"], r["b"]) if rng.random() < one_shot_share else worked(r["a"], r["b"]) for r in problems]
+    return [r["question"] for r in problems], worked_targets, mixed
 
-    >>> restyle("7 + 5 = 12\\n#### 12", random.Random(0), hash_share=0.0)
-    '7 + 5 = 12\\nThe answer is 12.'
-    """
-    work, _, result = answer.rpartition("\n#### ")
-    return answer if rng.random() < hash_share else f"{work}\nThe answer is {result}."
 
-
-def warm_start(folder, rows, seed, system_prompt=gsm8k.SYSTEM_PROMPT, steps=SFT_STEPS):
-    """Train a tiny Qwen3 on `rows` (the train split, answers restyled) with SFTTrainer and save it to `folder`."""
-    import datasets
+def _sft(model, tokenizer, data, work, seed, steps, learning_rate, schedule):
+    """One supervised phase with TRL's SFTTrainer (its progress bar shows the ETA); the trained model."""
     from trl import SFTConfig, SFTTrainer
 
-    rng = random.Random(seed)
-    targets = [restyle(r["answer"], rng) for r in rows]
-    # the chat roles' words and the system prompt in every text, so that BPE merges them into few tokens
-    tokenizer = build_tokenizer(
-        (
-            f"system\n{system_prompt}\nuser\n{r['question']}\nassistant\n{t}"
-            for r, t in zip(rows, targets, strict=True)
-        ),
-        split_digits=True,
-    )
-    model = build_model(tokenizer, seed=seed, **DEMO_QWEN3)
-
-    def prompt(question):  # rendered exactly as GRPO and the evaluation render it
-        messages = gsm8k.make_prompt(question, system_prompt)
-        return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
-        )
-
-    data = datasets.Dataset.from_dict({"prompt": [prompt(r["question"]) for r in rows], "completion": targets})
-    work = Path(folder).with_name(Path(folder).name + f".sft{os.getpid()}")
     config = SFTConfig(
         output_dir=str(work),
         max_steps=steps,
         per_device_train_batch_size=SFT_BATCH_SIZE,
-        learning_rate=SFT_LEARNING_RATE,
-        lr_scheduler_type="cosine",
-        warmup_steps=round(0.05 * steps),
+        learning_rate=learning_rate,
+        lr_scheduler_type=schedule,
+        warmup_steps=round(0.05 * steps) if schedule == "cosine" else 0,
         weight_decay=0.0,
         seed=seed,
-        logging_steps=25,
+        logging_steps=100,
         save_strategy="no",
         report_to=[],
         use_cpu=True,
         bf16=False,
         dataloader_num_workers=0,
-        disable_tqdm=True,
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=data, processing_class=tokenizer)
     trainer.train()
-    model = trainer.model.eval()
+    return trainer.model
+
+
+def warm_start(folder, seed, system_prompt=gsm8k.SYSTEM_PROMPT):
+    """Train a tiny Qwen3 on the train split in the two phases above and save it to `folder`."""
+    import datasets
+
+    questions, worked_targets, mixed_targets = warm_start_targets(seed)
+    # the chat roles' words and the system prompt in every text, so that BPE merges them into few tokens
+    pairs = zip(questions, worked_targets, strict=True)
+    texts = (f"system\n{system_prompt}\nuser\n{q}\nassistant\n{t}" for q, t in pairs)
+    tokenizer = build_tokenizer(texts, split_digits=True)
+    model = build_model(tokenizer, seed=seed, **DEMO_QWEN3)
+    prompts = [  # rendered exactly as GRPO and the evaluation render them
+        tokenizer.apply_chat_template(
+            gsm8k.make_prompt(q, system_prompt), tokenize=False, add_generation_prompt=True, enable_thinking=False
+        )
+        for q in questions
+    ]
+    work = Path(folder).with_name(Path(folder).name + f".sft{os.getpid()}")
+    phases = [
+        (worked_targets, WORKED_STEPS, WORKED_LEARNING_RATE, "cosine"),
+        (mixed_targets, MIXED_STEPS, MIXED_LEARNING_RATE, "constant"),
+    ]
+    for number, (targets, steps, learning_rate, schedule) in enumerate(phases, 1):
+        log.info("warm start, phase %d of 2: %d supervised steps", number, steps)
+        data = datasets.Dataset.from_dict({"prompt": prompts, "completion": targets})
+        model = _sft(model, tokenizer, data, work, seed, steps, learning_rate, schedule)
+    model = model.eval()
     model.generation_config.do_sample = False
     with publish_dir(folder) as tmp:
         model.save_pretrained(tmp)
@@ -320,15 +382,48 @@ def prepare(s, given):
     s = dict(s)
     out, seed = Path(s["OUTPUT_DIR"]), s["SEED"]
     if "DATASET" not in given:
-        s["DATASET"] = write_task(out / f"demo-data-seed{seed}", seed)
+        s["DATASET"] = write_task(out / f"demo-sums-seed{seed}", seed)
     if "MODEL_NAME" not in given:
-        model_dir = out / f"demo-model-seed{seed}"
+        model_dir = out / f"demo-sums-model-seed{seed}"
         if not (model_dir / "config.json").is_file():
-            log.info("warm-starting the demo model in %s: %d supervised steps (a few minutes)", model_dir, SFT_STEPS)
-            train, _ = make_task(seed)
-            warm_start(model_dir, train, seed, s["SYSTEM_PROMPT"])
+            log.info("warm-starting the demo model in %s (a few minutes; cached for later runs)", model_dir)
+            warm_start(model_dir, seed, s["SYSTEM_PROMPT"])
         s["MODEL_NAME"] = str(model_dir)
     return s
+
+
+def style_stats(predictions):
+    """The share of worked solutions among `predictions` (evaluation records) and the accuracy of each style.
+
+    >>> style_stats([{"completion": "#### 9", "correct": False}, {"completion": "4+5\\n#### 9", "correct": True}])
+    {'worked_share': 0.5, 'one-shot_accuracy': 0.0, 'worked_accuracy': 1.0}
+    """
+    stats = {"worked_share": sum(style(p["completion"]) == "worked" for p in predictions) / len(predictions)}
+    for name in ("one-shot", "worked"):
+        graded = [p["correct"] for p in predictions if style(p["completion"]) == name]
+        stats[f"{name}_accuracy"] = sum(graded) / len(graded) if graded else None
+    return stats
+
+
+def log_summary(output_dir, profile):
+    """Log `summary` at the end of a --demo run (`profile` "demo"); a run of another profile logs nothing."""
+    if profile == "demo":
+        log.info(summary(output_dir))
+
+
+def summary(output_dir):
+    """The demo's one before -> after line, from OUTPUT_DIR/eval_test_{before,after}.json and their predictions."""
+    parts = {}
+    if not all((Path(output_dir) / f"eval_test_{when}.json").is_file() for when in ("before", "after")):
+        return "demo: no before -> after line without EVAL_BEFORE and EVAL_AFTER"
+    for when in ("before", "after"):
+        metrics = json.loads((Path(output_dir) / f"eval_test_{when}.json").read_text(encoding="utf-8"))
+        with open(Path(output_dir) / f"eval_test_{when}_predictions.jsonl", encoding="utf-8") as f:
+            metrics |= style_stats([json.loads(line) for line in f])
+        parts[when] = metrics
+    keys = ("lenient_accuracy", "sampled_accuracy", "worked_share", "mean_completion_tokens")
+    changes = (f"{k} {parts['before'][k]:.3f} -> {parts['after'][k]:.3f}" for k in keys)
+    return "demo, before -> after GRPO: " + ", ".join(changes)
 
 
 if __name__ == "__main__":

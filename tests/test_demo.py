@@ -1,15 +1,13 @@
 """The demo (grpo/profiles.py, `grpotrainer.py --demo`) and the sampled accuracy it reports (gsm8k.py).
 
     .venv/bin/python -m pytest tests/test_demo.py -q -m "not slow"     # the task generator and the estimator, seconds
-    .venv/bin/python -m pytest tests/test_demo.py -q -m slow -s        # the whole demo: ~6 minutes on 2 CPU cores
+    .venv/bin/python -m pytest tests/test_demo.py -q -m slow -s        # the whole demo: ~7-10 minutes, one thread
 
 The slow test is the evidence that the loop learns on the real objective: GRPO with the default rewards raises
-held-out strict accuracy, measured by the same evaluation code as a real run, without losing answers. It replaces
-tests/test_learning.py, whose '####'-marker reward on the random smoke model stopped rising.
+held-out correctness (greedy lenient and sampled accuracy), measured by the same evaluation code as a real run.
 """
 
 import json
-import random
 
 import pytest
 from conftest import event_dirs, read_scalars, run_script
@@ -20,18 +18,54 @@ from grpo import grading, gsm8k, profiles
 # The task
 
 
+def columns_add_up(solution, a, b):
+    """True when `solution` is the written column addition of a + b: the sum restated, each column's digits and the
+    carry from the column before summed right, and the final '#### N' made of the column digits and the last carry."""
+    first, *cols, last = solution.split("\n")
+    if first != f"{a}+{b}" or len(cols) != profiles.DIGITS or not last.startswith("#### "):
+        return False
+    carry, digits = 0, ""
+    for x, y, col in zip(str(a)[::-1], str(b)[::-1], cols, strict=True):
+        total = int(x) + int(y) + carry
+        if col != f"{x}+{y}+{carry}={total:02d}":
+            return False
+        carry, digits = total // 10, str(total % 10) + digits
+    return last[5:] == (str(carry) if carry else "") + digits == str(a + b)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_the_task_has_disjoint_splits_and_parseable_golds(seed):
+def test_the_task_has_disjoint_splits_and_worked_golds(seed):
     train, test = profiles.make_task(seed)
+    problems = profiles.make_problems(seed)
     assert (len(train), len(test)) == (profiles.TRAIN_PROBLEMS, profiles.TEST_PROBLEMS)
     assert len(test) >= 200  # the demo's evaluation needs at least 200 held-out problems
     assert not {r["question"] for r in train} & {r["question"] for r in test}  # no test question is trained on
-    for row in train + test:
-        work, gold = row["answer"].split("\n#### ")
-        assert grading.extract_hash_answer(row["answer"]) == gold  # GSM8K's own answer format, read by our parser
-        a, op, b, _, result = work.split()
-        assert int(result) == (int(a) + int(b) if op == "+" else int(a) - int(b)) == int(gold) >= 0
-        assert 1 <= int(a) <= profiles.MAX_NUMBER + 1 and 1 <= int(b) <= profiles.MAX_NUMBER
+    for row, problem in zip(train + test, problems, strict=True):
+        a, b = problem["a"], problem["b"]
+        assert 100 <= a <= 999 and 100 <= b <= 999 and f" {a} " in row["question"] and f" {b} " in row["question"]
+        assert grading.extract_hash_answer(row["answer"]) == str(a + b)  # GSM8K's answer format, read by our parser
+        assert columns_add_up(row["answer"], a, b)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_warm_start_target_is_a_correct_solution(seed):
+    questions, worked, mixed = profiles.warm_start_targets(seed)
+    problems = profiles.make_problems(seed)[: profiles.TRAIN_PROBLEMS]
+    assert questions == [p["question"] for p in problems]  # the targets are the train split's, in order
+    for problem, targets in zip(problems, zip(worked, mixed, strict=True), strict=True):
+        a, b = problem["a"], problem["b"]
+        for target in targets:
+            # the project's own grader credits it, strict (a '#### N' last line) and lenient: no corrupted target
+            assert grading.grade(target, str(a + b)) == {
+                "extracted": str(a + b),
+                "correct": True,
+                "strict_correct": True,
+                "formatted": True,
+            }
+            assert target == f"#### {a + b}" or columns_add_up(target, a, b)  # one shot, or working that adds up
+    assert {profiles.style(t) for t in worked} == {"worked"}  # phase 1 teaches the working only
+    one_shot = sum(profiles.style(t) == "one-shot" for t in mixed) / len(mixed)
+    assert abs(one_shot - profiles.ONE_SHOT_SHARE) < 0.02  # phase 2: ~70% one-shot (8,000 draws: sd 0.005)
 
 
 def test_the_task_is_a_function_of_the_seed():
@@ -49,14 +83,39 @@ def test_write_task_writes_gsm8k_files_that_load(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("share", "expected"),
-    [(1.0, "7 + 5 = 12\n#### 12"), (0.0, "7 + 5 = 12\nThe answer is 12.")],
+    ("completion", "expected"),
+    [
+        ("#### 843", "one-shot"),
+        (" #### 843", "one-shot"),
+        ("457+386\n7+6+0=13\n5+8+1=14\n4+3+1=08\n#### 843", "worked"),
+        ("843", "worked"),  # anything that does not open with the answer counts as working
+    ],
 )
-def test_restyle_writes_one_of_the_two_answer_styles(share, expected):
-    # share 1: always GSM8K's '#### N' (strict and lenient both credit it); 0: always the phrase only lenient credits
-    answer = profiles.restyle("7 + 5 = 12\n#### 12", random.Random(0), hash_share=share)
-    assert answer == expected
-    assert grading.grade(answer, "12")["correct"] and grading.grade(answer, "12")["strict_correct"] == (share == 1.0)
+def test_style_tells_a_one_shot_answer_from_working(completion, expected):
+    assert profiles.style(completion) == expected
+
+
+def test_summary_is_one_before_after_line(tmp_path):
+    rows = {"before": ["#### 9", "#### 8"], "after": ["4+5\n#### 9", "#### 9"]}
+    for when, completions in rows.items():
+        correct = [c.endswith("9") for c in completions]
+        metrics = {"lenient_accuracy": sum(correct) / 2, "sampled_accuracy": 0.25, "mean_completion_tokens": 3.0}
+        (tmp_path / f"eval_test_{when}.json").write_text(json.dumps(metrics))
+        lines = [json.dumps({"completion": c, "correct": k}) for c, k in zip(completions, correct, strict=True)]
+        (tmp_path / f"eval_test_{when}_predictions.jsonl").write_text("\n".join(lines) + "\n")
+    # lenient 1/2 -> 2/2, one of two answers worked after, none before
+    assert profiles.summary(tmp_path) == (
+        "demo, before -> after GRPO: lenient_accuracy 0.500 -> 1.000, sampled_accuracy 0.250 -> 0.250, "
+        "worked_share 0.000 -> 0.500, mean_completion_tokens 3.000 -> 3.000"
+    )
+
+
+def test_only_a_demo_run_logs_the_summary(tmp_path, caplog):
+    caplog.set_level("INFO", logger="grpotrainer.profiles")
+    profiles.log_summary(tmp_path, "smoke")  # another profile: nothing, not even the missing-files note
+    assert caplog.messages == []
+    profiles.log_summary(tmp_path, "demo")  # no evaluations in tmp_path: the note says why there is no line
+    assert caplog.messages == ["demo: no before -> after line without EVAL_BEFORE and EVAL_AFTER"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -154,18 +213,20 @@ def test_sampling_is_seeded_and_leaves_the_global_random_state_alone():
 
 
 @pytest.mark.slow
-def test_the_demo_raises_held_out_strict_accuracy(tmp_path):
-    out = run_script("grpotrainer.py", "--demo", f"--OUTPUT_DIR={tmp_path}", timeout=900)
+def test_the_demo_raises_held_out_correctness(tmp_path):
+    # no tight time limit: ~7-10 minutes on one thread, more on a loaded machine
+    out = run_script("grpotrainer.py", "--demo", f"--OUTPUT_DIR={tmp_path}", timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
     before, after = (json.loads((tmp_path / f"eval_test_{w}.json").read_text()) for w in ("before", "after"))
-    summary = {k: (before[k], after[k]) for k in ("strict_accuracy", "lenient_accuracy", "sampled_accuracy")}
+    summary = {k: (before[k], after[k]) for k in ("lenient_accuracy", "sampled_accuracy", "mean_completion_tokens")}
     print(summary)
     assert before["n"] >= 200 and after["n"] >= 200
-    assert after["strict_accuracy"] >= before["strict_accuracy"] + 0.10  # GRPO taught the asked '#### N' format
-    assert after["lenient_accuracy"] >= before["lenient_accuracy"]  # ... without losing answers
-    # ... and the sampled answers stay as good, up to noise: -0.008, -0.001 and -0.005 measured for SEED 0, 1, 2
-    # (one standard error of 256 x 8 samples is ~0.006); 50 GRPO steps do not sharpen the sums (docs/demo.md)
-    assert after["sampled_accuracy"] >= before["sampled_accuracy"] - 0.02
+    # GRPO paid for correctness moves the model from one-shot answers to working: measured for SEED 0 (docs/demo.md)
+    # lenient +0.60 and sampled +0.49; the issue's bar is +0.25, which leaves a margin of ~0.25 for noise
+    assert after["lenient_accuracy"] >= before["lenient_accuracy"] + 0.25
+    assert after["sampled_accuracy"] >= before["sampled_accuracy"] + 0.25
+    assert after["mean_completion_tokens"] >= before["mean_completion_tokens"] + 5  # longer: the working is written
+    assert "demo, before -> after GRPO: lenient_accuracy" in out.stderr + out.stdout  # the run's closing line
     (run,) = event_dirs(tmp_path)  # one TensorBoard run: the evaluations and the training curves together
     scalars = read_scalars(run)
     final = after["step"]
