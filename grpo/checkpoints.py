@@ -24,7 +24,8 @@ import zipfile
 from pathlib import Path
 
 from grpo.cli import ConfigError
-from grpo.files import atomic_write, checkpoint_step, first_line, is_load_error
+from grpo.files import atomic_write, checkpoint_step, first_line, is_load_error, read_json_object
+from grpo.gsm8k import SETTINGS_FILE
 
 log = logging.getLogger("grpotrainer")
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
@@ -154,7 +155,8 @@ def resume_checkpoint(
     Refused with ConfigError, before any weights load: RESUME=False over an earlier run's checkpoints or finished
     adapter (they would be overwritten or rotated away), and a checkpoint trained on another base model or with
     another LoRA shape (r, alpha, target modules), which would fail on mismatched weights or train a different
-    adapter. `target_modules` is LORA_TARGET_MODULES as given: "all-linear" or a comma list (or a list).
+    adapter. `target_modules` is LORA_TARGET_MODULES as given: "all-linear" or a comma list (or a list); what the
+    checkpoint's run was given is read back from OUTPUT_DIR/run_settings.json (see `adapter_mismatch`).
     """
     output_dir = Path(output_dir)
     found = checkpoints(output_dir)
@@ -174,7 +176,8 @@ def resume_checkpoint(
     if chosen is None:
         return None
     config = json.loads((chosen / "adapter_config.json").read_text())
-    if problem := adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules):
+    given = read_json_object(output_dir / SETTINGS_FILE).get("LORA_TARGET_MODULES")  # what the run was told
+    if problem := adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, trained_with=given):
         raise ConfigError(f"cannot resume {chosen}: {problem}, or give this run a new OUTPUT_DIR.")
     return chosen
 
@@ -210,12 +213,14 @@ def other_base_model(config, model_name):
     return base if base and Path(base).name != Path(model_name).name else None
 
 
-def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules):
+def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, trained_with=None):
     """What differs between a saved adapter_config.json and this run's MODEL_NAME and LoRA settings, or None.
 
-    The base model compares by folder name, so a Hub id and its local copy match. PEFT saves "all-linear"
-    expanded to full module paths (model.layers.0.self_attn.q_proj, ...) and a given list as given; the two compare
-    by their last name component.
+    The base model compares by folder name, so a Hub id and its local copy match. PEFT saves "all-linear" expanded
+    to the adapted modules, as full paths (model.layers.0.self_attn.q_proj, ...) when there are fewer than 20 and
+    as the shortest names that select them (q_proj, ...) when there are more, as in every real model; a given list
+    is saved as given. So an adapter of "all-linear" is known by its dotted paths or by `trained_with`, the
+    LORA_TARGET_MODULES its run recorded in run_settings.json; lists compare by their last name component.
 
     >>> cfg = {"base_model_name_or_path": "/m/Qwen3-8B", "r": 16, "lora_alpha": 32, "target_modules": ["q_proj"]}
     >>> adapter_mismatch(cfg, "Qwen/Qwen3-8B", 8, 32, "q_proj")
@@ -233,7 +238,8 @@ def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules):
     wanted = [t for t in wanted if t]
     saved = config.get("target_modules")
     saved = [saved] if isinstance(saved, str) else list(saved or [])
-    expanded = any("." in t for t in saved)  # PEFT's expansion of "all-linear"
+    was = [t.strip() for t in trained_with.split(",")] if isinstance(trained_with, str) else trained_with
+    expanded = any("." in t for t in saved) or was == ["all-linear"]  # PEFT's expansion of "all-linear"
     if wanted == ["all-linear"]:
         same = expanded or saved == ["all-linear"]
     else:

@@ -368,14 +368,25 @@ def format_table(metrics, title="GSM8K"):
 
 
 def eos_ids(model, tokenizer):
-    """Token ids that end a completion: the generation config's (Qwen3: <|im_end|>, <|endoftext|>), else the EOS."""
+    """Token ids that end a completion, by GRPOTrainer's rule: the tokenizer's EOS, then the generation config's
+    (Qwen3: <|im_end|>, <|endoftext|>). A converted folder may name another EOS than the end of turn its generation
+    config stops at (SmolLM2's GGUF: <|im_start|> and <|im_end|>): then either ends a completion, as in training.
+
+    >>> from types import SimpleNamespace as NS
+    >>> eos_ids(NS(generation_config=NS(eos_token_id=2)), NS(eos_token_id=1))
+    [1, 2]
+    >>> eos_ids(NS(generation_config=NS(eos_token_id=[2, 0])), NS(eos_token_id=2))
+    [2, 0]
+    """
     eos = getattr(model.generation_config, "eos_token_id", None)
-    eos = tokenizer.eos_token_id if eos is None else eos
-    return [eos] if isinstance(eos, int) else list(eos)
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
+        eos = [tokenizer.eos_token_id, *eos]
+    return eos
 
 
 def hf_generator(
-    model, tokenizer, max_new_tokens, enable_thinking=False, temperature=0.0, cache_implementation="dynamic"
+    model, tokenizer, max_new_tokens, enable_thinking=False, temperature=0.0, cache_implementation="dynamic", eos=None
 ):
     """A `generate(prompts, temperature=temperature)` for `generate_all` on a transformers model: chat template,
     left padding, greedy at temperature 0, else sampled from the full distribution at that temperature (no top-k or
@@ -387,12 +398,21 @@ def hf_generator(
     special tokens, as TRL decodes it for the rewards. A completion without an end-of-turn token was cut off.
     `cache_implementation`: CACHE_IMPLEMENTATION; "static" decodes with a static KV cache and the compiled decode
     step (grpo/hardware.py, decode_options).
+    The end-of-turn tokens are `eos` (a trainer's own `eos_token_ids`) or else `eos_ids`. A tokenizer without a pad
+    token (Llama-family ones ship without) is given the first of them, as GRPOTrainer gives it its EOS.
     """
     import torch
     from transformers import GenerationConfig
 
-    eos = eos_ids(model, tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    eos = eos_ids(model, tokenizer) if eos is None else list(eos)
+    if not eos:
+        raise ConfigError(
+            "the model names no EOS token in its tokenizer or generation config, so no completion could end.\n"
+            "Set eos_token_id in the model folder's generation_config.json to its end-of-turn token."
+        )
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(eos[0])
+    pad = tokenizer.pad_token_id
 
     def generate(prompts, temperature=temperature):
         sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {}
@@ -524,7 +544,9 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     start = time.perf_counter()
     with generation_ready(trainer) as model:
         tokenizer, length, cache = trainer.processing_class, args.max_completion_length, args.cache_implementation
-        generate = hf_generator(model, tokenizer, length, thinking, cache_implementation=cache)  # as training
+        # training's own end-of-turn tokens: Trainer may have rewritten the generation config's to the tokenizer's
+        eos = trainer.eos_token_ids
+        generate = hf_generator(model, tokenizer, length, thinking, cache_implementation=cache, eos=eos)  # as training
         rows = generate_all(shard, generate, batch_size, desc, acc.is_main_process)
         sampler = functools.partial(generate, temperature=args.temperature)
         sampled = sample_all(shard, sampler, samples, batch_size, desc, acc.is_main_process, args.seed)  # 0: []

@@ -9,6 +9,7 @@ before training, `check_model` matches the model's config, weights and LoRA sett
 import dataclasses
 import difflib
 import itertools
+import logging
 import math
 import os
 from pathlib import Path
@@ -16,6 +17,8 @@ from pathlib import Path
 from grpo import checkpoints, files, hardware
 from grpo.cli import ConfigError
 from grpo.files import exit_as_error
+
+log = logging.getLogger("grpotrainer.preflight")
 
 # The allowed values of each choice setting (TRL 1.16 / transformers for the first ones).
 CHOICES = {
@@ -264,6 +267,8 @@ def check_loaded(s, config, reward_funcs, train_dataset):
     check_config(config, s, len(train_dataset))
     check_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"])
     check_model_folder(s["MODEL_NAME"])
+    if warning := thinking_ignored(s["MODEL_NAME"], s["ENABLE_THINKING"]):
+        log.warning(warning)
     check_model(s)
 
 
@@ -298,6 +303,44 @@ def check_model_folder(model_name):
             f"MODEL_NAME={model_name}: {'; '.join(problems[:3])}.\n"
             "Copy or download the model folder again, whole (an instruct model's folder has a chat template)."
         )
+
+
+def chat_template_source(model_name):
+    """The Jinja source of a local model folder's chat template(s), "" for a Hub id or a folder without one."""
+    import json
+
+    folder = Path(model_name).expanduser()
+    texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(folder.glob("chat_template.jinja"))]
+    config = folder / "tokenizer_config.json"
+    if config.is_file():
+        try:
+            template = json.loads(config.read_text(encoding="utf-8")).get("chat_template") or ""
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            template = ""  # check_model_folder and transformers name a torn file
+        texts += [
+            t if isinstance(t, str) else t.get("template", "")
+            for t in (template if isinstance(template, list) else [template])
+        ]
+    return "\n".join(t for t in texts if isinstance(t, str))
+
+
+def thinking_ignored(model_name, enable_thinking):
+    """The warning for ENABLE_THINKING=True on a local model whose chat template never reads enable_thinking
+    (Llama-family and SmolLM2 templates), or None. With thinking on, an answer counts only after a closed </think>;
+    a model that does not write <think> blocks by itself then scores 0 everywhere. A warning, not an error: some
+    models (DeepSeek-R1 distillations) think without their template asking.
+
+    >>> thinking_ignored("Qwen/Qwen3-8B", True) is None  # a Hub id: its template is not read here
+    True
+    """
+    source = chat_template_source(model_name) if enable_thinking else ""
+    if not source or "enable_thinking" in source:
+        return None
+    return (
+        f"ENABLE_THINKING=True, but the chat template of MODEL_NAME={model_name} never reads enable_thinking: unless "
+        "the model writes <think>...</think> by itself, no completion has an answer (every reward and accuracy is 0). "
+        "Set ENABLE_THINKING=False for a model without a thinking mode."
+    )
 
 
 def check_rewards(funcs, names, dataset, max_completion_length):

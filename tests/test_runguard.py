@@ -599,3 +599,19 @@ def test_checkpoint_cut_by_a_full_disk_is_skipped(tmp_path):
     (newest / "trainer_state.json").unlink()
     assert resume(tmp_path) == tmp_path / "checkpoint-2"
     assert (tmp_path / "broken" / "checkpoint-4-19700101-000000" / "optimizer.pt").stat().st_size == 4096
+
+
+# peft saves all-linear over 20+ modules (every real model) as short names: the run's record tells it apart
+MINIMISED = {**LORA, "target_modules": ["o_proj", "q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj"]}
+
+
+@pytest.mark.parametrize("recorded, same", [("all-linear", True), (None, False), ("q_proj", False)])
+def test_all_linear_resumes_by_the_runs_recorded_target_modules(tmp_path, recorded, same):
+    write_checkpoint(tmp_path / "checkpoint-4", 4, adapter_config=MINIMISED)
+    if recorded:
+        (tmp_path / "run_settings.json").write_text(json.dumps({"LORA_TARGET_MODULES": recorded}))
+    if same:
+        assert resume(tmp_path, target_modules="all-linear") == tmp_path / "checkpoint-4"
+    else:  # no record (or another one): short names could be a hand-written list, so the user is asked
+        with pytest.raises(ConfigError, match="LORA_TARGET_MODULES=o_proj,q_proj,k_proj,v_proj,gate_proj"):
+            resume(tmp_path, target_modules="all-linear")
