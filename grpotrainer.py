@@ -28,7 +28,7 @@ ENABLE_THINKING = False  # Qwen3 thinking mode; needs MAX_COMPLETION_LENGTH >= 1
 # LoRA
 LORA_R = 16  # adapter rank: 8-64; higher learns more, costs more memory
 LORA_ALPHA = 32  # scale = LORA_ALPHA / LORA_R; keep about 2x the rank
-LORA_DROPOUT = 0.05  # dropout on the adapter input, 0-0.1
+LORA_DROPOUT = 0.0  # adapter-input dropout, 0-0.1; 0: TRL's "old" log-probs run in train mode, noise enters KL and IS
 LORA_TARGET_MODULES = "all-linear"  # "all-linear", or a comma list such as "q_proj,v_proj"
 # data
 DATASET = "openai/gsm8k"  # Hub id (with DATASET_CONFIG), or a .jsonl file / folder of {split}.jsonl
@@ -67,7 +67,7 @@ SEED = 42  # seeds LoRA init, sampling and data order
 DDP_TIMEOUT = 600  # seconds a torchrun process waits for the others before the run names a stall
 # logging / output
 OUTPUT_DIR = "outputs/qwen3-gsm8k-grpo"  # checkpoints, adapter, run_settings.json, TensorBoard runs/
-REPORT_TO = "tensorboard"  # tensorboard, trackio, wandb or none
+REPORT_TO = "tensorboard"  # tensorboard, trackio, wandb, a comma list of them (tensorboard,trackio), or none
 LOGGING_STEPS = 1  # log every N optimiser steps
 SAVE_STEPS = 50  # checkpoint every N steps; a killed run loses at most this many
 SAVE_TOTAL_LIMIT = 3  # keep only the newest N checkpoints
@@ -100,9 +100,15 @@ owned = {
 log = logging.getLogger("grpotrainer")
 
 
-def build_config(s, fields, cpu_only):
-    """The GRPOConfig for the settings `s` and the command line's lower-case `fields`, checked by TRL."""
+def build_config(s, fields, cpu_only, prompt_tokens=0):
+    """The GRPOConfig for the settings `s` and the command line's lower-case `fields`, checked by TRL.
+
+    With vLLM, its context is bounded as evaluation bounds it: `prompt_tokens` (the longest prompt) plus a
+    completion plus a margin (gsm8k.context_length), unless --vllm_max_model_length is given."""
     from trl import GRPOConfig
+
+    if s["USE_VLLM"]:
+        fields = {"vllm_max_model_length": gsm8k.context_length(prompt_tokens, s["MAX_COMPLETION_LENGTH"]), **fields}
 
     if cpu_only:
         # one thread (a given MODEL_NAME too); gloo with DDP_TIMEOUT (transformers drops it on the CPU)
@@ -139,7 +145,7 @@ def build_config(s, fields, cpu_only):
             bf16=s["BF16"],
             seed=s["SEED"],
             ddp_timeout=s["DDP_TIMEOUT"],
-            report_to=[] if s["REPORT_TO"] == "none" else [s["REPORT_TO"]],
+            report_to=preflight.trackers(s["REPORT_TO"]),
             logging_steps=s["LOGGING_STEPS"],
             # each logged batch to OUTPUT_DIR/completions/*.parquet (the completions table), not stdout
             log_completions=True,
@@ -273,7 +279,7 @@ def main(argv=()):
     cpu_only = args.profile is not None
     cli.setup_logging("grpotrainer", hardware.is_main_process())
     cli.require(("torch", "transformers", "trl", "peft", "datasets", "accelerate"), "grpotrainer.py")
-    preflight.check(s, cpu_only, known_rewards=rewards.REWARDS)  # every setting, in seconds
+    preflight.check(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields)  # in seconds
     if args.profile == "demo":
         s = profiles.prepare(s, args.given)  # its task and warm-started Qwen3
     train_dataset, eval_dataset = load_data(s)
@@ -286,7 +292,9 @@ def main(argv=()):
     if args.profile == "smoke" and "MODEL_NAME" not in args.given:
         # a tiny Qwen3 in OUTPUT_DIR/smoke-model, built before GRPOConfig starts torch.distributed
         s["MODEL_NAME"] = profiles.cpu_model(s["OUTPUT_DIR"])
-    config = build_config(s, args.fields, cpu_only)
+    thinking, remote = s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"]
+    prompts = gsm8k.longest_prompt(train_dataset, s["MODEL_NAME"], thinking, remote) if s["USE_VLLM"] else 0
+    config = build_config(s, args.fields, cpu_only, prompt_tokens=prompts)
     # the rewards on real rows, the model's config on the meta device
     preflight.check_loaded(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
     sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # for the model card

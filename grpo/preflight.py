@@ -25,9 +25,9 @@ CHOICES = {
     "LOSS_TYPE": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
     "SCALE_REWARDS": ("group", "batch", "none"),
     "VLLM_MODE": ("colocate", "server"),
-    "REPORT_TO": ("tensorboard", "trackio", "wandb", "none"),
     "CACHE_IMPLEMENTATION": ("dynamic", "static"),
 }
+TRACKERS = ("tensorboard", "trackio", "wandb")  # REPORT_TO's names, alone or as a comma list
 # (low, high, low_inclusive, high_inclusive, hint): a number outside fails inside TRL/peft, often after the weights
 # load, or silently wastes the run. Floats must also be finite.
 INF = math.inf
@@ -69,18 +69,28 @@ RANGES = {
 FIELD_RANGES = (("epsilon", 0, 1), ("epsilon_high", 0, 10), ("top_entropy_quantile", 0, 1))
 FIELD_RANGES += (("dataloader_num_workers", 0, 1024), ("max_grad_norm", 0, INF), ("warmup_steps", 0, INF))
 FIELD_CHOICES = {"importance_sampling_level": ("token", "sequence")}  # (TRL 1.16's GRPOConfig documentation)
+log = logging.getLogger("grpotrainer.preflight")
 THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
-def check(s, cpu_only=False, known_rewards=()):
+def check(s, cpu_only=False, known_rewards=(), fields=None):
     """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a run.
 
-    `known_rewards`: the registry's names (rewards.REWARDS), against which plain REWARD_FUNCS names are checked."""
+    `known_rewards`: the registry's names (rewards.REWARDS), against which plain REWARD_FUNCS names are checked;
+    `fields`: the command line's lower-case GRPOConfig fields."""
     problems = [p for name in CHOICES if (p := _choice(name, s[name]))]
     problems += [p for name in RANGES if name in s and (p := _in_range(name, s[name]))]
     floats = [n for n, v in s.items() if isinstance(v, float) and not math.isfinite(v) and n not in RANGES]
     problems += [f"{n}={s[n]}: a number here must be finite." for n in floats]
-    problems += _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s) + hardware_problems(s, cpu_only)
+    problems += _report_to(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s)
+    problems += hardware_problems(s, cpu_only)
+    # Trainer's push_to_hub uploads every checkpoint with TRL's card and the run's files; export.py pushes the
+    # finished adapter, tokenizer and our card (an allow-list): one way to publish, the one that sends the right thing
+    if (fields or {}).get("push_to_hub"):
+        problems.append(
+            "--push_to_hub=true is refused: Trainer would upload each checkpoint with run files and TRL's card.\n"
+            f"Push the finished adapter and card: python export.py --ADAPTER={s['OUTPUT_DIR']} --PUSH_TO_HUB=you/name"
+        )
     if s["ENABLE_THINKING"] and s["MAX_COMPLETION_LENGTH"] < THINKING_MIN_TOKENS:
         problems.append(
             f"ENABLE_THINKING=True with MAX_COMPLETION_LENGTH={s['MAX_COMPLETION_LENGTH']}: thinking is cut off "
@@ -89,6 +99,26 @@ def check(s, cpu_only=False, known_rewards=()):
         )
     if problems:
         raise ConfigError("\n\n".join(dict.fromkeys(problems)))
+
+
+def trackers(text):
+    """REPORT_TO as GRPOConfig's report_to list: "none" is [], a comma list its names.
+
+    >>> trackers("tensorboard, trackio"), trackers("none")
+    (['tensorboard', 'trackio'], [])
+    """
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    return [] if names == ["none"] else names
+
+
+def _report_to(text):
+    names = trackers(text)
+    if not names and text.strip() != "none":
+        return [f"REPORT_TO={text!r} names no tracker: give tensorboard, trackio, wandb, a comma list, or none."]
+    bad = [n for n in names if n not in TRACKERS]
+    close = [c for n in bad for c in difflib.get_close_matches(n, TRACKERS, n=1)]
+    hint = f" Did you mean {close[0]}?" if close else ""
+    return [f"REPORT_TO={text!r}: {bad[0]!r} is not one of {', '.join(TRACKERS)} (or none).{hint}"] if bad else []
 
 
 def _choice(name, value):
@@ -233,11 +263,12 @@ def hardware_problems(s, cpu_only):
             problems.append(f"{flag}=True needs a CUDA GPU; set {flag}=False on this machine.")
         elif s[flag] and not hardware.importable(package):
             problems.append(f"{flag}=True needs the {package} package, which is not installed: {install}")
-    report_to = s["REPORT_TO"]
-    if report_to in ("trackio", "wandb") and not hardware.importable(report_to):
-        problems.append(
-            f"REPORT_TO={report_to} needs the {report_to} package: pip install {report_to}, or REPORT_TO=tensorboard."
-        )
+    for tracker in [t for t in trackers(s["REPORT_TO"]) if t in ("trackio", "wandb")]:
+        if not hardware.importable(tracker):
+            problems.append(
+                f"REPORT_TO={s['REPORT_TO']} needs the {tracker} package: pip install {tracker}, "
+                "or REPORT_TO=tensorboard."
+            )
     attn = hardware.attention_problem(
         s["ATTN_IMPLEMENTATION"], cuda=cuda, bf16=s["BF16"], importable=hardware.importable
     )
@@ -430,18 +461,16 @@ def check_config(config, s, train_size):
         )
     if (strategy := getattr(config.eval_strategy, "value", config.eval_strategy)) != "no":
         problems.append(f"--eval_strategy={strategy}: evaluation runs through EVAL_BEFORE/EVAL_AFTER here")
-    if config.push_to_hub and not _hub_writable():
-        problems.append("--push_to_hub=true needs the Hub and a token (hf auth login); or push later with export.py")
+    if config.use_vllm and config.vllm_importance_sampling_correction and s["LORA_DROPOUT"] > 0:
+        log.warning(  # a warning: some users want the regularisation and accept the noise
+            "LORA_DROPOUT=%g with vLLM's importance-sampling correction: TRL computes the old log-probs in train "
+            "mode, so dropout noise enters the ratio and the KL. LORA_DROPOUT=0 avoids it.",
+            s["LORA_DROPOUT"],
+        )
     if getattr(config, "use_liger_kernel", False) and not hardware.importable("liger_kernel"):
         problems.append("--use_liger_kernel=true needs the liger-kernel package (deprecated in TRL 1.16)")
     if problems:
         raise ConfigError("\n\n".join(f"{p}." for p in problems))
-
-
-def _hub_writable():
-    from huggingface_hub import get_token
-
-    return not files.hub_offline() and get_token() is not None
 
 
 def check_model(s):
