@@ -226,7 +226,8 @@ def train(s, record, config, reward_funcs, datasets):
     # advice and the NaN stop; SIGTERM and Ctrl-C; samples in TensorBoard; TRL's generation choices undone
     health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer)
     stopper = guards.StopOnSignal()
-    for callback in (health, stopper, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer)):
+    health.install(trainer)
+    for callback in (stopper, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer)):
         trainer.add_callback(callback)
     gsm8k.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
     scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
