@@ -388,9 +388,10 @@ def check_rewards(funcs, names, dataset, max_completion_length):
 
     rows = dataset.select(range(min(3, len(dataset))))
     completions = [[{"role": "assistant", "content": f"{a} + 0 = {a}\n#### {a}"}] for a in rows["answer"]]
-    columns = {key: rows[key] for key in rows.column_names if key != "prompt"}
+    # lists, as TRL passes them (a datasets Column is no list: `answer[i] is None` tests would differ)
+    columns = {key: list(rows[key]) for key in rows.column_names if key != "prompt"}
     kwargs = dict(
-        prompts=rows["prompt"],
+        prompts=list(rows["prompt"]),
         completions=completions,
         completion_ids=[[0] * min(8, max_completion_length)] * len(rows),
         trainer_state=TrainerState(),  # step 0, as at the first generation
@@ -398,18 +399,24 @@ def check_rewards(funcs, names, dataset, max_completion_length):
         log_metric=lambda name, value: None,
         **columns,
     )
-    problems = []
-    for func, name in zip(funcs, names, strict=True):
+    # the same problems answered wrongly, in the same shape: a reward that scores both alike cannot teach GSM8K
+    wrong = [[{"role": "assistant", "content": f"{w} + 0 = {w}\n#### {w}"}] for w in map(_wrong, rows["answer"])]
+
+    def call(func, name, completions):
         try:
-            out = getattr(func, "func", func)(**kwargs)  # rewards.Guarded's own function: its error as raised
+            out = getattr(func, "func", func)(**{**kwargs, "completions": completions})  # rewards.Guarded's own
             out = asyncio.run(out) if inspect.isawaitable(out) else out  # TRL awaits async reward functions
-            out = list(out) if not isinstance(out, str | bytes | dict) else out
+            return list(out) if not isinstance(out, str | bytes | dict) else out
         except (Exception, SystemExit) as err:  # a reward that raises is a bug: its traceback shows file and line
             note = f"raised by REWARD_FUNCS entry {name!r}, called by preflight on {len(rows)} training rows"
             if isinstance(err, SystemExit):
                 raise exit_as_error(err, note) from err
             err.add_note(note)  # the reward's own error goes on, its traceback and chain untouched
             raise
+
+    problems = []
+    for func, name in zip(funcs, names, strict=True):
+        out = call(func, name, completions)
         if not isinstance(out, list) or len(out) != len(completions):
             got = f"{len(out)} values" if isinstance(out, list) else repr(out)[:60]
             problems.append(
@@ -420,8 +427,23 @@ def check_rewards(funcs, names, dataset, max_completion_length):
             problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]!r}; each value must be a number or None.")
         elif bad := [v for v in out if v is not None and abs(v) == float("inf")]:
             problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]}; a reward must be finite (or None).")
+        elif call(func, name, wrong) == out:  # a warning: a length or format reward is answer-blind on purpose
+            log.warning(
+                "REWARD_FUNCS entry %r scores a right and a wrong answer to the same problems alike (%s): if it is "
+                "meant to reward correctness, check what it reads (completions are chat lists, see README).",
+                name,
+                out,
+            )
     if problems:
         raise ConfigError("\n\n".join(problems))
+
+
+def _wrong(answer):
+    """A wrong GSM8K answer beside `answer`: one more, or the text with a digit added."""
+    try:
+        return str(int(answer) + 1)
+    except ValueError:
+        return f"{answer}1"
 
 
 def check_config(config, s, train_size):

@@ -861,3 +861,24 @@ def test_lora_dropout_with_vllm_importance_sampling_warns(smoke_ok, caplog):
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
         preflight.check_config(config, {**s, "LORA_DROPOUT": 0.0}, 32)
     assert "LORA_DROPOUT" not in caplog.text  # the default, 0, is quiet
+
+
+def string_length_reward(completions, **kwargs):
+    # written for plain strings: on TRL's chat lists len() counts messages, so every completion scores 1.0
+    return [min(1.0, len(c) / 1.0) for c in completions]
+
+
+def test_a_reward_blind_to_the_answer_is_warned_about_by_name(caplog):
+    import rewards
+
+    names = ["correctness_reward", "format_reward", "test_train:string_length_reward"]
+    with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
+        preflight.check_rewards(rewards.load(names, 32), names, gsm8k.load(FIXTURE, limit=4), 32)
+    warned = [r.getMessage() for r in caplog.records]
+    # one warning, not a refusal: the string reward scores 1.0 right or wrong, and so does format_reward (by design,
+    # it reads the '#### N' format only); correctness_reward tells them apart
+    assert [w.split(" scores")[0] for w in warned] == [
+        "REWARD_FUNCS entry 'format_reward'",
+        "REWARD_FUNCS entry 'test_train:string_length_reward'",
+    ]
+    assert "a right and a wrong answer to the same problems alike ([1.0, 1.0, 1.0])" in warned[1]
