@@ -14,6 +14,7 @@ rewards.py. Watch a run with `tensorboard --logdir outputs` (see README).
 """
 
 import logging
+import time
 
 import rewards
 from grpo import checkpoints, cli, files, gsm8k, hardware, modelcard, preflight, profiles
@@ -205,8 +206,9 @@ def load_data(s):
     return train_dataset, eval_dataset
 
 
-def train(s, record, config, reward_funcs, datasets):
-    """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark the run finished."""
+def train(s, record, config, reward_funcs, datasets, started):
+    """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark the run finished; its last line
+    says the steps, the wall time since `started` (time.monotonic()) and the accuracy before -> after."""
     train_dataset, eval_dataset = datasets
     from grpo import guards, monitor  # transformers' callbacks: imported once the settings are known good
 
@@ -256,7 +258,9 @@ def train(s, record, config, reward_funcs, datasets):
                 max_steps=s["MAX_STEPS"],
                 num_train_epochs=s["NUM_TRAIN_EPOCHS"],
             )
-            profiles.log_summary(out, record["profile"])  # --demo: its one before -> after line, last
+            profiles.log_summary(out, record["profile"])  # --demo: its one before -> after line
+    if rank0 and not (stopper.signal_name or health.stopped):
+        log.info(gsm8k.summary_line(trainer.state.global_step, started, before, after))
     trainer.accelerator.wait_for_everyone()  # no rank exits while another uses the process group
     trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end
     if stopper.signal_name:  # the step it stopped at was checkpointed: the same command resumes
@@ -276,20 +280,21 @@ def main(argv=()):
         owned=owned,
         source=__file__,
     )
+    started = time.monotonic()
     s = dict(args.settings)
     cpu_only = args.profile is not None
     cli.setup_logging("grpotrainer", hardware.is_main_process())
+    from grpo import checkpoints
+
+    # a finished run, run again, changes nothing: said in a second, before TRL, preflight or the demo's warm start
+    if s["RESUME"] and (done := checkpoints.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])):
+        return log.info(done)
     cli.require(("torch", "transformers", "trl", "peft", "datasets", "accelerate"), "grpotrainer.py")
     preflight.check(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields)  # in seconds
     if args.profile == "demo":
         s = profiles.prepare(s, args.given)  # its task and warm-started Qwen3
     train_dataset, eval_dataset = load_data(s)
     reward_funcs = rewards.load(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])
-    from grpo import guards
-
-    done = s["RESUME"] and checkpoints.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])
-    if done:
-        return log.info(done)  # a finished run, run again, changes nothing
     if args.profile == "smoke" and "MODEL_NAME" not in args.given:
         # a tiny Qwen3 in OUTPUT_DIR/smoke-model, built before GRPOConfig starts torch.distributed
         s["MODEL_NAME"] = profiles.cpu_model(s["OUTPUT_DIR"])
@@ -300,9 +305,12 @@ def main(argv=()):
     preflight.check_loaded(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
     sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # for the model card
     record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}
+    from grpo import guards
+
     lock = guards.output_lock(s["OUTPUT_DIR"], config.process_index == 0)
     with lock, guards.faults(s["OUTPUT_DIR"], s["DDP_TIMEOUT"]):
-        return train(s, record, config, reward_funcs=reward_funcs, datasets=(train_dataset, eval_dataset))
+        datasets = (train_dataset, eval_dataset)
+        return train(s, record, config, reward_funcs=reward_funcs, datasets=datasets, started=started)
 
 
 if __name__ == "__main__":

@@ -506,6 +506,23 @@ def vllm_generator(
     return generate
 
 
+def summary_line(steps, started, before=None, after=None, now=time.monotonic):
+    """The one line a run ends with: its steps, its wall time since `started`, and the strict accuracy before ->
+    after training when both were scored.
+
+    >>> summary_line(50, 0.0, {"strict_accuracy": 0.25, "n": 64}, {"strict_accuracy": 0.5, "n": 64}, lambda: 754.0)
+    'finished: 50 steps in 12m34s; GSM8K strict accuracy 0.250 -> 0.500 (64 test problems)'
+    """
+    minutes, seconds = divmod(round(now() - started), 60)
+    line = f"finished: {steps} steps in {minutes}m{seconds:02d}s"
+    if before and after:
+        line += f"; GSM8K strict accuracy {before['strict_accuracy']:.3f} -> {after['strict_accuracy']:.3f}"
+        line += f" ({after['n']} test problems)"
+    elif after:
+        line += f"; GSM8K strict accuracy after {after['strict_accuracy']:.3f} ({after['n']} test problems)"
+    return line
+
+
 def adapter_step(adapter):
     """The training step an adapter was saved at: a checkpoint-N's own trainer_state.json, or for a run's final
     adapter its newest checkpoint's (transformers always checkpoints the last step); 0 when unknown."""

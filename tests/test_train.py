@@ -882,3 +882,40 @@ def test_a_reward_blind_to_the_answer_is_warned_about_by_name(caplog):
         "REWARD_FUNCS entry 'test_train:string_length_reward'",
     ]
     assert "a right and a wrong answer to the same problems alike ([1.0, 1.0, 1.0])" in warned[1]
+
+
+# --- --config recipe.yaml ---------------------------------------------------------------------------------------
+
+
+def test_a_recipe_sets_constants_and_fields_and_the_command_line_wins(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("MAX_STEPS: 2\nREWARD_FUNCS: [correctness_reward]\nREWARD_WEIGHTS: [1.0]\ntop_p: 0.9\n")
+    args = parse(["--smoke", "--config", str(recipe)])
+    assert args.settings["MAX_STEPS"] == 2  # the file over --smoke's 4
+    assert args.settings["REWARD_FUNCS"] == ["correctness_reward"] and args.settings["REWARD_WEIGHTS"] == [1.0]
+    assert args.fields == {"top_p": 0.9}  # a lower-case key is a GRPOConfig field, typed by transformers
+    assert "MAX_STEPS" in args.given  # a recipe's constant counts as given, as on the command line
+    args = parse(["--smoke", f"--config={recipe}", "--MAX_STEPS=3", "--top_p=0.8"])
+    assert (args.settings["MAX_STEPS"], args.fields["top_p"]) == (3, 0.8)  # the command line wins
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("MAX_STEP: 2\n", "--config {path}: unknown setting --MAX_STEP. Did you mean MAX_STEPS"),
+        ("top_pp: 0.9\n", "--config {path}: unknown setting --top_pp: not a constant nor a GRPOConfig field. Did you"),
+        ("MAX_STEPS: many\n", "--config {path}: --MAX_STEPS=many is not a valid int"),
+        ("- MAX_STEPS\n", "--config {path}: a recipe is a mapping of KEY: value lines"),
+        ("MAX_STEPS: [\n", "--config {path} is not valid YAML"),
+    ],
+)
+def test_a_bad_recipe_names_the_file_and_the_key(tmp_path, text, message):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(text)
+    with pytest.raises(ConfigError, match=_literal(message.format(path=recipe))):
+        parse(["--config", str(recipe)])
+
+
+def test_the_shipped_recipe_parses():
+    args = parse(["--config", str(REPO / "configs" / "gsm8k-qwen3-8b.yaml")])
+    assert args.settings["NUM_GENERATIONS"] == 8 and args.fields == {"warmup_steps": 10}
