@@ -232,9 +232,14 @@ def test_sample_rows_spread_over_prompts_with_gold_and_rewards():
     assert [(r["extracted"], r["gold"]) for r in monitor.sample_rows(bare, [], n=1)] == [("0", None)]
 
 
-def test_no_module_reads_trls_private_logs():
-    for path in REPO.glob("*.py"):
-        assert "._logs" not in path.read_text(encoding="utf-8"), path.name
+def test_only_latest_rewards_reads_trls_private_logs():
+    # TRL has no public hook for a batch's rewards: one named function reads them (monitor.latest_rewards)
+    for path in [*REPO.glob("*.py"), *REPO.glob("grpo/*.py")]:
+        text = path.read_text(encoding="utf-8")
+        uses = text.count('_logs"') + text.count("._logs")
+        assert uses == (1 if path.name == "monitor.py" else 0), path.name
+    source = (REPO / "grpo" / "monitor.py").read_text(encoding="utf-8")
+    assert 'getattr(trainer, "_logs", None)' in source.split("def latest_rewards")[1].split("\ndef ")[0]
 
 
 @pytest.mark.slow
@@ -258,6 +263,9 @@ def test_smoke_run_logs_completions_advice_and_accuracy_to_one_tensorboard_run(t
     assert texts["health/advice"][0][0] == 1 and "MAX\\_COMPLETION\\_LENGTH" in texts["health/advice"][0][1]
 
     scalars = read_scalars(run)
+    assert [s for s, _ in scalars["train/frac_tied_groups"]] == [1, 2, 3, 4]  # ours, beside TRL's, at every log
+    layout = _custom_scalars(run)  # the Custom Scalars tab opens on README's charts
+    assert "train/frac_tied_groups$" in layout and "train/kl$" in layout and r"eval/gsm8k_.*accuracy$" in layout
     assert [s for s, _ in scalars["eval/gsm8k_strict_accuracy"]] == [0, 4]  # before at step 0, after at the last
     assert [s for s, _ in scalars["eval/gsm8k_lenient_accuracy"]] == [0, 4]
     for when, (_, value) in zip(("before", "after"), scalars["eval/gsm8k_strict_accuracy"], strict=True):
@@ -335,3 +343,15 @@ def test_a_quiet_run_says_it_is_healthy_every_n_logs():
     # logs 3 and 6: an explicit line, so silence between them is not a monitor that stopped
     assert [[a.level for a in s] for s in shown] == [[], [], ["ok"], [], [], ["ok"]]
     assert str(shown[2][0]).startswith("OK healthy: at step 3 no advice for 3 logs (reward 0.8, kl 0.02")
+
+
+def _custom_scalars(run):
+    """The tags of the custom_scalars layout written into a run folder, as one string."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    acc = EventAccumulator(str(run), size_guidance={"tensors": 0})
+    acc.Reload()
+    (event,) = acc.Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
+    return " ".join(tag for c in layout.category for chart in c.chart for tag in chart.multiline.tag)
