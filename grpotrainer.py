@@ -75,6 +75,8 @@ SAVE_TOTAL_LIMIT = 3  # keep only the newest N checkpoints
 RESUME = True  # continue from the newest checkpoint-N in OUTPUT_DIR when there is one
 EVAL_BEFORE = 0  # GSM8K test problems scored before training (eval/gsm8k_* at step 0); 0 = off
 EVAL_AFTER = 0  # the same after training; 0 = off (python evaluate.py does it standalone)
+EVAL_STEPS = -1  # score EVAL_SUBSET test problems every N steps during training; -1 = every 10 % of the run; 0 = off
+EVAL_SUBSET = 64  # test problems scored at each EVAL_STEPS point (the first N, the same every time)
 EVAL_BATCH_SIZE = 64  # prompts per generate() call in EVAL_BEFORE/EVAL_AFTER; lower on out-of-memory
 EVAL_SAMPLES = 4  # answers sampled per problem at TEMPERATURE there (sampled accuracy); 0 = off
 # health advice (grpo/monitor.py), printed and written to TensorBoard's Text tab
@@ -201,7 +203,7 @@ def load_data(s):
     """The training set and, when EVAL_BEFORE/EVAL_AFTER ask, the test set: a missing split fails now."""
     options = dict(config=s["DATASET_CONFIG"], skip_bad_rows=s["SKIP_BAD_ROWS"], system_prompt=s["SYSTEM_PROMPT"])
     train_dataset = gsm8k.load(s["DATASET"], "train", limit=s["MAX_SAMPLES"], **options)
-    evals = max(s["EVAL_BEFORE"], s["EVAL_AFTER"])
+    evals = max(s["EVAL_BEFORE"], s["EVAL_AFTER"], s["EVAL_SUBSET"] if s["EVAL_STEPS"] else 0)
     eval_dataset = gsm8k.load(s["DATASET"], "test", limit=evals, **options) if evals else None
     return train_dataset, eval_dataset
 
@@ -226,13 +228,14 @@ def train(s, record, config, reward_funcs, datasets, started):
     log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
     # advice and the NaN stop; SIGTERM and Ctrl-C; samples in TensorBoard; TRL's generation choices undone
+    scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
     health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer)
     stopper = guards.StopOnSignal()
     health.install(trainer)
-    for callback in (stopper, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer)):
+    held_out = monitor.HeldOutEval(trainer, s["EVAL_STEPS"], s["EVAL_SUBSET"], final=bool(s["EVAL_AFTER"]), **scoring)
+    for callback in (stopper, held_out, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer)):
         trainer.add_callback(callback)
     gsm8k.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
-    scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
     # a resumed run was scored before its first step
     before = gsm8k.evaluate_trainer(trainer, "before", limit=0 if last else s["EVAL_BEFORE"], **scoring)
     try:

@@ -598,7 +598,7 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     if not acc.is_main_process:
         return None
     metrics, predictions = results(rows, time.perf_counter() - start, thinking, sampled, samples, args.temperature)
-    step = 0 if when == "before" else trainer.state.global_step
+    step = 0 if when == "before" else trainer.state.global_step  # "during" (EVAL_STEPS) and "after": this step
     title = f"GSM8K test {when} training (step {step})"
     logdir = training_logdir(trainer)
     report(metrics, predictions, args.output_dir, f"eval_test_{when}", logdir, step, title, settings)

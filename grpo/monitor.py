@@ -393,6 +393,30 @@ class HealthMonitor(TrainerCallback):
     on_epoch_end = on_step_end
 
 
+class HeldOutEval(TrainerCallback):
+    """EVAL_STEPS: every `every` steps (-1: every 10 % of the run), `subset` test problems scored through
+    gsm8k.evaluate_trainer, the code EVAL_BEFORE/EVAL_AFTER use, logged at that step (eval/gsm8k_*). Every process
+    calls it at the same step: each generates its shard and rank 0 gathers. The last step is left to EVAL_AFTER
+    when `final` (it scores the same model), else scored here."""
+
+    def __init__(self, trainer, every, subset, final=False, **scoring):
+        self.trainer, self.every, self.subset, self.final, self.scoring = trainer, every, subset, final, scoring
+        self.metrics = {}  # step -> metrics, on rank 0
+
+    def interval(self, max_steps):
+        return 0 if not self.every else self.every if self.every > 0 else max(1, round(max_steps / 10))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        every, step = self.interval(state.max_steps), state.global_step
+        if not every or step % every or (self.final and step >= state.max_steps):
+            return
+        from grpo import gsm8k
+
+        metrics = gsm8k.evaluate_trainer(self.trainer, "during", limit=self.subset, **self.scoring)
+        if metrics is not None:
+            self.metrics[step] = metrics
+
+
 class CompletionSamples(TrainerCallback):
     """At each log, a table of a few completions of the newest generation batch in TensorBoard's Text tab.
 

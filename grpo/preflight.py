@@ -54,6 +54,8 @@ RANGES = {
     "SAVE_TOTAL_LIMIT": (1, INF, True, True, "keep at least the newest checkpoint"),
     "EVAL_BEFORE": (0, INF, True, True, "0 = off"),
     "EVAL_AFTER": (0, INF, True, True, "0 = off"),
+    "EVAL_STEPS": (-1, INF, True, True, "-1 = every 10 % of the run's steps, 0 = off"),
+    "EVAL_SUBSET": (1, INF, True, True, "test problems per EVAL_STEPS point; 64 is a few minutes on one GPU"),
     "EVAL_BATCH_SIZE": (1, INF, True, True, "lower it on out-of-memory"),
     "EVAL_SAMPLES": (0, INF, True, True, "0 = off; 4-8 is usual"),
     "KL_WARN": (0, INF, False, False, "a per-token KL"),

@@ -134,3 +134,16 @@ def test_a_recipe_trains_its_steps_the_command_line_wins_and_a_finished_run_is_k
         line.rsplit("|", 1)[-1].strip() for line in again.stderr.splitlines() if line.startswith("import time")
     ]
     assert "grpo.checkpoints" in imported and not {"trl", "torch", "transformers"} & set(imported)
+
+
+@pytest.mark.slow
+def test_eval_steps_draw_a_held_out_curve(tmp_path):
+    args = ["--smoke", "--MAX_STEPS=6", "--EVAL_STEPS=2", "--EVAL_SUBSET=8", f"--OUTPUT_DIR={tmp_path}"]
+    out = run_script("grpotrainer.py", *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = event_dirs(tmp_path)
+    scalars = read_scalars(run)
+    # every 2 steps, the last included (EVAL_AFTER is 0 under --smoke): three points besides a baseline
+    for tag in ("eval/gsm8k_strict_accuracy", "eval/gsm8k_lenient_accuracy", "eval/gsm8k_sampled_accuracy"):
+        assert [step for step, _ in scalars[tag]] == [2, 4, 6], tag
+    assert json.loads((tmp_path / "eval_test_during.json").read_text())["n"] == 8  # EVAL_SUBSET problems
