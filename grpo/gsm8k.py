@@ -506,13 +506,15 @@ def vllm_generator(
     return generate
 
 
-def summary_line(steps, started, before=None, after=None, now=time.monotonic):
+def summary_line(steps, started, metrics=(None, None), now=time.monotonic):
     """The one line a run ends with: its steps, its wall time since `started`, and the strict accuracy before ->
-    after training when both were scored.
+    after training when both were scored (`metrics`: before, after).
 
-    >>> summary_line(50, 0.0, {"strict_accuracy": 0.25, "n": 64}, {"strict_accuracy": 0.5, "n": 64}, lambda: 754.0)
+    >>> scored = ({"strict_accuracy": 0.25, "n": 64}, {"strict_accuracy": 0.5, "n": 64})
+    >>> summary_line(50, 0.0, scored, now=lambda: 754.0)
     'finished: 50 steps in 12m34s; GSM8K strict accuracy 0.250 -> 0.500 (64 test problems)'
     """
+    before, after = metrics
     minutes, seconds = divmod(round(now() - started), 60)
     line = f"finished: {steps} steps in {minutes}m{seconds:02d}s"
     if before and after:

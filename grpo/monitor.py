@@ -385,6 +385,7 @@ class HealthMonitor(TrainerCallback):
         """Add this callback ahead of the trackers' (TensorBoard, trackio, W&B), so that the frac_tied_groups it adds
         to a log reaches every one of them; transformers calls callbacks in list order."""
         trainer.callback_handler.callbacks.insert(0, self)
+        return self
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.advisor.stop:  # the flow callback may ask for a save at this step; the weights are not worth it

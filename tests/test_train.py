@@ -127,7 +127,7 @@ def test_help_lists_every_constant_with_its_comment():
         assert f"--{name}=" in out.stdout
     assert "adapter rank: 8-64" in out.stdout  # LORA_R's comment
     # no dropout by default: TRL computes the "old" log-probs in train mode, where dropout is noise
-    assert '--LORA_DROPOUT=0.0\n        adapter-input dropout, 0-0.1; 0: TRL\'s "old" log-probs' in out.stdout
+    assert '--LORA_DROPOUT=0.0\n        0-0.1; 0 as TRL\'s "old" log-probs run in train mode' in out.stdout
     assert out.stdout.startswith("GRPO-tune a Qwen model on GSM8K")  # the summary line first
     # command-line syntax, not Python literals: what a user can paste back
     assert "--REWARD_FUNCS=correctness_reward,format_reward\n" in out.stdout
@@ -839,25 +839,26 @@ def test_vllm_context_is_bounded_by_the_data_unless_given(smoke_ok, smoke_model)
     ]
     # the longest prompt of the data rendered as TRL renders it (ENABLE_THINKING=False: the empty think block too)
     assert longest == max(len(r["input_ids"]) for r in rendered)
-    s = {**smoke_ok, "USE_VLLM": True}
-    config = grpotrainer.build_config(s, {}, cpu_only=True, prompt_tokens=longest)
+    s = {**smoke_ok, "USE_VLLM": True, "MODEL_NAME": smoke_model}
+    config = grpotrainer.build_config(s, {}, cpu_only=True, train_dataset=data)
     # prompt + MAX_COMPLETION_LENGTH (32 in --smoke) + the margin: the rule evaluation's vllm_generator uses
     assert config.vllm_max_model_length == longest + 32 + gsm8k.CONTEXT_MARGIN
     assert config.vllm_max_model_length == gsm8k.context_length(longest, 32)
-    config = grpotrainer.build_config(s, {"vllm_max_model_length": 4096}, cpu_only=True, prompt_tokens=longest)
+    config = grpotrainer.build_config(s, {"vllm_max_model_length": 4096}, cpu_only=True, train_dataset=data)
     assert config.vllm_max_model_length == 4096  # the user's --vllm_max_model_length wins
     config = grpotrainer.build_config(smoke_ok, {}, cpu_only=True)
     assert config.vllm_max_model_length is None  # without vLLM nothing is set
 
 
-def test_lora_dropout_with_vllm_importance_sampling_warns(smoke_ok, caplog):
-    s = {**smoke_ok, "USE_VLLM": True, "LORA_DROPOUT": 0.05}
-    config = grpotrainer.build_config(s, {}, cpu_only=True, prompt_tokens=100)
+def test_lora_dropout_with_vllm_importance_sampling_warns(smoke_ok, smoke_model, caplog):
+    s = {**smoke_ok, "USE_VLLM": True, "LORA_DROPOUT": 0.05, "MODEL_NAME": smoke_model}
+    data = gsm8k.load(FIXTURE, "train")
+    config = grpotrainer.build_config(s, {}, cpu_only=True, train_dataset=data)
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
         preflight.check_config(config, s, 32)
     assert "LORA_DROPOUT=0.05 with vLLM's importance-sampling correction" in caplog.text  # a warning, not a refusal
     caplog.clear()
-    config = grpotrainer.build_config({**s, "LORA_DROPOUT": 0.0}, {}, cpu_only=True, prompt_tokens=100)
+    config = grpotrainer.build_config({**s, "LORA_DROPOUT": 0.0}, {}, cpu_only=True, train_dataset=data)
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
         preflight.check_config(config, {**s, "LORA_DROPOUT": 0.0}, 32)
     assert "LORA_DROPOUT" not in caplog.text  # the default, 0, is quiet
