@@ -185,6 +185,9 @@ def main(argv=()):
             gsm8k.vllm_generator(
                 s["MODEL_NAME"],
                 s["ADAPTER"],
+                prompt_tokens=gsm8k.longest_prompt(
+                    dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"]
+                ),
                 max_completion_length=s["MAX_COMPLETION_LENGTH"],
                 enable_thinking=s["ENABLE_THINKING"],
                 bf16=s["BF16"],

@@ -14,6 +14,7 @@ rewards.py. Watch a run with `tensorboard --logdir outputs` (see README).
 """
 
 import logging
+import time
 
 import rewards
 from grpo import checkpoints, cli, files, gsm8k, hardware, modelcard, preflight, profiles
@@ -28,7 +29,7 @@ ENABLE_THINKING = False  # Qwen3 thinking mode; needs MAX_COMPLETION_LENGTH >= 1
 # LoRA
 LORA_R = 16  # adapter rank: 8-64; higher learns more, costs more memory
 LORA_ALPHA = 32  # scale = LORA_ALPHA / LORA_R; keep about 2x the rank
-LORA_DROPOUT = 0.05  # dropout on the adapter input, 0-0.1
+LORA_DROPOUT = 0.0  # 0-0.1; 0 as TRL's "old" log-probs run in train mode (noise in KL, IS)
 LORA_TARGET_MODULES = "all-linear"  # "all-linear", or a comma list such as "q_proj,v_proj"
 # data
 DATASET = "openai/gsm8k"  # Hub id (with DATASET_CONFIG), or a .jsonl file / folder of {split}.jsonl
@@ -67,13 +68,15 @@ SEED = 42  # seeds LoRA init, sampling and data order
 DDP_TIMEOUT = 600  # seconds a torchrun process waits for the others before the run names a stall
 # logging / output
 OUTPUT_DIR = "outputs/qwen3-gsm8k-grpo"  # checkpoints, adapter, run_settings.json, TensorBoard runs/
-REPORT_TO = "tensorboard"  # tensorboard, trackio, wandb or none
+REPORT_TO = "tensorboard"  # tensorboard, trackio, wandb, a list (tensorboard,trackio) or none
 LOGGING_STEPS = 1  # log every N optimiser steps
 SAVE_STEPS = 50  # checkpoint every N steps; a killed run loses at most this many
 SAVE_TOTAL_LIMIT = 3  # keep only the newest N checkpoints
 RESUME = True  # continue from the newest checkpoint-N in OUTPUT_DIR when there is one
 EVAL_BEFORE = 0  # GSM8K test problems scored before training (eval/gsm8k_* at step 0); 0 = off
 EVAL_AFTER = 0  # the same after training; 0 = off (python evaluate.py does it standalone)
+EVAL_STEPS = -1  # score EVAL_SUBSET test problems every N steps; -1 = each 10 % of the run; 0 = off
+EVAL_SUBSET = 64  # test problems scored at each EVAL_STEPS point (the first N, the same every time)
 EVAL_BATCH_SIZE = 64  # prompts per generate() call in EVAL_BEFORE/EVAL_AFTER; lower on out-of-memory
 EVAL_SAMPLES = 4  # answers sampled per problem at TEMPERATURE there (sampled accuracy); 0 = off
 # health advice (grpo/monitor.py), printed and written to TensorBoard's Text tab
@@ -100,9 +103,14 @@ owned = {
 log = logging.getLogger("grpotrainer")
 
 
-def build_config(s, fields, cpu_only):
+def build_config(s, fields, cpu_only, train_dataset=None):
     """The GRPOConfig for the settings `s` and the command line's lower-case `fields`, checked by TRL."""
     from trl import GRPOConfig
+
+    if s["USE_VLLM"]:  # vLLM's context, bound as in evaluation (gsm8k.context_length)
+        tok = {"enable_thinking": s["ENABLE_THINKING"], "trust_remote_code": s["TRUST_REMOTE_CODE"]}
+        prompts = gsm8k.longest_prompt(train_dataset, s["MODEL_NAME"], **tok)
+        fields = {"vllm_max_model_length": gsm8k.context_length(prompts, s["MAX_COMPLETION_LENGTH"]), **fields}
 
     if cpu_only:
         # one thread (a given MODEL_NAME too); gloo with DDP_TIMEOUT (transformers drops it on the CPU)
@@ -139,7 +147,7 @@ def build_config(s, fields, cpu_only):
             bf16=s["BF16"],
             seed=s["SEED"],
             ddp_timeout=s["DDP_TIMEOUT"],
-            report_to=[] if s["REPORT_TO"] == "none" else [s["REPORT_TO"]],
+            report_to=preflight.trackers(s["REPORT_TO"]),
             logging_steps=s["LOGGING_STEPS"],
             # each logged batch to OUTPUT_DIR/completions/*.parquet (the completions table), not stdout
             log_completions=True,
@@ -194,13 +202,13 @@ def load_data(s):
     """The training set and, when EVAL_BEFORE/EVAL_AFTER ask, the test set: a missing split fails now."""
     options = dict(config=s["DATASET_CONFIG"], skip_bad_rows=s["SKIP_BAD_ROWS"], system_prompt=s["SYSTEM_PROMPT"])
     train_dataset = gsm8k.load(s["DATASET"], "train", limit=s["MAX_SAMPLES"], **options)
-    evals = max(s["EVAL_BEFORE"], s["EVAL_AFTER"])
+    evals = max(s["EVAL_BEFORE"], s["EVAL_AFTER"], s["EVAL_SUBSET"] if s["EVAL_STEPS"] else 0)
     eval_dataset = gsm8k.load(s["DATASET"], "test", limit=evals, **options) if evals else None
     return train_dataset, eval_dataset
 
 
-def train(s, record, config, reward_funcs, datasets):
-    """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark the run finished."""
+def train(s, record, config, reward_funcs, datasets, started):
+    """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark it finished, say so in a line."""
     train_dataset, eval_dataset = datasets
     from grpo import guards, monitor  # transformers' callbacks: imported once the settings are known good
 
@@ -218,14 +226,14 @@ def train(s, record, config, reward_funcs, datasets):
     log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
     # advice and the NaN stop; SIGTERM and Ctrl-C; samples in TensorBoard; TRL's generation choices undone
-    health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer)
+    scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
+    health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer).install(trainer)
     stopper = guards.StopOnSignal()
-    for callback in (health, stopper, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer)):
+    held_out = monitor.HeldOutEval(trainer, s["EVAL_STEPS"], s["EVAL_SUBSET"], final=bool(s["EVAL_AFTER"]), **scoring)
+    for callback in (stopper, held_out, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer)):
         trainer.add_callback(callback)
     gsm8k.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
-    scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
-    # a resumed run was scored before its first step
-    before = gsm8k.evaluate_trainer(trainer, "before", limit=0 if last else s["EVAL_BEFORE"], **scoring)
+    before = gsm8k.evaluate_trainer(trainer, "before", limit=0 if last else s["EVAL_BEFORE"], **scoring)  # resumed: 0
     try:
         if last and checkpoints.reached(last, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]):
             checkpoints.restore(trainer, last)  # cut after its last checkpoint: finish, no step
@@ -236,20 +244,11 @@ def train(s, record, config, reward_funcs, datasets):
     if not (stopper.signal_name or health.stopped):
         trainer.save_model(out)  # the LoRA adapter and the tokenizer
         after = gsm8k.evaluate_trainer(trainer, "after", limit=s["EVAL_AFTER"], **scoring)
-        if rank0:
-            if last:  # the baseline comes from the run's first part
-                before = modelcard.read_metrics(out)[0]
-            step = trainer.state.global_step
-            # our card, after save_model rewrote TRL's (grpo/modelcard.py); then the run is finished
-            modelcard.write_card(out, record, metrics_before=before, metrics_after=after, steps=step)
-            checkpoints.mark_finished(
-                out,
-                global_step=step,
-                epoch=trainer.state.epoch,
-                max_steps=s["MAX_STEPS"],
-                num_train_epochs=s["NUM_TRAIN_EPOCHS"],
-            )
-            profiles.log_summary(out, record["profile"])  # --demo: its one before -> after line, last
+        if rank0:  # our card over TRL's, then run_finished.json, then the last lines
+            ends = {"max_steps": s["MAX_STEPS"], "num_train_epochs": s["NUM_TRAIN_EPOCHS"], "resumed": bool(last)}
+            before = modelcard.finish_run(trainer.state, out, record, metrics=(before, after), **ends)
+            profiles.log_summary(out, record["profile"])  # --demo: its one before -> after line
+            log.info(gsm8k.summary_line(trainer.state.global_step, started, (before, after)))
     trainer.accelerator.wait_for_everyone()  # no rank exits while another uses the process group
     trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end
     if stopper.signal_name:  # the step it stopped at was checkpointed: the same command resumes
@@ -269,31 +268,32 @@ def main(argv=()):
         owned=owned,
         source=__file__,
     )
+    started = time.monotonic()
     s = dict(args.settings)
     cpu_only = args.profile is not None
     cli.setup_logging("grpotrainer", hardware.is_main_process())
+    if s["RESUME"] and (done := checkpoints.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])):
+        return log.info(done)  # a finished run, run again: said in a second, before TRL or the demo's warm start
     cli.require(("torch", "transformers", "trl", "peft", "datasets", "accelerate"), "grpotrainer.py")
-    preflight.check(s, cpu_only, known_rewards=rewards.REWARDS)  # every setting, in seconds
+    preflight.check(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields)  # in seconds
     if args.profile == "demo":
         s = profiles.prepare(s, args.given)  # its task and warm-started Qwen3
     train_dataset, eval_dataset = load_data(s)
     reward_funcs = rewards.load(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])
-    from grpo import guards
-
-    done = s["RESUME"] and checkpoints.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])
-    if done:
-        return log.info(done)  # a finished run, run again, changes nothing
     if args.profile == "smoke" and "MODEL_NAME" not in args.given:
         # a tiny Qwen3 in OUTPUT_DIR/smoke-model, built before GRPOConfig starts torch.distributed
         s["MODEL_NAME"] = profiles.cpu_model(s["OUTPUT_DIR"])
-    config = build_config(s, args.fields, cpu_only)
+    config = build_config(s, args.fields, cpu_only, train_dataset=train_dataset)
     # the rewards on real rows, the model's config on the meta device
     preflight.check_loaded(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
     sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # for the model card
     record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}
+    from grpo import guards
+
     lock = guards.output_lock(s["OUTPUT_DIR"], config.process_index == 0)
     with lock, guards.faults(s["OUTPUT_DIR"], s["DDP_TIMEOUT"]):
-        return train(s, record, config, reward_funcs=reward_funcs, datasets=(train_dataset, eval_dataset))
+        datasets = (train_dataset, eval_dataset)
+        return train(s, record, config, reward_funcs=reward_funcs, datasets=datasets, started=started)
 
 
 if __name__ == "__main__":

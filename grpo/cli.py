@@ -8,6 +8,7 @@ without editing code:
 
     python grpotrainer.py --LEARNING_RATE=2e-5 --REWARD_FUNCS=correctness_reward,format_reward --top_p=0.9
     python grpotrainer.py --help          # every constant with its comment
+    python grpotrainer.py --config configs/gsm8k.yaml --MAX_STEPS=50   # a YAML recipe; the command line wins
 
 Values are parsed as plain data (numbers, booleans, comma-separated lists), never evaluated as code.
 """
@@ -140,6 +141,16 @@ def parse(settings, argv, profiles=None, config_class=None, owned=None, source=N
     if "--help" in argv or "-h" in argv:
         print(help_text(source, settings, profiles, fields=config_class is not None), flush=True)
         sys.exit(0)
+    argv, recipe = read_recipe(argv)
+    if recipe:  # its mistakes named with the file; then applied before the command line, which wins
+        try:
+            apply_overrides(settings, [arg for arg in recipe[1] if not _is_field(arg)])
+            lower = [arg for arg in recipe[1] if _is_field(arg)]
+            if lower and config_class is not None:
+                config_fields(lower, config_class, owned or {}, settings)
+        except ConfigError as err:
+            raise ConfigError(f"--config {recipe[0]}: {err}") from None
+        argv = [*recipe[1], *argv]
     profiles = profiles or {}
     profile = next((name for name in profiles if f"--{name}" in argv), None)
     if profile and any(f"--{other}" in argv for other in profiles if other != profile):
@@ -154,6 +165,48 @@ def parse(settings, argv, profiles=None, config_class=None, owned=None, source=N
     fields = config_fields(lower, config_class, owned or {}, settings) if lower else {}
     given = frozenset(_split(arg)[0] for arg in upper)
     return Args(resolved, given, profile, fields)
+
+
+def read_recipe(argv):
+    """`--config recipe.yaml` (or `--config=recipe.yaml`) taken out of `argv`: (the rest, (path, its arguments)), or
+    (argv, None) without one. The YAML's UPPERCASE keys become `--KEY=value`, its lower-case keys `--field=value`,
+    placed before the command line's own, so that the command line wins.
+
+        MAX_STEPS: 200                 # a constant
+        REWARD_FUNCS: [correctness_reward, format_reward]
+        top_p: 0.9                     # a GRPOConfig field
+    """
+    at = next((i for i, arg in enumerate(argv) if arg == "--config" or arg.startswith("--config=")), None)
+    if at is None:
+        return list(argv), None
+    if argv[at] == "--config" and at + 1 >= len(argv):
+        raise ConfigError("--config needs a recipe file: --config configs/recipe.yaml")
+    path = argv[at].partition("=")[2] if "=" in argv[at] else argv[at + 1]
+    rest = [*argv[:at], *argv[at + (1 if "=" in argv[at] else 2) :]]
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"--config {path}: cannot read it ({err.strerror or err}).") from None
+    except yaml.YAMLError as err:
+        from grpo.files import first_line
+
+        raise ConfigError(f"--config {path} is not valid YAML: {first_line(err)}") from None
+    if not isinstance(data, dict) or not all(isinstance(key, str) for key in data):
+        raise ConfigError(f"--config {path}: a recipe is a mapping of KEY: value lines (UPPERCASE constants).")
+    return rest, (path, [f"--{key}={_yaml_value(value)}" for key, value in data.items()])
+
+
+def _yaml_value(value):
+    """A YAML value as the command line writes it: a list as a,b, a boolean as true, a mapping as JSON."""
+    if isinstance(value, dict):
+        import json
+
+        return json.dumps(value)
+    if isinstance(value, list):
+        return ",".join(str(item) for item in value)
+    return str(value).lower() if isinstance(value, bool) else "" if value is None else str(value)
 
 
 def _is_field(arg):

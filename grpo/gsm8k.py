@@ -51,6 +51,7 @@ SCALARS = {
     "sampled_accuracy": "eval/gsm8k_sampled_accuracy",
     "sampled_strict_accuracy": "eval/gsm8k_sampled_strict_accuracy",
 }
+CONTEXT_MARGIN = 64  # tokens of vLLM context over the longest prompt plus a completion (see `context_length`)
 SAMPLED_KEYS = ("samples", "sample_temperature", "sampled_accuracy", "sampled_strict_accuracy")
 log = logging.getLogger("grpotrainer.gsm8k")
 
@@ -441,10 +442,35 @@ def hf_generator(
     return generate
 
 
+def longest_prompt(dataset, model_name, enable_thinking=False, trust_remote_code=False):
+    """The token count of the longest prompt of `dataset` as training and evaluation render it: MODEL_NAME's chat
+    template with the generation prompt. Loads only the tokenizer (a second for all of GSM8K's train split)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_name, trust_remote_code=trust_remote_code)
+    texts = [
+        tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking)
+        for p in dataset["prompt"]
+    ]
+    return max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+
+def context_length(prompt_tokens, max_completion_length):
+    """vLLM's context bound for a GSM8K run, training's `vllm_max_model_length` and evaluation's `max_model_len`:
+    the longest prompt plus a whole completion plus CONTEXT_MARGIN. Without it vLLM reserves KV cache for the
+    model's full context (40,960 positions for Qwen3-8B) when a prompt and its completion need ~1,300.
+
+    >>> context_length(180, 256)
+    500
+    """
+    return prompt_tokens + max_completion_length + CONTEXT_MARGIN
+
+
 def vllm_generator(
     model_name,
     adapter,
     *,
+    prompt_tokens,
     max_completion_length,
     enable_thinking,
     bf16,
@@ -453,7 +479,8 @@ def vllm_generator(
     temperature=0.0,
 ):
     """A `generate(prompts, temperature=temperature)` backed by vLLM, greedy at temperature 0, with the adapter (if
-    any) as a LoRA request. One engine serves every temperature."""
+    any) as a LoRA request. One engine serves every temperature. `prompt_tokens`: the longest prompt's length
+    (`longest_prompt`), which bounds vLLM's context (`context_length`)."""
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
@@ -463,7 +490,7 @@ def vllm_generator(
         dtype="bfloat16" if bf16 else "float32",
         trust_remote_code=trust_remote_code,
         gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_completion_length + 1024,  # GSM8K prompts are well under 1024 tokens
+        max_model_len=context_length(prompt_tokens, max_completion_length),
         enable_lora=bool(adapter),
         max_lora_rank=hardware.vllm_lora_rank(rank) if adapter else 16,
         seed=0,
@@ -477,6 +504,25 @@ def vllm_generator(
         return [(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason == "length") for o in outs]
 
     return generate
+
+
+def summary_line(steps, started, metrics=(None, None), now=time.monotonic):
+    """The one line a run ends with: its steps, its wall time since `started`, and the strict accuracy before ->
+    after training when both were scored (`metrics`: before, after).
+
+    >>> scored = ({"strict_accuracy": 0.25, "n": 64}, {"strict_accuracy": 0.5, "n": 64})
+    >>> summary_line(50, 0.0, scored, now=lambda: 754.0)
+    'finished: 50 steps in 12m34s; GSM8K strict accuracy 0.250 -> 0.500 (64 test problems)'
+    """
+    before, after = metrics
+    minutes, seconds = divmod(round(now() - started), 60)
+    line = f"finished: {steps} steps in {minutes}m{seconds:02d}s"
+    if before and after:
+        line += f"; GSM8K strict accuracy {before['strict_accuracy']:.3f} -> {after['strict_accuracy']:.3f}"
+        line += f" ({after['n']} test problems)"
+    elif after:
+        line += f"; GSM8K strict accuracy after {after['strict_accuracy']:.3f} ({after['n']} test problems)"
+    return line
 
 
 def adapter_step(adapter):
@@ -554,7 +600,7 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     if not acc.is_main_process:
         return None
     metrics, predictions = results(rows, time.perf_counter() - start, thinking, sampled, samples, args.temperature)
-    step = 0 if when == "before" else trainer.state.global_step
+    step = 0 if when == "before" else trainer.state.global_step  # "during" (EVAL_STEPS) and "after": this step
     title = f"GSM8K test {when} training (step {step})"
     logdir = training_logdir(trainer)
     report(metrics, predictions, args.output_dir, f"eval_test_{when}", logdir, step, title, settings)

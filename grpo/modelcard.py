@@ -395,6 +395,24 @@ def hub_readme(model_name, cache_dir=None, fetch=None):
         return None
 
 
+def finish_run(state, output_dir, record, metrics, resumed, max_steps, num_train_epochs):
+    """A run's last writes, on the main process after its final save: our card (over TRL's, with the baseline of
+    the run's first part when `resumed`), then run_finished.json. `metrics`: (before, after). Returns the baseline."""
+    from grpo import checkpoints
+
+    before, after = metrics
+    before = read_metrics(output_dir)[0] if resumed else before
+    write_card(output_dir, record, metrics_before=before, metrics_after=after, steps=state.global_step)
+    checkpoints.mark_finished(
+        output_dir,
+        global_step=state.global_step,
+        epoch=state.epoch,
+        max_steps=max_steps,
+        num_train_epochs=num_train_epochs,
+    )
+    return before
+
+
 def read_metrics(run_dir):
     """(before, after): the metrics dicts a run's EVAL_BEFORE / EVAL_AFTER wrote, None where it wrote none."""
     found = []

@@ -9,7 +9,9 @@
 
 The signals and their thresholds (constants in grpotrainer.py, --KEY=value as usual):
     kl > KL_WARN (warn), > KL_ACT (act)         the policy drifts from the reference: raise BETA, lower LEARNING_RATE
-    frac_reward_zero_std >= ZERO_STD_FRAC       for ZERO_STD_LOGS logs in a row: most groups' rewards are all equal
+    frac_tied_groups >= ZERO_STD_FRAC           for ZERO_STD_LOGS logs in a row: most groups' rewards are all equal
+                                                (our own tie count, `tied_fraction`: TRL's frac_reward_zero_std
+                                                reads 0 for 8 equal rewards of 1.2, float32 std 1.3e-7 > 1e-8)
     reward flat over REWARD_FLAT_WINDOW logs    its mean moved less than REWARD_FLAT_DELTA between the window's halves
                                                 while most groups told their completions apart
     completions/clipped_ratio > CLIPPED_RATIO_MAX   completions are cut at MAX_COMPLETION_LENGTH
@@ -31,8 +33,11 @@ from transformers import TrainerCallback
 
 from grpo import grading
 
+HEALTHY_EVERY = 25  # logs between "healthy" lines while no advice fires: silence must not read as a dead monitor
+TIE_TOLERANCE = 1e-5  # a group is tied when its rewards differ by less than this share of the batch's reward scale
 REPEAT_AFTER = 20  # logs before an advisory that keeps firing is shown again (at once if it gets more severe)
-LEVELS = {"warn": 1, "act": 2, "stop": 3}
+LEVELS = {"ok": 0, "warn": 1, "act": 2, "stop": 3}
+HEALTH_KEYS = ("reward", "kl", "frac_tied_groups", "grad_norm")  # quoted by the "healthy" line
 FLAT_NEEDS_SIGNAL = 0.5  # the flat-reward advice needs frac_reward_zero_std below this, on average over its window
 log = logging.getLogger("grpotrainer.monitor")
 
@@ -86,10 +91,12 @@ class Advisor:
     `settings` holds the values in force (beta, learning_rate, ... as in GRPOConfig) so that advice can quote them.
     """
 
-    def __init__(self, thresholds, settings=None, repeat_after=REPEAT_AFTER):
+    def __init__(self, thresholds, settings=None, repeat_after=REPEAT_AFTER, healthy_every=HEALTHY_EVERY):
         self.t = thresholds
         self.settings = dict(settings or {})
         self.repeat_after = repeat_after
+        self.healthy_every = healthy_every  # an "ok healthy" line after this many quiet logs; 0 = never
+        self._quiet = 0
         self.stop = None  # the Advice that stopped training, once a NaN was seen
         self.logs_seen = 0
         self._zero_std_run = 0
@@ -104,7 +111,15 @@ class Advisor:
         fired += [a for a in (self._flat_reward(logs), self._clipped(logs), self._diverging(logs)) if a]
         if self.stop is None and (stop := next((a for a in fired if a.level == "stop"), None)):
             self.stop = stop
+        self._quiet = 0 if fired else self._quiet + 1
+        if self.healthy_every and self._quiet and self._quiet % self.healthy_every == 0:
+            return [self._healthy(logs, step)]
         return [a for a in fired if self._due(a)]
+
+    def _healthy(self, logs, step):
+        seen = ", ".join(f"{key} {logs[key]:.3g}" for key in HEALTH_KEYS if isinstance(logs.get(key), (int, float)))
+        at = f"at step {step} " if step is not None else ""
+        return Advice("healthy", "ok", f"{at}no advice for {self._quiet} logs ({seen}).")
 
     def _due(self, advice):
         last = self._shown.get(advice.signal)
@@ -167,7 +182,7 @@ class Advisor:
         )
 
     def _zero_std(self, logs):
-        frac = logs.get("frac_reward_zero_std")
+        frac = tie_share(logs)
         if not isinstance(frac, (int, float)):
             return None
         self._zero_std_run = self._zero_std_run + 1 if frac >= self.t.zero_std_frac else 0
@@ -178,7 +193,7 @@ class Advisor:
             "zero_std",
             "warn",
             f"in {frac:.0%} of groups all {n} completions got the same reward, for {self._zero_std_run} logs in a "
-            f"row (frac_reward_zero_std >= ZERO_STD_FRAC={self.t.zero_std_frac:g} for ZERO_STD_LOGS="
+            f"row (frac_tied_groups >= ZERO_STD_FRAC={self.t.zero_std_frac:g} for ZERO_STD_LOGS="
             f"{self.t.zero_std_logs}): such groups have zero advantage and teach nothing. Check that the reward "
             "tells the responses apart (see completions/samples in the Text tab), or raise NUM_GENERATIONS "
             f"(now {n}) or TEMPERATURE (now {self._setting('temperature')}) for more varied groups.",
@@ -190,7 +205,7 @@ class Advisor:
         if not isinstance(reward, (int, float)) or not math.isfinite(reward) or window < 2:
             return None
         self._rewards.append(reward)
-        self._signal.append(logs.get("frac_reward_zero_std", 0.0))
+        self._signal.append(tie_share(logs) or 0.0)
         # A plateau where most groups score all alike is zero_std's case, and the usual prelude to a jump: GRPO
         # waits for the rare group that tells its completions apart. Flat counts only while most groups carry signal.
         if len(self._rewards) < window or sum(self._signal) / len(self._signal) >= FLAT_NEEDS_SIGNAL:
@@ -206,7 +221,7 @@ class Advisor:
             f"the mean reward has been flat for {window} logs ({before:.3f} -> {after:.3f}, a change under "
             f"REWARD_FLAT_DELTA={self.t.reward_flat_delta:g} over REWARD_FLAT_WINDOW={window}). If it is near its "
             "maximum the run has converged; otherwise check that the reward tells the responses apart "
-            "(frac_reward_zero_std, completions/samples), or raise LEARNING_RATE "
+            "(frac_tied_groups, completions/samples), or raise LEARNING_RATE "
             f"(now {self._setting('learning_rate')}) while train/kl stays low.",
         )
 
@@ -251,6 +266,66 @@ class Advisor:
         )
 
 
+def tie_share(logs):
+    """The share of tied groups in a log: our `frac_tied_groups`, else TRL's frac_reward_zero_std, else None."""
+    for key in ("frac_tied_groups", "frac_reward_zero_std"):
+        if isinstance(logs.get(key), (int, float)):
+            return logs[key]
+    return None
+
+
+def tied_fraction(rewards, weights, group, tolerance=TIE_TOLERANCE):
+    """The share of groups whose completions all got the same total reward, at any group size.
+
+    `rewards`: one list per reward function, over the batch (groups of `group` consecutive completions, as TRL
+    orders them); `weights`: REWARD_WEIGHTS. A None or NaN reward counts as 0, as TRL's nansum counts it. Tied means
+    the group's range is within `tolerance` times the batch's largest |reward|, so float rounding (TRL's float32 std
+    of eight rewards of 1.2 is 1.3e-7, over its 1e-8 test) does not hide a tie. None for an empty batch.
+
+    >>> tied_fraction([[1.0] * 8 + [0.0] * 7 + [1.0]], [1.2], 8)
+    0.5
+    """
+    totals = [
+        sum(w * (r if r is not None and math.isfinite(r) else 0.0) for w, r in zip(weights, row, strict=True))
+        for row in zip(*rewards, strict=True)
+    ]
+    groups = [totals[i : i + group] for i in range(0, len(totals) - group + 1, group)]
+    if not groups:
+        return None
+    slack = tolerance * max(abs(v) for v in totals)
+    return sum(max(g) - min(g) <= slack for g in groups) / len(groups)
+
+
+def latest_rewards(trainer):
+    """The newest generation batch's rewards, one list per reward function, gathered over all processes.
+
+    GRPOTrainer keeps them in its private `_logs["rewards"]` (for its completion records) and has no public hook
+    for them; read here only, and None when the attribute is missing (another TRL version)."""
+    logs = getattr(trainer, "_logs", None)
+    if not isinstance(logs, dict) or "rewards" not in logs:
+        return None
+    return [list(logs["rewards"][name]) for name in trainer.reward_func_names]
+
+
+# TensorBoard's Custom Scalars tab: the charts README's table names, one per row, so a run opens on them rather
+# than on TRL's ~40 tags in alphabetical order (Multiline tags are regular expressions)
+LAYOUT = {
+    "GRPO health": {
+        "reward": ["Multiline", ["train/reward$", r"train/rewards/.*/mean$"]],
+        "tied groups (ours; TRL's zero std)": [
+            "Multiline",
+            ["train/frac_tied_groups$", "train/frac_reward_zero_std$"],
+        ],
+        "kl": ["Multiline", ["train/kl$"]],
+        "grad_norm": ["Multiline", ["train/grad_norm$"]],
+        "entropy": ["Multiline", ["train/entropy$"]],
+        "clipped_ratio": ["Multiline", ["train/completions/clipped_ratio$"]],
+        "loss": ["Multiline", ["train/loss$"]],
+    },
+    "GSM8K held out": {"accuracy": ["Multiline", [r"eval/gsm8k_.*accuracy$", "eval/gsm8k_format_rate$"]]},
+}
+
+
 SETTINGS = ("beta", "learning_rate", "num_generations", "temperature", "max_completion_length")
 
 
@@ -270,6 +345,7 @@ class HealthMonitor(TrainerCallback):
         self.trainer = trainer  # for TensorBoard's writer; without it, advice is printed only
         self.tag = tag
         self.advice = []
+        self.layout_written = False
 
     @property
     def stopped(self):
@@ -281,27 +357,65 @@ class HealthMonitor(TrainerCallback):
         self.advisor.settings["vocab_size"] = getattr(config, "vocab_size", None)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        shown = self.advisor.update(logs or {}, state.global_step)
+        logs = {} if logs is None else logs
+        if "reward" in logs and (rewards := latest_rewards(self.trainer)):
+            weights = args.reward_weights or [1.0] * len(rewards)
+            # into the log itself: the trackers' callbacks, after this one (`install`), record it as train/...
+            logs["frac_tied_groups"] = tied_fraction(rewards, weights, args.num_generations)
+        shown = self.advisor.update(logs, state.global_step)
         if self.advisor.stop:
             control.should_training_stop = True
             control.should_save = False
+        writer = tensorboard_writer(self.trainer) if state.is_world_process_zero else None
+        if writer is not None and not self.layout_written:  # the writer exists from the first log on
+            writer.add_custom_scalars(LAYOUT)
+            self.layout_written = True
         if not shown or not state.is_world_process_zero:
             return
         self.advice += shown
         for advice in shown:
             log.warning("health %s", advice)
-        writer = tensorboard_writer(self.trainer)
         if writer is not None:
             writer.add_text(
                 self.tag, "\n\n".join(f"**{a.level.upper()}** {md(a.message)}" for a in shown), state.global_step
             )
             writer.flush()
 
+    def install(self, trainer):
+        """Add this callback ahead of the trackers' (TensorBoard, trackio, W&B), so that the frac_tied_groups it adds
+        to a log reaches every one of them; transformers calls callbacks in list order."""
+        trainer.callback_handler.callbacks.insert(0, self)
+        return self
+
     def on_step_end(self, args, state, control, **kwargs):
         if self.advisor.stop:  # the flow callback may ask for a save at this step; the weights are not worth it
             control.should_save = False
 
     on_epoch_end = on_step_end
+
+
+class HeldOutEval(TrainerCallback):
+    """EVAL_STEPS: every `every` steps (-1: every 10 % of the run), `subset` test problems scored through
+    gsm8k.evaluate_trainer, the code EVAL_BEFORE/EVAL_AFTER use, logged at that step (eval/gsm8k_*). Every process
+    calls it at the same step: each generates its shard and rank 0 gathers. The last step is left to EVAL_AFTER
+    when `final` (it scores the same model), else scored here."""
+
+    def __init__(self, trainer, every, subset, final=False, **scoring):
+        self.trainer, self.every, self.subset, self.final, self.scoring = trainer, every, subset, final, scoring
+        self.metrics = {}  # step -> metrics, on rank 0
+
+    def interval(self, max_steps):
+        return 0 if not self.every else self.every if self.every > 0 else max(1, round(max_steps / 10))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        every, step = self.interval(state.max_steps), state.global_step
+        if not every or step % every or (self.final and step >= state.max_steps):
+            return
+        from grpo import gsm8k
+
+        metrics = gsm8k.evaluate_trainer(self.trainer, "during", limit=self.subset, **self.scoring)
+        if metrics is not None:
+            self.metrics[step] = metrics
 
 
 class CompletionSamples(TrainerCallback):

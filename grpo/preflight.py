@@ -25,9 +25,9 @@ CHOICES = {
     "LOSS_TYPE": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
     "SCALE_REWARDS": ("group", "batch", "none"),
     "VLLM_MODE": ("colocate", "server"),
-    "REPORT_TO": ("tensorboard", "trackio", "wandb", "none"),
     "CACHE_IMPLEMENTATION": ("dynamic", "static"),
 }
+TRACKERS = ("tensorboard", "trackio", "wandb")  # REPORT_TO's names, alone or as a comma list
 # (low, high, low_inclusive, high_inclusive, hint): a number outside fails inside TRL/peft, often after the weights
 # load, or silently wastes the run. Floats must also be finite.
 INF = math.inf
@@ -54,6 +54,8 @@ RANGES = {
     "SAVE_TOTAL_LIMIT": (1, INF, True, True, "keep at least the newest checkpoint"),
     "EVAL_BEFORE": (0, INF, True, True, "0 = off"),
     "EVAL_AFTER": (0, INF, True, True, "0 = off"),
+    "EVAL_STEPS": (-1, INF, True, True, "-1 = every 10 % of the run's steps, 0 = off"),
+    "EVAL_SUBSET": (1, INF, True, True, "test problems per EVAL_STEPS point; 64 is a few minutes on one GPU"),
     "EVAL_BATCH_SIZE": (1, INF, True, True, "lower it on out-of-memory"),
     "EVAL_SAMPLES": (0, INF, True, True, "0 = off; 4-8 is usual"),
     "KL_WARN": (0, INF, False, False, "a per-token KL"),
@@ -69,18 +71,28 @@ RANGES = {
 FIELD_RANGES = (("epsilon", 0, 1), ("epsilon_high", 0, 10), ("top_entropy_quantile", 0, 1))
 FIELD_RANGES += (("dataloader_num_workers", 0, 1024), ("max_grad_norm", 0, INF), ("warmup_steps", 0, INF))
 FIELD_CHOICES = {"importance_sampling_level": ("token", "sequence")}  # (TRL 1.16's GRPOConfig documentation)
+log = logging.getLogger("grpotrainer.preflight")
 THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
-def check(s, cpu_only=False, known_rewards=()):
+def check(s, cpu_only=False, known_rewards=(), fields=None):
     """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a run.
 
-    `known_rewards`: the registry's names (rewards.REWARDS), against which plain REWARD_FUNCS names are checked."""
+    `known_rewards`: the registry's names (rewards.REWARDS), against which plain REWARD_FUNCS names are checked;
+    `fields`: the command line's lower-case GRPOConfig fields."""
     problems = [p for name in CHOICES if (p := _choice(name, s[name]))]
     problems += [p for name in RANGES if name in s and (p := _in_range(name, s[name]))]
     floats = [n for n, v in s.items() if isinstance(v, float) and not math.isfinite(v) and n not in RANGES]
     problems += [f"{n}={s[n]}: a number here must be finite." for n in floats]
-    problems += _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s) + hardware_problems(s, cpu_only)
+    problems += _report_to(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s)
+    problems += hardware_problems(s, cpu_only)
+    # Trainer's push_to_hub uploads every checkpoint with TRL's card and the run's files; export.py pushes the
+    # finished adapter, tokenizer and our card (an allow-list): one way to publish, the one that sends the right thing
+    if (fields or {}).get("push_to_hub"):
+        problems.append(
+            "--push_to_hub=true is refused: Trainer would upload each checkpoint with run files and TRL's card.\n"
+            f"Push the finished adapter and card: python export.py --ADAPTER={s['OUTPUT_DIR']} --PUSH_TO_HUB=you/name"
+        )
     if s["ENABLE_THINKING"] and s["MAX_COMPLETION_LENGTH"] < THINKING_MIN_TOKENS:
         problems.append(
             f"ENABLE_THINKING=True with MAX_COMPLETION_LENGTH={s['MAX_COMPLETION_LENGTH']}: thinking is cut off "
@@ -89,6 +101,26 @@ def check(s, cpu_only=False, known_rewards=()):
         )
     if problems:
         raise ConfigError("\n\n".join(dict.fromkeys(problems)))
+
+
+def trackers(text):
+    """REPORT_TO as GRPOConfig's report_to list: "none" is [], a comma list its names.
+
+    >>> trackers("tensorboard, trackio"), trackers("none")
+    (['tensorboard', 'trackio'], [])
+    """
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    return [] if names == ["none"] else names
+
+
+def _report_to(text):
+    names = trackers(text)
+    if not names and text.strip() != "none":
+        return [f"REPORT_TO={text!r} names no tracker: give tensorboard, trackio, wandb, a comma list, or none."]
+    bad = [n for n in names if n not in TRACKERS]
+    close = [c for n in bad for c in difflib.get_close_matches(n, TRACKERS, n=1)]
+    hint = f" Did you mean {close[0]}?" if close else ""
+    return [f"REPORT_TO={text!r}: {bad[0]!r} is not one of {', '.join(TRACKERS)} (or none).{hint}"] if bad else []
 
 
 def _choice(name, value):
@@ -233,11 +265,12 @@ def hardware_problems(s, cpu_only):
             problems.append(f"{flag}=True needs a CUDA GPU; set {flag}=False on this machine.")
         elif s[flag] and not hardware.importable(package):
             problems.append(f"{flag}=True needs the {package} package, which is not installed: {install}")
-    report_to = s["REPORT_TO"]
-    if report_to in ("trackio", "wandb") and not hardware.importable(report_to):
-        problems.append(
-            f"REPORT_TO={report_to} needs the {report_to} package: pip install {report_to}, or REPORT_TO=tensorboard."
-        )
+    for tracker in [t for t in trackers(s["REPORT_TO"]) if t in ("trackio", "wandb")]:
+        if not hardware.importable(tracker):
+            problems.append(
+                f"REPORT_TO={s['REPORT_TO']} needs the {tracker} package: pip install {tracker}, "
+                "or REPORT_TO=tensorboard."
+            )
     attn = hardware.attention_problem(
         s["ATTN_IMPLEMENTATION"], cuda=cuda, bf16=s["BF16"], importable=hardware.importable
     )
@@ -357,9 +390,10 @@ def check_rewards(funcs, names, dataset, max_completion_length):
 
     rows = dataset.select(range(min(3, len(dataset))))
     completions = [[{"role": "assistant", "content": f"{a} + 0 = {a}\n#### {a}"}] for a in rows["answer"]]
-    columns = {key: rows[key] for key in rows.column_names if key != "prompt"}
+    # lists, as TRL passes them (a datasets Column is no list: `answer[i] is None` tests would differ)
+    columns = {key: list(rows[key]) for key in rows.column_names if key != "prompt"}
     kwargs = dict(
-        prompts=rows["prompt"],
+        prompts=list(rows["prompt"]),
         completions=completions,
         completion_ids=[[0] * min(8, max_completion_length)] * len(rows),
         trainer_state=TrainerState(),  # step 0, as at the first generation
@@ -367,18 +401,24 @@ def check_rewards(funcs, names, dataset, max_completion_length):
         log_metric=lambda name, value: None,
         **columns,
     )
-    problems = []
-    for func, name in zip(funcs, names, strict=True):
+    # the same problems answered wrongly, in the same shape: a reward that scores both alike cannot teach GSM8K
+    wrong = [[{"role": "assistant", "content": f"{w} + 0 = {w}\n#### {w}"}] for w in map(_wrong, rows["answer"])]
+
+    def call(func, name, completions):
         try:
-            out = getattr(func, "func", func)(**kwargs)  # rewards.Guarded's own function: its error as raised
+            out = getattr(func, "func", func)(**{**kwargs, "completions": completions})  # rewards.Guarded's own
             out = asyncio.run(out) if inspect.isawaitable(out) else out  # TRL awaits async reward functions
-            out = list(out) if not isinstance(out, str | bytes | dict) else out
+            return list(out) if not isinstance(out, str | bytes | dict) else out
         except (Exception, SystemExit) as err:  # a reward that raises is a bug: its traceback shows file and line
             note = f"raised by REWARD_FUNCS entry {name!r}, called by preflight on {len(rows)} training rows"
             if isinstance(err, SystemExit):
                 raise exit_as_error(err, note) from err
             err.add_note(note)  # the reward's own error goes on, its traceback and chain untouched
             raise
+
+    problems = []
+    for func, name in zip(funcs, names, strict=True):
+        out = call(func, name, completions)
         if not isinstance(out, list) or len(out) != len(completions):
             got = f"{len(out)} values" if isinstance(out, list) else repr(out)[:60]
             problems.append(
@@ -389,8 +429,23 @@ def check_rewards(funcs, names, dataset, max_completion_length):
             problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]!r}; each value must be a number or None.")
         elif bad := [v for v in out if v is not None and abs(v) == float("inf")]:
             problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]}; a reward must be finite (or None).")
+        elif call(func, name, wrong) == out:  # a warning: a length or format reward is answer-blind on purpose
+            log.warning(
+                "REWARD_FUNCS entry %r scores a right and a wrong answer to the same problems alike (%s): if it is "
+                "meant to reward correctness, check what it reads (completions are chat lists, see README).",
+                name,
+                out,
+            )
     if problems:
         raise ConfigError("\n\n".join(problems))
+
+
+def _wrong(answer):
+    """A wrong GSM8K answer beside `answer`: one more, or the text with a digit added."""
+    try:
+        return str(int(answer) + 1)
+    except ValueError:
+        return f"{answer}1"
 
 
 def check_config(config, s, train_size):
@@ -430,18 +485,16 @@ def check_config(config, s, train_size):
         )
     if (strategy := getattr(config.eval_strategy, "value", config.eval_strategy)) != "no":
         problems.append(f"--eval_strategy={strategy}: evaluation runs through EVAL_BEFORE/EVAL_AFTER here")
-    if config.push_to_hub and not _hub_writable():
-        problems.append("--push_to_hub=true needs the Hub and a token (hf auth login); or push later with export.py")
+    if config.use_vllm and config.vllm_importance_sampling_correction and s["LORA_DROPOUT"] > 0:
+        log.warning(  # a warning: some users want the regularisation and accept the noise
+            "LORA_DROPOUT=%g with vLLM's importance-sampling correction: TRL computes the old log-probs in train "
+            "mode, so dropout noise enters the ratio and the KL. LORA_DROPOUT=0 avoids it.",
+            s["LORA_DROPOUT"],
+        )
     if getattr(config, "use_liger_kernel", False) and not hardware.importable("liger_kernel"):
         problems.append("--use_liger_kernel=true needs the liger-kernel package (deprecated in TRL 1.16)")
     if problems:
         raise ConfigError("\n\n".join(f"{p}." for p in problems))
-
-
-def _hub_writable():
-    from huggingface_hub import get_token
-
-    return not files.hub_offline() and get_token() is not None
 
 
 def check_model(s):

@@ -97,6 +97,7 @@ def read_texts(logdir):
     return {
         tag.removesuffix("/text_summary"): [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(tag)]
         for tag in acc.Tags()["tensors"]
+        if tag.endswith("/text_summary")  # not the custom_scalars layout, a serialised proto
     }
 
 

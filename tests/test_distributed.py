@@ -11,7 +11,7 @@ the gloo backend, and the Trainer wraps the model in DistributedDataParallel. `a
 import json
 
 import pytest
-from conftest import REPO, run_script
+from conftest import REPO, event_dirs, read_scalars, run_script
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]  # = torchrun, in this venv
 
@@ -24,8 +24,12 @@ def torchrun(tmp_path, *overrides):
 
 @pytest.mark.slow
 def test_two_process_smoke_trains_on_both_ranks(tmp_path):
-    result = torchrun(tmp_path)
+    result = torchrun(tmp_path, "--EVAL_STEPS=1", "--EVAL_SUBSET=8")
     assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = event_dirs(tmp_path)
+    # the held-out score at every step, each rank generating its half of the 8 problems and rank 0 logging them
+    assert [step for step, _ in read_scalars(run)["eval/gsm8k_strict_accuracy"]] == [1, 2, 3, 4]
+    assert json.loads((tmp_path / "eval_test_during.json").read_text())["n"] == 8  # both halves gathered
     assert (tmp_path / "adapter_model.safetensors").is_file()  # rank 0 saved the LoRA adapter
     assert list((tmp_path / "runs").glob("*/events.out.tfevents.*"))  # and wrote TensorBoard events
     state = json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text())

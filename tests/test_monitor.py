@@ -8,6 +8,7 @@ import json
 import math
 import re
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from conftest import REPO, read_scalars, read_texts, run_script
@@ -231,9 +232,14 @@ def test_sample_rows_spread_over_prompts_with_gold_and_rewards():
     assert [(r["extracted"], r["gold"]) for r in monitor.sample_rows(bare, [], n=1)] == [("0", None)]
 
 
-def test_no_module_reads_trls_private_logs():
-    for path in REPO.glob("*.py"):
-        assert "._logs" not in path.read_text(encoding="utf-8"), path.name
+def test_only_latest_rewards_reads_trls_private_logs():
+    # TRL has no public hook for a batch's rewards: one named function reads them (monitor.latest_rewards)
+    for path in [*REPO.glob("*.py"), *REPO.glob("grpo/*.py")]:
+        text = path.read_text(encoding="utf-8")
+        uses = text.count('_logs"') + text.count("._logs")
+        assert uses == (1 if path.name == "monitor.py" else 0), path.name
+    source = (REPO / "grpo" / "monitor.py").read_text(encoding="utf-8")
+    assert 'getattr(trainer, "_logs", None)' in source.split("def latest_rewards")[1].split("\ndef ")[0]
 
 
 @pytest.mark.slow
@@ -257,6 +263,9 @@ def test_smoke_run_logs_completions_advice_and_accuracy_to_one_tensorboard_run(t
     assert texts["health/advice"][0][0] == 1 and "MAX\\_COMPLETION\\_LENGTH" in texts["health/advice"][0][1]
 
     scalars = read_scalars(run)
+    assert [s for s, _ in scalars["train/frac_tied_groups"]] == [1, 2, 3, 4]  # ours, beside TRL's, at every log
+    layout = _custom_scalars(run)  # the Custom Scalars tab opens on README's charts
+    assert "train/frac_tied_groups$" in layout and "train/kl$" in layout and r"eval/gsm8k_.*accuracy$" in layout
     assert [s for s, _ in scalars["eval/gsm8k_strict_accuracy"]] == [0, 4]  # before at step 0, after at the last
     assert [s for s, _ in scalars["eval/gsm8k_lenient_accuracy"]] == [0, 4]
     for when, (_, value) in zip(("before", "after"), scalars["eval/gsm8k_strict_accuracy"], strict=True):
@@ -280,3 +289,69 @@ def test_nan_reward_stops_cleanly_and_keeps_the_last_good_checkpoint(tmp_path):
     assert (tmp_path / "checkpoint-1").is_dir()  # the last good checkpoint is kept
     assert not (tmp_path / "checkpoint-2").exists()  # SAVE_STEPS=1 would have saved step 2: the stop prevented it
     assert not (tmp_path / "adapter_model.safetensors").exists()  # nor is a final adapter written
+
+
+# --- ties at any group size, the "healthy" line ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("group", [8, 16])
+@pytest.mark.parametrize("weights", [[1.0, 0.2], [0.7, 0.35]])
+def test_tied_groups_are_counted_at_any_group_size(group, weights):
+
+    # every completion of the first half of the groups right and formatted (1 x w0 + 1 x w1), the rest varied
+    tied, varied = 3, 1
+    correct = [1.0] * group * tied + [float(i % 2) for i in range(group * varied)]
+    formatted = [1.0] * group * (tied + varied)
+    assert monitor.tied_fraction([correct, formatted], weights, group) == tied / (tied + varied)
+
+
+def test_trls_zero_std_test_misses_a_tie_of_eight_rewards_of_1_2():
+    import torch
+
+    # TRL 1.16: is_std_zero = torch.isclose(std, 0), atol 1e-8; eight equal float32 rewards of 1.2 have std ~1.3e-7
+    std = torch.tensor([1.2] * 8, dtype=torch.float32).std()
+    assert not torch.isclose(std, torch.zeros_like(std))
+    assert monitor.tied_fraction([[1.2] * 8], [1.0], 8) == 1.0  # our count sees the tie
+
+
+class _FakeTrainer:
+    """What HealthMonitor reads of a GRPOTrainer: the reward names and TRL's latest generation batch."""
+
+    def __init__(self, rewards):
+        self.reward_func_names = list(rewards)
+        self._logs = {"rewards": rewards}
+        self.callback_handler = SimpleNamespace(callbacks=[])  # no TensorBoard: advice is printed only
+
+
+def test_a_reward_that_ties_every_group_reads_one_and_brings_the_zero_std_advice():
+    # one reward giving every completion 1.2, 8 generations, 4 prompts a batch
+    trainer = _FakeTrainer({"constant_reward": [1.2] * 32})
+    health = monitor.HealthMonitor(T, trainer)
+    args = SimpleNamespace(reward_weights=[1.0], num_generations=8)
+    for step in range(1, T.zero_std_logs + 1):
+        logs = {"reward": 1.2, "frac_reward_zero_std": 0.0}  # what TRL logs for such groups
+        health.on_log(args, TrainerState(global_step=step, is_world_process_zero=True), TrainerControl(), logs=logs)
+        assert logs["frac_tied_groups"] == 1.0  # every group tied, written into the log the trackers record
+    # after ZERO_STD_LOGS logs in a row, the advice reads our tie fraction, not TRL's 0.0
+    assert [a.signal for a in health.advice] == ["zero_std"]
+    assert "in 100% of groups all" in health.advice[0].message
+
+
+def test_a_quiet_run_says_it_is_healthy_every_n_logs():
+    advisor = monitor.Advisor(T, SETTINGS, healthy_every=3)
+    shown = [advisor.update({**HEALTHY, "reward": 0.5 + step / 10}, step) for step in range(1, 7)]
+    # logs 3 and 6: an explicit line, so silence between them is not a monitor that stopped
+    assert [[a.level for a in s] for s in shown] == [[], [], ["ok"], [], [], ["ok"]]
+    assert str(shown[2][0]).startswith("OK healthy: at step 3 no advice for 3 logs (reward 0.8, kl 0.02")
+
+
+def _custom_scalars(run):
+    """The tags of the custom_scalars layout written into a run folder, as one string."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    acc = EventAccumulator(str(run), size_guidance={"tensors": 0})
+    acc.Reload()
+    (event,) = acc.Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
+    return " ".join(tag for c in layout.category for chart in c.chart for tag in chart.multiline.tag)

@@ -108,3 +108,42 @@ def test_trls_own_accuracy_reward_runs_beside_ours(tmp_path):
     scalars = read_scalars(event_dirs(tmp_path)[0])
     assert all_finite(scalars["train/rewards/accuracy_reward/mean"])
     assert all_finite(scalars["train/rewards/correctness_reward/mean"])
+
+
+@pytest.mark.slow
+def test_a_recipe_trains_its_steps_the_command_line_wins_and_a_finished_run_is_known_at_once(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("MAX_STEPS: 2\nEVAL_AFTER: 4\nEVAL_BEFORE: 4\n")
+    first = run_script("grpotrainer.py", "--smoke", "--config", str(recipe), f"--OUTPUT_DIR={tmp_path / 'a'}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert json.loads((tmp_path / "a" / "run_finished.json").read_text())["global_step"] == 2  # the file's MAX_STEPS
+    # the run's last line: steps, wall time, accuracy before -> after (EVAL_BEFORE/EVAL_AFTER from the recipe)
+    last = first.stderr.strip().splitlines()[-1]
+    assert last.startswith("[grpotrainer] finished: 2 steps in ") and "-> " in last and "(4 test problems)" in last
+    second = run_script(
+        "grpotrainer.py", "--smoke", "--config", str(recipe), "--MAX_STEPS=3", f"--OUTPUT_DIR={tmp_path / 'b'}"
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads((tmp_path / "b" / "run_finished.json").read_text())["global_step"] == 3  # the command line wins
+    # run again: recognised before TRL or torch is imported (-X importtime lists every module the child imports)
+    again = run_script(
+        "-X", "importtime", "grpotrainer.py", "--smoke", "--config", str(recipe), f"--OUTPUT_DIR={tmp_path / 'a'}"
+    )
+    assert again.returncode == 0 and "holds a finished run (2 steps, adapter saved); nothing to do" in again.stderr
+    imported = [
+        line.rsplit("|", 1)[-1].strip() for line in again.stderr.splitlines() if line.startswith("import time")
+    ]
+    assert "grpo.checkpoints" in imported and not {"trl", "torch", "transformers"} & set(imported)
+
+
+@pytest.mark.slow
+def test_eval_steps_draw_a_held_out_curve(tmp_path):
+    args = ["--smoke", "--MAX_STEPS=6", "--EVAL_STEPS=2", "--EVAL_SUBSET=8", f"--OUTPUT_DIR={tmp_path}"]
+    out = run_script("grpotrainer.py", *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = event_dirs(tmp_path)
+    scalars = read_scalars(run)
+    # every 2 steps, the last included (EVAL_AFTER is 0 under --smoke): three points besides a baseline
+    for tag in ("eval/gsm8k_strict_accuracy", "eval/gsm8k_lenient_accuracy", "eval/gsm8k_sampled_accuracy"):
+        assert [step for step, _ in scalars[tag]] == [2, 4, 6], tag
+    assert json.loads((tmp_path / "eval_test_during.json").read_text())["n"] == 8  # EVAL_SUBSET problems

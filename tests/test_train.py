@@ -80,7 +80,10 @@ def test_settings_are_values_not_module_state(settings):
     assert cli.constants(grpotrainer) == before
 
 
-@pytest.mark.parametrize("report_to, expected", [("tensorboard", ["tensorboard"]), ("none", [])])
+@pytest.mark.parametrize(
+    "report_to, expected",
+    [("tensorboard", ["tensorboard"]), ("none", []), ("tensorboard, trackio", ["tensorboard", "trackio"])],
+)
 def test_report_to(settings, report_to, expected):
     config = grpotrainer.build_config({**settings, "BF16": False, "REPORT_TO": report_to}, {}, cpu_only=True)
     assert config.report_to == expected
@@ -123,6 +126,8 @@ def test_help_lists_every_constant_with_its_comment():
     for name in cli.constants(grpotrainer):
         assert f"--{name}=" in out.stdout
     assert "adapter rank: 8-64" in out.stdout  # LORA_R's comment
+    # no dropout by default: TRL computes the "old" log-probs in train mode, where dropout is noise
+    assert '--LORA_DROPOUT=0.0\n        0-0.1; 0 as TRL\'s "old" log-probs run in train mode' in out.stdout
     assert out.stdout.startswith("GRPO-tune a Qwen model on GSM8K")  # the summary line first
     # command-line syntax, not Python literals: what a user can paste back
     assert "--REWARD_FUNCS=correctness_reward,format_reward\n" in out.stdout
@@ -148,7 +153,7 @@ def test_flash_attention_only_in_bf16_on_cuda(gpu):
 
 def test_lora_config(settings):
     peft = grpotrainer.build_peft_config(settings)
-    assert (peft.r, peft.lora_alpha, peft.lora_dropout) == (16, 32, 0.05)
+    assert (peft.r, peft.lora_alpha, peft.lora_dropout) == (16, 32, 0.0)
     assert peft.target_modules == "all-linear"
     peft = grpotrainer.build_peft_config({**settings, "LORA_TARGET_MODULES": "q_proj, v_proj"})
     assert set(peft.target_modules) == {"q_proj", "v_proj"}
@@ -238,7 +243,13 @@ def smoke_ok(smoke_settings):
         (dict(SCALE_REWARDS="std"), "SCALE_REWARDS='std'"),
         (
             dict(REPORT_TO="tensorbaord"),
-            "REPORT_TO='tensorbaord' is not one of tensorboard, trackio, wandb, none. Did you mean tensorboard?",
+            "REPORT_TO='tensorbaord': 'tensorbaord' is not one of tensorboard, trackio, wandb (or none). "
+            "Did you mean tensorboard?",
+        ),
+        (
+            dict(REPORT_TO="tensorboard,wandbb"),
+            "REPORT_TO='tensorboard,wandbb': 'wandbb' is not one of tensorboard, trackio, wandb (or none). "
+            "Did you mean wandb?",
         ),
         (dict(BF16=True), "--smoke and --demo run on the CPU in fp32"),
         (dict(LOAD_IN_4BIT=True), "LOAD_IN_4BIT=True needs a CUDA GPU"),
@@ -742,6 +753,9 @@ def test_the_registry_passes_the_reward_check():
         (["--smoke", "--REWARD_FUNCS=nope_reward", "--REWARD_WEIGHTS=1"], "unknown reward 'nope_reward'"),
         (["--smoke", "--DATASET=/nonexistent/gsm8k.jsonl"], "DATASET=/nonexistent/gsm8k.jsonl points at"),
         (["--smoke", "--TEMPERATUR=1"], "Did you mean TEMPERATURE"),
+        # refused, not uploaded: Trainer would push checkpoints and TRL's card; export.py pushes the right files
+        (["--smoke", "--push_to_hub=true"], "--push_to_hub=true is refused"),
+        (["--smoke", "--push_to_hub=true"], "python export.py --ADAPTER="),
         pytest.param(
             [], "no CUDA GPU is visible", marks=pytest.mark.skipif(HAS_CUDA, reason="would start a real run")
         ),
@@ -802,3 +816,107 @@ def test_logging_prints_each_library_message_once():
     out = run_script("-c", code)
     assert out.stderr.count("retrying in 1s") == 1
     assert "[grpotrainer] hi" in out.stderr
+
+
+# --- vLLM's context, LoRA dropout --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smoke_model(tmp_path_factory):
+    from grpo import profiles
+
+    return profiles.cpu_model(tmp_path_factory.mktemp("vllm"))
+
+
+def test_vllm_context_is_bounded_by_the_data_unless_given(smoke_ok, smoke_model):
+    data = gsm8k.load(FIXTURE, "train")
+    longest = gsm8k.longest_prompt(data, smoke_model)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smoke_model)
+    rendered = [
+        tokenizer.apply_chat_template(p, add_generation_prompt=True, enable_thinking=False) for p in data["prompt"]
+    ]
+    # the longest prompt of the data rendered as TRL renders it (ENABLE_THINKING=False: the empty think block too)
+    assert longest == max(len(r["input_ids"]) for r in rendered)
+    s = {**smoke_ok, "USE_VLLM": True, "MODEL_NAME": smoke_model}
+    config = grpotrainer.build_config(s, {}, cpu_only=True, train_dataset=data)
+    # prompt + MAX_COMPLETION_LENGTH (32 in --smoke) + the margin: the rule evaluation's vllm_generator uses
+    assert config.vllm_max_model_length == longest + 32 + gsm8k.CONTEXT_MARGIN
+    assert config.vllm_max_model_length == gsm8k.context_length(longest, 32)
+    config = grpotrainer.build_config(s, {"vllm_max_model_length": 4096}, cpu_only=True, train_dataset=data)
+    assert config.vllm_max_model_length == 4096  # the user's --vllm_max_model_length wins
+    config = grpotrainer.build_config(smoke_ok, {}, cpu_only=True)
+    assert config.vllm_max_model_length is None  # without vLLM nothing is set
+
+
+def test_lora_dropout_with_vllm_importance_sampling_warns(smoke_ok, smoke_model, caplog):
+    s = {**smoke_ok, "USE_VLLM": True, "LORA_DROPOUT": 0.05, "MODEL_NAME": smoke_model}
+    data = gsm8k.load(FIXTURE, "train")
+    config = grpotrainer.build_config(s, {}, cpu_only=True, train_dataset=data)
+    with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
+        preflight.check_config(config, s, 32)
+    assert "LORA_DROPOUT=0.05 with vLLM's importance-sampling correction" in caplog.text  # a warning, not a refusal
+    caplog.clear()
+    config = grpotrainer.build_config({**s, "LORA_DROPOUT": 0.0}, {}, cpu_only=True, train_dataset=data)
+    with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
+        preflight.check_config(config, {**s, "LORA_DROPOUT": 0.0}, 32)
+    assert "LORA_DROPOUT" not in caplog.text  # the default, 0, is quiet
+
+
+def string_length_reward(completions, **kwargs):
+    # written for plain strings: on TRL's chat lists len() counts messages, so every completion scores 1.0
+    return [min(1.0, len(c) / 1.0) for c in completions]
+
+
+def test_a_reward_blind_to_the_answer_is_warned_about_by_name(caplog):
+    import rewards
+
+    names = ["correctness_reward", "format_reward", "test_train:string_length_reward"]
+    with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
+        preflight.check_rewards(rewards.load(names, 32), names, gsm8k.load(FIXTURE, limit=4), 32)
+    warned = [r.getMessage() for r in caplog.records]
+    # one warning, not a refusal: the string reward scores 1.0 right or wrong, and so does format_reward (by design,
+    # it reads the '#### N' format only); correctness_reward tells them apart
+    assert [w.split(" scores")[0] for w in warned] == [
+        "REWARD_FUNCS entry 'format_reward'",
+        "REWARD_FUNCS entry 'test_train:string_length_reward'",
+    ]
+    assert "a right and a wrong answer to the same problems alike ([1.0, 1.0, 1.0])" in warned[1]
+
+
+# --- --config recipe.yaml ---------------------------------------------------------------------------------------
+
+
+def test_a_recipe_sets_constants_and_fields_and_the_command_line_wins(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("MAX_STEPS: 2\nREWARD_FUNCS: [correctness_reward]\nREWARD_WEIGHTS: [1.0]\ntop_p: 0.9\n")
+    args = parse(["--smoke", "--config", str(recipe)])
+    assert args.settings["MAX_STEPS"] == 2  # the file over --smoke's 4
+    assert args.settings["REWARD_FUNCS"] == ["correctness_reward"] and args.settings["REWARD_WEIGHTS"] == [1.0]
+    assert args.fields == {"top_p": 0.9}  # a lower-case key is a GRPOConfig field, typed by transformers
+    assert "MAX_STEPS" in args.given  # a recipe's constant counts as given, as on the command line
+    args = parse(["--smoke", f"--config={recipe}", "--MAX_STEPS=3", "--top_p=0.8"])
+    assert (args.settings["MAX_STEPS"], args.fields["top_p"]) == (3, 0.8)  # the command line wins
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("MAX_STEP: 2\n", "--config {path}: unknown setting --MAX_STEP. Did you mean MAX_STEPS"),
+        ("top_pp: 0.9\n", "--config {path}: unknown setting --top_pp: not a constant nor a GRPOConfig field. Did you"),
+        ("MAX_STEPS: many\n", "--config {path}: --MAX_STEPS=many is not a valid int"),
+        ("- MAX_STEPS\n", "--config {path}: a recipe is a mapping of KEY: value lines"),
+        ("MAX_STEPS: [\n", "--config {path} is not valid YAML"),
+    ],
+)
+def test_a_bad_recipe_names_the_file_and_the_key(tmp_path, text, message):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(text)
+    with pytest.raises(ConfigError, match=_literal(message.format(path=recipe))):
+        parse(["--config", str(recipe)])
+
+
+def test_the_shipped_recipe_parses():
+    args = parse(["--config", str(REPO / "configs" / "gsm8k-qwen3-8b.yaml")])
+    assert args.settings["NUM_GENERATIONS"] == 8 and args.fields == {"warmup_steps": 10}
