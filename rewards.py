@@ -246,6 +246,7 @@ class OverlongReward:
     """
 
     __name__ = "overlong_reward"  # TRL logs it as rewards/overlong_reward/mean
+    answer_blind = True  # token counts only
 
     def __init__(self, max_completion_length: int, soft_cache: int | None = None):
         if not _is_int(max_completion_length) or max_completion_length < 1:
@@ -401,6 +402,7 @@ class FormatReward(_Configured):
 
     __name__ = "format_reward"
     _reward = staticmethod(format_reward)
+    answer_blind = True  # the format, not the value: preflight does not expect it to tell answers apart
 
 
 class MathReward(_Configured):
@@ -409,6 +411,9 @@ class MathReward(_Configured):
     __name__ = "math_reward"
     _reward = staticmethod(math_reward)
 
+
+reasoning_reward.answer_blind = True  # shown working, not the value
+format_reward.answer_blind = True
 
 # Name -> reward. grpotrainer.py builds the classes with the keyword arguments their __init__ accepts among
 # max_completion_length and enable_thinking (its MAX_COMPLETION_LENGTH and ENABLE_THINKING).

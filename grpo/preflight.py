@@ -71,7 +71,6 @@ RANGES = {
 FIELD_RANGES = (("epsilon", 0, 1), ("epsilon_high", 0, 10), ("top_entropy_quantile", 0, 1))
 FIELD_RANGES += (("dataloader_num_workers", 0, 1024), ("max_grad_norm", 0, INF), ("warmup_steps", 0, INF))
 FIELD_CHOICES = {"importance_sampling_level": ("token", "sequence")}  # (TRL 1.16's GRPOConfig documentation)
-log = logging.getLogger("grpotrainer.preflight")
 THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
@@ -429,7 +428,7 @@ def check_rewards(funcs, names, dataset, max_completion_length):
             problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]!r}; each value must be a number or None.")
         elif bad := [v for v in out if v is not None and abs(v) == float("inf")]:
             problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]}; a reward must be finite (or None).")
-        elif call(func, name, wrong) == out:  # a warning: a length or format reward is answer-blind on purpose
+        elif not _answer_blind(func) and call(func, name, wrong) == out:  # a warning: it may be on purpose
             log.warning(
                 "REWARD_FUNCS entry %r scores a right and a wrong answer to the same problems alike (%s): if it is "
                 "meant to reward correctness, check what it reads (completions are chat lists, see README).",
@@ -438,6 +437,12 @@ def check_rewards(funcs, names, dataset, max_completion_length):
             )
     if problems:
         raise ConfigError("\n\n".join(problems))
+
+
+def _answer_blind(func):
+    """Whether a reward says it does not read the answer (`answer_blind = True` on it: the registry's format,
+    reasoning and length rewards), so that scoring right and wrong alike is its design, not a bug."""
+    return bool(getattr(getattr(func, "func", func), "answer_blind", False))
 
 
 def _wrong(answer):

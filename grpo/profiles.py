@@ -43,29 +43,6 @@ SMOKE = dict(
     EVAL_STEPS=0,  # the smoke run checks the pipeline; --EVAL_STEPS=2 --EVAL_SUBSET=8 tries the held-out curve
 )
 
-# `grpotrainer.py --demo`: these settings over the constants, then the command line's. DATASET and MODEL_NAME are
-# replaced by the generated task and warm-started model in OUTPUT_DIR (see `prepare`) unless given.
-DEMO = dict(
-    DATASET="outputs/demo/demo-data-seed0",
-    OUTPUT_DIR="outputs/demo",
-    SEED=0,
-    # shorter than the default prompt (a third of the tokens of a problem), asking for the same format
-    SYSTEM_PROMPT="Write the final answer on its own last line as '#### <number>'.",
-    LORA_DROPOUT=0.0,
-    MAX_COMPLETION_LENGTH=32,  # answers are ~15 tokens
-    NUM_GENERATIONS=8,
-    LEARNING_RATE=5e-4,  # 1e-3 teaches the format faster but moves a few sums by one
-    PER_DEVICE_TRAIN_BATCH_SIZE=64,  # 8 problems x 8 completions per step
-    GRADIENT_ACCUMULATION_STEPS=1,
-    MAX_STEPS=50,
-    SAVE_STEPS=50,
-    EVAL_BEFORE=256,  # the whole test split, before and after
-    EVAL_AFTER=256,
-    EVAL_BATCH_SIZE=128,
-    BF16=False,
-    ACTIVATION_CHECKPOINTING=False,
-)
-
 # ---------------------------------------------------------------------------------------------------------------
 # the smoke model
 

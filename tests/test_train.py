@@ -872,17 +872,15 @@ def string_length_reward(completions, **kwargs):
 def test_a_reward_blind_to_the_answer_is_warned_about_by_name(caplog):
     import rewards
 
-    names = ["correctness_reward", "format_reward", "test_train:string_length_reward"]
+    names = ["correctness_reward", "format_reward", "reasoning_reward", "overlong_reward"]
+    names += ["test_train:string_length_reward"]
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
         preflight.check_rewards(rewards.load(names, 32), names, gsm8k.load(FIXTURE, limit=4), 32)
     warned = [r.getMessage() for r in caplog.records]
-    # one warning, not a refusal: the string reward scores 1.0 right or wrong, and so does format_reward (by design,
-    # it reads the '#### N' format only); correctness_reward tells them apart
-    assert [w.split(" scores")[0] for w in warned] == [
-        "REWARD_FUNCS entry 'format_reward'",
-        "REWARD_FUNCS entry 'test_train:string_length_reward'",
-    ]
-    assert "a right and a wrong answer to the same problems alike ([1.0, 1.0, 1.0])" in warned[1]
+    # one warning, not a refusal: the string reward scores 1.0 right or wrong; correctness_reward tells them apart,
+    # and the registry's format, reasoning and length rewards say they are answer-blind by design (answer_blind)
+    assert [w.split(" scores")[0] for w in warned] == ["REWARD_FUNCS entry 'test_train:string_length_reward'"]
+    assert "a right and a wrong answer to the same problems alike ([1.0, 1.0, 1.0])" in warned[0]
 
 
 # --- --config recipe.yaml ---------------------------------------------------------------------------------------
