@@ -12,6 +12,7 @@ import socket
 from pathlib import Path
 
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")
+SETTINGS_FILE = "run_settings.json"  # in OUTPUT_DIR: what a run was told, read back by evaluate.py and export.py
 
 
 def is_local(name):

@@ -42,7 +42,7 @@ SYSTEM_PROMPT = (
     "Then write the final answer on its own last line as '#### <number>', with no units."
 )
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "smoke_gsm8k.jsonl"  # our own 32 problems, for --smoke
-SETTINGS_FILE = "run_settings.json"
+SETTINGS_FILE = files.SETTINGS_FILE
 KEYS = ("n", "strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens", "truncated_rate")
 SCALARS = {
     "strict_accuracy": "eval/gsm8k_strict_accuracy",
