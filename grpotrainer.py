@@ -99,6 +99,7 @@ owned = {
     "use_cpu": "--smoke",
     "gradient_checkpointing": "ACTIVATION_CHECKPOINTING",
     "resume_from_checkpoint": "RESUME",
+    **dict.fromkeys(("eval_strategy", "eval_steps", "do_eval"), "EVAL_AFTER"),  # GRPOTrainer gets no eval_dataset
 }
 log = logging.getLogger("grpotrainer")
 
@@ -224,6 +225,8 @@ def train(s, record, config, reward_funcs, datasets, started):
         main_process=rank0,
     )
     log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
+    again = f"the same command resumes from {last}" if last else "no step was trained; the same command starts again"
+    cli.set_phase("loading the model", again)  # a SIGTERM or Ctrl-C before training says so (cli.run)
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
     # advice and the NaN stop; SIGTERM and Ctrl-C; samples in TensorBoard; TRL's generation choices undone
     scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
@@ -264,7 +267,7 @@ def main(argv=()):
         cli.constants(globals()),
         argv,
         profiles=profile_settings,
-        config_class="trl:GRPOConfig",
+        config_class="trl.trainer.grpo_config:GRPOConfig",
         owned=owned,
         source=__file__,
     )

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from grpo import hardware
+from grpo import cli, hardware
 from grpo.cli import ConfigError
 from grpo.files import first_line
 
@@ -231,7 +231,11 @@ class StopOnSignal(TrainerCallback):
         self.restore()
 
     def restore(self):
-        """Put back the handlers that were there before training (safe to call more than once)."""
+        """Put back the handlers that were there before training (safe to call more than once): cli.run's, whose
+        line for a stop from now on says that the run is not finished."""
+        cli.set_phase(
+            "finishing the run", "it is not marked finished; the same command finishes it from its checkpoint"
+        )
         while self.previous:
             signum, handler = self.previous.popitem()
             signal.signal(signum, handler)

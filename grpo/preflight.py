@@ -298,6 +298,8 @@ def check_loaded(s, config, reward_funcs, train_dataset):
         raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
     check_config(config, s, len(train_dataset))
     check_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"])
+    if not files.is_local(s["MODEL_NAME"]) and (problem := files.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
+        raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     check_model_folder(s["MODEL_NAME"])
     if warning := thinking_ignored(s["MODEL_NAME"], s["ENABLE_THINKING"]):
         log.warning(warning)
@@ -426,7 +428,7 @@ def check_rewards(funcs, names, dataset, max_completion_length):
             )
         elif bad := [v for v in out if not (v is None or isinstance(v, numbers.Real) and not isinstance(v, bool))]:
             problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]!r}; each value must be a number or None.")
-        elif bad := [v for v in out if v is not None and abs(v) == float("inf")]:
+        elif bad := [v for v in out if v is not None and not math.isfinite(v)]:  # as rewards.check_values in training
             problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]}; a reward must be finite (or None).")
         elif not _answer_blind(func) and call(func, name, wrong) == out:  # a warning: it may be on purpose
             log.warning(
