@@ -359,14 +359,30 @@ def stall_error(err, ddp_timeout):
 
 @contextlib.contextmanager
 def faults(output_dir, ddp_timeout):
-    """Turn a full disk or a distributed stall raised in the block into a ConfigError (one message, exit 2)."""
+    """Turn a full disk, a distributed stall or NaN probabilities raised in the block into a ConfigError (exit 2)."""
     try:
         yield
     except Exception as err:
-        known = disk_full_error(err, output_dir) or stall_error(err, ddp_timeout)
+        known = disk_full_error(err, output_dir) or stall_error(err, ddp_timeout) or nonfinite_error(err)
         if known is None:
             raise
         raise known from None
+
+
+NONFINITE_TEXT = "probability tensor contains either `inf`, `nan` or element < 0"  # torch.multinomial's check
+
+
+def nonfinite_error(err):
+    """A ConfigError when sampling met NaN or inf probabilities: the model's weights hold them (a damaged or
+    badly converted MODEL_NAME, when it happens before the first step), or the run diverged."""
+    for e in chain(err):
+        if isinstance(e, RuntimeError) and NONFINITE_TEXT in str(e):
+            return ConfigError(
+                f"the model's next-token probabilities are NaN or inf ({first_line(e)}).\n"
+                "Before the first step, MODEL_NAME's weights hold NaN or inf: re-download or re-convert them. "
+                "After steps, the run diverged: lower LEARNING_RATE and rerun to resume from the newest checkpoint."
+            )
+    return None
 
 
 def free_bytes(path):

@@ -9,6 +9,7 @@ before training, `check_model` matches the model's config, weights and LoRA sett
 import dataclasses
 import difflib
 import itertools
+import json
 import logging
 import math
 import os
@@ -328,8 +329,23 @@ def check_model_folder(model_name):
     template = config.is_file() and "chat_template" in config.read_text(encoding="utf-8", errors="replace")
     if not problems and not template and not any(folder.glob("chat_template.j*")):  # .jinja or .json
         problems.append("its tokenizer has no chat template (GSM8K prompts are chat messages)")
+    for path in sorted(folder.glob("*.json")):  # config, tokenizer, generation config, shard index: all JSON
+        try:
+            json.loads(path.read_bytes())
+        except ValueError as err:  # UnicodeDecodeError too
+            problems.append(f"{path.name} is not JSON ({files.first_line(err)})")
     weights = sorted(folder.glob("*.safetensors"))
     problems += [p for path in weights if (p := checkpoints.safetensors_problem(path))]
+    try:
+        weight_map = files.read_json_object(folder / "model.safetensors.index.json").get("weight_map")
+    except ConfigError:  # not JSON: named above
+        weight_map = None
+    listed = {str(name) for name in weight_map.values()} if isinstance(weight_map, dict) else set()
+    shards = sorted(listed - {path.name for path in weights})
+    if shards:
+        problems.append(
+            f"the weight shards {', '.join(shards[:3])} that model.safetensors.index.json lists are missing"
+        )
     if not weights and not any(folder.glob("*.bin")):
         problems.append("it holds no weights (*.safetensors)")
     if problems:
@@ -524,8 +540,19 @@ def check_model(s):
         raise ConfigError(f"MODEL_NAME={name}: its config.json is not a causal language model's ({what}).") from None
     problems = _weight_shapes(Path(name), model) if local else []
     architectures = getattr(config, "architectures", None) or [None]
-    if local and not hasattr(__import__("transformers"), str(architectures[0])):  # TRL loads the class it names
+    transformers = __import__("transformers")
+    if local and not hasattr(transformers, str(architectures[0])):  # TRL loads the class it names
         problems.append(f"MODEL_NAME: config.json names no model class transformers has ({architectures[0]})")
+    elif (
+        local
+        and architectures[0]
+        and not issubclass(getattr(transformers, architectures[0]), transformers.GenerationMixin)
+    ):
+        problems.append(
+            f"MODEL_NAME: config.json names {architectures[0]}, a model that does not generate text (an encoder or "
+            "a bare model without its language-model head); GRPO samples completions: give a causal LM such as "
+            "Qwen3ForCausalLM"
+        )
     modules = dict(model.named_modules())
     targets = lora_targets(s["LORA_TARGET_MODULES"])
     if not targets:

@@ -347,3 +347,60 @@ def test_a_reward_path_that_is_not_a_reward_is_one_message(tmp_path, monkeypatch
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match=re.escape(message)):
         rewards.load([entry], 64)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a damaged model folder, refused before its weights load
+
+
+def model_folder(tmp_path):
+    """A small, whole model folder in Qwen3's layout: config, tokenizer with a chat template, one weights file."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    import torch
+
+    save_file({"w": torch.zeros(4, 4)}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda f: (f / "tokenizer_config.json").write_text("{not json"),
+            "tokenizer_config.json is not JSON (JSONDecodeError: Expecting",
+        ),
+        (lambda f: (f / "generation_config.json").write_bytes(b"\xff\xfe"), "generation_config.json is not JSON"),
+        (
+            lambda f: (f / "model.safetensors.index.json").write_text(
+                json.dumps({"weight_map": {"a": "model.safetensors", "b": "model-00002-of-00002.safetensors"}})
+            ),
+            "the weight shards model-00002-of-00002.safetensors that model.safetensors.index.json lists are missing",
+        ),
+    ],
+)
+def test_a_damaged_model_folder_names_the_file(tmp_path, damage, message):
+    from grpo import preflight
+
+    folder = model_folder(tmp_path)
+    preflight.check_model_folder(str(folder))  # whole: passes
+    damage(folder)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        preflight.check_model_folder(str(folder))
+
+
+def test_nan_probabilities_in_sampling_are_one_message_naming_weights_and_learning_rate():
+    from grpo import guards
+
+    err = RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    nonfinite = "(?s)NaN or inf.*MODEL_NAME's weights hold NaN or inf.*lower LEARNING_RATE"
+    with pytest.raises(ConfigError, match=nonfinite), guards.faults("/tmp", 600):
+        raise err
+    # any other error keeps its traceback
+    with pytest.raises(RuntimeError, match="another error"), guards.faults("/tmp", 600):
+        raise RuntimeError("another error")
