@@ -194,7 +194,14 @@ class StopOnSignal(TrainerCallback):
     loop must see that the run is not done, and rerunning the same command resumes it.
     """
 
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), resuming=None):
+        # until training begins, a signal unwinds through cli.run, whose line says what the same command does then
+        again = (
+            f"the same command resumes from {resuming}"
+            if resuming
+            else "no step was trained; the same command starts again"
+        )
+        cli.set_phase("loading the model", again)
         self.signals = tuple(signals)
         self.received = None  # the first signal's number
         self.signal_name = None  # its name, once the processes have agreed to stop
