@@ -226,6 +226,11 @@ def output_dir_problem(out, name="OUTPUT_DIR"):
         return f"{name} is empty; name the folder for checkpoints and the adapter."
     path = Path(out).expanduser()
     try:
+        if dangling := next((p for p in (path, *path.parents) if p.is_symlink() and not p.exists()), None):
+            return (
+                f"{name}={out}: {dangling} is a symbolic link to {os.readlink(dangling)}, which does not exist; "
+                "create that folder, or remove the link."
+            )
         existing = next(p for p in (path, *path.parents) if p.exists())
         if not existing.is_dir():
             return f"{name}={out}: {existing} is a file, not a folder; give a folder path."

@@ -404,3 +404,33 @@ def test_nan_probabilities_in_sampling_are_one_message_naming_weights_and_learni
     # any other error keeps its traceback
     with pytest.raises(RuntimeError, match="another error"), guards.faults("/tmp", 600):
         raise RuntimeError("another error")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# OUTPUT_DIR forms
+
+
+def test_an_output_dir_through_a_dangling_link_is_refused_naming_the_link(tmp_path):
+    from grpo import preflight
+
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    for out in (tmp_path / "link", tmp_path / "link" / "run"):  # the link itself, or a folder below it
+        problem = preflight.output_dir_problem(str(out))
+        assert problem == (
+            f"OUTPUT_DIR={out}: {tmp_path / 'link'} is a symbolic link to {tmp_path / 'gone'}, which does not exist; "
+            "create that folder, or remove the link."
+        )
+
+
+@pytest.mark.parametrize("name", ["with space 🙂", "a,b=c", "-leading-dash"])
+def test_an_output_dir_with_spaces_emoji_or_symbols_is_a_folder_like_any(tmp_path, name):
+    from grpo import preflight
+
+    assert preflight.output_dir_problem(str(tmp_path / name)) is None  # nothing in the name is special
+
+
+def test_an_output_dir_name_too_long_for_the_file_system_is_refused():
+    from grpo import preflight
+
+    problem = preflight.output_dir_problem("/tmp/" + "y" * 300)
+    assert problem.endswith("cannot be created or written (File name too long); choose a folder you can write to.")
