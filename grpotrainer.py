@@ -99,7 +99,6 @@ owned = {
     "use_cpu": "--smoke",
     "gradient_checkpointing": "ACTIVATION_CHECKPOINTING",
     "resume_from_checkpoint": "RESUME",
-    **dict.fromkeys(("eval_strategy", "eval_steps", "do_eval"), "EVAL_AFTER"),  # GRPOTrainer gets no eval_dataset
 }
 log = logging.getLogger("grpotrainer")
 

@@ -119,7 +119,6 @@ def test_a_stop_between_the_renames_of_a_replacing_publish_puts_the_old_folder_b
         ("evaluate.py", ["--LIMIT=-1"], "LIMIT=-1 must be at least 0"),
         ("grpotrainer.py", ["--top_pp=0.9"], "unknown setting --top_pp: not a constant nor a GRPOConfig field"),
         ("grpotrainer.py", ["--output_dir=x"], "--output_dir is set by the constant OUTPUT_DIR"),
-        ("grpotrainer.py", ["--eval_strategy=steps"], "--eval_strategy is set by the constant EVAL_AFTER"),
         ("grpotrainer.py", ["--MAX_STEPS=1e3"], "--MAX_STEPS=1e3 is not a valid int"),
         ("grpotrainer.py", ["MAX_STEPS=3"], "cannot read the argument 'MAX_STEPS=3'"),
     ],
@@ -315,9 +314,6 @@ def test_rewards_load_wraps_an_async_reward_in_async_guarded(tmp_path, monkeypat
     [
         ("output_dir", "OUTPUT_DIR"),
         ("resume_from_checkpoint", "RESUME"),
-        ("eval_strategy", "EVAL_AFTER"),
-        ("eval_steps", "EVAL_AFTER"),
-        ("do_eval", "EVAL_AFTER"),
         ("learning_rate", "LEARNING_RATE"),
     ],
 )
