@@ -224,7 +224,7 @@ def train(s, record, config, reward_funcs, datasets, started):
         main_process=rank0,
     )
     log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
-    stopper = guards.StopOnSignal(resuming=last)  # from here a SIGTERM or Ctrl-C says what the rerun does
+    stopper = guards.StopOnSignal(resuming=last)  # a SIGTERM from here on says what the rerun does
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
     # advice and the NaN stop; SIGTERM and Ctrl-C; samples in TensorBoard; TRL's generation choices undone
     scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
