@@ -122,11 +122,14 @@ def check(s, cpu_only=False):
             f"before the answer, so nearly every problem scores 0.\nSet MAX_COMPLETION_LENGTH >= "
             f"{preflight.THINKING_MIN_TOKENS}, or ENABLE_THINKING=False."
         )
+    paths = (preflight.model_name_problem(s["MODEL_NAME"]), preflight.output_dir_problem(s["OUTPUT_DIR"]))
+    problems += [p for p in paths if p]
+    if problems:  # the path and value mistakes at once, before anything imports torch (the checks below do)
+        raise ConfigError("\n\n".join(problems))
     attn = hardware.attention_problem(
         s["ATTN_IMPLEMENTATION"], cuda=hardware.on_gpu(cpu_only), bf16=s["BF16"], importable=hardware.importable
     )
-    paths = (preflight.model_name_problem(s["MODEL_NAME"]), preflight.output_dir_problem(s["OUTPUT_DIR"]))
-    problems += [p for p in (attn, *paths) if p]
+    problems += [attn] if attn else []
     try:
         preflight.check_model_folder(s["MODEL_NAME"])  # a local folder's tokenizer and whole weights (headers only)
     except ConfigError as err:
@@ -177,8 +180,11 @@ def main(argv=()):
     cpu_only = args.profile is not None
     cli.require(("torch", "transformers", "peft", "datasets"), "evaluate.py")
     check(s, cpu_only)
+    if not files.is_local(s["MODEL_NAME"]) and (problem := files.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
+        raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     load_kwargs = dict(config=s["DATASET_CONFIG"], limit=s["LIMIT"], system_prompt=s["SYSTEM_PROMPT"])
-    dataset = gsm8k.load(s["DATASET"], s["SPLIT"], **load_kwargs)
+    with cli.phase("loading the data"):
+        dataset = gsm8k.load(s["DATASET"], s["SPLIT"], **load_kwargs)
     vllm = s["USE_VLLM"] and hardware.on_gpu(cpu_only) and hardware.importable("vllm")
     if vllm:  # vLLM schedules its own batches
         generate, batch_size = (
@@ -197,7 +203,8 @@ def main(argv=()):
             len(dataset),
         )
     else:
-        model, tokenizer = load_model(s, cpu_only)
+        with cli.phase("loading the model"):
+            model, tokenizer = load_model(s, cpu_only)
         generate = gsm8k.hf_generator(
             model,
             tokenizer,
@@ -210,19 +217,22 @@ def main(argv=()):
     split = s["SPLIT"]
     log.info("%s on %d %s problems, greedy, with %s", name, len(dataset), split, "vLLM" if vllm else "transformers")
     sampler = functools.partial(generate, temperature=s["SAMPLE_TEMPERATURE"])  # one model or engine serves both
-    metrics, predictions = gsm8k.evaluate(
-        dataset,
-        generate,
-        batch_size,
-        f"GSM8K {split}",
-        s["ENABLE_THINKING"],
-        sampler=sampler,
-        samples=s["SAMPLES"],
-        temperature=s["SAMPLE_TEMPERATURE"],
-    )
+    with cli.phase(f"scoring {len(dataset)} {split} problems"):
+        metrics, predictions = gsm8k.evaluate(
+            dataset,
+            generate,
+            batch_size,
+            f"GSM8K {split}",
+            s["ENABLE_THINKING"],
+            sampler=sampler,
+            samples=s["SAMPLES"],
+            temperature=s["SAMPLE_TEMPERATURE"],
+        )
     logdir = gsm8k.new_logdir(s["OUTPUT_DIR"], suffix=f"_eval-{split}")
     step, title = gsm8k.adapter_step(s["ADAPTER"]), f"{name}, GSM8K {split}"
-    gsm8k.report(metrics, predictions, s["OUTPUT_DIR"], f"eval_{split}", logdir, step, title, s)
+    redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
+    with cli.phase("writing the results", redo):
+        gsm8k.report(metrics, predictions, s["OUTPUT_DIR"], f"eval_{split}", logdir, step, title, s)
     return metrics
 
 

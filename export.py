@@ -21,7 +21,6 @@ or HF_HUB_OFFLINE=1 stops the script before any work.
 
 import json
 import logging
-import os
 import re
 import shutil
 from pathlib import Path
@@ -58,23 +57,30 @@ def main(argv=()):
     run = resolve(c, given=args.given)
     out = Path(c["OUTPUT_DIR"])
     check_output_dir(out)
+    if not files.is_local(c["MODEL_NAME"]) and (problem := files.hub_unreachable(c["MODEL_NAME"], "MODEL_NAME")):
+        raise ConfigError(problem)
     log.info("merging %s into %s (%s)", c["ADAPTER"], c["MODEL_NAME"], c["DTYPE"])
-    model = merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
-    tokenizer = load_tokenizer(c["ADAPTER"], c["MODEL_NAME"], c["ENABLE_THINKING"], c["TRUST_REMOTE_CODE"])
+    with cli.phase("merging the adapter"):
+        model = merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
+        tokenizer = load_tokenizer(c["ADAPTER"], c["MODEL_NAME"], c["ENABLE_THINKING"], c["TRUST_REMOTE_CODE"])
     record = {**{k: c[k] for k in ("ADAPTER", "MODEL_NAME", "DTYPE", "ENABLE_THINKING")}, "step": c["STEP"]}
-    write_folder(out, model, tokenizer, {**record, "run_settings": run}, licence_files(c["MODEL_NAME"]), [CARD])
-    before, after = modelcard.read_metrics(run_dir(c["ADAPTER"]))
-    modelcard.write_card(
-        out,
-        run,
-        library_name="transformers",
-        metrics_before=before,
-        metrics_after=after,
-        steps=c["STEP"] or None,
-        dataset_sizes=run.get("dataset_sizes"),
-        repo_id=c["PUSH_TO_HUB"],
-        adapter_dir=c["ADAPTER"],
-    )
+    redo = f"{out} is as it was before; the same command exports again"  # publish_dir: the whole folder or none
+    with cli.phase(f"writing {out}", redo):
+        write_folder(out, model, tokenizer, {**record, "run_settings": run}, licence_files(c["MODEL_NAME"]), [CARD])
+    card = f"{out} is complete but its model card may be missing; the same command exports again"
+    with cli.phase("writing the model card", card):
+        before, after = modelcard.read_metrics(run_dir(c["ADAPTER"]))
+        modelcard.write_card(
+            out,
+            run,
+            library_name="transformers",
+            metrics_before=before,
+            metrics_after=after,
+            steps=c["STEP"] or None,
+            dataset_sizes=run.get("dataset_sizes"),
+            repo_id=c["PUSH_TO_HUB"],
+            adapter_dir=c["ADAPTER"],
+        )
     log.info("wrote %s: load it with AutoModelForCausalLM.from_pretrained(%r)", out, str(out))
     if c["PUSH_TO_HUB"]:
         push(out, c["PUSH_TO_HUB"], c["PRIVATE"])
@@ -292,24 +298,16 @@ def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
 
     MARKER records, under "files", every name written, with `later` (what the caller writes into `out` after this,
     the model card): a re-export checks against it that the folder holds nothing else (`check_output_dir`)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    try:
+    if out.exists():
+        log.info("replacing the earlier export in %s", out)
+    with files.publish_dir(out, replace=True) as partial:
         model.save_pretrained(partial)  # model.safetensors (or shards), config.json, generation_config.json
         tokenizer.save_pretrained(partial)  # tokenizer files and chat_template.jinja
         for path in extra_files:
             shutil.copy2(path, partial / path.name)
-        files = sorted({p.name for p in partial.iterdir()} | {MARKER, *later})
-        record = {**record, "files": files}
+        names = sorted({p.name for p in partial.iterdir()} | {MARKER, *later})
+        record = {**record, "files": names}
         (partial / MARKER).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
-        if out.exists():
-            log.info("replacing the earlier export in %s", out)
-            out.rename(old)
-        partial.rename(out)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def push(out, repo_id, private):

@@ -224,11 +224,11 @@ def train(s, record, config, reward_funcs, datasets, started):
         main_process=rank0,
     )
     log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
+    stopper = guards.StopOnSignal(resuming=last)  # a SIGTERM from here on says what the rerun does
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
     # advice and the NaN stop; SIGTERM and Ctrl-C; samples in TensorBoard; TRL's generation choices undone
     scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
     health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer).install(trainer)
-    stopper = guards.StopOnSignal()
     held_out = monitor.HeldOutEval(trainer, s["EVAL_STEPS"], s["EVAL_SUBSET"], final=bool(s["EVAL_AFTER"]), **scoring)
     for callback in (stopper, held_out, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer)):
         trainer.add_callback(callback)
@@ -264,7 +264,7 @@ def main(argv=()):
         cli.constants(globals()),
         argv,
         profiles=profile_settings,
-        config_class="trl:GRPOConfig",
+        config_class="trl.trainer.grpo_config:GRPOConfig",
         owned=owned,
         source=__file__,
     )

@@ -24,7 +24,10 @@ Run the examples in the docstrings and the tests:
     python -m pytest tests/test_rewards.py rewards.py -q
 """
 
+import math
+import numbers
 from collections.abc import Callable
+from pathlib import Path
 
 from grpo.cli import ConfigError
 from grpo.files import exit_as_error
@@ -275,8 +278,8 @@ def load(names, max_completion_length, enable_thinking=False) -> list[Callable]:
     A class (a registry entry or a user's) is built with the run's `max_completion_length` and `enable_thinking`,
     where its __init__ takes them. A module that is not on the Python path, or lacks the name, is a ConfigError
     naming the entry and where the module must live; a module or class that raises while loading is a bug and keeps
-    its traceback, with a note naming the entry. Each plain (not async) callable is returned inside `Guarded`, so
-    that one that raises during training names its entry and step under its traceback.
+    its traceback, with a note naming the entry. Each callable is returned inside `Guarded` (`AsyncGuarded`), so
+    that one that raises or returns no rewards during training names its entry and step.
     """
     import inspect
 
@@ -293,9 +296,29 @@ def load(names, max_completion_length, enable_thinking=False) -> list[Callable]:
                 raise
         if not callable(func):
             raise ConfigError(f"REWARD_FUNCS entry {name!r} is a {type(func).__name__}, not a function.")
+        if problem := _not_a_reward(func):  # os:system and the like: never called with a batch of completions
+            raise ConfigError(f"REWARD_FUNCS entry {name!r} is not a reward function: {problem}.")
         async_ = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
-        funcs.append(func if async_ else Guarded(func, name))
+        funcs.append(AsyncGuarded(func, name) if async_ else Guarded(func, name))
     return funcs
+
+
+def _not_a_reward(func):
+    """Why `func` cannot take TRL's reward call (prompts=, completions=, completion_ids=, the dataset's columns and
+    trainer_state= as keywords, which vary with the dataset), or None: it must take **kwargs."""
+    import inspect
+
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature
+        return "its signature cannot be read; write def myreward(completions, **kwargs) returning a list of floats"
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return (
+        f"it takes ({', '.join(p.name for p in params)}) without **kwargs, but TRL calls it with prompts=, "
+        "completions=, completion_ids=, trainer_state= and the dataset's columns; write "
+        "def myreward(completions, **kwargs)"
+    )
 
 
 def _import(name):
@@ -303,6 +326,13 @@ def _import(name):
     import importlib
 
     module, _, attr = name.partition(":") if ":" in name else name.rpartition(".")
+    if not all(part.isidentifier() for part in module.split(".")):  # a file path, "./x.py": not importable by name
+        stem = Path(module).stem if module.endswith(".py") else "mymod"
+        raise ConfigError(
+            f"REWARD_FUNCS entry {name!r}: {module!r} is not a module name. Name the module as Python imports it, "
+            f"without a path or .py (e.g. {stem}:{attr or 'myreward'}), and put its file beside grpotrainer.py or "
+            "in a folder on PYTHONPATH."
+        )
     try:
         found = importlib.import_module(module)
     except ModuleNotFoundError as err:
@@ -323,10 +353,12 @@ def _import(name):
 
 
 class Guarded:
-    """A reward function that, when it raises, adds a note naming its REWARD_FUNCS entry and the training step.
+    """A reward function whose failures name its REWARD_FUNCS entry and the training step.
 
-    The error itself goes on, traceback and all: a reward that raises is a bug to be seen where it is, in the
-    reward's own file and line. Keeps the function's `__name__`, which TRL turns into the metric name
+    One that raises is a bug to be seen where it is: the error goes on, traceback and all, in the reward's own file
+    and line, with a note naming the entry and step. One that returns what is not a reward (`check_values`: not a
+    list of one number or None per completion, or NaN/inf) is refused as one ConfigError naming both, before TRL
+    turns it into a tensor or a NaN loss. Keeps the function's `__name__`, which TRL turns into the metric name
     rewards/<name>/mean. Picklable.
     """
 
@@ -337,17 +369,61 @@ class Guarded:
 
     def __call__(self, *args, **kwargs):
         try:
-            return self.func(*args, **kwargs)
+            values = self.func(*args, **kwargs)
         except (Exception, SystemExit) as err:
-            step = getattr(kwargs.get("trainer_state"), "global_step", "?")
-            note = f"raised by the reward REWARD_FUNCS entry {self.entry!r} at training step {step}"
+            note = self.note(kwargs)
             if isinstance(err, SystemExit):
                 raise exit_as_error(err, note) from err
             err.add_note(note)  # the reward's own error goes on, its traceback and chain untouched
             raise
+        return check_values(values, kwargs.get("completions"), self.entry, self.step(kwargs))
+
+    @staticmethod
+    def step(kwargs):
+        return getattr(kwargs.get("trainer_state"), "global_step", "?")
+
+    def note(self, kwargs):
+        return f"raised by the reward REWARD_FUNCS entry {self.entry!r} at training step {self.step(kwargs)}"
 
     def __repr__(self):
-        return f"Guarded({self.func!r})"
+        return f"{type(self).__name__}({self.func!r})"
+
+
+class AsyncGuarded(Guarded):
+    """`Guarded` for an async reward function: TRL awaits it on its event loop, beside the other async ones."""
+
+    async def __call__(self, *args, **kwargs):
+        try:
+            values = await self.func(*args, **kwargs)
+        except (Exception, SystemExit) as err:
+            note = self.note(kwargs)
+            if isinstance(err, SystemExit):
+                raise exit_as_error(err, note) from err
+            err.add_note(note)
+            raise
+        return check_values(values, kwargs.get("completions"), self.entry, self.step(kwargs))
+
+
+def check_values(values, completions, entry, step):
+    """`values` when it is a reward function's proper answer: a list (tuple, array) with one finite number, or None
+    (TRL's "no reward for this one"), per completion. Anything else is a ConfigError naming `entry` and `step`:
+    booleans too, which would silently count as 0/1 where `x == y` was meant to be float(x == y).
+
+    >>> check_values([1.0, None, 0], ["a", "b", "c"], "m:f", 3)
+    [1.0, None, 0]
+    """
+    where = f"the reward REWARD_FUNCS entry {entry!r} at training step {step}"
+    fix = "A reward function returns one float (or None for no reward) per completion, in a list."
+    if isinstance(values, (str, bytes, dict, set)) or not hasattr(values, "__len__"):
+        raise ConfigError(f"{where} returned a {type(values).__name__}, not a list of numbers.\n{fix}")
+    if completions is not None and len(values) != len(completions):
+        raise ConfigError(f"{where} returned {len(values)} values for {len(completions)} completions.\n{fix}")
+    for i, value in enumerate(values):
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's scalars are Real
+        if value is not None and not (number and math.isfinite(value)):
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise ConfigError(f"{where} returned {shown} for completion {i}: not a finite number.\n{fix}")
+    return values
 
 
 def _is_int(value) -> bool:

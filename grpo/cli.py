@@ -13,9 +13,11 @@ without editing code:
 Values are parsed as plain data (numbers, booleans, comma-separated lists), never evaluated as code.
 """
 
+import contextlib
 import dataclasses
 import difflib
 import re
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -100,12 +102,13 @@ def config_fields(args, config_class, owned, settings):
     A field that a constant sets (LEARNING_RATE sets learning_rate; `owned` maps the others) is refused with the
     constant's name, so that one setting never has two values.
     """
-    if isinstance(config_class, str):  # "module:Class", imported only when a field is given: --help needs no trl
-        import importlib
-
-        module, _, name = config_class.partition(":")
-        config_class = getattr(importlib.import_module(module), name)
-    known = {f.name for f in dataclasses.fields(config_class) if f.init}
+    if isinstance(config_class, str):  # "module:Class": its field names read from the source, without importing it
+        module, _, class_name = config_class.partition(":")
+        known = source_fields(module, class_name)
+    if not isinstance(config_class, str) or known is None:
+        config_class = _import(config_class)
+        known = {f.name for f in dataclasses.fields(config_class) if f.init}
+    class_name = config_class.__name__ if isinstance(config_class, type) else class_name
     given = {}
     for arg in args:
         key, raw = _split(arg)
@@ -115,12 +118,13 @@ def config_fields(args, config_class, owned, settings):
             close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
             close += difflib.get_close_matches(key.upper(), settings, n=1, cutoff=0.8)
             hint = f" Did you mean {', '.join(close)}?" if close else " See --help for the constants."
-            raise ConfigError(f"unknown setting --{key}: not a constant nor a {config_class.__name__} field.{hint}")
+            raise ConfigError(f"unknown setting --{key}: not a constant nor a {class_name} field.{hint}")
         given[key] = raw
     if not given:
         return {}
     from transformers import HfArgumentParser  # types each value as the dataclass field declares it
 
+    config_class = _import(config_class)
     parser = HfArgumentParser(config_class)
 
     def refuse(message):  # argparse would print its usage and exit; say it in one line instead
@@ -129,6 +133,78 @@ def config_fields(args, config_class, owned, settings):
     parser.error = refuse
     namespace, _ = parser.parse_known_args([f"--{key}={raw}" for key, raw in given.items()])
     return {key: getattr(namespace, key) for key in given}
+
+
+def _import(config_class):
+    if not isinstance(config_class, str):
+        return config_class
+    import importlib
+
+    module, _, name = config_class.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def source_fields(module, class_name):
+    """The init fields of the dataclass `module:class_name` and its bases, read from their source files with `ast`
+    (no import: trl and transformers cost seconds of CPU), or None where the source cannot be followed.
+
+    A base is followed through the module's `from X import Base` (relative or absolute); a package that re-exports
+    it lazily (transformers' __init__) is searched for the file that defines it.
+    """
+    import ast
+    import importlib.util
+
+    def source(dotted):
+        top, _, rest = dotted.partition(".")
+        spec = importlib.util.find_spec(top)  # a top-level name: finds its folder without running its __init__
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        path = Path(next(iter(spec.submodule_search_locations)), *rest.split(".")) if rest else None
+        path = path or Path(next(iter(spec.submodule_search_locations)))
+        return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+    def fields(path, name, depth=0):
+        if path is None or not path.is_file() or depth > 8:
+            return None
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+        if node is None:  # a package's lazy re-export: the file in it that defines the class
+            marker = re.compile(rf"^class {re.escape(name)}\b", re.M)
+            found = [p for p in sorted(path.parent.glob("*.py")) if p != path and marker.search(p.read_text("utf-8"))]
+            return fields(found[0], name, depth + 1) if path.name == "__init__.py" and found else None
+        names = set()
+        for base in node.bases:
+            if not isinstance(base, ast.Name):
+                return None
+            origin = next(
+                (i for i in tree.body if isinstance(i, ast.ImportFrom) and base.id in {a.name for a in i.names}), None
+            )
+            if origin is None:
+                return None
+            package = ".".join(module_of[path].split(".")[: -origin.level or None]) if origin.level else ""
+            dotted = ".".join(p for p in (package, origin.module or "") if p)
+            module_of[source(dotted)] = dotted
+            inherited = fields(source(dotted), base.id, depth + 1)
+            if inherited is None:
+                return None
+            names |= inherited
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                no_init = isinstance(item.value, ast.Call) and any(
+                    k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False
+                    for k in item.value.keywords
+                )
+                (names.discard if no_init else names.add)(item.target.id)
+        return names
+
+    module_of = {}
+    start = source(module)
+    module_of[start] = module
+    try:
+        return fields(start, class_name)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
 
 
 def parse(settings, argv, profiles=None, config_class=None, owned=None, source=None):
@@ -255,16 +331,77 @@ def help_text(source, settings=None, profiles=None, fields=False):
     return "\n".join(out)
 
 
+class Interrupted(BaseException):
+    """SIGTERM or Ctrl-C outside training (where guards.StopOnSignal checkpoints instead): unwinds the script, so that
+    every `finally` and `with` on the way (the output lock, a half-filled publish_dir) is undone, then `run` says
+    where it stopped. A BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it."""
+
+    def __init__(self, signum, message):
+        super().__init__(signum, message)
+        self.signum, self.message = signum, message  # the phase as it was when the signal came
+
+
+# What the script is doing now and what an interruption there leaves, set with `phase`; read by `run`'s message.
+NOTHING_WRITTEN = "nothing was written; the same command starts again"
+_phase = ["starting", NOTHING_WRITTEN]
+
+
+def set_phase(doing, outcome=None):
+    """From now on the script does `doing` ("loading the model"), and a SIGTERM or Ctrl-C leaves `outcome` ("the
+    same command resumes from checkpoint-4"; None keeps the current one): the line `run` prints on a stop."""
+    _phase[:] = [doing, _phase[1] if outcome is None else outcome]
+
+
+@contextlib.contextmanager
+def phase(doing, outcome=None):
+    """`set_phase` for the block only."""
+    before = list(_phase)
+    set_phase(doing, outcome)
+    try:
+        yield
+    finally:
+        _phase[:] = before
+
+
+def stop_message(signum):
+    """The one line for a signal `signum` in the current phase.
+
+    >>> with phase("loading the model", "nothing was written"):
+    ...     stop_message(signal.SIGTERM)
+    'stopped by SIGTERM while loading the model: nothing was written'
+    """
+    return f"stopped by {signal.Signals(signum).name} while {_phase[0]}: {_phase[1]}"
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signum, stop_message(signum))
+
+
 def run(main):
-    """Call `main(argv)`; print a ConfigError as one paragraph and exit 2 instead of showing a traceback."""
+    """Call `main(argv)`; print a ConfigError as one paragraph and exit 2 instead of showing a traceback.
+
+    From the first line, SIGTERM (a scheduler's stop) and Ctrl-C raise `Interrupted`: the script unwinds and ends
+    with one line saying where it stopped and what the same command does next (`phase`), exit 128 + the signal
+    (143, 130). Training installs its own handlers (guards.StopOnSignal: a checkpoint at the step's end) and puts
+    these back after.
+    """
+    set_phase("starting", NOTHING_WRITTEN)
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         return main(sys.argv[1:])
     except ConfigError as err:
         print(f"\nerror: {err}\n", file=sys.stderr, flush=True)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print("\ninterrupted.", file=sys.stderr, flush=True)
-        sys.exit(130)
+    except (Interrupted, KeyboardInterrupt) as err:
+        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        for other in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut this line into a traceback
+            signal.signal(other, signal.SIG_IGN)
+        message = err.message if isinstance(err, Interrupted) else stop_message(signum)
+        print(f"\n{message}", file=sys.stderr, flush=True)
+        sys.exit(128 + signum)
+    finally:
+        for signum, handler in previous.items():  # a caller's own (pytest's), once main is done
+            signal.signal(signum, handler)
 
 
 def setup_logging(prefix, rank0=True):

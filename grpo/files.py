@@ -38,6 +38,45 @@ def hub_offline():
     return bool(constants.HF_HUB_OFFLINE or now)
 
 
+HUB_TIMEOUT = 5  # seconds to reach the Hub before a Hub id is refused (huggingface_hub itself retries for a minute)
+
+
+def hub_unreachable(repo_id, name, repo_type="model", timeout=HUB_TIMEOUT):
+    """Why the Hub id `repo_id` (the setting `name`) cannot be used now, or None: not in the local cache while the
+    Hub is offline or its host does not answer a TCP connection within `timeout` seconds. Asked once, before any
+    download, so that a machine without the Hub is told so in seconds rather than after huggingface_hub's retries."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(
+        repo_id, "config.json" if repo_type == "model" else "README.md", repo_type=repo_type
+    )
+    if isinstance(cached, str) or (repo_type != "model" and _cached_dataset(repo_id)):
+        return None
+    fix = f"point {name} at a local folder (see README), or run once where the Hub is reachable to fill the cache"
+    if hub_offline():
+        return f"{name}={repo_id} is a Hub id that is not in the local cache, and HF_HUB_OFFLINE is set: {fix}."
+    from urllib.parse import urlparse
+
+    url = urlparse(constants.ENDPOINT)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as err:
+        return (
+            f"{name}={repo_id} is a Hub id, but the Hub ({host}:{port}) cannot be reached ({err}).\n"
+            f"Set HF_HUB_OFFLINE=1 to use only the local cache, or {fix}."
+        )
+    return None
+
+
+def _cached_dataset(repo_id):
+    """Whether datasets' cache holds a copy of the Hub dataset `repo_id` (its folder in HF_DATASETS_CACHE)."""
+    root = Path(
+        os.environ.get("HF_DATASETS_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "datasets"
+    )
+    return (root.expanduser() / repo_id.replace("/", "___")).is_dir()
+
+
 def checkpoint_step(path):
     """N for a folder named checkpoint-N (Trainer's name for a checkpoint), else None.
 
@@ -121,7 +160,8 @@ def publish_dir(target, replace=False):
 
     Without `replace`, a `target` that another process (a torchrun rank) finished first is kept and ours dropped.
     With it, an existing `target` is moved aside and deleted once the new one is in place. A block that raises
-    leaves `target` as it was."""
+    leaves `target` as it was, also when it is stopped (SIGTERM, Ctrl-C) between the two renames: the old folder
+    is moved back."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp, old = _aside(target, "partial"), _aside(target, "old")
@@ -134,12 +174,11 @@ def publish_dir(target, replace=False):
         try:
             tmp.rename(target)
         except OSError:
-            if old.exists() and not target.exists():
-                old.rename(target)  # the earlier folder back in place
-                raise
             if replace or not target.exists():
                 raise  # not another process's finished folder: a real failure
     finally:
+        if old.exists() and not target.exists():  # a failed rename, or a stop between the two: the old one back
+            old.rename(target)
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
 

@@ -33,7 +33,7 @@ import os
 import time
 from pathlib import Path
 
-from grpo import checkpoints, files, grading, hardware
+from grpo import checkpoints, cli, files, grading, hardware
 from grpo.cli import ConfigError
 
 # The instruction before every problem; grpotrainer.py and evaluate.py start from this default.
@@ -58,6 +58,11 @@ log = logging.getLogger("grpotrainer.gsm8k")
 
 # ---------------------------------------------------------------------------------------------------------------
 # Prompts and data
+
+
+# The longest row a local dataset may hold: GSM8K's longest line (train and test) is 1,744 characters, so a row 37
+# times longer is not a word problem; refused with its line number instead of stalling tokenization for minutes.
+MAX_ROW_CHARS = 64 * 1024
 
 
 def make_prompt(question, system_prompt=SYSTEM_PROMPT):
@@ -105,6 +110,8 @@ def load(
 
 
 def _read_hub(dataset, config, split, name):
+    if problem := files.hub_unreachable(dataset, name, repo_type="dataset"):
+        raise ConfigError(problem)
     import datasets
 
     try:
@@ -130,7 +137,8 @@ def _read_local(dataset, split, name):
     where = f"{name}={dataset}" + (f" ({split} split)" if path.name == f"{split}.jsonl" else "")
     if not path.is_file():
         raise ConfigError(
-            f"{where} points at {path}, which does not exist.\nGive a GSM8K-format .jsonl file "
+            f"{where} points at {path}, which {'is not a regular file' if path.exists() else 'does not exist'}.\n"
+            "Give a GSM8K-format .jsonl file "
             '(one {"question": ..., "answer": "... #### N"} per line), a folder with train.jsonl and test.jsonl, '
             "or the Hub id openai/gsm8k."
         )
@@ -138,10 +146,15 @@ def _read_local(dataset, split, name):
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = path.read_bytes()[: err.start].count(b"\n") + 1
-        raise ConfigError(f"{path} is not UTF-8 text (line {line}, byte {err.start}); save it as UTF-8.") from None
+        raise ConfigError(
+            f"{where}: {path} is not UTF-8 text (line {line}, byte {err.start}); save it as UTF-8."
+        ) from None
     rows, problems = [], []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
+            continue
+        if len(line) > MAX_ROW_CHARS:  # before json.loads and the grader, which a megabyte row would stall
+            problems.append(f"line {number}: {len(line)} characters, above the bound of {MAX_ROW_CHARS} per row")
             continue
         try:
             row = json.loads(line)
@@ -588,7 +601,7 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     thinking = (args.chat_template_kwargs or {}).get("enable_thinking", False)
     samples, desc = args.num_generations if samples is None else samples, f"GSM8K test, {when} training"
     start = time.perf_counter()
-    with generation_ready(trainer) as model:
+    with generation_ready(trainer) as model, cli.phase(f"scoring EVAL_{when.upper()}"):
         tokenizer, length, cache = trainer.processing_class, args.max_completion_length, args.cache_implementation
         # training's own end-of-turn tokens: Trainer may have rewritten the generation config's to the tokenizer's
         eos = trainer.eos_token_ids

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from grpo import hardware
+from grpo import cli, hardware
 from grpo.cli import ConfigError
 from grpo.files import first_line
 
@@ -194,7 +194,14 @@ class StopOnSignal(TrainerCallback):
     loop must see that the run is not done, and rerunning the same command resumes it.
     """
 
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), resuming=None):
+        # until training begins, a signal unwinds through cli.run, whose line says what the same command does then
+        again = (
+            f"the same command resumes from {resuming}"
+            if resuming
+            else "no step was trained; the same command starts again"
+        )
+        cli.set_phase("loading the model", again)
         self.signals = tuple(signals)
         self.received = None  # the first signal's number
         self.signal_name = None  # its name, once the processes have agreed to stop
@@ -231,7 +238,11 @@ class StopOnSignal(TrainerCallback):
         self.restore()
 
     def restore(self):
-        """Put back the handlers that were there before training (safe to call more than once)."""
+        """Put back the handlers that were there before training (safe to call more than once): cli.run's, whose
+        line for a stop from now on says that the run is not finished."""
+        cli.set_phase(
+            "finishing the run", "it is not marked finished; the same command finishes it from its checkpoint"
+        )
         while self.previous:
             signum, handler = self.previous.popitem()
             signal.signal(signum, handler)
@@ -355,14 +366,30 @@ def stall_error(err, ddp_timeout):
 
 @contextlib.contextmanager
 def faults(output_dir, ddp_timeout):
-    """Turn a full disk or a distributed stall raised in the block into a ConfigError (one message, exit 2)."""
+    """Turn a full disk, a distributed stall or NaN probabilities raised in the block into a ConfigError (exit 2)."""
     try:
         yield
     except Exception as err:
-        known = disk_full_error(err, output_dir) or stall_error(err, ddp_timeout)
+        known = disk_full_error(err, output_dir) or stall_error(err, ddp_timeout) or nonfinite_error(err)
         if known is None:
             raise
         raise known from None
+
+
+NONFINITE_TEXT = "probability tensor contains either `inf`, `nan` or element < 0"  # torch.multinomial's check
+
+
+def nonfinite_error(err):
+    """A ConfigError when sampling met NaN or inf probabilities: the model's weights hold them (a damaged or
+    badly converted MODEL_NAME, when it happens before the first step), or the run diverged."""
+    for e in chain(err):
+        if isinstance(e, RuntimeError) and NONFINITE_TEXT in str(e):
+            return ConfigError(
+                f"the model's next-token probabilities are NaN or inf ({first_line(e)}).\n"
+                "Before the first step, MODEL_NAME's weights hold NaN or inf: re-download or re-convert them. "
+                "After steps, the run diverged: lower LEARNING_RATE and rerun to resume from the newest checkpoint."
+            )
+    return None
 
 
 def free_bytes(path):

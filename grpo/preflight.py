@@ -9,6 +9,7 @@ before training, `check_model` matches the model's config, weights and LoRA sett
 import dataclasses
 import difflib
 import itertools
+import json
 import logging
 import math
 import os
@@ -225,6 +226,11 @@ def output_dir_problem(out, name="OUTPUT_DIR"):
         return f"{name} is empty; name the folder for checkpoints and the adapter."
     path = Path(out).expanduser()
     try:
+        if dangling := next((p for p in (path, *path.parents) if p.is_symlink() and not p.exists()), None):
+            return (
+                f"{name}={out}: {dangling} is a symbolic link to {os.readlink(dangling)}, which does not exist; "
+                "create that folder, or remove the link."
+            )
         existing = next(p for p in (path, *path.parents) if p.exists())
         if not existing.is_dir():
             return f"{name}={out}: {existing} is a file, not a folder; give a folder path."
@@ -298,6 +304,8 @@ def check_loaded(s, config, reward_funcs, train_dataset):
         raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
     check_config(config, s, len(train_dataset))
     check_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"])
+    if not files.is_local(s["MODEL_NAME"]) and (problem := files.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
+        raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     check_model_folder(s["MODEL_NAME"])
     if warning := thinking_ignored(s["MODEL_NAME"], s["ENABLE_THINKING"]):
         log.warning(warning)
@@ -326,8 +334,23 @@ def check_model_folder(model_name):
     template = config.is_file() and "chat_template" in config.read_text(encoding="utf-8", errors="replace")
     if not problems and not template and not any(folder.glob("chat_template.j*")):  # .jinja or .json
         problems.append("its tokenizer has no chat template (GSM8K prompts are chat messages)")
+    for path in sorted(folder.glob("*.json")):  # config, tokenizer, generation config, shard index: all JSON
+        try:
+            json.loads(path.read_bytes())
+        except ValueError as err:  # UnicodeDecodeError too
+            problems.append(f"{path.name} is not JSON ({files.first_line(err)})")
     weights = sorted(folder.glob("*.safetensors"))
     problems += [p for path in weights if (p := checkpoints.safetensors_problem(path))]
+    try:
+        weight_map = files.read_json_object(folder / "model.safetensors.index.json").get("weight_map")
+    except ConfigError:  # not JSON: named above
+        weight_map = None
+    listed = {str(name) for name in weight_map.values()} if isinstance(weight_map, dict) else set()
+    shards = sorted(listed - {path.name for path in weights})
+    if shards:
+        problems.append(
+            f"the weight shards {', '.join(shards[:3])} that model.safetensors.index.json lists are missing"
+        )
     if not weights and not any(folder.glob("*.bin")):
         problems.append("it holds no weights (*.safetensors)")
     if problems:
@@ -426,7 +449,7 @@ def check_rewards(funcs, names, dataset, max_completion_length):
             )
         elif bad := [v for v in out if not (v is None or isinstance(v, numbers.Real) and not isinstance(v, bool))]:
             problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]!r}; each value must be a number or None.")
-        elif bad := [v for v in out if v is not None and abs(v) == float("inf")]:
+        elif bad := [v for v in out if v is not None and not math.isfinite(v)]:  # as rewards.check_values in training
             problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]}; a reward must be finite (or None).")
         elif not _answer_blind(func) and call(func, name, wrong) == out:  # a warning: it may be on purpose
             log.warning(
@@ -522,8 +545,19 @@ def check_model(s):
         raise ConfigError(f"MODEL_NAME={name}: its config.json is not a causal language model's ({what}).") from None
     problems = _weight_shapes(Path(name), model) if local else []
     architectures = getattr(config, "architectures", None) or [None]
-    if local and not hasattr(__import__("transformers"), str(architectures[0])):  # TRL loads the class it names
+    transformers = __import__("transformers")
+    if local and not hasattr(transformers, str(architectures[0])):  # TRL loads the class it names
         problems.append(f"MODEL_NAME: config.json names no model class transformers has ({architectures[0]})")
+    elif (
+        local
+        and architectures[0]
+        and not issubclass(getattr(transformers, architectures[0]), transformers.GenerationMixin)
+    ):
+        problems.append(
+            f"MODEL_NAME: config.json names {architectures[0]}, a model that does not generate text (an encoder or "
+            "a bare model without its language-model head); GRPO samples completions: give a causal LM such as "
+            "Qwen3ForCausalLM"
+        )
     modules = dict(model.named_modules())
     targets = lora_targets(s["LORA_TARGET_MODULES"])
     if not targets:

@@ -458,6 +458,9 @@ def test_hub_dataset_errors_are_explained(monkeypatch):
         raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setattr(
+        gsm8k.files, "hub_unreachable", lambda *args, **kwargs: None
+    )  # the Hub answers, the load fails
     with pytest.raises(ConfigError, match="(?s)DATASET 'openai/gsm8k' could not be loaded.*local GSM8K-format"):
         gsm8k.load("openai/gsm8k")
 
@@ -626,11 +629,20 @@ def _raised_here(excinfo):
     return Path(str(frame.path)).name, frame.name
 
 
+def test_a_reward_without_kwargs_is_refused_when_loaded():
+    import rewards
+
+    # TRL calls it with prompts=, completion_ids=, trainer_state= and the columns: it could never run
+    with pytest.raises(
+        ConfigError, match=r"'test_train:no_kwargs_reward' is not a reward function: it takes \(completions\)"
+    ):
+        rewards.load(["test_train:no_kwargs_reward"], 32)
+
+
 @pytest.mark.parametrize(
     "name, error, function",
     [
         ("test_train:raising_reward", KeyError, "raising_reward"),
-        ("test_train:no_kwargs_reward", TypeError, None),  # TRL's keyword call itself fails
         ("test_train:exits_reward", RuntimeError, "exits_reward"),  # sys.exit in a reward: a bug, shown as one
     ],
 )
