@@ -27,7 +27,7 @@ Run the examples in the docstrings and the tests:
 from collections.abc import Callable
 
 from grpo.cli import ConfigError
-from grpo.files import exit_as_error
+from grpo.files import deadline, exit_as_error
 from grpo.grading import (
     answer_region,
     answers_match,
@@ -269,14 +269,15 @@ class OverlongReward:
         return f"OverlongReward(max_completion_length={self.max_completion_length}, soft_cache={self.soft_cache})"
 
 
-def load(names, max_completion_length, enable_thinking=False) -> list[Callable]:
+def load(names, max_completion_length, enable_thinking=False, timeout=0) -> list[Callable]:
     """Reward callables for REWARD_FUNCS entries: registry names, "module:function" or TRL's "module.function".
 
     A class (a registry entry or a user's) is built with the run's `max_completion_length` and `enable_thinking`,
     where its __init__ takes them. A module that is not on the Python path, or lacks the name, is a ConfigError
     naming the entry and where the module must live; a module or class that raises while loading is a bug and keeps
     its traceback, with a note naming the entry. Each plain (not async) callable is returned inside `Guarded`, so
-    that one that raises during training names its entry and step under its traceback.
+    that one that raises during training names its entry and step under its traceback, and one call that takes
+    more than `timeout` seconds (REWARD_TIMEOUT; 0 = no limit) ends the run naming its entry.
     """
     import inspect
 
@@ -294,7 +295,7 @@ def load(names, max_completion_length, enable_thinking=False) -> list[Callable]:
         if not callable(func):
             raise ConfigError(f"REWARD_FUNCS entry {name!r} is a {type(func).__name__}, not a function.")
         async_ = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
-        funcs.append(func if async_ else Guarded(func, name))
+        funcs.append(func if async_ else Guarded(func, name, timeout))
     return funcs
 
 
@@ -323,23 +324,26 @@ def _import(name):
 
 
 class Guarded:
-    """A reward function that, when it raises, adds a note naming its REWARD_FUNCS entry and the training step.
+    """A reward function that, when it raises, adds a note naming its REWARD_FUNCS entry and the training step; one
+    that runs past `timeout` seconds (REWARD_TIMEOUT) is stopped with `files.RewardTimeout`, which ends the run.
 
     The error itself goes on, traceback and all: a reward that raises is a bug to be seen where it is, in the
     reward's own file and line. Keeps the function's `__name__`, which TRL turns into the metric name
     rewards/<name>/mean. Picklable.
     """
 
-    def __init__(self, func, entry):
+    def __init__(self, func, entry, timeout=0):
         self.func = func
         self.entry = entry
+        self.timeout = timeout  # REWARD_TIMEOUT: seconds one call may take, 0 = no limit
         self.__name__ = getattr(func, "__name__", entry.rpartition(":")[2])
 
     def __call__(self, *args, **kwargs):
+        step = getattr(kwargs.get("trainer_state"), "global_step", "?")
         try:
-            return self.func(*args, **kwargs)
+            with deadline(self.timeout, self.entry, f"at training step {step}"):
+                return self.func(*args, **kwargs)
         except (Exception, SystemExit) as err:
-            step = getattr(kwargs.get("trainer_state"), "global_step", "?")
             note = f"raised by the reward REWARD_FUNCS entry {self.entry!r} at training step {step}"
             if isinstance(err, SystemExit):
                 raise exit_as_error(err, note) from err

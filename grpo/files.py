@@ -1,5 +1,6 @@
-"""Files, names and errors, one rule each: local path or Hub id, the Hub's offline switch, checkpoint folder
-names, writing aside then renaming, the first line of an error, a note under a traceback, load errors.
+"""Files, names and errors, one rule each: `~` in a path setting, local path or Hub id, the Hub's offline switch,
+checkpoint folder names, writing aside then renaming, the first line of an error, a note under a traceback, load
+errors.
 
 Nothing heavy is imported here: every other module of the package and the scripts use it.
 """
@@ -12,6 +13,25 @@ import socket
 from pathlib import Path
 
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")
+# The settings of every script that name a file or folder: `~` in them means the home folder, as in a shell.
+PATH_SETTINGS = ("MODEL_NAME", "DATASET", "OUTPUT_DIR", "ADAPTER")
+
+
+def expand_paths(settings):
+    """`settings` (a new dict) with a leading `~` or `~user` of each path setting expanded, as a shell would.
+
+    The shell leaves `--OUTPUT_DIR=~/x` alone (`~` expands only at the start of a word); transformers and our code
+    would then disagree on where `~/x` is. Every script's `cli.parse` applies this once, to defaults and overrides.
+
+    >>> s = expand_paths({"OUTPUT_DIR": "~/x", "MODEL_NAME": "Qwen/Qwen3-8B", "SYSTEM_PROMPT": "~"})
+    >>> s["OUTPUT_DIR"] == os.path.join(os.path.expanduser("~"), "x"), s["MODEL_NAME"], s["SYSTEM_PROMPT"]
+    (True, 'Qwen/Qwen3-8B', '~')
+    """
+    out = dict(settings)
+    for key in PATH_SETTINGS:
+        if isinstance(out.get(key), str) and out[key].startswith("~"):
+            out[key] = os.path.expanduser(out[key])
+    return out
 
 
 def is_local(name):
@@ -77,6 +97,39 @@ def exit_as_error(err, note):
     error = RuntimeError(f"the reward called sys.exit({err.code!r})")
     error.add_note(note)
     return error
+
+
+class RewardTimeout(BaseException):
+    """A reward call that ran past REWARD_TIMEOUT. A BaseException, like KeyboardInterrupt, so that a reward's own
+    `except Exception` cannot swallow it and carry on: it ends the run, with the hung line in its traceback."""
+
+
+@contextlib.contextmanager
+def deadline(seconds, entry, where):
+    """Raise RewardTimeout inside the block once it has run `seconds` (0 = no limit), naming the REWARD_FUNCS
+    `entry` and `where` it was called. A SIGALRM timer, so it interrupts Python code and blocking calls in the
+    main thread (where TRL calls plain rewards); elsewhere, and in C code that never returns to Python, it
+    cannot, and the block runs unbounded."""
+    import signal
+    import threading
+
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise RewardTimeout(
+            f"REWARD_FUNCS entry {entry!r} did not return within REWARD_TIMEOUT={seconds:g} s ({where}), so the run "
+            "stops.\nFix the reward (the traceback shows the line it was on), or raise REWARD_TIMEOUT (0 = no limit)."
+        )
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _aside(path, kind):
