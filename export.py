@@ -21,7 +21,6 @@ or HF_HUB_OFFLINE=1 stops the script before any work.
 
 import json
 import logging
-import os
 import re
 import shutil
 from pathlib import Path
@@ -287,29 +286,22 @@ def licence_files(model_name):
 
 
 def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
-    """Write the model, tokenizer, extra files and MARKER into a hidden sibling folder, then move it into place,
-    so OUTPUT_DIR never holds half an export, and an earlier export is replaced whole (no stale weight shards).
+    """Write the model, tokenizer, extra files and MARKER into a hidden sibling folder, then move it into place
+    (`files.publish_dir`), so OUTPUT_DIR never holds half an export, an earlier export is replaced whole (no stale
+    weight shards) and restored if the swap fails, and what a killed export left beside it is cleaned up.
 
     MARKER records, under "files", every name written, with `later` (what the caller writes into `out` after this,
     the model card): a re-export checks against it that the folder holds nothing else (`check_output_dir`)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    try:
+    if out.exists():
+        log.info("replacing the earlier export in %s", out)
+    with files.publish_dir(out, replace=True) as partial:
         model.save_pretrained(partial)  # model.safetensors (or shards), config.json, generation_config.json
         tokenizer.save_pretrained(partial)  # tokenizer files and chat_template.jinja
         for path in extra_files:
             shutil.copy2(path, partial / path.name)
-        files = sorted({p.name for p in partial.iterdir()} | {MARKER, *later})
-        record = {**record, "files": files}
+        written = sorted({p.name for p in partial.iterdir()} | {MARKER, *later})
+        record = {**record, "files": written}
         (partial / MARKER).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
-        if out.exists():
-            log.info("replacing the earlier export in %s", out)
-            out.rename(old)
-        partial.rename(out)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def push(out, repo_id, private):

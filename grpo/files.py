@@ -167,15 +167,42 @@ def atomic_write(path, text, durable=False):
     return path
 
 
+def pid_alive(pid):
+    """Whether a process with this pid runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user
+        return True
+    return True
+
+
+def _stale(target):
+    """(kind, path) of the hidden siblings of `target` (see `_aside`) left by a process of this host that is gone."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(tmp|partial|old)-(.+)-([0-9]+)")
+    for path in target.parent.glob(f".{target.name}.*"):
+        match = pattern.fullmatch(path.name)
+        if match and match.group(2) == socket.gethostname() and not pid_alive(int(match.group(3))):
+            yield match.group(1), path
+
+
 @contextlib.contextmanager
 def publish_dir(target, replace=False):
     """Fill a hidden sibling folder in the block, then rename it to `target`: never half a folder at `target`.
 
     Without `replace`, a `target` that another process (a torchrun rank) finished first is kept and ours dropped.
-    With it, an existing `target` is moved aside and deleted once the new one is in place. A block that raises
-    leaves `target` as it was."""
+    With it, an existing `target` is renamed aside, the new one renamed in, and the old one deleted; if that second
+    rename fails or is interrupted, the old one is renamed back. A block that raises leaves `target` as it was.
+    Siblings left by a killed earlier call on this host are cleaned up first, and an old `target` that a kill
+    left aside between the two renames is put back, so `target` is never lost."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for kind, path in _stale(target):
+        if kind == "old" and not target.exists():
+            path.rename(target)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
     tmp, old = _aside(target, "partial"), _aside(target, "old")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -183,14 +210,17 @@ def publish_dir(target, replace=False):
         yield tmp
         if replace and target.exists():
             target.rename(old)
-        try:
-            tmp.rename(target)
-        except OSError:
-            if old.exists() and not target.exists():
-                old.rename(target)  # the earlier folder back in place
+            try:
+                tmp.rename(target)
+            except BaseException:  # KeyboardInterrupt too: the earlier folder comes back
+                old.rename(target)
                 raise
-            if replace or not target.exists():
-                raise  # not another process's finished folder: a real failure
+        else:
+            try:
+                tmp.rename(target)
+            except OSError:
+                if not target.exists():
+                    raise  # not another process's finished folder: a real failure
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)

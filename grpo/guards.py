@@ -30,7 +30,7 @@ from transformers import TrainerCallback
 
 from grpo import hardware
 from grpo.cli import ConfigError
-from grpo.files import first_line
+from grpo.files import first_line, pid_alive
 
 log = logging.getLogger("grpotrainer")
 LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it
@@ -55,17 +55,6 @@ def any_rank(flag, device=None):
     t = torch.tensor([int(bool(flag))], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
-
-
-def pid_alive(pid):
-    """Whether a process with this pid runs on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, as another user
-        return True
-    return True
 
 
 def read_holder(path):
