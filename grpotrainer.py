@@ -49,7 +49,7 @@ STEPS_PER_GENERATION = 0  # micro-batches per generation round; 0 = GRADIENT_ACC
 MASK_TRUNCATED_COMPLETIONS = False  # leave completions cut at MAX_COMPLETION_LENGTH out of the loss
 REWARD_FUNCS = ["correctness_reward", "format_reward"]  # rewards.REWARDS names, or "module:function"
 REWARD_WEIGHTS = [1.0, 0.2]  # one weight per reward function; correctness should dominate
-REWARD_TIMEOUT = 600  # seconds one reward call (a batch) may take before the run stops naming it; 0 = no limit
+REWARD_TIMEOUT = 600  # seconds a reward call may take, or the run stops naming it; 0 = no limit
 USE_TRANSFORMERS_CONTINUOUS_BATCHING = False  # transformers' paged continuous batching (no vLLM)
 CACHE_IMPLEMENTATION = "dynamic"  # or static: static KV cache + compiled decode step (CUDA; ~1 min)
 USE_VLLM = False  # generate with vLLM (requirements-vllm.txt): several times faster generation

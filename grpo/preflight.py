@@ -212,8 +212,8 @@ def _paths(s):
 
 CHECKOUT = Path(__file__).resolve().parents[1]  # the folder holding grpotrainer.py
 # What a run writes into OUTPUT_DIR before its run_settings.json: the CPU profiles' model and data folders, and
-# the demo's warm start in progress (demo-model-seedN.sft<pid>), files.py's hidden work in progress.
-PROFILE_FOLDERS = re.compile(r"smoke-model|demo-data-seed\d+|demo-model-seed\d+(\.sft\d+)?|\..+\.(tmp|partial|old)-.+")
+# the demo's warm start in progress (demo-sums-model-seedN.sft<pid>), files.py's hidden work in progress.
+PROFILE_FOLDERS = re.compile(r"smoke-model|demo-(sums-)?(data-|model-)?seed\d+(\.sft\d+)?|\..+\.(tmp|partial|old)-.+")
 
 
 def run_folder_problem(out):

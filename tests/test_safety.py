@@ -63,7 +63,8 @@ def test_a_runs_own_folder_is_accepted(tmp_path, smoke_settings):
     empty.mkdir()
     profile = tmp_path / "profile"
     (profile / "smoke-model").mkdir(parents=True)
-    (profile / "demo-model-seed0.sft123").mkdir()
+    (profile / "demo-sums-seed0").mkdir()
+    (profile / "demo-sums-model-seed0.sft123").mkdir()
     ran = tmp_path / "ran"
     gsm8k.write_settings(ran, {**smoke_settings, "grpo_config": {}})
     (ran / "README.md").write_text("our card")
@@ -114,7 +115,11 @@ def evil_model(folder, marker):
     profiles.ensure_model_dir(folder)
     (folder / "evil.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
-        "from transformers import Qwen3Config as C, Qwen3ForCausalLM as M, PreTrainedTokenizerFast as T\n"
+        "from transformers import Qwen3Config, Qwen3ForCausalLM, PreTrainedTokenizerFast\n"
+        # subclasses: transformers marks a remote class as such, which must not touch its own Qwen3 classes
+        "class C(Qwen3Config):\n    pass\n"
+        "class M(Qwen3ForCausalLM):\n    config_class = C\n"
+        "class T(PreTrainedTokenizerFast):\n    pass\n"
     )
     for name, auto_map in (
         ("config.json", {"AutoConfig": "evil.C", "AutoModelForCausalLM": "evil.M"}),
