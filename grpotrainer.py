@@ -24,7 +24,7 @@ from grpo import checkpoints, cli, files, gsm8k, hardware, modelcard, preflight,
 MODEL_NAME = "Qwen/Qwen3-8B"  # Hub id, or a local folder holding config.json + weights (see README)
 TRUST_REMOTE_CODE = False  # run a model repo's own Python code; Qwen3 needs none, so leave it off
 ATTN_IMPLEMENTATION = "auto"  # auto = fastest installed on CUDA in bf16 (docs/gpu.md), else sdpa
-LOAD_IN_4BIT = False  # QLoRA: 4-bit NF4 base weights via bitsandbytes (CUDA only); ~1/4 of the memory
+LOAD_IN_4BIT = False  # QLoRA: 4-bit NF4 base weights via bitsandbytes (CUDA only): ~1/4 the memory
 ENABLE_THINKING = False  # Qwen3 thinking mode; needs MAX_COMPLETION_LENGTH >= 1024 or every reward is 0
 # LoRA
 LORA_R = 16  # adapter rank: 8-64; higher learns more, costs more memory
@@ -178,8 +178,8 @@ def build_peft_config(s):
 
 
 def build_trainer(s, config, reward_funcs, train_dataset):
-    """GRPOTrainer on MODEL_NAME with the LoRA config (TRL loads and wraps the model). Only a failed load
-    (a cut or incompatible checkpoint; the Hub) is the MODEL_NAME message; any other error keeps its traceback."""
+    """GRPOTrainer on MODEL_NAME with the LoRA config (TRL loads and wraps the model). A failed
+    load is the one-line MODEL_NAME message; any other error is a bug and keeps its traceback."""
     from trl import GRPOTrainer
 
     try:
