@@ -57,8 +57,10 @@ profile_settings = {
         DATASET=str(gsm8k.FIXTURE), LIMIT=8, BATCH_SIZE=4, MAX_COMPLETION_LENGTH=32, BF16=False, USE_VLLM=False
     )
 }
-# What a training run's run_settings.json decides for its adapter (unless given on this command line).
-from_run = ("MODEL_NAME", "TRUST_REMOTE_CODE", "ATTN_IMPLEMENTATION", "BF16", "ENABLE_THINKING", "DATASET")
+# What a training run's run_settings.json decides for its adapter (unless given on this command line). Never a
+# security setting: a folder someone sent must not switch on TRUST_REMOTE_CODE, nor name a Hub kernel (code from the
+# Hub) as ATTN_IMPLEMENTATION; those come from this file and its command line only.
+from_run = ("MODEL_NAME", "ATTN_IMPLEMENTATION", "BF16", "ENABLE_THINKING", "DATASET")
 from_run += ("DATASET_CONFIG", "SYSTEM_PROMPT", "MAX_COMPLETION_LENGTH")
 smoke_output = "outputs/smoke"  # --smoke builds the tiny model in its smoke-model folder when no run names one
 log = logging.getLogger("grpotrainer.evaluate")
@@ -70,6 +72,9 @@ def resolve(argv):
     s = dict(args.settings)
     run = gsm8k.run_settings(s["ADAPTER"]) if s["ADAPTER"] else {}
     s.update({key: run[key] for key in from_run if key in run and key not in args.given})
+    if s["ATTN_IMPLEMENTATION"] not in hardware.ATTENTION and "ATTN_IMPLEMENTATION" not in args.given:
+        kernel, s["ATTN_IMPLEMENTATION"] = s["ATTN_IMPLEMENTATION"], args.settings["ATTN_IMPLEMENTATION"]
+        log.warning("not using the run's ATTN_IMPLEMENTATION=%s (code from the Hub); give it here to use it", kernel)
     if "TEMPERATURE" in run and "SAMPLE_TEMPERATURE" not in args.given:
         s["SAMPLE_TEMPERATURE"] = run["TEMPERATURE"]  # sampled accuracy as the run's groups were sampled
     if args.profile == "smoke" and "MODEL_NAME" not in args.given and "MODEL_NAME" not in run:

@@ -293,8 +293,9 @@ def licence_files(model_name):
 
 
 def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
-    """Write the model, tokenizer, extra files and MARKER into a hidden sibling folder, then move it into place,
-    so OUTPUT_DIR never holds half an export, and an earlier export is replaced whole (no stale weight shards).
+    """Write the model, tokenizer, extra files and MARKER into a hidden sibling folder, then move it into place
+    (`files.publish_dir`), so OUTPUT_DIR never holds half an export, an earlier export is replaced whole (no stale
+    weight shards) and restored if the swap fails, and what a killed export left beside it is cleaned up.
 
     MARKER records, under "files", every name written, with `later` (what the caller writes into `out` after this,
     the model card): a re-export checks against it that the folder holds nothing else (`check_output_dir`)."""

@@ -24,7 +24,7 @@ from grpo import checkpoints, cli, files, gsm8k, hardware, modelcard, preflight,
 MODEL_NAME = "Qwen/Qwen3-8B"  # Hub id, or a local folder holding config.json + weights (see README)
 TRUST_REMOTE_CODE = False  # run a model repo's own Python code; Qwen3 needs none, so leave it off
 ATTN_IMPLEMENTATION = "auto"  # auto = fastest installed on CUDA in bf16 (docs/gpu.md), else sdpa
-LOAD_IN_4BIT = False  # QLoRA: 4-bit NF4 base weights via bitsandbytes (CUDA only); ~1/4 of the memory
+LOAD_IN_4BIT = False  # QLoRA: 4-bit NF4 base weights via bitsandbytes (CUDA only): ~1/4 the memory
 ENABLE_THINKING = False  # Qwen3 thinking mode; needs MAX_COMPLETION_LENGTH >= 1024 or every reward is 0
 # LoRA
 LORA_R = 16  # adapter rank: 8-64; higher learns more, costs more memory
@@ -49,6 +49,7 @@ STEPS_PER_GENERATION = 0  # micro-batches per generation round; 0 = GRADIENT_ACC
 MASK_TRUNCATED_COMPLETIONS = False  # leave completions cut at MAX_COMPLETION_LENGTH out of the loss
 REWARD_FUNCS = ["correctness_reward", "format_reward"]  # rewards.REWARDS names, or "module:function"
 REWARD_WEIGHTS = [1.0, 0.2]  # one weight per reward function; correctness should dominate
+REWARD_TIMEOUT = 600  # seconds a reward call may take, or the run stops naming it; 0 = no limit
 USE_TRANSFORMERS_CONTINUOUS_BATCHING = False  # transformers' paged continuous batching (no vLLM)
 CACHE_IMPLEMENTATION = "dynamic"  # or static: static KV cache + compiled decode step (CUDA; ~1 min)
 USE_VLLM = False  # generate with vLLM (requirements-vllm.txt): several times faster generation
@@ -177,10 +178,8 @@ def build_peft_config(s):
 
 
 def build_trainer(s, config, reward_funcs, train_dataset):
-    """GRPOTrainer on MODEL_NAME with the LoRA config (TRL loads and wraps the model).
-
-    Only a failed load (a missing, cut or incompatible checkpoint; the Hub) becomes the one-line
-    MODEL_NAME message; any other error is a bug and keeps its traceback."""
+    """GRPOTrainer on MODEL_NAME with the LoRA config (TRL loads and wraps the model). A failed
+    load is the one-line MODEL_NAME message; any other error is a bug and keeps its traceback."""
     from trl import GRPOTrainer
 
     try:
@@ -279,12 +278,13 @@ def main(argv=()):
     if args.profile == "demo":
         s = profiles.prepare(s, args.given)  # its task and warm-started Qwen3
     train_dataset, eval_dataset = load_data(s)
-    reward_funcs = rewards.load(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])
+    reward_funcs = rewards.load(
+        s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"], timeout=s["REWARD_TIMEOUT"]
+    )
     if args.profile == "smoke" and "MODEL_NAME" not in args.given:
         # a tiny Qwen3 in OUTPUT_DIR/smoke-model, built before GRPOConfig starts torch.distributed
         s["MODEL_NAME"] = profiles.cpu_model(s["OUTPUT_DIR"])
     config = build_config(s, args.fields, cpu_only, train_dataset=train_dataset)
-    # the rewards on real rows, the model's config on the meta device
     preflight.check_loaded(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
     sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # for the model card
     record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grpo.cli import ConfigError
-from grpo.files import exit_as_error
+from grpo.files import deadline, exit_as_error
 from grpo.grading import (
     answer_region,
     answers_match,
@@ -272,14 +272,15 @@ class OverlongReward:
         return f"OverlongReward(max_completion_length={self.max_completion_length}, soft_cache={self.soft_cache})"
 
 
-def load(names, max_completion_length, enable_thinking=False) -> list[Callable]:
+def load(names, max_completion_length, enable_thinking=False, timeout=0) -> list[Callable]:
     """Reward callables for REWARD_FUNCS entries: registry names, "module:function" or TRL's "module.function".
 
     A class (a registry entry or a user's) is built with the run's `max_completion_length` and `enable_thinking`,
     where its __init__ takes them. A module that is not on the Python path, or lacks the name, is a ConfigError
     naming the entry and where the module must live; a module or class that raises while loading is a bug and keeps
     its traceback, with a note naming the entry. Each callable is returned inside `Guarded` (`AsyncGuarded`), so
-    that one that raises or returns no rewards during training names its entry and step.
+    that one that raises or returns no rewards during training names its entry and step, and one plain call that
+    takes more than `timeout` seconds (REWARD_TIMEOUT; 0 = no limit) ends the run naming its entry.
     """
     import inspect
 
@@ -299,7 +300,7 @@ def load(names, max_completion_length, enable_thinking=False) -> list[Callable]:
         if problem := _not_a_reward(func):  # os:system and the like: never called with a batch of completions
             raise ConfigError(f"REWARD_FUNCS entry {name!r} is not a reward function: {problem}.")
         async_ = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
-        funcs.append(AsyncGuarded(func, name) if async_ else Guarded(func, name))
+        funcs.append(AsyncGuarded(func, name) if async_ else Guarded(func, name, timeout))
     return funcs
 
 
@@ -353,7 +354,8 @@ def _import(name):
 
 
 class Guarded:
-    """A reward function whose failures name its REWARD_FUNCS entry and the training step.
+    """A reward function whose failures name its REWARD_FUNCS entry and the training step; one plain call that runs
+    past `timeout` seconds (REWARD_TIMEOUT) is stopped with `files.RewardTimeout`, which ends the run.
 
     One that raises is a bug to be seen where it is: the error goes on, traceback and all, in the reward's own file
     and line, with a note naming the entry and step. One that returns what is not a reward (`check_values`: not a
@@ -362,14 +364,17 @@ class Guarded:
     rewards/<name>/mean. Picklable.
     """
 
-    def __init__(self, func, entry):
+    def __init__(self, func, entry, timeout=0):
         self.func = func
         self.entry = entry
+        self.timeout = timeout  # REWARD_TIMEOUT: seconds one call may take, 0 = no limit
         self.__name__ = getattr(func, "__name__", entry.rpartition(":")[2])
 
     def __call__(self, *args, **kwargs):
+        step = getattr(kwargs.get("trainer_state"), "global_step", "?")
         try:
-            values = self.func(*args, **kwargs)
+            with deadline(self.timeout, self.entry, f"at training step {step}"):
+                values = self.func(*args, **kwargs)
         except (Exception, SystemExit) as err:
             note = self.note(kwargs)
             if isinstance(err, SystemExit):

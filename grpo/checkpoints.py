@@ -136,8 +136,25 @@ def optimizer_problem(folder):
     if not list(folder.glob("rng_state*.pth")):
         return "rng_state.pth is missing"
     for path in sorted(p for p in folder.iterdir() if p.suffix in TORCH_FILES and p.is_file()) + files:
-        if reason := torch_file_problem(path):
+        if reason := torch_file_problem(path) or unsafe_pickle_problem(path):
             return reason
+    return None
+
+
+def unsafe_pickle_problem(path):
+    """Why torch.load(weights_only=True), which Trainer uses to resume, would refuse the torch file `path`: the
+    pickle names functions or classes outside torch's allow-list and the numpy types Trainer adds (a file someone
+    crafted, or one not written by Trainer). Read statically, never unpickled. training_args.bin is skipped: it is
+    a pickle of the whole config, which Trainer writes but never loads."""
+    if path.name == "training_args.bin":
+        return None
+    import torch
+    from transformers.trainer_pt_utils import safe_globals
+
+    with safe_globals():
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+    if unsafe:
+        return f"{path.name} names code outside torch's safe list ({', '.join(unsafe[:3])}), so it is not loaded"
     return None
 
 

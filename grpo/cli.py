@@ -22,6 +22,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from grpo import files
+
 TRUE, FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 
@@ -212,7 +214,7 @@ def parse(settings, argv, profiles=None, config_class=None, owned=None, source=N
 
     settings: the script's constants (`constants(globals())`); profiles: {"smoke": {...}} applied by `--smoke`;
     config_class/owned: where lower-case `--field=value` go (see `config_fields`); source: the script file,
-    whose constants block `--help` prints.
+    whose constants block `--help` prints. A `~` in a path setting is expanded here (`files.expand_paths`).
     """
     if "--help" in argv or "-h" in argv:
         print(help_text(source, settings, profiles, fields=config_class is not None), flush=True)
@@ -237,7 +239,7 @@ def parse(settings, argv, profiles=None, config_class=None, owned=None, source=N
     if lower and config_class is None:
         upper += lower  # no config behind this script: report them as unknown settings
         lower = []
-    resolved = apply_overrides({**settings, **profiles.get(profile, {})}, upper)
+    resolved = files.expand_paths(apply_overrides({**settings, **profiles.get(profile, {})}, upper))
     fields = config_fields(lower, config_class, owned or {}, settings) if lower else {}
     given = frozenset(_split(arg)[0] for arg in upper)
     return Args(resolved, given, profile, fields)

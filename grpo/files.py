@@ -1,5 +1,6 @@
-"""Files, names and errors, one rule each: local path or Hub id, the Hub's offline switch, checkpoint folder
-names, writing aside then renaming, the first line of an error, a note under a traceback, load errors.
+"""Files, names and errors, one rule each: `~` in a path setting, local path or Hub id, the Hub's offline switch,
+checkpoint folder names, writing aside then renaming, the first line of an error, a note under a traceback, load
+errors.
 
 Nothing heavy is imported here: every other module of the package and the scripts use it.
 """
@@ -13,6 +14,25 @@ from pathlib import Path
 
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")
 SETTINGS_FILE = "run_settings.json"  # in OUTPUT_DIR: what a run was told, read back by evaluate.py and export.py
+# The settings of every script that name a file or folder: `~` in them means the home folder, as in a shell.
+PATH_SETTINGS = ("MODEL_NAME", "DATASET", "OUTPUT_DIR", "ADAPTER")
+
+
+def expand_paths(settings):
+    """`settings` (a new dict) with a leading `~` or `~user` of each path setting expanded, as a shell would.
+
+    The shell leaves `--OUTPUT_DIR=~/x` alone (`~` expands only at the start of a word); transformers and our code
+    would then disagree on where `~/x` is. Every script's `cli.parse` applies this once, to defaults and overrides.
+
+    >>> s = expand_paths({"OUTPUT_DIR": "~/x", "MODEL_NAME": "Qwen/Qwen3-8B", "SYSTEM_PROMPT": "~"})
+    >>> s["OUTPUT_DIR"] == os.path.join(os.path.expanduser("~"), "x"), s["MODEL_NAME"], s["SYSTEM_PROMPT"]
+    (True, 'Qwen/Qwen3-8B', '~')
+    """
+    out = dict(settings)
+    for key in PATH_SETTINGS:
+        if isinstance(out.get(key), str) and out[key].startswith("~"):
+            out[key] = os.path.expanduser(out[key])
+    return out
 
 
 def is_local(name):
@@ -119,6 +139,39 @@ def exit_as_error(err, note):
     return error
 
 
+class RewardTimeout(BaseException):
+    """A reward call that ran past REWARD_TIMEOUT. A BaseException, like KeyboardInterrupt, so that a reward's own
+    `except Exception` cannot swallow it and carry on: it ends the run, with the hung line in its traceback."""
+
+
+@contextlib.contextmanager
+def deadline(seconds, entry, where):
+    """Raise RewardTimeout inside the block once it has run `seconds` (0 = no limit), naming the REWARD_FUNCS
+    `entry` and `where` it was called. A SIGALRM timer, so it interrupts Python code and blocking calls in the
+    main thread (where TRL calls plain rewards); elsewhere, and in C code that never returns to Python, it
+    cannot, and the block runs unbounded."""
+    import signal
+    import threading
+
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise RewardTimeout(
+            f"REWARD_FUNCS entry {entry!r} did not return within REWARD_TIMEOUT={seconds:g} s ({where}), so the run "
+            "stops.\nFix the reward (the traceback shows the line it was on), or raise REWARD_TIMEOUT (0 = no limit)."
+        )
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _aside(path, kind):
     """A hidden sibling of `path` for work in progress; host and pid, since nodes may share the file system."""
     path = Path(path)
@@ -154,16 +207,42 @@ def atomic_write(path, text, durable=False):
     return path
 
 
+def pid_alive(pid):
+    """Whether a process with this pid runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user
+        return True
+    return True
+
+
+def _stale(target):
+    """(kind, path) of the hidden siblings of `target` (see `_aside`) left by a process of this host that is gone."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(tmp|partial|old)-(.+)-([0-9]+)")
+    for path in target.parent.glob(f".{target.name}.*"):
+        match = pattern.fullmatch(path.name)
+        if match and match.group(2) == socket.gethostname() and not pid_alive(int(match.group(3))):
+            yield match.group(1), path
+
+
 @contextlib.contextmanager
 def publish_dir(target, replace=False):
     """Fill a hidden sibling folder in the block, then rename it to `target`: never half a folder at `target`.
 
     Without `replace`, a `target` that another process (a torchrun rank) finished first is kept and ours dropped.
-    With it, an existing `target` is moved aside and deleted once the new one is in place. A block that raises
-    leaves `target` as it was, also when it is stopped (SIGTERM, Ctrl-C) between the two renames: the old folder
-    is moved back."""
+    With it, an existing `target` is renamed aside, the new one renamed in, and the old one deleted; if that second
+    rename fails or is interrupted, the old one is renamed back. A block that raises leaves `target` as it was.
+    Siblings left by a killed earlier call on this host are cleaned up first, and an old `target` that a kill
+    left aside between the two renames is put back, so `target` is never lost."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for kind, path in _stale(target):
+        if kind == "old" and not target.exists():
+            path.rename(target)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
     tmp, old = _aside(target, "partial"), _aside(target, "old")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -171,11 +250,17 @@ def publish_dir(target, replace=False):
         yield tmp
         if replace and target.exists():
             target.rename(old)
-        try:
-            tmp.rename(target)
-        except OSError:
-            if replace or not target.exists():
-                raise  # not another process's finished folder: a real failure
+            try:
+                tmp.rename(target)
+            except BaseException:  # KeyboardInterrupt too: the earlier folder comes back
+                old.rename(target)
+                raise
+        else:
+            try:
+                tmp.rename(target)
+            except OSError:
+                if not target.exists():
+                    raise  # not another process's finished folder: a real failure
     finally:
         if old.exists() and not target.exists():  # a failed rename, or a stop between the two: the old one back
             old.rename(target)

@@ -132,7 +132,7 @@ def _read_local(dataset, split, name):
     Read by hand rather than with datasets' JSON builder, whose errors name neither the line nor the field.
     A byte-order mark and blank lines are tolerated.
     """
-    path = Path(dataset).expanduser()
+    path = Path(dataset)
     path = path / f"{split}.jsonl" if path.is_dir() else path
     where = f"{name}={dataset}" + (f" ({split} split)" if path.name == f"{split}.jsonl" else "")
     if not path.is_file():

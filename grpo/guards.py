@@ -30,7 +30,7 @@ from transformers import TrainerCallback
 
 from grpo import cli, hardware
 from grpo.cli import ConfigError
-from grpo.files import first_line
+from grpo.files import first_line, pid_alive
 
 log = logging.getLogger("grpotrainer")
 LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it
@@ -55,17 +55,6 @@ def any_rank(flag, device=None):
     t = torch.tensor([int(bool(flag))], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
-
-
-def pid_alive(pid):
-    """Whether a process with this pid runs on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, as another user
-        return True
-    return True
 
 
 def read_holder(path):
@@ -185,8 +174,9 @@ class StopOnSignal(TrainerCallback):
     Schedulers send SIGTERM before preemption (Slurm, Kubernetes), torchrun forwards it to every process, and a
     terminal sends Ctrl-C's SIGINT to all of them. The handlers only record the signal; at each step end the
     processes agree (`any_rank`) so that all stop at the same step, and Trainer then saves as if SAVE_STEPS had
-    come. Later signals while stopping are ignored, so a second Ctrl-C cannot cut the save (Ctrl-\\ or kill -9
-    still end the process at once). Handlers are installed when training begins and restored when it ends.
+    come. Later signals are ignored, so a second Ctrl-C (or torchrun forwarding the terminal's) cannot cut the
+    save, and each says what the run is doing: still in the step, saving, or ending (Ctrl-\\ or kill -9 still end
+    the process at once). Handlers are installed when training begins and restored when it ends.
 
     After train() returns, `signal_name` is set when a signal stopped it, and `message()` and `exit_code`
     say so: 128 + the signal number (143 for SIGTERM, 130 for Ctrl-C), the shell's convention for "ended by
@@ -210,13 +200,20 @@ class StopOnSignal(TrainerCallback):
         self.previous = {}  # signal number -> the handler to restore
 
     def handle(self, signum, frame):
+        """Record the first signal; later ones are ignored, saying what the run is doing now: still in the step
+        (a slow reward or generation may hold it; REWARD_TIMEOUT bounds a reward), saving, or ending."""
+        name = signal.Signals(signum).name
         if self.received is None:
             self.received = signum
-            log.warning("%s received: finishing this step, then saving a checkpoint", signal.Signals(signum).name)
+            log.warning("%s received: finishing this step, then saving a checkpoint", name)
+            return
+        if self.saved is not None:
+            doing = "the checkpoint is saved and the run is ending"
+        elif self.signal_name is not None:
+            doing = "a checkpoint is being saved"
         else:
-            log.warning(
-                "%s ignored: a checkpoint is being saved (Ctrl-\\ aborts without it)", signal.Signals(signum).name
-            )
+            doing = "the current step has not finished yet (a checkpoint is saved after it)"
+        log.warning("%s ignored: %s; Ctrl-\\ or kill -9 stop at once, without a new checkpoint", name, doing)
 
     def on_train_begin(self, args, state, control, **kwargs):
         for signum in self.signals:

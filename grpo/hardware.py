@@ -178,11 +178,18 @@ def one_cpu_thread():
 
 def init_cpu_process_group(timeout_s):
     """Under torchrun on the CPU, start the gloo process group with DDP_TIMEOUT before transformers does: its CPU
-    branch leaves ddp_timeout out, so a stalled process would wait torch's default 30 minutes. No-op otherwise."""
+    branch leaves ddp_timeout out, so a stalled process would wait torch's default 30 minutes. No-op otherwise.
+
+    It also names the device plain "cpu" (accelerate's ACCELERATE_TORCH_DEVICE): accelerate's MULTI_CPU branch
+    would make it cpu:0 (`PartialState.set_device`), which Trainer then passes to torch.load as map_location for
+    the optimizer state when world_size > 1, and torch's CPU deserializer accepts only "cpu": every resume of a
+    two-process CPU run failed with "don't know how to restore data location ... (tagged with cpu:0)"."""
     import datetime
 
     import torch.distributed as dist
 
+    if world_size() > 1:
+        os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
     if world_size() > 1 and not dist.is_initialized():
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
 

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import re
 from pathlib import Path
 
 from grpo import checkpoints, files, hardware
@@ -53,6 +54,7 @@ RANGES = {
     "LOGGING_STEPS": (1, INF, True, True, "1 logs every step"),
     "SAVE_STEPS": (1, INF, True, True, "a killed run loses at most this many steps"),
     "SAVE_TOTAL_LIMIT": (1, INF, True, True, "keep at least the newest checkpoint"),
+    "REWARD_TIMEOUT": (0, INF, True, False, "seconds; 0 = no limit"),
     "EVAL_BEFORE": (0, INF, True, True, "0 = off"),
     "EVAL_AFTER": (0, INF, True, True, "0 = off"),
     "EVAL_STEPS": (-1, INF, True, True, "-1 = every 10 % of the run's steps, 0 = off"),
@@ -72,6 +74,16 @@ RANGES = {
 FIELD_RANGES = (("epsilon", 0, 1), ("epsilon_high", 0, 10), ("top_entropy_quantile", 0, 1))
 FIELD_RANGES += (("dataloader_num_workers", 0, 1024), ("max_grad_norm", 0, INF), ("warmup_steps", 0, INF))
 FIELD_CHOICES = {"importance_sampling_level": ("token", "sequence")}  # (TRL 1.16's GRPOConfig documentation)
+# generation_kwargs keys (transformers' GenerationConfig, vLLM's SamplingParams) that TRL lets override what a constant
+# or a checked field sets: each is refused, naming the owner.
+GENERATION_OWNED = dict.fromkeys(
+    ("max_new_tokens", "max_length", "min_new_tokens", "min_length", "max_tokens", "min_tokens"),
+    "MAX_COMPLETION_LENGTH, which the rewards' cut-off rule and the truncation mask also read",
+)
+GENERATION_OWNED |= dict.fromkeys(("num_return_sequences", "n"), "NUM_GENERATIONS, GRPO's group size")
+GENERATION_OWNED |= {"temperature": "TEMPERATURE", "do_sample": "GRPO itself (its groups must be sampled)"}
+GENERATION_OWNED |= {key: f"--{key}, checked before the run" for key in ("top_p", "top_k", "min_p")}
+GENERATION_OWNED |= {"repetition_penalty": "--repetition_penalty, checked before the run"}
 THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
@@ -195,12 +207,63 @@ def _steps(s):
 
 
 def _paths(s):
-    return [p for p in (model_name_problem(s["MODEL_NAME"]), output_dir_problem(s["OUTPUT_DIR"])) if p]
+    out = output_dir_problem(s["OUTPUT_DIR"]) or run_folder_problem(s["OUTPUT_DIR"])
+    return [p for p in (model_name_problem(s["MODEL_NAME"]), out) if p]
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]  # the folder holding grpotrainer.py
+# What a run writes into OUTPUT_DIR before its run_settings.json: the CPU profiles' model and data folders, and
+# the demo's warm start in progress (demo-sums-model-seedN.sft<pid>), files.py's hidden work in progress.
+PROFILE_FOLDERS = re.compile(r"smoke-model|demo-(sums-)?(data-|model-)?seed\d+(\.sft\d+)?|\..+\.(tmp|partial|old)-.+")
+
+
+def run_folder_problem(out):
+    """Why a training run must not write into the folder `out`, or None.
+
+    A run writes README.md, tokenizer files, adapter files and checkpoints into OUTPUT_DIR and rotates checkpoint-N
+    folders away, so it takes only a folder that is missing, empty, or one of its own runs. A run's folder is
+    recognised by what only a run writes (`is_run_folder`): its run_settings.json, or the run.lock of one killed
+    before it wrote that, or nothing but the CPU profiles' smoke-model/demo-* folders, built before either. The
+    current folder, the checkout, the home folder and any folder above one of them are refused whatever they hold.
+    """
+    path = Path(out).resolve()
+    guarded = (("the current folder", Path.cwd()), ("the checkout", CHECKOUT), ("the home folder", Path.home()))
+    for what, folder in guarded:
+        if (folder := folder.resolve()).is_relative_to(path):
+            where = what if folder == path else f"above {what} ({folder})"
+            return (
+                f"OUTPUT_DIR={out} is {where}: a run writes README.md, tokenizer and adapter files there.\n"
+                "Give the run a folder of its own, e.g. --OUTPUT_DIR=outputs/run1."
+            )
+    entries = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+    if is_run_folder(path) or all(PROFILE_FOLDERS.fullmatch(name) for name in entries):
+        return None
+    shown = ", ".join(entries[:3]) + (f", ... ({len(entries)} in all)" if len(entries) > 3 else "")
+    return (
+        f"OUTPUT_DIR={out} holds files no training run wrote ({shown}); a run would overwrite or delete them.\n"
+        "Give the run a new or empty folder, e.g. --OUTPUT_DIR=outputs/run1."
+    )
+
+
+def is_run_folder(path):
+    """Whether the folder `path` holds a training run's own record: run_settings.json as grpotrainer.py writes it
+    (the settings with "OUTPUT_DIR" and "grpo_config"), or the run.lock (pid, host) of a run that holds it or was
+    killed. Reads two small files."""
+    import json
+
+    for name, keys in (("run_settings.json", ("OUTPUT_DIR", "grpo_config")), ("run.lock", ("pid", "host"))):
+        try:
+            data = json.loads((Path(path) / name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(data, dict) and all(key in data for key in keys):
+            return True
+    return False
 
 
 def model_name_problem(model_name):
     """Why MODEL_NAME names neither a model folder (one with a config.json) nor a valid Hub id, or None."""
-    model_dir = Path(model_name).expanduser()
+    model_dir = Path(model_name)
     local = files.is_local(model_name)
     if local and not (model_dir / "config.json").is_file():
         return (
@@ -224,7 +287,7 @@ def output_dir_problem(out, name="OUTPUT_DIR"):
 
     if not str(out).strip():
         return f"{name} is empty; name the folder for checkpoints and the adapter."
-    path = Path(out).expanduser()
+    path = Path(out)
     try:
         if dangling := next((p for p in (path, *path.parents) if p.is_symlink() and not p.exists()), None):
             return (
@@ -325,7 +388,7 @@ def lora_targets(text):
 def check_model_folder(model_name):
     """A local MODEL_NAME folder must hold a tokenizer and whole weights: a copy or download cut short otherwise
     fails after minutes of loading, or at the first step."""
-    folder = Path(model_name).expanduser()
+    folder = Path(model_name)
     if not (folder / "config.json").is_file():
         return  # a Hub id: transformers downloads and checks it
     tokenizer = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -428,7 +491,8 @@ def check_rewards(funcs, names, dataset, max_completion_length):
 
     def call(func, name, completions):
         try:
-            out = getattr(func, "func", func)(**{**kwargs, "completions": completions})  # rewards.Guarded's own
+            with files.deadline(getattr(func, "timeout", 0), name, "called by preflight on training rows"):
+                out = getattr(func, "func", func)(**{**kwargs, "completions": completions})  # Guarded's own function
             out = asyncio.run(out) if inspect.isawaitable(out) else out  # TRL awaits async reward functions
             return list(out) if not isinstance(out, str | bytes | dict) else out
         except (Exception, SystemExit) as err:  # a reward that raises is a bug: its traceback shows file and line
@@ -519,10 +583,30 @@ def check_config(config, s, train_size):
             "mode, so dropout noise enters the ratio and the KL. LORA_DROPOUT=0 avoids it.",
             s["LORA_DROPOUT"],
         )
+    problems += _saving(config)
     if getattr(config, "use_liger_kernel", False) and not hardware.importable("liger_kernel"):
         problems.append("--use_liger_kernel=true needs the liger-kernel package (deprecated in TRL 1.16)")
     if problems:
         raise ConfigError("\n\n".join(f"{p}." for p in problems))
+
+
+def _saving(config):
+    """Passed-through fields that would switch off what resuming relies on, or give a constant a second value."""
+    problems = []
+    if (strategy := getattr(config.save_strategy, "value", config.save_strategy)) != "steps":
+        problems.append(
+            f"--save_strategy={strategy}: this script saves a checkpoint every SAVE_STEPS, which resuming and the "
+            "stop on SIGTERM rely on; set --SAVE_STEPS instead"
+        )
+    if config.save_only_model:
+        problems.append(
+            "--save_only_model=true: a checkpoint without the optimizer, scheduler and RNG state cannot be resumed, "
+            "so a rerun would set every one aside and start again from step 0; leave it off"
+        )
+    kwargs = config.generation_kwargs if isinstance(config.generation_kwargs, dict) else {}
+    for key in [key for key in kwargs if key in GENERATION_OWNED]:
+        problems.append(f"--generation_kwargs sets {key}, which is set by {GENERATION_OWNED[key]}: leave it out")
+    return problems
 
 
 def check_model(s):
