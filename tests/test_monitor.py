@@ -285,7 +285,10 @@ def test_nan_reward_stops_cleanly_and_keeps_the_last_good_checkpoint(tmp_path):
     args += ["--REWARD_FUNCS=test_monitor:nan_from_second_step", "--REWARD_WEIGHTS=1"]
     result = run_script(*args, env={"PYTHONPATH": str(REPO / "tests")})
     assert result.returncode == 2  # a clear message and a non-zero status, not a traceback
-    assert "error: training stopped: reward is None at step 2" in result.stderr and "Traceback" not in result.stderr
+    # the reward's values are refused where they are returned (rewards.check_values), naming the entry and step
+    entry = "the reward REWARD_FUNCS entry 'test_monitor:nan_from_second_step' at training step 1"
+    assert f"{entry} returned nan for completion 0: not a finite number" in result.stderr
+    assert "Traceback" not in result.stderr
     assert (tmp_path / "checkpoint-1").is_dir()  # the last good checkpoint is kept
     assert not (tmp_path / "checkpoint-2").exists()  # SAVE_STEPS=1 would have saved step 2: the stop prevented it
     assert not (tmp_path / "adapter_model.safetensors").exists()  # nor is a final adapter written
