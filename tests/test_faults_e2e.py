@@ -173,11 +173,10 @@ def myreward(completions, trainer_state=None, **kwargs):
 """
 
 
-def test_a_users_reward_that_raises_in_training_shows_its_traceback(tmp_path):
-    # a bug in a reward of one's own: its traceback into the user's file and line, the entry and the step named;
-    # exit non-zero; the last checkpoint kept whole and no final adapter written over it
-    (tmp_path / "mymod.py").write_text(USER_REWARD)
-    out = run_script(
+def smoke_with_reward(tmp_path, source):
+    """`grpotrainer.py --smoke` into tmp_path/run with a reward module of the user's own (`source`, as mymod.py)."""
+    (tmp_path / "mymod.py").write_text(source)
+    return run_script(
         "grpotrainer.py",
         "--smoke",
         f"--OUTPUT_DIR={tmp_path / 'run'}",
@@ -185,6 +184,12 @@ def test_a_users_reward_that_raises_in_training_shows_its_traceback(tmp_path):
         "--REWARD_WEIGHTS=1,1",
         env={"PYTHONPATH": str(tmp_path)},
     )
+
+
+def test_a_users_reward_that_raises_in_training_shows_its_traceback(tmp_path):
+    # a bug in a reward of one's own: its traceback into the user's file and line, the entry and the step named;
+    # exit non-zero; the last checkpoint kept whole and no final adapter written over it
+    out = smoke_with_reward(tmp_path, USER_REWARD)
     assert out.returncode not in (0, 2), out.stderr[-2000:]
     assert "Traceback (most recent call last)" in out.stderr
     assert f'File "{tmp_path / "mymod.py"}", line 3, in myreward' in out.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, run_script
-from test_faults_e2e import ENV, USER_REWARD, wait_for
+from test_faults_e2e import ENV, USER_REWARD, smoke_with_reward, wait_for
 
 from grpo import checkpoints, guards
 
@@ -62,15 +62,7 @@ NAN_REWARD = USER_REWARD.replace('[kwargs["difficulty"] for _ in completions]', 
 
 
 def test_a_reward_returning_nan_mid_run_is_one_message_naming_entry_and_step(tmp_path):
-    (tmp_path / "mymod.py").write_text(NAN_REWARD)
-    out = run_script(
-        "grpotrainer.py",
-        "--smoke",
-        f"--OUTPUT_DIR={tmp_path / 'run'}",
-        "--REWARD_FUNCS=correctness_reward,mymod:myreward",
-        "--REWARD_WEIGHTS=1,1",
-        env={"PYTHONPATH": str(tmp_path)},
-    )
+    out = smoke_with_reward(tmp_path, NAN_REWARD)
     assert out.returncode == 2, out.stderr[-2000:]  # the reward's values, not a bug of code: exit 2, no traceback
     assert "Traceback" not in out.stderr
     assert (
