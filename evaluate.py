@@ -21,8 +21,8 @@ import logging
 import os
 from pathlib import Path
 
-from grpo import checkpoints, cli, files, gsm8k, hardware, preflight, profiles
-from grpo.cli import ConfigError
+from grpo import checkpoints, cli, errors, files, gsm8k, hardware, hub, preflight, profiles
+from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
 # model (with ADAPTER, the run's run_settings.json replaces these defaults)
@@ -70,7 +70,7 @@ def resolve(argv):
     """The settings: defaults < --smoke < the adapter's run settings < this command line. Returns (settings, args)."""
     args = cli.parse(cli.constants(globals()), argv, profile_settings, source=__file__)
     s = dict(args.settings)
-    run = gsm8k.run_settings(s["ADAPTER"]) if s["ADAPTER"] else {}
+    run = files.run_settings(s["ADAPTER"]) if s["ADAPTER"] else {}
     s.update({key: run[key] for key in from_run if key in run and key not in args.given})
     if s["ATTN_IMPLEMENTATION"] not in hardware.ATTENTION and "ATTN_IMPLEMENTATION" not in args.given:
         kernel, s["ATTN_IMPLEMENTATION"] = s["ATTN_IMPLEMENTATION"], args.settings["ATTN_IMPLEMENTATION"]
@@ -160,7 +160,7 @@ def load_model(s, cpu_only=False):
             s["MODEL_NAME"], **kwargs, trust_remote_code=remote, device_map="auto" if cuda else None
         )
     except Exception as err:  # a folder torn or of another format is the user's to fix; anything else is a bug
-        if not files.is_load_error(err):
+        if not errors.is_load_error(err):
             raise
         raise ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
     adapter = s["ADAPTER"]
@@ -185,7 +185,7 @@ def main(argv=()):
     cpu_only = args.profile is not None
     cli.require(("torch", "transformers", "peft", "datasets"), "evaluate.py")
     check(s, cpu_only)
-    if not files.is_local(s["MODEL_NAME"]) and (problem := files.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
+    if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     load_kwargs = dict(config=s["DATASET_CONFIG"], limit=s["LIMIT"], system_prompt=s["SYSTEM_PROMPT"])
     with cli.phase("loading the data"):
@@ -234,7 +234,7 @@ def main(argv=()):
             temperature=s["SAMPLE_TEMPERATURE"],
         )
     logdir = gsm8k.new_logdir(s["OUTPUT_DIR"], suffix=f"_eval-{split}")
-    step, title = gsm8k.adapter_step(s["ADAPTER"]), f"{name}, GSM8K {split}"
+    step, title = files.adapter_step(s["ADAPTER"]), f"{name}, GSM8K {split}"
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
     with cli.phase("writing the results", redo):
         gsm8k.report(metrics, predictions, s["OUTPUT_DIR"], f"eval_{split}", logdir, step, title, s)

@@ -25,8 +25,8 @@ import re
 import shutil
 from pathlib import Path
 
-from grpo import checkpoints, cli, files, gsm8k, modelcard, preflight
-from grpo.cli import ConfigError
+from grpo import checkpoints, cli, errors, files, hub, modelcard, preflight
+from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
 # what to merge
@@ -57,7 +57,7 @@ def main(argv=()):
     run = resolve(c, given=args.given)
     out = Path(c["OUTPUT_DIR"])
     check_output_dir(out)
-    if not files.is_local(c["MODEL_NAME"]) and (problem := files.hub_unreachable(c["MODEL_NAME"], "MODEL_NAME")):
+    if not hub.is_local(c["MODEL_NAME"]) and (problem := hub.hub_unreachable(c["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)
     log.info("merging %s into %s (%s)", c["ADAPTER"], c["MODEL_NAME"], c["DTYPE"])
     with cli.phase("merging the adapter"):
@@ -111,7 +111,7 @@ def resolve(c, given=frozenset()):
         raise ConfigError("give the adapter to merge: --ADAPTER=<a run's OUTPUT_DIR or a checkpoint-N in it>.")
     config = files.read_json_object(Path(adapter) / "adapter_config.json")
     if not config:
-        mergeable = [c for c in checkpoints.checkpoints(adapter) if (c / "adapter_config.json").is_file()]
+        mergeable = [c for c in files.checkpoint_dirs(adapter) if (c / "adapter_config.json").is_file()]
         newest = mergeable[-1] if Path(adapter).is_dir() and mergeable else None
         hint = f" The newest checkpoint there is {newest}." if newest else ""
         raise ConfigError(
@@ -120,7 +120,7 @@ def resolve(c, given=frozenset()):
         )
     if problem := checkpoints.adapter_problem(adapter):  # weights missing or cut short: peft fails only after the base
         raise ConfigError(problem)
-    run = gsm8k.run_settings(adapter) or settings_from_adapter(config)
+    run = files.run_settings(adapter) or settings_from_adapter(config)
     trained_on = config.get("base_model_name_or_path") or run.get("MODEL_NAME") or ""
     c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or trained_on
     if not c["MODEL_NAME"]:
@@ -136,7 +136,7 @@ def resolve(c, given=frozenset()):
     if "ENABLE_THINKING" not in given:
         c["ENABLE_THINKING"] = bool(run.get("ENABLE_THINKING", False))
     c["OUTPUT_DIR"] = c["OUTPUT_DIR"] or default_output_dir(adapter)
-    c["STEP"] = gsm8k.adapter_step(adapter)
+    c["STEP"] = files.adapter_step(adapter)
     run = {**run, "MODEL_NAME": c["MODEL_NAME"], "ENABLE_THINKING": c["ENABLE_THINKING"]}
     if run.get("LOAD_IN_4BIT"):
         log.warning("the run trained on 4-bit (QLoRA) base weights; the merge uses %s weights instead", c["DTYPE"])
@@ -184,7 +184,7 @@ def check_push(repo_id):
         validate_repo_id(repo_id)
     except HFValidationError as err:
         raise ConfigError(f"PUSH_TO_HUB={repo_id!r} is not a Hub repo id ({err}); write it as you/name.") from None
-    if files.hub_offline():
+    if hub.hub_offline():
         raise ConfigError(
             f"PUSH_TO_HUB={repo_id} needs the Hub, but HF_HUB_OFFLINE is set. Unset it, or export without "
             "PUSH_TO_HUB and upload the folder later (hf upload)."
@@ -235,7 +235,7 @@ def merged_model(model_name, adapter, dtype, trust_remote_code=False):
     try:
         base = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype, trust_remote_code=trust_remote_code)
     except Exception as err:  # a torn or foreign folder is the user's to fix; anything else is a bug
-        if not files.is_load_error(err):
+        if not errors.is_load_error(err):
             raise
         raise ConfigError(f"MODEL_NAME {model_name!r} could not be loaded: {err}") from None
     model = checkpoints.apply_adapter(base, adapter, model_name)

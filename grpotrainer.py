@@ -17,7 +17,7 @@ import logging
 import time
 
 import rewards
-from grpo import checkpoints, cli, files, gsm8k, hardware, modelcard, preflight, profiles
+from grpo import checkpoints, cli, errors, files, gsm8k, hardware, modelcard, preflight, profiles
 
 # --------------------------------------------------------------------------------------------------
 # model
@@ -162,7 +162,7 @@ def build_config(s, fields, cpu_only, train_dataset=None):
             **fields,
         )
     except (ValueError, ImportError) as err:  # GRPOConfig's own checks, e.g. of a --field=value
-        raise cli.ConfigError(f"GRPOConfig refuses these settings: {files.first_line(err)}") from None
+        raise errors.ConfigError(f"GRPOConfig refuses these settings: {errors.first_line(err)}") from None
 
 
 def build_peft_config(s):
@@ -192,9 +192,9 @@ def build_trainer(s, config, reward_funcs, train_dataset):
             quantization_config=hardware.quantization_config(s["LOAD_IN_4BIT"], s["BF16"]),
         )
     except Exception as err:
-        if not files.is_load_error(err):
+        if not errors.is_load_error(err):
             raise
-        raise cli.ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
+        raise errors.ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
 
 
 def load_data(s):
@@ -231,8 +231,10 @@ def train(s, record, config, reward_funcs, datasets, started):
     held_out = monitor.HeldOutEval(trainer, s["EVAL_STEPS"], s["EVAL_SUBSET"], final=bool(s["EVAL_AFTER"]), **scoring)
     for callback in (stopper, held_out, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer)):
         trainer.add_callback(callback)
-    gsm8k.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
-    before = gsm8k.evaluate_trainer(trainer, "before", limit=0 if last else s["EVAL_BEFORE"], **scoring)  # resumed: 0
+    files.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
+    before = monitor.evaluate_trainer(
+        trainer, "before", limit=0 if last else s["EVAL_BEFORE"], **scoring
+    )  # resumed: 0
     try:
         if last and checkpoints.reached(last, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]):
             checkpoints.restore(trainer, last)  # cut after its last checkpoint: finish, no step
@@ -242,7 +244,7 @@ def train(s, record, config, reward_funcs, datasets, started):
         stopper.restore()
     if not (stopper.signal_name or health.stopped):
         trainer.save_model(out)  # the LoRA adapter and the tokenizer
-        after = gsm8k.evaluate_trainer(trainer, "after", limit=s["EVAL_AFTER"], **scoring)
+        after = monitor.evaluate_trainer(trainer, "after", limit=s["EVAL_AFTER"], **scoring)
         if rank0:  # our card over TRL's, then run_finished.json, then the last lines
             ends = {"max_steps": s["MAX_STEPS"], "num_train_epochs": s["NUM_TRAIN_EPOCHS"], "resumed": bool(last)}
             before = modelcard.finish_run(trainer.state, out, record, metrics=(before, after), **ends)
@@ -254,7 +256,7 @@ def train(s, record, config, reward_funcs, datasets, started):
         log.warning(stopper.message())
         raise SystemExit(stopper.exit_code)
     if health.stopped:
-        raise cli.ConfigError(f"training stopped: {health.stopped.message}")
+        raise errors.ConfigError(f"training stopped: {health.stopped.message}")
     return trainer
 
 

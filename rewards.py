@@ -29,7 +29,7 @@ import numbers
 from collections.abc import Callable
 from pathlib import Path
 
-from grpo.cli import ConfigError
+from grpo.errors import ConfigError
 from grpo.files import deadline, exit_as_error
 from grpo.grading import (
     answer_region,

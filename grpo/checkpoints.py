@@ -23,8 +23,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from grpo.cli import ConfigError
-from grpo.files import SETTINGS_FILE, atomic_write, checkpoint_step, first_line, is_load_error, read_json_object
+from grpo.errors import ConfigError, first_line, is_load_error
+from grpo.files import SETTINGS_FILE, atomic_write, checkpoint_step, read_json_object
 
 log = logging.getLogger("grpotrainer")
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end

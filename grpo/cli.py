@@ -23,12 +23,9 @@ import textwrap
 from pathlib import Path
 
 from grpo import files
+from grpo.errors import ConfigError, first_line
 
 TRUE, FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
-
-
-class ConfigError(Exception):
-    """A problem the user can fix by changing a constant, an override or a file. Printed without a traceback."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,8 +265,6 @@ def read_recipe(argv):
     except OSError as err:
         raise ConfigError(f"--config {path}: cannot read it ({err.strerror or err}).") from None
     except yaml.YAMLError as err:
-        from grpo.files import first_line
-
         raise ConfigError(f"--config {path} is not valid YAML: {first_line(err)}") from None
     if not isinstance(data, dict) or not all(isinstance(key, str) for key in data):
         raise ConfigError(f"--config {path}: a recipe is a mapping of KEY: value lines (UPPERCASE constants).")

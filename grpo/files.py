@@ -1,16 +1,18 @@
-"""Files, names and errors, one rule each: `~` in a path setting, local path or Hub id, the Hub's offline switch,
-checkpoint folder names, writing aside then renaming, the first line of an error, a note under a traceback, load
-errors.
+"""The files of a run, one rule each: `~` in a path setting, checkpoint-N folders, the run's record
+(run_settings.json), writing aside then renaming (a file or a whole folder), and whether a pid is alive.
 
 Nothing heavy is imported here: every other module of the package and the scripts use it.
 """
 
 import contextlib
+import json
 import os
 import re
 import shutil
 import socket
 from pathlib import Path
+
+from grpo.errors import ConfigError
 
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")
 SETTINGS_FILE = "run_settings.json"  # in OUTPUT_DIR: what a run was told, read back by evaluate.py and export.py
@@ -35,68 +37,6 @@ def expand_paths(settings):
     return out
 
 
-def is_local(name):
-    """Whether a MODEL_NAME / DATASET / ADAPTER value names a local path rather than a Hub id.
-
-    >>> is_local("Qwen/Qwen3-8B"), is_local("./Qwen3"), is_local("data/train.jsonl"), is_local("~/m")
-    (False, True, True, True)
-    """
-    name = str(name)
-    return (
-        Path(name).suffix in (".jsonl", ".json")
-        or os.path.exists(os.path.expanduser(name))
-        or name.startswith((".", "/", "~"))
-    )
-
-
-def hub_offline():
-    """Whether the Hugging Face Hub must not be reached: HF_HUB_OFFLINE as huggingface_hub read it at import, or as
-    the environment says now (a test or a launcher may set it later), with huggingface_hub's own true values."""
-    from huggingface_hub import constants
-
-    now = os.environ.get("HF_HUB_OFFLINE", "").upper() in constants.ENV_VARS_TRUE_VALUES
-    return bool(constants.HF_HUB_OFFLINE or now)
-
-
-HUB_TIMEOUT = 5  # seconds to reach the Hub before a Hub id is refused (huggingface_hub itself retries for a minute)
-
-
-def hub_unreachable(repo_id, name, repo_type="model", timeout=HUB_TIMEOUT):
-    """Why the Hub id `repo_id` (the setting `name`) cannot be used now, or None: not in the local cache while the
-    Hub is offline or its host does not answer a TCP connection within `timeout` seconds. Asked once, before any
-    download, so that a machine without the Hub is told so in seconds rather than after huggingface_hub's retries."""
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    cached = try_to_load_from_cache(
-        repo_id, "config.json" if repo_type == "model" else "README.md", repo_type=repo_type
-    )
-    if isinstance(cached, str) or (repo_type != "model" and _cached_dataset(repo_id)):
-        return None
-    fix = f"point {name} at a local folder (see README), or run once where the Hub is reachable to fill the cache"
-    if hub_offline():
-        return f"{name}={repo_id} is a Hub id that is not in the local cache, and HF_HUB_OFFLINE is set: {fix}."
-    from urllib.parse import urlparse
-
-    url = urlparse(constants.ENDPOINT)
-    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as err:
-        return (
-            f"{name}={repo_id} is a Hub id, but the Hub ({host}:{port}) cannot be reached ({err}).\n"
-            f"Set HF_HUB_OFFLINE=1 to use only the local cache, or {fix}."
-        )
-    return None
-
-
-def _cached_dataset(repo_id):
-    """Whether datasets' cache holds a copy of the Hub dataset `repo_id` (its folder in HF_DATASETS_CACHE)."""
-    root = Path(
-        os.environ.get("HF_DATASETS_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "datasets"
-    )
-    return (root.expanduser() / repo_id.replace("/", "___")).is_dir()
-
-
 def checkpoint_step(path):
     """N for a folder named checkpoint-N (Trainer's name for a checkpoint), else None.
 
@@ -107,11 +47,14 @@ def checkpoint_step(path):
     return int(match.group(1)) if match else None
 
 
+def checkpoint_dirs(output_dir):
+    """The checkpoint-N folders Trainer wrote in output_dir, oldest (lowest N) first, intact or not."""
+    found = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and checkpoint_step(p) is not None]
+    return sorted(found, key=checkpoint_step)
+
+
 def read_json_object(path):
     """The JSON object in the file `path`; {} when there is no such file. Anything else is refused, naming it."""
-    import json
-
-    from grpo.cli import ConfigError
 
     path = Path(path)
     if not path.is_file():
@@ -123,12 +66,6 @@ def read_json_object(path):
     if not isinstance(data, dict):  # what later .get() and [key] calls rely on
         raise ConfigError(f"{path} holds a {type(data).__name__}, not a JSON object; restore it or delete it.")
     return data
-
-
-def first_line(err):
-    """`Type: first line of the message`, at most 200 characters of it: an error quoted inside one of ours."""
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0][:200] if text else ''}"
 
 
 def exit_as_error(err, note):
@@ -268,46 +205,37 @@ def publish_dir(target, replace=False):
         shutil.rmtree(old, ignore_errors=True)
 
 
-# The functions of transformers' and peft's loading path: a ValueError or RuntimeError raised inside one of them is
-# a checkpoint that does not fit (sizes, a torn or foreign file), not a bug of ours.
-_LOADERS = {
-    "from_pretrained",
-    "_load_pretrained_model",
-    "load_state_dict",
-    "load_shard_file",
-    "_load_state_dict_into_meta_model",
-    "load_adapter",
-    "set_peft_model_state_dict",
-    "from_dict",
-    "get_checkpoint_shard_files",
-    "cached_file",
-    "cached_files",
-}
+# ---------------------------------------------------------------------------------------------------------------
+# The record of a run: its settings, written by grpotrainer.py and read back by evaluate.py and export.py
 
 
-def is_load_error(err):
-    """Whether `err`, raised while loading a model, means the checkpoint cannot be loaded (a setting or file the
-    user can fix): a file or Hub error, safetensors' own, or a ValueError/RuntimeError raised inside the loading
-    functions of transformers or peft. Anything else is a bug and should keep its traceback."""
-    import torch
-    from huggingface_hub.errors import EntryNotFoundError, HFValidationError
-    from safetensors import SafetensorError
+def write_settings(output_dir, settings, main_process=True):
+    """Write the resolved settings of a run to OUTPUT_DIR/run_settings.json (atomically, by the main process of a
+    torchrun job only); return the path."""
+    path = Path(output_dir) / SETTINGS_FILE
+    if not main_process:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, json.dumps(settings, indent=2, default=str) + "\n")
 
-    if isinstance(err, torch.OutOfMemoryError):  # a RuntimeError, but no fault of the checkpoint's
-        return False
-    if isinstance(err, OSError | SafetensorError | EntryNotFoundError | HFValidationError):
-        return True
-    if not isinstance(err, ValueError | RuntimeError):
-        return False
-    tb = err.__traceback__
-    deepest = None
-    while tb is not None:  # the frame that raised it is the last one
-        deepest = tb.tb_frame
-        tb = tb.tb_next
-    frame = deepest
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module.startswith(("transformers.", "peft.", "safetensors")) and frame.f_code.co_name in _LOADERS:
-            return True
-        frame = frame.f_back
-    return False
+
+def run_settings(adapter):
+    """The settings a run recorded, for an adapter folder (a run's OUTPUT_DIR or a checkpoint-N in it); {} if none."""
+    for folder in (Path(adapter), Path(adapter).parent):
+        if (folder / SETTINGS_FILE).is_file():
+            return read_json_object(folder / SETTINGS_FILE)
+    return {}
+
+
+def adapter_step(adapter):
+    """The training step an adapter was saved at: a checkpoint-N's own trainer_state.json, or for a run's final
+    adapter its newest checkpoint's (transformers always checkpoints the last step); 0 when unknown."""
+    if not adapter:
+        return 0
+    state = Path(adapter) / "trainer_state.json"
+    if not state.is_file() and (found := checkpoint_dirs(adapter)):
+        state = found[-1] / "trainer_state.json"
+    try:
+        return json.loads(state.read_text()).get("global_step", 0) if state.is_file() else 0
+    except (OSError, json.JSONDecodeError):
+        return 0

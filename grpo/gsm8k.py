@@ -2,12 +2,11 @@
 
 Both scripts import this module and never each other, so a before/after accuracy is measured with exactly the prompt,
 chat template and grader that training used. Every function takes its settings as parameters; a run writes the
-settings it used to OUTPUT_DIR/run_settings.json (`write_settings`) and evaluate.py reads them back (`run_settings`).
+settings it used to OUTPUT_DIR/run_settings.json (grpo/files.py) and evaluate.py reads them back.
 
     load(dataset, split, system_prompt=...)     rows with prompt (chat messages), answer and solution (gold), question
     evaluate(dataset, generate, batch_size)     generate for every problem and score: (metrics, predictions)
     hf_generator / vllm_generator               a `generate(prompts)` from a transformers model or from vLLM
-    evaluate_trainer(trainer, ...)              EVAL_BEFORE / EVAL_AFTER on the model being trained
     sample_all / sampled_metrics                k sampled completions per problem and their mean correctness
 
 Grading is grading.grade, training's own rule: a completion whose thinking never closed (`<think>` without
@@ -25,16 +24,14 @@ strict grade. sampled_accuracy at training's TEMPERATURE is what GRPO's correctn
 """
 
 import contextlib
-import functools
 import json
 import logging
-import math
 import os
 import time
 from pathlib import Path
 
-from grpo import checkpoints, cli, files, grading, hardware
-from grpo.cli import ConfigError
+from grpo import errors, grading, hardware, hub
+from grpo.errors import ConfigError
 
 # The instruction before every problem; grpotrainer.py and evaluate.py start from this default.
 SYSTEM_PROMPT = (
@@ -42,7 +39,6 @@ SYSTEM_PROMPT = (
     "Then write the final answer on its own last line as '#### <number>', with no units."
 )
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "smoke_gsm8k.jsonl"  # our own 32 problems, for --smoke
-SETTINGS_FILE = files.SETTINGS_FILE
 KEYS = ("n", "strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens", "truncated_rate")
 SCALARS = {
     "strict_accuracy": "eval/gsm8k_strict_accuracy",
@@ -84,7 +80,7 @@ def load(
     '#### N' are an error naming them, or are dropped with `skip_bad_rows`. `limit` keeps the first N usable rows.
     """
     rows, source = (
-        _read_local(dataset, split, name) if files.is_local(dataset) else _read_hub(dataset, config, split, name)
+        _read_local(dataset, split, name) if hub.is_local(dataset) else _read_hub(dataset, config, split, name)
     )
     golds = [grading.extract_hash_answer(row["answer"]) for row in rows]
     if bad := [i for i, gold in enumerate(golds) if gold is None]:
@@ -110,7 +106,7 @@ def load(
 
 
 def _read_hub(dataset, config, split, name):
-    if problem := files.hub_unreachable(dataset, name, repo_type="dataset"):
+    if problem := hub.hub_unreachable(dataset, name, repo_type="dataset"):
         raise ConfigError(problem)
     import datasets
 
@@ -118,7 +114,7 @@ def _read_hub(dataset, config, split, name):
         ds = datasets.load_dataset(dataset, config, split=split)
     except (OSError, ValueError) as err:  # not found, offline, a connection (OSError); a bad config or split
         raise ConfigError(
-            f"{name} {dataset!r} could not be loaded from the Hugging Face Hub ({files.first_line(err)}).\n"
+            f"{name} {dataset!r} could not be loaded from the Hugging Face Hub ({errors.first_line(err)}).\n"
             f"Without Hub access, point {name} at a local GSM8K-format .jsonl file or folder (see README)."
         ) from None
     if missing := {"question", "answer"} - set(ds.column_names):
@@ -178,28 +174,6 @@ def _read_local(dataset, split, name):
     if not rows:
         raise ConfigError(f"{where}: {path} holds no problems; give a GSM8K-format .jsonl file with rows.")
     return rows, path
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# A run's settings, written by grpotrainer.py and read back by evaluate.py and export.py
-
-
-def write_settings(output_dir, settings, main_process=True):
-    """Write the resolved settings of a run to OUTPUT_DIR/run_settings.json (atomically, by the main process of a
-    torchrun job only); return the path."""
-    path = Path(output_dir) / SETTINGS_FILE
-    if not main_process:
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return files.atomic_write(path, json.dumps(settings, indent=2, default=str) + "\n")
-
-
-def run_settings(adapter):
-    """The settings a run recorded, for an adapter folder (a run's OUTPUT_DIR or a checkpoint-N in it); {} if none."""
-    for folder in (Path(adapter), Path(adapter).parent):
-        if (folder / SETTINGS_FILE).is_file():
-            return files.read_json_object(folder / SETTINGS_FILE)
-    return {}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -538,125 +512,8 @@ def summary_line(steps, started, metrics=(None, None), now=time.monotonic):
     return line
 
 
-def adapter_step(adapter):
-    """The training step an adapter was saved at: a checkpoint-N's own trainer_state.json, or for a run's final
-    adapter its newest checkpoint's (transformers always checkpoints the last step); 0 when unknown."""
-    if not adapter:
-        return 0
-    state = Path(adapter) / "trainer_state.json"
-    if not state.is_file() and (found := checkpoints.checkpoints(adapter)):
-        state = found[-1] / "trainer_state.json"
-    try:
-        return json.loads(state.read_text()).get("global_step", 0) if state.is_file() else 0
-    except (OSError, json.JSONDecodeError):
-        return 0
-
-
 def new_logdir(output_dir, suffix=""):
     """A new TensorBoard run folder, output_dir/runs/<date>_<host><suffix>, named as transformers names its runs."""
     from transformers.integrations.integration_utils import default_logdir
 
     return os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(output_dir, default_logdir() + suffix)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# EVAL_BEFORE / EVAL_AFTER: grpotrainer.py scores the model it is training, without loading a second copy.
-
-
-def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, samples=None):
-    """Score the trainer's model (LoRA adapter active) on the first `limit` test problems; rank 0 gets the metrics.
-
-    Greedy answers give the strict and lenient accuracy; `samples` completions per problem (default: training's
-    NUM_GENERATIONS) sampled at training's temperature give the sampled accuracy, the mean correctness that GRPO's
-    groups see (0 = skip it).
-
-    `when` is "before" (logged at step 0) or "after" (at the final step). The scalars go into the TensorBoard run
-    that training writes, so one run shows the baseline and the final accuracy; the files are
-    OUTPUT_DIR/eval_test_<when>.json and eval_test_<when>_predictions.jsonl. `dataset` is the test split, loaded by
-    the caller before any weights (so a missing file fails early); the prompts, chat template kwargs and completion
-    length are training's own. `settings` is recorded in the json.
-
-    Under torchrun every process generates a contiguous shard of the problems and rank 0 gathers the rows: no rank
-    idles at a barrier while another generates (NCCL would time out on a long evaluation), and N GPUs finish N
-    times sooner. The model is put in eval mode (no LoRA dropout) without activation checkpointing and restored
-    afterwards. DeepSpeed and FSDP shard or wrap the weights differently before and after `train()`, so there this
-    is skipped with a warning: evaluate the saved adapter with evaluate.py instead.
-    """
-    if not limit:
-        return None
-    if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
-        log.warning(
-            "EVAL_%s is skipped under DeepSpeed/FSDP; evaluate the saved adapter: python evaluate.py --ADAPTER=%s",
-            when.upper(),
-            trainer.args.output_dir,
-        )
-        return None
-    from accelerate.utils import gather_object
-
-    acc, args = trainer.accelerator, trainer.args
-    dataset = dataset.select(range(min(limit, len(dataset))))
-    per_rank = math.ceil(len(dataset) / acc.num_processes)
-    lo = min(len(dataset), acc.process_index * per_rank)
-    shard = dataset.select(range(lo, min(len(dataset), lo + per_rank)))
-    thinking = (args.chat_template_kwargs or {}).get("enable_thinking", False)
-    samples, desc = args.num_generations if samples is None else samples, f"GSM8K test, {when} training"
-    start = time.perf_counter()
-    with generation_ready(trainer) as model, cli.phase(f"scoring EVAL_{when.upper()}"):
-        tokenizer, length, cache = trainer.processing_class, args.max_completion_length, args.cache_implementation
-        # training's own end-of-turn tokens: Trainer may have rewritten the generation config's to the tokenizer's
-        eos = trainer.eos_token_ids
-        generate = hf_generator(model, tokenizer, length, thinking, cache_implementation=cache, eos=eos)  # as training
-        rows = generate_all(shard, generate, batch_size, desc, acc.is_main_process)
-        sampler = functools.partial(generate, temperature=args.temperature)
-        sampled = sample_all(shard, sampler, samples, batch_size, desc, acc.is_main_process, args.seed)  # 0: []
-    rows, sampled = gather_object(rows), gather_object(sampled)  # every rank's rows, in rank order
-    if not acc.is_main_process:
-        return None
-    metrics, predictions = results(rows, time.perf_counter() - start, thinking, sampled, samples, args.temperature)
-    step = 0 if when == "before" else trainer.state.global_step  # "during" (EVAL_STEPS) and "after": this step
-    title = f"GSM8K test {when} training (step {step})"
-    logdir = training_logdir(trainer)
-    report(metrics, predictions, args.output_dir, f"eval_test_{when}", logdir, step, title, settings)
-    return metrics
-
-
-@contextlib.contextmanager
-def generation_ready(trainer):
-    """The trainer's unwrapped model in eval mode without activation checkpointing, under no_grad; restored after.
-
-    TRL's unwrap_model_for_generation (what GRPOTrainer itself generates under) turns activation checkpointing off
-    and back on; eval mode switches LoRA dropout off for greedy decoding, and the train/eval mode is put back.
-    """
-    import torch
-    from trl.models import unwrap_model_for_generation
-
-    was_training = trainer.model.training
-    with (
-        unwrap_model_for_generation(
-            trainer.model_wrapped,
-            trainer.accelerator,
-            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
-        ) as model,
-        torch.no_grad(),
-    ):
-        model.eval()
-        try:
-            yield model
-        finally:
-            trainer.model.train(was_training)
-
-
-def training_logdir(trainer):
-    """The folder transformers' TensorBoardCallback writes this run's events to, fixed now if it is not yet; None
-    when the run does not report to TensorBoard.
-
-    The callback picks OUTPUT_DIR/runs/<date>_<host> when training begins unless its `logging_dir` is already set;
-    setting it before `train()` makes the baseline accuracy land in the same run as the training curves.
-    """
-    from grpo.monitor import tensorboard_callback
-
-    callback = tensorboard_callback(trainer)
-    if callback is None:
-        return None
-    callback.logging_dir = callback.logging_dir or new_logdir(trainer.args.output_dir)
-    return callback.logging_dir

@@ -29,8 +29,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from grpo import cli, hardware
-from grpo.cli import ConfigError
-from grpo.files import first_line, pid_alive
+from grpo.errors import ConfigError, first_line
+from grpo.files import pid_alive
 
 log = logging.getLogger("grpotrainer")
 LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it

@@ -18,7 +18,7 @@ import re
 import shlex
 from pathlib import Path
 
-from grpo import files, hardware
+from grpo import hardware, hub
 
 TAGS = ["grpo", "trl", "gsm8k", "lora"]  # front-matter tags; the Hub lists the model under each
 GSM8K_HUB_ID = "openai/gsm8k"
@@ -155,7 +155,7 @@ def front_matter(base, dataset, library_name, licence):
         license=licence.get("license", UNKNOWN),
         license_name=licence.get("license_name"),
         license_link=licence.get("license_link"),
-        datasets=[dataset] if dataset and not files.is_local(dataset) else None,  # a local path is no Hub dataset
+        datasets=[dataset] if dataset and not hub.is_local(dataset) else None,  # a local path is no Hub dataset
         tags=[*TAGS, *([f"base_model:adapter:{base_id}"] if base_id and library_name == "peft" else [])],
         pipeline_tag="text-generation",
     )
@@ -174,7 +174,7 @@ def data_section(settings, dataset_sizes):
     dataset = str(settings.get("DATASET", ""))
     if not dataset:
         source = "not recorded"
-    elif files.is_local(dataset):
+    elif hub.is_local(dataset):
         source = f"the local GSM8K-format file {code(dataset)}"
     else:
         config = settings.get("DATASET_CONFIG")
@@ -386,7 +386,7 @@ def hub_readme(model_name, cache_dir=None, fetch=None):
     if isinstance(cached, str):
         return Path(cached)
     if fetch is None:
-        fetch = not files.hub_offline()
+        fetch = not hub.hub_offline()
     if not fetch:
         return None
     try:

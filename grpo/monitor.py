@@ -20,10 +20,13 @@ The signals and their thresholds (constants in grpotrainer.py, --KEY=value as us
     loss, grad_norm, kl or reward NaN or inf    stop; the last checkpoint stays as it was, the final save is skipped
 """
 
+import contextlib
+import functools
 import html
 import logging
 import math
 import re
+import time
 from collections import deque
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -31,7 +34,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from grpo import grading
+from grpo import cli, grading, gsm8k
 
 HEALTHY_EVERY = 25  # logs between "healthy" lines while no advice fires: silence must not read as a dead monitor
 TIE_TOLERANCE = 1e-5  # a group is tied when its rewards differ by less than this share of the batch's reward scale
@@ -396,7 +399,7 @@ class HealthMonitor(TrainerCallback):
 
 class HeldOutEval(TrainerCallback):
     """EVAL_STEPS: every `every` steps (-1: every 10 % of the run), `subset` test problems scored through
-    gsm8k.evaluate_trainer, the code EVAL_BEFORE/EVAL_AFTER use, logged at that step (eval/gsm8k_*). Every process
+    evaluate_trainer, the code EVAL_BEFORE/EVAL_AFTER use, logged at that step (eval/gsm8k_*). Every process
     calls it at the same step: each generates its shard and rank 0 gathers. The last step is left to EVAL_AFTER
     when `final` (it scores the same model), else scored here."""
 
@@ -411,9 +414,7 @@ class HeldOutEval(TrainerCallback):
         every, step = self.interval(state.max_steps), state.global_step
         if not every or step % every or (self.final and step >= state.max_steps):
             return
-        from grpo import gsm8k
-
-        metrics = gsm8k.evaluate_trainer(self.trainer, "during", limit=self.subset, **self.scoring)
+        metrics = evaluate_trainer(self.trainer, "during", limit=self.subset, **self.scoring)
         if metrics is not None:
             self.metrics[step] = metrics
 
@@ -547,3 +548,106 @@ def tensorboard_callback(trainer):
 
     callbacks = trainer.callback_handler.callbacks if trainer is not None else []
     return next((cb for cb in callbacks if isinstance(cb, TensorBoardCallback)), None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# EVAL_BEFORE / EVAL_AFTER: grpotrainer.py scores the model it is training, without loading a second copy.
+
+
+def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, samples=None):
+    """Score the trainer's model (LoRA adapter active) on the first `limit` test problems; rank 0 gets the metrics.
+
+    Greedy answers give the strict and lenient accuracy; `samples` completions per problem (default: training's
+    NUM_GENERATIONS) sampled at training's temperature give the sampled accuracy, the mean correctness that GRPO's
+    groups see (0 = skip it).
+
+    `when` is "before" (logged at step 0) or "after" (at the final step). The scalars go into the TensorBoard run
+    that training writes, so one run shows the baseline and the final accuracy; the files are
+    OUTPUT_DIR/eval_test_<when>.json and eval_test_<when>_predictions.jsonl. `dataset` is the test split, loaded by
+    the caller before any weights (so a missing file fails early); the prompts, chat template kwargs and completion
+    length are training's own. `settings` is recorded in the json.
+
+    Under torchrun every process generates a contiguous shard of the problems and rank 0 gathers the rows: no rank
+    idles at a barrier while another generates (NCCL would time out on a long evaluation), and N GPUs finish N
+    times sooner. The model is put in eval mode (no LoRA dropout) without activation checkpointing and restored
+    afterwards. DeepSpeed and FSDP shard or wrap the weights differently before and after `train()`, so there this
+    is skipped with a warning: evaluate the saved adapter with evaluate.py instead.
+    """
+    if not limit:
+        return None
+    if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+        log.warning(
+            "EVAL_%s is skipped under DeepSpeed/FSDP; evaluate the saved adapter: python evaluate.py --ADAPTER=%s",
+            when.upper(),
+            trainer.args.output_dir,
+        )
+        return None
+    from accelerate.utils import gather_object
+
+    acc, args = trainer.accelerator, trainer.args
+    dataset = dataset.select(range(min(limit, len(dataset))))
+    per_rank = math.ceil(len(dataset) / acc.num_processes)
+    lo = min(len(dataset), acc.process_index * per_rank)
+    shard = dataset.select(range(lo, min(len(dataset), lo + per_rank)))
+    thinking = (args.chat_template_kwargs or {}).get("enable_thinking", False)
+    samples, desc = args.num_generations if samples is None else samples, f"GSM8K test, {when} training"
+    start = time.perf_counter()
+    with generation_ready(trainer) as model, cli.phase(f"scoring EVAL_{when.upper()}"):
+        tokenizer, length, cache = trainer.processing_class, args.max_completion_length, args.cache_implementation
+        # training's own end-of-turn tokens: Trainer may have rewritten the generation config's to the tokenizer's
+        eos = trainer.eos_token_ids
+        # as training generates: its prompts, chat template kwargs, completion length and cache
+        generate = gsm8k.hf_generator(model, tokenizer, length, thinking, cache_implementation=cache, eos=eos)
+        rows = gsm8k.generate_all(shard, generate, batch_size, desc, acc.is_main_process)
+        sampler = functools.partial(generate, temperature=args.temperature)
+        sampled = gsm8k.sample_all(shard, sampler, samples, batch_size, desc, acc.is_main_process, args.seed)  # 0: []
+    rows, sampled = gather_object(rows), gather_object(sampled)  # every rank's rows, in rank order
+    if not acc.is_main_process:
+        return None
+    seconds = time.perf_counter() - start
+    metrics, predictions = gsm8k.results(rows, seconds, thinking, sampled, samples, args.temperature)
+    step = 0 if when == "before" else trainer.state.global_step  # "during" (EVAL_STEPS) and "after": this step
+    title = f"GSM8K test {when} training (step {step})"
+    logdir = training_logdir(trainer)
+    gsm8k.report(metrics, predictions, args.output_dir, f"eval_test_{when}", logdir, step, title, settings)
+    return metrics
+
+
+@contextlib.contextmanager
+def generation_ready(trainer):
+    """The trainer's unwrapped model in eval mode without activation checkpointing, under no_grad; restored after.
+
+    TRL's unwrap_model_for_generation (what GRPOTrainer itself generates under) turns activation checkpointing off
+    and back on; eval mode switches LoRA dropout off for greedy decoding, and the train/eval mode is put back.
+    """
+    import torch
+    from trl.models import unwrap_model_for_generation
+
+    was_training = trainer.model.training
+    with (
+        unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model,
+        torch.no_grad(),
+    ):
+        model.eval()
+        try:
+            yield model
+        finally:
+            trainer.model.train(was_training)
+
+
+def training_logdir(trainer):
+    """The folder transformers' TensorBoardCallback writes this run's events to, fixed now if it is not yet; None
+    when the run does not report to TensorBoard.
+
+    The callback picks OUTPUT_DIR/runs/<date>_<host> when training begins unless its `logging_dir` is already set;
+    setting it before `train()` makes the baseline accuracy land in the same run as the training curves.
+    """
+    callback = tensorboard_callback(trainer)
+    if callback is None:
+        return None
+    callback.logging_dir = callback.logging_dir or gsm8k.new_logdir(trainer.args.output_dir)
+    return callback.logging_dir

@@ -16,8 +16,8 @@ import os
 import re
 from pathlib import Path
 
-from grpo import checkpoints, files, hardware
-from grpo.cli import ConfigError
+from grpo import checkpoints, errors, files, hardware, hub
+from grpo.errors import ConfigError
 from grpo.files import exit_as_error
 
 log = logging.getLogger("grpotrainer.preflight")
@@ -264,7 +264,7 @@ def is_run_folder(path):
 def model_name_problem(model_name):
     """Why MODEL_NAME names neither a model folder (one with a config.json) nor a valid Hub id, or None."""
     model_dir = Path(model_name)
-    local = files.is_local(model_name)
+    local = hub.is_local(model_name)
     if local and not (model_dir / "config.json").is_file():
         return (
             f"MODEL_NAME={model_name}: that folder holds no config.json.\n"
@@ -367,7 +367,7 @@ def check_loaded(s, config, reward_funcs, train_dataset):
         raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
     check_config(config, s, len(train_dataset))
     check_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"])
-    if not files.is_local(s["MODEL_NAME"]) and (problem := files.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
+    if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     check_model_folder(s["MODEL_NAME"])
     if warning := thinking_ignored(s["MODEL_NAME"], s["ENABLE_THINKING"]):
@@ -401,7 +401,7 @@ def check_model_folder(model_name):
         try:
             json.loads(path.read_bytes())
         except ValueError as err:  # UnicodeDecodeError too
-            problems.append(f"{path.name} is not JSON ({files.first_line(err)})")
+            problems.append(f"{path.name} is not JSON ({errors.first_line(err)})")
     weights = sorted(folder.glob("*.safetensors"))
     problems += [p for path in weights if (p := checkpoints.safetensors_problem(path))]
     try:
@@ -559,7 +559,7 @@ def check_config(config, s, train_size):
             warper(value)
         tf.GenerationConfig(**(config.generation_kwargs or {})).validate(strict=True)
     except (ValueError, TypeError) as err:  # each names the value; a generation_kwargs that is no dict: TypeError
-        problems.append(f"the sampling settings are invalid: {files.first_line(err)}")
+        problems.append(f"the sampling settings are invalid: {errors.first_line(err)}")
     values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     bad = [name for name, value in values.items() if isinstance(value, float) and not math.isfinite(value)]
     problems += [f"--{name}={getattr(config, name)}: a number here must be finite" for name in bad]
@@ -625,7 +625,7 @@ def check_model(s):
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # unreadable, foreign; or not cached
         if not local:
             return
-        what = files.first_line(err)
+        what = errors.first_line(err)
         raise ConfigError(f"MODEL_NAME={name}: its config.json is not a causal language model's ({what}).") from None
     problems = _weight_shapes(Path(name), model) if local else []
     architectures = getattr(config, "architectures", None) or [None]

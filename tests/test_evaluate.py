@@ -14,8 +14,8 @@ import pytest
 from conftest import GSM8K_DIR, REPO, read_scalars, run_script
 
 import evaluate
-from grpo import checkpoints, cli, grading, gsm8k, preflight
-from grpo.cli import ConfigError
+from grpo import checkpoints, cli, files, grading, gsm8k, preflight
+from grpo.errors import ConfigError
 
 # Four completions whose grades are known by construction, gold "18" throughout unless noted:
 CASES = [
@@ -331,7 +331,7 @@ def test_the_run_settings_decide_unless_given_here(tmp_path):
     # the adapter's run recorded its prompt, length and base model; this command line still wins where it speaks
     (tmp_path / "adapter_config.json").write_text("{}")
     recorded = {"SYSTEM_PROMPT": "Be exact.", "MAX_COMPLETION_LENGTH": 24, "MODEL_NAME": "/m", "LEARNING_RATE": 1.0}
-    gsm8k.write_settings(tmp_path, recorded)
+    files.write_settings(tmp_path, recorded)
     s, _ = evaluate.resolve([f"--ADAPTER={tmp_path}", "--MAX_COMPLETION_LENGTH=48"])
     assert (s["SYSTEM_PROMPT"], s["MAX_COMPLETION_LENGTH"], s["MODEL_NAME"]) == ("Be exact.", 48, "/m")
     assert s["OUTPUT_DIR"] == str(tmp_path)  # results go beside the adapter
@@ -347,7 +347,7 @@ def test_base_model_adapter_and_checkpoint_results_never_share_a_file():
     assert len({base["OUTPUT_DIR"], adapter["OUTPUT_DIR"], checkpoint["OUTPUT_DIR"]}) == 3
     # beside the checkpoint, not in it: the trainer's rotation (SAVE_TOTAL_LIMIT) deletes checkpoint-N whole
     assert (adapter["OUTPUT_DIR"], checkpoint["OUTPUT_DIR"]) == ("runs/a", "runs/a/eval-checkpoint-4")
-    assert not checkpoints.checkpoints("runs/a")  # and eval-checkpoint-4 is not taken for a checkpoint (none exist)
+    assert not files.checkpoint_dirs("runs/a")  # and eval-checkpoint-4 is not taken for a checkpoint (none exist)
 
 
 def test_missing_adapter_exits_2_without_a_traceback(tmp_path):

@@ -18,7 +18,7 @@ import pytest
 from conftest import run_script
 
 import export
-from grpo.cli import ConfigError
+from grpo.errors import ConfigError
 
 
 def length_reward(completions, **kwargs):

@@ -17,8 +17,8 @@ from conftest import REPO
 
 import grpotrainer
 import rewards
-from grpo import cli, files, gsm8k
-from grpo.cli import ConfigError
+from grpo import cli, files, gsm8k, hub
+from grpo.errors import ConfigError
 
 ROW = {"question": "What is 1 + 1?", "answer": "1 + 1 = 2\n#### 2"}
 
@@ -160,7 +160,7 @@ def test_a_class_whose_source_cannot_be_followed_falls_back_to_importing_it():
 
 def test_a_hub_id_that_is_not_cached_with_hf_hub_offline_is_refused_naming_the_setting(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    problem = files.hub_unreachable("nobody-here/no-such-model-xyz", "MODEL_NAME")
+    problem = hub.hub_unreachable("nobody-here/no-such-model-xyz", "MODEL_NAME")
     assert problem.startswith("MODEL_NAME=nobody-here/no-such-model-xyz is a Hub id that is not in the local cache")
     assert "HF_HUB_OFFLINE is set" in problem
 
@@ -171,7 +171,7 @@ def test_a_hub_that_does_not_answer_is_refused_with_the_offline_hint(monkeypatch
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # the discard port: refused at once
-    problem = files.hub_unreachable("nobody-here/no-such-data", "DATASET", repo_type="dataset", timeout=2)
+    problem = hub.hub_unreachable("nobody-here/no-such-data", "DATASET", repo_type="dataset", timeout=2)
     assert problem.startswith(
         "DATASET=nobody-here/no-such-data is a Hub id, but the Hub (127.0.0.1:9) cannot be reached"
     )

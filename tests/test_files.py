@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import REPO
 
-from grpo import cli, files
+from grpo import cli, errors, files
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path):
@@ -79,14 +79,14 @@ def _raised_in(function_name, error):
 def test_load_errors_are_the_users_and_everything_else_is_a_bug():
     from safetensors import SafetensorError
 
-    assert files.is_load_error(FileNotFoundError("no config.json"))  # a missing folder or file, the Hub (OSError)
-    assert files.is_load_error(SafetensorError("header too small"))  # a cut weights file
+    assert errors.is_load_error(FileNotFoundError("no config.json"))  # a missing folder or file, the Hub (OSError)
+    assert errors.is_load_error(SafetensorError("header too small"))  # a cut weights file
     # a size mismatch raised while transformers loads the weights: an incompatible checkpoint
-    assert files.is_load_error(_raised_in("_load_pretrained_model", RuntimeError("size mismatch for q_proj")))
+    assert errors.is_load_error(_raised_in("_load_pretrained_model", RuntimeError("size mismatch for q_proj")))
     # the same error types raised anywhere else are bugs, and keep their tracebacks
-    assert not files.is_load_error(_raised_in("forward", RuntimeError("shape '[2, 3]' is invalid")))
-    assert not files.is_load_error(KeyError("missing"))
-    assert not files.is_load_error(_raised_in("from_pretrained", torch.OutOfMemoryError("CUDA out of memory")))
+    assert not errors.is_load_error(_raised_in("forward", RuntimeError("shape '[2, 3]' is invalid")))
+    assert not errors.is_load_error(KeyError("missing"))
+    assert not errors.is_load_error(_raised_in("from_pretrained", torch.OutOfMemoryError("CUDA out of memory")))
 
 
 def test_the_slurm_script_reads_the_default_model_from_help():

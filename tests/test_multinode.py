@@ -91,7 +91,7 @@ def nodes():
 )
 def test_batch_rule_counts_every_node(smoke_settings, monkeypatch, world_size, generations, problem):
     from grpo import preflight
-    from grpo.cli import ConfigError
+    from grpo.errors import ConfigError
 
     # torchrun and accelerate set WORLD_SIZE to the count over all nodes (2 nodes x 2 processes = 4)
     monkeypatch.setenv("WORLD_SIZE", str(world_size))
@@ -108,7 +108,7 @@ def test_batch_rule_counts_every_node(smoke_settings, monkeypatch, world_size, g
 
 def test_batch_rule_suggests_a_fix_that_counts_every_node(smoke_settings, monkeypatch):
     from grpo import preflight
-    from grpo.cli import ConfigError
+    from grpo.errors import ConfigError
 
     monkeypatch.setenv("WORLD_SIZE", "4")
     s = {**smoke_settings, "PER_DEVICE_TRAIN_BATCH_SIZE": 1, "GRADIENT_ACCUMULATION_STEPS": 1, "NUM_GENERATIONS": 8}

@@ -28,7 +28,7 @@ from safetensors.torch import save_file
 from transformers import TrainerControl, TrainerState
 
 from grpo import checkpoints, guards
-from grpo.cli import ConfigError
+from grpo.errors import ConfigError
 
 LORA = {"base_model_name_or_path": "/models/Qwen3-8B", "r": 16, "lora_alpha": 32, "target_modules": ["q_proj"]}
 

@@ -21,7 +21,7 @@ import export
 import grpotrainer
 import rewards
 from grpo import cli, files, gsm8k, preflight
-from grpo.cli import ConfigError
+from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
 # 1. a folder holding files no run wrote
@@ -66,7 +66,7 @@ def test_a_runs_own_folder_is_accepted(tmp_path, smoke_settings):
     (profile / "demo-sums-seed0").mkdir()
     (profile / "demo-sums-model-seed0.sft123").mkdir()
     ran = tmp_path / "ran"
-    gsm8k.write_settings(ran, {**smoke_settings, "grpo_config": {}})
+    files.write_settings(ran, {**smoke_settings, "grpo_config": {}})
     (ran / "README.md").write_text("our card")
     locked = tmp_path / "locked"
     locked.mkdir()

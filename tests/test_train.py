@@ -13,7 +13,7 @@ from conftest import REPO, run_in_process, run_script
 
 import grpotrainer
 from grpo import cli, gsm8k, hardware, preflight
-from grpo.cli import ConfigError
+from grpo.errors import ConfigError
 
 FIXTURE = str(gsm8k.FIXTURE)
 HAS_CUDA = hardware.cuda_available()
@@ -458,9 +458,7 @@ def test_hub_dataset_errors_are_explained(monkeypatch):
         raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    monkeypatch.setattr(
-        gsm8k.files, "hub_unreachable", lambda *args, **kwargs: None
-    )  # the Hub answers, the load fails
+    monkeypatch.setattr(gsm8k.hub, "hub_unreachable", lambda *args, **kwargs: None)  # the Hub answers; the load fails
     with pytest.raises(ConfigError, match="(?s)DATASET 'openai/gsm8k' could not be loaded.*local GSM8K-format"):
         gsm8k.load("openai/gsm8k")
 
