@@ -14,6 +14,8 @@ import logging
 import math
 import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 from grpo import checkpoints, errors, files, hardware, hub
@@ -314,10 +316,7 @@ def hardware_problems(s, cpu_only):
             f"Run torchrun --nproc_per_node {gpus} grpotrainer.py (see docs/launch.md), or set CUDA_VISIBLE_DEVICES=0."
         )
     if not cpu_only and not cuda:
-        problems.append(
-            "no CUDA GPU is visible; a real run needs one (bf16 training of a 1B+ model on a CPU takes weeks).\n"
-            "Try the pipeline offline on the CPU with: make smoke"
-        )
+        problems.append(no_gpu_problem(nvidia_driver()))
     elif s["BF16"] and not (cuda and hardware.bf16_gpu()):
         problems.append(
             "BF16=True, but --smoke and --demo run on the CPU in fp32; set BF16=False there."
@@ -355,6 +354,56 @@ def hardware_problems(s, cpu_only):
                 f"Set CACHE_IMPLEMENTATION=dynamic, or {other}=False to decode with the static cache."
             )
     return problems
+
+
+# The oldest NVIDIA driver that runs each CUDA major version PyTorch's wheels are built for (NVIDIA's minor-version
+# compatibility: CUDA 12.x from driver 525.60.13, CUDA 13.x from 580). requirements.txt's torch is a CUDA 13 build.
+DRIVER_FLOOR = {12: 525, 13: 580}
+CUDA12_WHEELS = "https://download.pytorch.org/whl/cu128"  # PyTorch's own index of CUDA 12.8 builds
+
+
+def nvidia_driver():
+    """The NVIDIA driver version nvidia-smi reports ("550.54.15"), or None where there is no nvidia-smi or it finds
+    no driver."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = out.stdout.split()
+    return found[0] if out.returncode == 0 and found else None
+
+
+def no_gpu_problem(driver):
+    """Why torch sees no GPU, told apart: no NVIDIA driver at all (`driver` None), or a driver that this torch's
+    CUDA build cannot use (a CPU-only torch, or a CUDA 13 torch on a driver older than 580)."""
+    if driver is None:
+        return (
+            "no CUDA GPU is visible; a real run needs one (bf16 training of a 1B+ model on a CPU takes weeks).\n"
+            "Try the pipeline offline on the CPU with: make smoke"
+        )
+    import torch
+
+    version = torch.__version__.partition("+")[0]
+    built = torch.version.cuda  # None for a CPU-only build
+    floor = DRIVER_FLOOR.get(int(built.partition(".")[0]), 0) if built else None
+    if floor is not None and int(driver.partition(".")[0]) >= floor:  # the driver is new enough: something else
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return (
+            f"nvidia-smi reports NVIDIA driver {driver}, new enough for torch {torch.__version__}, but torch sees "
+            f"no GPU{f' (CUDA_VISIBLE_DEVICES={hidden!r})' if hidden is not None else ''}.\n"
+            "Check CUDA_VISIBLE_DEVICES and that python -c 'import torch; torch.cuda.init()' works on this node."
+        )
+    why = f"built for CUDA {built}, which needs driver >= {floor}" if built else "a CPU-only build"
+    return (
+        f"nvidia-smi reports NVIDIA driver {driver}, but torch {torch.__version__} sees no GPU: it is {why}.\n"
+        f"Install its CUDA 12 build (driver >= {DRIVER_FLOOR[12]}): pip install torch=={version} --index-url "
+        f"{CUDA12_WHEELS}, or upgrade the driver to >= {DRIVER_FLOOR[13]} (docs/gpu.md)."
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,66 @@
+"""preflight's GPU diagnosis: no NVIDIA driver at all, or a driver this torch's CUDA build cannot use.
+
+.venv/bin/python -m pytest tests/new_main_preflight.py -q
+"""
+
+import os
+import stat
+
+import pytest
+import torch
+from conftest import run_script
+
+from grpo import preflight
+
+
+def stand_in_nvidia_smi(folder, driver):
+    """An nvidia-smi on PATH that reports `driver`, as the real one answers --query-gpu=driver_version."""
+    exe = folder / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\necho '{driver}'\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return folder
+
+
+def test_the_driver_is_read_from_nvidia_smi(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{stand_in_nvidia_smi(tmp_path, '550.54.15')}{os.pathsep}{os.environ['PATH']}")
+    assert preflight.nvidia_driver() == "550.54.15"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi anywhere
+    assert preflight.nvidia_driver() is None
+
+
+@pytest.mark.parametrize(
+    "built, driver, says",
+    [
+        (None, "550.54.15", "a CPU-only build"),  # a CPU wheel on a GPU host
+        ("13.0", "550.54.15", "built for CUDA 13.0, which needs driver >= 580"),  # the registry's default build
+        ("12.8", "470.82.01", "built for CUDA 12.8, which needs driver >= 525"),
+    ],
+)
+def test_a_driver_torch_cannot_use_is_named_with_both_fixes(built, driver, says, monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", built)
+    message = preflight.no_gpu_problem(driver)
+    assert f"driver {driver}" in message and says in message
+    assert "pip install torch==" in message and "--index-url https://download.pytorch.org/whl/cu12" in message
+    assert "upgrade the driver to >= 580" in message
+    assert message.count("\n") <= 1  # two lines at most
+
+
+def test_a_new_enough_driver_points_elsewhere(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    message = preflight.no_gpu_problem("580.65.06")
+    assert "new enough" in message and "CUDA_VISIBLE_DEVICES=''" in message and "pip install" not in message
+
+
+def test_without_a_driver_the_message_is_the_cpu_one():
+    assert "make smoke" in preflight.no_gpu_problem(None)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a real GPU would start a real run")
+def test_a_real_run_on_a_host_with_driver_550_exits_2_naming_it(tmp_path):
+    bin_dir = stand_in_nvidia_smi(tmp_path, "550.54.15")
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    out = run_script("grpotrainer.py", f"--OUTPUT_DIR={tmp_path / 'run'}", env={"PATH": path}, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "driver 550.54.15" in out.stderr and "torch 2" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "run").exists()
