@@ -8,7 +8,6 @@ before training, `check_model` matches the model's config, weights and LoRA sett
 
 import dataclasses
 import difflib
-import itertools
 import json
 import logging
 import math
@@ -165,14 +164,25 @@ def _batch(s):
     per_round = per_device * procs
     if per_round * steps % gens == 0:
         return []
-    fix = next(n for n in itertools.count(steps + 1) if per_round * n % gens == 0)
-    alt = [g for g in range(2, per_round * steps + 1) if per_round * steps % g == 0]
-    other = f", or NUM_GENERATIONS={min(alt, key=lambda g: abs(g - gens))}" if alt else ""
+    step = gens // math.gcd(per_round, gens)  # the multiples of this hold whole groups: the next one above steps
+    fix = (steps // step + 1) * step
+    alt = _divisors(per_round * steps) - {1}
+    other = f", or NUM_GENERATIONS={min(alt, key=lambda g: (abs(g - gens), g))}" if alt else ""
     return [
         f"PER_DEVICE_TRAIN_BATCH_SIZE x processes x {name} = {per_device} x {procs} x {steps} = {per_round * steps} "
         f"completions per generation round, not a multiple of NUM_GENERATIONS={gens} (processes count every node).\n"
         f"Set {name}={fix}{other}."
     ]
+
+
+def _divisors(n):
+    """The divisors of n, in O(sqrt(n)) steps: a GRADIENT_ACCUMULATION_STEPS of 1e11 must not stall preflight.
+
+    >>> sorted(_divisors(12))
+    [1, 2, 3, 4, 6, 12]
+    """
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return set(small) | {n // d for d in small}
 
 
 def _rewards(s, known):
@@ -618,6 +628,7 @@ def check_config(config, s, train_size):
     for name, allowed in FIELD_CHOICES.items():
         if values.get(name) not in allowed:
             problems.append(f"--{name}={values.get(name)} must be one of {', '.join(allowed)}")
+    problems += _optimizer(config)
     prompts = config.generation_batch_size // config.num_generations
     if train_size < prompts:
         problems.append(
@@ -637,6 +648,26 @@ def check_config(config, s, train_size):
         problems.append("--use_liger_kernel=true needs the liger-kernel package (deprecated in TRL 1.16)")
     if problems:
         raise ConfigError("\n\n".join(f"{p}." for p in problems))
+
+
+def _optimizer(config):
+    """The optimizer the run will build, built now on one placeholder weight, as Trainer builds it: torch refuses a
+    --adam_beta1=2 or a negative --adam_epsilon only when the first step creates it. Optimizers that need the model
+    (GaLore and the like) or a package this machine lacks are left to Trainer."""
+    import torch
+    from transformers import Trainer
+
+    try:
+        optimizer_class, kwargs = Trainer.get_optimizer_cls_and_kwargs(config)
+    except (ValueError, ImportError) as err:  # an --optim Trainer does not know; a missing optional package
+        return [f"--optim={config.optim}: {errors.first_line(err)}"] if isinstance(err, ValueError) else []
+    except (TypeError, AttributeError):  # it needs the model to build
+        return []
+    try:
+        optimizer_class([torch.nn.Parameter(torch.zeros(1))], **kwargs)
+    except ValueError as err:  # torch's own range checks, naming the value
+        return [f"the optimizer settings are invalid: {errors.first_line(err)}"]
+    return []
 
 
 def _saving(config):

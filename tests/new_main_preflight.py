@@ -64,3 +64,33 @@ def test_a_real_run_on_a_host_with_driver_550_exits_2_naming_it(tmp_path):
     assert out.returncode == 2, out.stderr[-2000:]
     assert "driver 550.54.15" in out.stderr and "torch 2" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "gens, accumulation, fix",
+    [
+        (1_000_000_007, 8, "NUM_GENERATIONS=8"),  # a huge prime group: the closest divisor of 8, found at once
+        (7, 10**11, "GRADIENT_ACCUMULATION_STEPS=100000000002"),  # the next multiple of 7, without counting to it
+    ],
+)
+def test_the_batch_rule_answers_at_once_for_huge_values(gens, accumulation, fix, settings):
+    import time
+
+    s = {**settings, "NUM_GENERATIONS": gens, "GRADIENT_ACCUMULATION_STEPS": accumulation}
+    s |= {"PER_DEVICE_TRAIN_BATCH_SIZE": 1, "STEPS_PER_GENERATION": 0}
+    start = time.process_time()
+    (message,) = preflight._batch(s)
+    assert fix in message
+    assert time.process_time() - start < 5  # CPU seconds: it was minutes (a loop to 1e11)
+
+
+@pytest.mark.parametrize("field", ["--adam_beta1=2", "--adam_beta2=-0.5", "--adam_epsilon=-1"])
+def test_out_of_range_optimizer_fields_are_refused_before_training(field, tmp_path, capsys, monkeypatch):
+    from conftest import run_in_process
+
+    import grpotrainer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = f"--OUTPUT_DIR={tmp_path / 'run'}"
+    code, stderr = run_in_process(grpotrainer.main, "--smoke", field, out, capsys=capsys)
+    assert code == 2 and "optimizer settings are invalid" in stderr and "Traceback" not in stderr
