@@ -183,7 +183,7 @@ def build_trainer(s, config, reward_funcs, train_dataset):
     from trl import GRPOTrainer
 
     try:
-        return GRPOTrainer(
+        trainer = GRPOTrainer(
             model=s["MODEL_NAME"],
             reward_funcs=reward_funcs,
             args=config,
@@ -195,6 +195,11 @@ def build_trainer(s, config, reward_funcs, train_dataset):
         if not errors.is_load_error(err):
             raise
         raise errors.ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
+    if s["LOAD_IN_4BIT"]:  # TRL casts a quantized model's adapter to bf16, where small updates round away
+        from grpo import guards
+
+        guards.adapter_in_fp32(trainer.model)
+    return trainer
 
 
 def load_data(s):

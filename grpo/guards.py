@@ -8,8 +8,8 @@ What each piece guards against, in the order grpotrainer.py uses them:
   saved and the run exits with one line; all torchrun ranks stop at the same step.
 - `faults`: a full disk or a distributed stall, reported as a message that names the setting and what to check.
 - `generation_guards`: TRL's cast of the whole model to bf16 before continuous-batching generation, which would
-  leave the LoRA weights training in bf16 (KeepTrainableFp32), and its GenerationConfig that never compiles
-  (CompileDecode, for CACHE_IMPLEMENTATION=static).
+  leave the LoRA weights and the rotary buffers in bf16 (KeepFp32), and its GenerationConfig that never compiles
+  (CompileDecode, for CACHE_IMPLEMENTATION=static); `adapter_in_fp32`: the same for QLoRA's adapter.
 
 Training only: this module imports transformers (for `TrainerCallback`); checkpoint file checks live in
 grpo/checkpoints.py.
@@ -261,32 +261,67 @@ TORCH_WRITE_TEXT = ("PytorchStreamWriter failed writing file", "basic_ios::clear
 STALL_TEXT = ("timed out", "timeout", "watchdog", "Connection closed by peer", "Connection reset by peer")
 
 
-class KeepTrainableFp32(TrainerCallback):
-    """Keep the fp32 trainable weights (LoRA's) fp32 under USE_TRANSFORMERS_CONTINUOUS_BATCHING with BF16.
+class KeepFp32(TrainerCallback):
+    """Keep what the model holds in fp32 in fp32 under USE_TRANSFORMERS_CONTINUOUS_BATCHING with BF16.
 
-    TRL 1.16 casts the whole model to bf16 before `generate_batch` (GRPOTrainer._generate_single_turn) and never
-    back, so the adapter would train in bf16, where an Adam step of 1e-5 rounds away for any weight above ~3e-3.
-    At each step's start this keeps an fp32 copy of those weights; just before the optimiser steps it puts the copy
-    back over whatever generation rounded, with the gradients cast to fp32, so every update lands on the unrounded
-    weights (the micro-batches after a generation ran on the rounded ones, as bf16 maths would anyway). TRL's cast
-    keeps each Parameter object (torch's .data swap), so the optimiser's references stay valid.
+    TRL 1.16 casts the whole model to bf16 right before `generate_batch` (GRPOTrainer._generate_single_turn) and
+    never back: the LoRA weights, which would then train in bf16, where an Adam step of 1e-5 rounds away for any
+    weight above ~3e-3, and the float buffers, such as the rotary `inv_freq` (a 0.37 % error: 0.35 rad of phase at
+    position 300 for Qwen3-8B), in the policy and the reference alike. Generation runs in bf16 as TRL intends; right
+    after it this puts back every tensor that was fp32 before, so the training passes and the optimizer see the
+    model as it was loaded. No copy is made: torch's cast swaps each Parameter's `.data` and each module's buffer
+    for a new tensor, so the fp32 originals held here stay intact (and Adam's in-place updates land on them).
+    There is no public hook between generation and the loss, so `generate_batch` is wrapped on the model TRL unwraps
+    for generation (the PeftModel itself, without DDP's wrapper).
     """
 
     def __init__(self, model):
         import torch
 
-        self.params = [p for p in model.parameters() if p.requires_grad and p.dtype == torch.float32]
-        self.saved = []
+        self.model = model
+        self.params = []  # (parameter, its fp32 tensor), taken at each step's start
+        self.buffers = [
+            (module, name, buffer)
+            for module in model.modules()
+            for name, buffer in module._buffers.items()
+            if buffer is not None and buffer.dtype == torch.float32
+        ]
+        generate_batch = model.generate_batch
+
+        def generate_then_restore(*args, **kwargs):
+            try:
+                return generate_batch(*args, **kwargs)
+            finally:
+                self.restore()
+
+        model.generate_batch = generate_then_restore
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self.saved = [p.detach().clone() for p in self.params]  # LoRA's few MB, before any generation this step
+        import torch
 
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        for param, saved in zip(self.params, self.saved, strict=True):
-            if param.dtype != saved.dtype:
-                param.data = saved
-                if param.grad is not None:
-                    param.grad = param.grad.to(saved.dtype)
+        self.params = [(p, p.data) for p in self.model.parameters() if p.dtype == torch.float32]
+
+    on_train_begin = on_step_begin
+
+    def restore(self):
+        for param, data in self.params:
+            param.data = data
+        for module, name, buffer in self.buffers:
+            module._buffers[name] = buffer
+
+
+def adapter_in_fp32(model):
+    """Put the trainable (LoRA) weights of a 4-bit model back in fp32, before the optimizer is built.
+
+    For quantized models TRL 1.16 casts them to bf16 (GRPOTrainer.__init__, after QLoRA's paper), where at
+    LEARNING_RATE=1e-5 most of an update is below half a bf16 ulp and rounds away (measured on peft's initialisation:
+    75 % of q_proj's lora_A entries never move). peft's 4-bit LoRA layers cast their input to the adapter's dtype, so
+    an fp32 adapter computes in fp32 over the bf16 base, as peft does for unquantized models."""
+    import torch
+
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
 
 
 class CompileDecode(TrainerCallback):
@@ -306,13 +341,13 @@ class CompileDecode(TrainerCallback):
 
 def generation_guards(trainer):
     """The callbacks that undo two choices TRL 1.16 makes for generation: it never compiles (CompileDecode), which
-    CACHE_IMPLEMENTATION=static needs; and under continuous batching in bf16 it casts the adapter to bf16
-    (KeepTrainableFp32)."""
+    CACHE_IMPLEMENTATION=static needs; and under continuous batching in bf16 it casts the adapter and the float
+    buffers to bf16 (KeepFp32)."""
     callbacks = []
     if trainer.args.cache_implementation == "static":
         callbacks.append(CompileDecode(trainer.generation_config))
     if trainer.args.use_transformers_continuous_batching and trainer.args.bf16:
-        callbacks.append(KeepTrainableFp32(trainer.model))
+        callbacks.append(KeepFp32(trainer.model))
     return callbacks
 
 

@@ -109,20 +109,24 @@ def trained_adapter_dtypes(tmp_path, model_dir):
         trainer.add_callback(callback)
     trainable = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
     before = {n: p.detach().float().clone() for n, p in trainable.items()}
+    rope = {n: b.clone() for n, b in trainer.model.named_buffers() if n.endswith("inv_freq")}
     trainer.train()
     moved = any(not torch.equal(before[n], p.detach().float()) for n, p in trainable.items())
-    return {str(p.dtype) for p in trainable.values()}, moved
+    buffers = dict(trainer.model.named_buffers())
+    rope_kept = bool(rope) and all(torch.equal(buffers[n], b) for n, b in rope.items())  # same values, fp32
+    return {str(p.dtype) for p in trainable.values()} | {str(buffers[n].dtype) for n in rope}, moved, rope_kept
 
 
 @pytest.mark.slow
 def test_continuous_batching_in_bf16_keeps_the_adapter_fp32(tmp_path, model_dir):
-    dtypes, moved = trained_adapter_dtypes(tmp_path, model_dir)
-    assert dtypes == {"torch.float32"} and moved  # KeepTrainableFp32 put the fp32 weights back, then Adam stepped
+    dtypes, moved, rope_kept = trained_adapter_dtypes(tmp_path, model_dir)
+    assert dtypes == {"torch.float32"} and moved  # KeepFp32 put the fp32 weights back, then Adam stepped
+    assert rope_kept  # and the rotary inv_freq is the fp32 original, not its bf16 rounding
 
 
 @pytest.mark.slow
 def test_without_the_guard_trl_leaves_the_adapter_bf16(tmp_path, model_dir, monkeypatch):
     # what the guard undoes: TRL 1.16 casts the whole model, LoRA included, to bf16 before generate_batch
-    monkeypatch.setattr(guards, "KeepTrainableFp32", lambda model: guards.TrainerCallback())
-    dtypes, _ = trained_adapter_dtypes(tmp_path, model_dir)
-    assert dtypes == {"torch.bfloat16"}
+    monkeypatch.setattr(guards, "KeepFp32", lambda model: guards.TrainerCallback())
+    dtypes, _, rope_kept = trained_adapter_dtypes(tmp_path, model_dir)
+    assert dtypes == {"torch.bfloat16"} and not rope_kept

@@ -62,7 +62,7 @@ def test_a_static_cache_is_asked_of_trl_and_its_decode_step_compiled(settings):
     assert config.cache_implementation == "static"
     # TRL 1.16 builds its GenerationConfig with disable_compile=True; CompileDecode turns it back on at train begin
     trainer = SimpleNamespace(args=config, generation_config=GenerationConfig(disable_compile=True), model=None)
-    (callback,) = guards.generation_guards(trainer)  # no KeepTrainableFp32: no continuous batching here
+    (callback,) = guards.generation_guards(trainer)  # no KeepFp32: no continuous batching here
     callback.on_train_begin(config, None, None)
     compile_config = trainer.generation_config.compile_config
     assert trainer.generation_config.disable_compile is False
