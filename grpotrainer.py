@@ -121,7 +121,7 @@ def build_config(s, fields, cpu_only, train_dataset=None):
         return GRPOConfig(
             output_dir=s["OUTPUT_DIR"],
             trust_remote_code=s["TRUST_REMOTE_CODE"],
-            model_init_kwargs=hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cpu_only),
+            model_init_kwargs=build_model_init_kwargs(s, cpu_only),
             chat_template_kwargs={"enable_thinking": s["ENABLE_THINKING"]},
             num_generations=s["NUM_GENERATIONS"],
             max_completion_length=s["MAX_COMPLETION_LENGTH"],
@@ -163,6 +163,13 @@ def build_config(s, fields, cpu_only, train_dataset=None):
         )
     except (ValueError, ImportError) as err:  # GRPOConfig's own checks, e.g. of a --field=value
         raise errors.ConfigError(f"GRPOConfig refuses these settings: {errors.first_line(err)}") from None
+
+
+def build_model_init_kwargs(s, cpu_only):
+    """from_pretrained's arguments: dtype and attention kernel; under FSDP, device_map=None, which TRL 1.16 sets for
+    DDP and DeepSpeed but not FSDP, where its "auto" would place the whole model on each rank's GPU before sharding."""
+    kwargs = hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cpu_only)
+    return {**kwargs, "device_map": None} if hardware.fsdp_version() else kwargs
 
 
 def build_peft_config(s):

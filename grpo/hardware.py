@@ -102,6 +102,13 @@ def is_main_process():
     return os.environ.get("RANK", "0") == "0"
 
 
+def fsdp_version():
+    """0 outside FSDP, else 1 or 2: `accelerate launch` with an FSDP config says so in the environment."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() not in ("1", "true"):
+        return 0
+    return int(os.environ.get("FSDP_VERSION", "1"))
+
+
 def on_gpu(cpu_only):
     """Whether this run computes on CUDA: the --smoke and --demo profiles always run on the CPU."""
     return not cpu_only and cuda_available()

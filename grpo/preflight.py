@@ -85,6 +85,13 @@ GENERATION_OWNED |= dict.fromkeys(("num_return_sequences", "n"), "NUM_GENERATION
 GENERATION_OWNED |= {"temperature": "TEMPERATURE", "do_sample": "GRPO itself (its groups must be sampled)"}
 GENERATION_OWNED |= {key: f"--{key}, checked before the run" for key in ("top_p", "top_k", "min_p")}
 GENERATION_OWNED |= {"repetition_penalty": "--repetition_penalty, checked before the run"}
+# FSDP2 is experimental here: TRL 1.16's summon_full_params is a no-op under it, so generate() runs through FSDP2's
+# hooks, and with fsdp_reshard_after_forward every decoded token all-gathers the whole model.
+FSDP2_WARNING = (
+    "FSDP2 is experimental with this script: TRL 1.16 generates through FSDP2's hooks, so every decoded token "
+    "all-gathers the whole model (a full weight transfer per token), and vLLM with LoRA under FSDP is not done in "
+    "TRL. Prefer configs/accelerate/zero3.yaml (one gather per generate call) or ddp.yaml (docs/launch.md)."
+)
 THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
@@ -357,6 +364,8 @@ def hardware_problems(s, cpu_only):
             "USE_VLLM=True with LOAD_IN_4BIT=True: TRL merges LoRA into the base weights for vLLM, lossy in 4-bit.\n"
             "Use vLLM with bf16 LoRA, or QLoRA with transformers generation (TRL issues 3466, 3654)."
         )
+    if hardware.fsdp_version() == 2:
+        log.warning(FSDP2_WARNING)
     for other in ("USE_VLLM", "USE_TRANSFORMERS_CONTINUOUS_BATCHING"):
         if s["CACHE_IMPLEMENTATION"] == "static" and s[other]:
             problems.append(

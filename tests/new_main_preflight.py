@@ -94,3 +94,23 @@ def test_out_of_range_optimizer_fields_are_refused_before_training(field, tmp_pa
     out = f"--OUTPUT_DIR={tmp_path / 'run'}"
     code, stderr = run_in_process(grpotrainer.main, "--smoke", field, out, capsys=capsys)
     assert code == 2 and "optimizer settings are invalid" in stderr and "Traceback" not in stderr
+
+
+def test_fsdp2_is_marked_experimental_by_preflight(settings, monkeypatch, caplog, gpu):
+    gpu(count=1)
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    preflight.hardware_problems(settings, cpu_only=False)
+    assert any("FSDP2 is experimental" in r.message and "all-gathers" in r.message for r in caplog.records)
+    caplog.clear()
+    monkeypatch.setenv("FSDP_VERSION", "1")
+    preflight.hardware_problems(settings, cpu_only=False)
+    assert not any("FSDP2" in r.message for r in caplog.records)
+
+
+def test_under_fsdp_the_model_loads_without_a_device_map(settings, monkeypatch):
+    import grpotrainer
+
+    assert "device_map" not in grpotrainer.build_model_init_kwargs(settings, cpu_only=True)
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    assert grpotrainer.build_model_init_kwargs(settings, cpu_only=True)["device_map"] is None
