@@ -27,6 +27,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import time
 from pathlib import Path
 
@@ -59,6 +60,8 @@ log = logging.getLogger("grpotrainer.gsm8k")
 # The longest row a local dataset may hold: GSM8K's longest line (train and test) is 1,744 characters, so a row 37
 # times longer is not a word problem; refused with its line number instead of stalling tokenization for minutes.
 MAX_ROW_CHARS = 64 * 1024
+# What a gold '#### N' holds: a number, perhaps after $, and then no other digit (units may follow, "#### 18 pens")
+GOLD_NUMBER = re.compile(r"[ \t]*\$?[ \t]*-?[0-9][0-9,]*(?:\.[0-9]+)?(?P<rest>.*)", re.S)
 
 
 def make_prompt(question, system_prompt=SYSTEM_PROMPT):
@@ -82,13 +85,13 @@ def load(
     rows, source = (
         _read_local(dataset, split, name) if hub.is_local(dataset) else _read_hub(dataset, config, split, name)
     )
-    golds = [grading.extract_hash_answer(row["answer"]) for row in rows]
+    golds = [gold_answer(row["answer"]) for row in rows]
     if bad := [i for i, gold in enumerate(golds) if gold is None]:
-        shown = "; ".join(f"row {i + 1}: ...{rows[i]['answer'][-40:]!r}" for i in bad[:3])
+        shown = "; ".join(f"{rows[i].get('line', f'row {i + 1}')}: ...{rows[i]['answer'][-40:]!r}" for i in bad[:3])
         if not skip_bad_rows:
             raise ConfigError(
-                f"{len(bad)} of {len(rows)} rows of {name} {source} have no '#### N' answer, e.g. {shown}.\n"
-                "Fix those rows, or set SKIP_BAD_ROWS=True to train without them."
+                f"{len(bad)} of {len(rows)} rows of {name} {source} have no '#### N' answer that reads as one number, "
+                f"e.g. {shown}.\nFix those rows, or set SKIP_BAD_ROWS=True to train without them."
             )
         log.warning("skipping %d rows without a '#### N' answer (SKIP_BAD_ROWS=True), e.g. %s", len(bad), shown)
     keep = [i for i, gold in enumerate(golds) if gold is not None][: limit or None]
@@ -103,6 +106,19 @@ def load(
             "question": questions,
         }
     )
+
+
+def gold_answer(answer):
+    """The gold number of a GSM8K answer ("... #### 1,080" -> "1080"), or None when it has none, or when the text
+    after its '####' holds more digits than the number read (`#### 1e3`, `#### 1 000`): such a row is refused
+    rather than trained on as 1.
+
+    >>> [gold_answer(a) for a in ("3 * 6 = 18\\n#### 18", "#### $1,000", "#### 1e3", "#### 1 000")]
+    ['18', '1000', None, None]
+    """
+    value = grading.extract_hash_answer(answer)
+    number = GOLD_NUMBER.match(answer.rpartition("####")[2])
+    return value if value is not None and number and not re.search("[0-9]", number["rest"]) else None
 
 
 def _read_hub(dataset, config, split, name):
@@ -164,7 +180,7 @@ def _read_local(dataset, split, name):
             if not isinstance(row.get(key), str) or not row[key].strip():
                 what = "missing" if key not in row else "empty" if row[key] == "" else f"a {type(row[key]).__name__}"
                 problems.append(f"line {number}: {key!r} is {what}, not text")
-        rows.append(row)
+        rows.append({**row, "line": f"line {number}"})
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         raise ConfigError(

@@ -114,3 +114,18 @@ def test_under_fsdp_the_model_loads_without_a_device_map(settings, monkeypatch):
     assert "device_map" not in grpotrainer.build_model_init_kwargs(settings, cpu_only=True)
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     assert grpotrainer.build_model_init_kwargs(settings, cpu_only=True)["device_map"] is None
+
+
+@pytest.mark.parametrize("gold", ["#### 1e3", "#### 1 000", "#### 2^10", "#### 1.5.2"])
+def test_a_gold_that_does_not_read_as_one_number_is_refused_with_its_line(gold, tmp_path):
+    import json
+
+    from grpo import gsm8k
+    from grpo.errors import ConfigError
+
+    path = tmp_path / "train.jsonl"
+    rows = [{"question": "q", "answer": "#### 5"}, {"question": "q", "answer": f"so\n{gold}"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(ConfigError, match="line 2: "):
+        gsm8k.load(str(path))
+    assert gsm8k.load(str(path), skip_bad_rows=True)["answer"] == ["5"]  # never read as a different number

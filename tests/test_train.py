@@ -445,7 +445,7 @@ def test_rows_without_answers_are_counted_and_shown(tmp_path):
     rows[3]["answer"] = "#### seven"
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(ConfigError, match=r"(?s)2 of 5 rows .* e.g. row 2: .*forgot.*; row 4: .*SKIP_BAD_ROWS=True"):
+    with pytest.raises(ConfigError, match=r"(?s)2 of 5 rows .* e.g. line 2: .*forgot.*; line 4: .*SKIP_BAD_ROWS=True"):
         gsm8k.load(str(bad))
     # the two bad rows are dropped, the rest kept in order
     assert gsm8k.load(str(bad), skip_bad_rows=True)["answer"] == ["0", "2", "4"]
