@@ -1,9 +1,10 @@
 """The GRPO reward functions that grpotrainer.py selects by name from `REWARDS`: read these to write your own.
 
-A reward is called by TRL's GRPOTrainer once per batch as `f(prompts=..., completions=..., completion_ids=...,
-answer=..., solution=..., trainer_state=..., log_extra=..., log_metric=...)` and returns one float (or None, which
-TRL skips) per completion. Completions are chat messages, `[{"role": "assistant", "content": "..."}]`, for
-GSM8K's conversational prompts; `grading.completion_to_text` turns either form into text.
+TRL's GRPOTrainer calls a reward once per batch as `f(prompts=..., completions=..., completion_ids=..., answer=...,
+trainer_state=..., log_extra=..., ...)`; it returns one float per completion, or None (which TRL skips) where a
+reward that needs the gold has no readable one. Completions are chat lists for GSM8K (`completion_to_text` reads
+either form); the gold comes as `answer` or, as TRL's and open-r1's rewards read it, `solution`. How answers are
+read is grpo/grading.py's job. A parameter named max_completion_length or enable_thinking gets the run's value.
 
     correctness_reward   1.0 when the final answer equals the gold by value (the reward GRPO should optimise)
     format_reward        1.0 for a last line `#### N`, 0.5 for a decorated or misplaced one
@@ -11,17 +12,8 @@ GSM8K's conversational prompts; `grading.completion_to_text` turns either form i
     math_reward          the tutorial's combined partial credit, summing to 1.0 for a right, shown answer
     overlong_reward      DAPO's soft overlong punishment, from the token counts
 
-How answers are read (where the answer is, number forms, "no final answer, no credit" for unclosed thinking and
-cut-off completions) is the answer reader's job: grpo/grading.py, whose docstring gives the rules. Your own reward
-goes in a module of your own, on the Python path (the repository root, or a folder on PYTHONPATH), selected as
-`--REWARD_FUNCS=correctness_reward,mymodule:my_reward`.
-
-TRL's conventions: the gold comes as `answer` or, as TRL's and open-r1's rewards read it, `solution`; a reward that
-needs the gold returns None for a row without a readable one (TRL skips it), not 0.0. A reward that names
-`max_completion_length` or `enable_thinking` among its parameters gets the run's values (MAX_COMPLETION_LENGTH,
-ENABLE_THINKING), bound by grpo/reward_guard.py, which also loads and guards every reward during the run.
-
-Run the examples in the docstrings and the tests:
+Your own reward goes in a module on the Python path (the repository root, or a folder on PYTHONPATH), selected as
+`--REWARD_FUNCS=correctness_reward,mymodule:my_reward`. Run the examples and the tests:
     python -m pytest tests/test_rewards.py rewards.py -q
 """
 
@@ -37,9 +29,6 @@ from grpo.grading import (
     gold_value,
     working_score,
 )
-
-# ----------------------------------------------------------------------------------------------------------------
-# Reward functions: TRL calls them as f(prompts=..., completions=..., completion_ids=..., answer=..., ...)
 
 
 def _golds(answer, n: int) -> list[str | None]:
@@ -79,26 +68,21 @@ def correctness_reward(
     """1.0 when the completion's final answer equals the gold answer by value, else 0.0; None without a gold.
 
     No final answer, no credit: thinking that never closed scores 0.0, and a completion cut off at
-    max_completion_length earns nothing from the last-number fallback (see the module docstring).
+    max_completion_length earns nothing from the last-number fallback (see grpo/grading.py).
 
     Args:
         completions (`list[str]` or `list[list[dict]]`): plain or chat completions.
         answer (`list[str]`, *optional*): the gold answers, a number ("1080") or a GSM8K solution ("... #### 1,080").
-            TRL passes the dataset's `answer` column here.
-        solution (`list[str]`, *optional*): the gold answers under the name TRL's and open-r1's rewards read; used
-            when `answer` is not given.
-        completion_ids (`list[list[int]]`, *optional*): the token ids TRL passes; with max_completion_length they
-            tell a cut-off completion.
+        solution (`list[str]`, *optional*): the gold under the name TRL's and open-r1's rewards read, if no `answer`.
+        completion_ids (`list[list[int]]`, *optional*): the token ids TRL passes; as many as max_completion_length
+            (GRPOConfig's limit) tell a cut-off completion.
         log_extra (`Callable[[str, list], None]`, *optional*): TRL's hook for extra columns of the completions
             table; the reward logs `extracted` (its reading of each completion) and `gold`.
-        max_completion_length (`int`, *optional*): GRPOConfig's limit, in tokens.
         enable_thinking (`bool`): thinking mode is on, so an answer needs a closed `</think>` first.
-        **kwargs: the other columns and trainer arguments TRL passes (prompts, trainer_state, ...); unused, and there
-            so that any call from GRPOTrainer works.
+        **kwargs: the other arguments TRL passes (prompts, trainer_state, ...); unused, there so any call works.
 
     Returns:
-        `list[float | None]`: one reward per completion; None where the gold is missing or unreadable, which TRL
-        skips (it becomes NaN and is left out of the group's mean).
+        `list[float | None]`: one reward per completion; None where the gold is missing or unreadable (TRL skips it).
 
     >>> correctness_reward(["9 * 2 = 18\\n#### 18", "The answer is $18.00.", "#### 17"], answer=["18", "18", "18"])
     [1.0, 1.0, 0.0]
@@ -143,11 +127,9 @@ def format_reward(completions, answer=None, *, enable_thinking: bool = False, **
     rewards = []
     for completion in completions or []:
         text = completion_to_text(completion)
-        region = answer_region(text, enable_thinking)
-        if region is None:
+        if answer_region(text, enable_thinking) is None:
             rewards.append(0.0)
-            continue
-        if ends_with_hash_line(text):
+        elif ends_with_hash_line(text):
             rewards.append(1.0)
         else:
             rewards.append(0.5 if extract_hash_answer(text, thinking=enable_thinking) is not None else 0.0)
@@ -169,11 +151,7 @@ def reasoning_reward(completions, answer=None, **kwargs) -> list[float]:
     >>> reasoning_reward(["He sells 20 - 5 - 3 = 12 pens.", "A third of them, 36 / 3, are blue.", "#### 12"])
     [1.0, 0.5, 0.0]
     """
-    rewards = []
-    for completion in completions or []:
-        text = completion_to_text(completion)
-        rewards.append(working_score(text))
-    return rewards
+    return [working_score(completion_to_text(completion)) for completion in completions or []]
 
 
 def math_reward(
@@ -223,17 +201,9 @@ def math_reward(
 
 
 def overlong_reward(completions=None, completion_ids=None, *, max_completion_length: int, **kwargs) -> list[float]:
-    """DAPO's soft overlong punishment: 0 up to `L - C` tokens, then down linearly to -1 at `L` (TRL's own
-    `get_soft_overlong_punishment`, imported when first called so that `import rewards` stays light).
-
-    R(y) = 0 for |y| <= L - C;  (L - C - |y|) / C for L - C < |y| <= L;  -1 for |y| > L,
-    with L = max_completion_length and C = L // 4, the penalised band.
-
-    Args:
-        completions: unused but for their number: without `completion_ids` every completion scores 0.0.
-        completion_ids (`list[list[int]]`): the token ids TRL passes, whose lengths are |y|.
-        max_completion_length (`int`): GRPOConfig's max_completion_length, in tokens.
-        **kwargs: the other arguments TRL passes; unused.
+    """DAPO's soft overlong punishment, TRL's own `get_soft_overlong_punishment` (imported when first called, so
+    that `import rewards` stays light): 0 up to L - C tokens, then down linearly to -1 at L, with
+    L = max_completion_length and C = L // 4. Without `completion_ids` (their lengths) every completion scores 0.0.
 
     >>> overlong_reward(["a", "b", "c"], completion_ids=[[1] * 50, [1] * 90, [1] * 100], max_completion_length=100)
     [0.0, -0.6, -1.0]

@@ -461,13 +461,9 @@ def thinking_ignored(model_name, enable_thinking):
 
 
 def check_rewards(funcs, names, dataset, max_completion_length, answer_blind=()):
-    """Call every reward (the guards of `reward_guard.load`, as training calls them) as GRPOTrainer will, on three
-    real rows with placeholder completions (three: no batch size a function could assume by accident, such as a
-    group of 2 or 4). One that raises or returns what is not a reward stops here as it would at step 0.
-
-    Then the probe: a reward not in `answer_blind` (rewards.ANSWER_BLIND: those that score the form, not the value)
-    that scores a right and a wrong answer to the same problems alike is warned about by name.
-    """
+    """Call every reward through its training guard (`reward_guard.load`'s) as GRPOTrainer will, on three real rows
+    (no batch size a reward could assume by accident, such as 2 or 4): a raise or a bad value stops here. Then warn
+    about one not in `answer_blind` (rewards.ANSWER_BLIND) that scores a right and a wrong answer alike."""
     import asyncio
     import inspect
 

@@ -1,10 +1,7 @@
-"""Loading and guarding reward functions: REWARD_FUNCS entries in, callables for TRL's GRPOTrainer out.
+"""Loading and guarding reward functions: REWARD_FUNCS entries in, the callables given to TRL's GRPOTrainer out.
 
-`load` finds each entry (a name in the registry it is given, "module:function" or TRL's "module.function"), binds
-the run's settings the reward names among its parameters (`bind`), and wraps it in a `Guard`: a reward that raises
-keeps its traceback with a note naming its entry and the step, one that returns what is not a reward is one
-ConfigError (`check_values`), and one plain call past REWARD_TIMEOUT ends the run (`deadline`). Preflight calls
-the same guards on real rows before training.
+Each reward runs inside a `Guard`, in training and in preflight alike: a raise keeps its traceback with a note naming
+the entry and step, a bad value is one ConfigError (`check_values`), a hung plain call ends the run (`deadline`).
 """
 
 import contextlib
@@ -21,11 +18,9 @@ from grpo.cli import ConfigError
 
 
 def load(names, registry, *, max_completion_length, enable_thinking=False, timeout=0):
-    """A `Guard` for each REWARD_FUNCS entry in `names`, `timeout` seconds per call (REWARD_TIMEOUT; 0 = no limit).
-
-    An unknown module or name is a ConfigError naming the entry and where the module must live; a module or class
-    that raises while loading is a bug and keeps its traceback, with a note naming the entry.
-    """
+    """A `Guard` for each REWARD_FUNCS entry in `names` (a `registry` name, "module:function" or TRL's
+    "module.function"), `timeout` seconds per plain call (REWARD_TIMEOUT; 0 = no limit). An unknown module or name is
+    a ConfigError; a module or class that raises while loading keeps its traceback, with a note naming the entry."""
     settings = {"max_completion_length": max_completion_length, "enable_thinking": enable_thinking}
     guards = []
     for name in names:
@@ -46,13 +41,7 @@ def load(names, registry, *, max_completion_length, enable_thinking=False, timeo
 
 def bind(func, **settings):
     """`func` with the `settings` it names as parameters: a class is built with them; a function becomes a partial
-    that keeps its name (TRL logs rewards/<name>/mean) and pickles, as open-r1 binds its rewards.
-
-    >>> def reward(completions, enable_thinking=False, **kwargs): ...
-    >>> bound = bind(reward, max_completion_length=64, enable_thinking=True)
-    >>> bound.__name__, bound.keywords
-    ('reward', {'enable_thinking': True})
-    """
+    that keeps its name (TRL logs rewards/<name>/mean) and pickles, as open-r1 binds its rewards."""
     if not (isinstance(func, type) or inspect.isfunction(func)):
         return func  # an instance, a builtin: called as it is
     accepted = {key: value for key, value in settings.items() if key in inspect.signature(func).parameters}
@@ -107,13 +96,10 @@ def _import(name):
 
 
 class Guard:
-    """A reward function whose failures name its REWARD_FUNCS entry and the training step. Picklable.
+    """A reward whose failures name its REWARD_FUNCS entry and the step; keeps its `__name__` (TRL's metric name).
 
-    One that raises is a bug to be seen where it is: its error goes on, traceback and all, with a note naming the
-    entry and step (a sys.exit becomes a RuntimeError from it). One that returns what is not a reward is refused by
-    `check_values` before TRL turns it into a tensor or a NaN loss. One plain call past `timeout` seconds is stopped
-    by `deadline`. Keeps the function's `__name__`, which TRL turns into the metric name rewards/<name>/mean.
-    """
+    A raise is a bug to be seen where it is: the error goes on, traceback and all, with a note. A bad value is
+    refused by `check_values` before TRL makes it a tensor or a NaN loss."""
 
     def __init__(self, func, entry, timeout=0):
         self.func = func
@@ -135,13 +121,12 @@ class Guard:
                 yield where
         except (Exception, SystemExit) as err:
             note = f"raised by the reward REWARD_FUNCS entry {self.entry!r} {where}"
-            if isinstance(err, SystemExit):
-                raise exit_as_error(err, note) from err
+            if isinstance(err, SystemExit):  # which would end the run without a word: an error, from it
+                error = RuntimeError(f"the reward called sys.exit({err.code!r})")
+                error.add_note(note)
+                raise error from err
             err.add_note(note)  # the reward's own error goes on, its traceback and chain untouched
             raise
-
-    def __repr__(self):
-        return f"{type(self).__name__}({self.func!r})"
 
 
 class AsyncGuard(Guard):
@@ -157,11 +142,7 @@ class AsyncGuard(Guard):
 def check_values(values, completions, entry, where):
     """`values` when it is a reward function's proper answer: a list (a tuple, a 1-D numpy array) with one finite
     number, or None (TRL's "no reward for this one"), per completion. Anything else is a ConfigError naming `entry`
-    and `where`: booleans too, which would silently count as 0/1 where `x == y` was meant to be float(x == y).
-
-    >>> check_values([1.0, None, 0], ["a", "b", "c"], "m:f", "at training step 3")
-    [1.0, None, 0]
-    """
+    and `where`: booleans too, which would silently count as 0/1 where `x == y` was meant to be float(x == y)."""
     said = f"the reward REWARD_FUNCS entry {entry!r} {where}"
     fix = "A reward function returns one float (or None for no reward) per completion, in a list."
     if not isinstance(values, list | tuple):
@@ -178,14 +159,6 @@ def check_values(values, completions, entry, where):
             shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
             raise ConfigError(f"{said} returned {shown} for completion {i}: not a finite number.\n{fix}")
     return values
-
-
-def exit_as_error(err, note):
-    """A RuntimeError for a reward that called sys.exit (which would end the run without a word), with `note`
-    under it: raise it `from err`, so that the traceback into the reward is shown too."""
-    error = RuntimeError(f"the reward called sys.exit({err.code!r})")
-    error.add_note(note)
-    return error
 
 
 class RewardTimeout(BaseException):
