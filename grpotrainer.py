@@ -17,7 +17,7 @@ import logging
 import time
 
 import rewards
-from grpo import checkpoints, cli, errors, files, gsm8k, hardware, modelcard, preflight, profiles
+from grpo import checkpoints, cli, errors, files, gsm8k, hardware, modelcard, preflight, profiles, reward_guard
 
 # --------------------------------------------------------------------------------------------------
 # model
@@ -292,14 +292,20 @@ def main(argv=()):
     if args.profile == "demo":
         s = profiles.prepare(s, args.given)  # its task and warm-started Qwen3
     train_dataset, eval_dataset = load_data(s)
-    reward_funcs = rewards.load(
-        s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"], timeout=s["REWARD_TIMEOUT"]
+    reward_funcs = reward_guard.load(
+        s["REWARD_FUNCS"],
+        rewards.REWARDS,
+        max_completion_length=s["MAX_COMPLETION_LENGTH"],
+        enable_thinking=s["ENABLE_THINKING"],
+        timeout=s["REWARD_TIMEOUT"],
     )
     if args.profile == "smoke" and "MODEL_NAME" not in args.given:
         # a tiny Qwen3 in OUTPUT_DIR/smoke-model, built before GRPOConfig starts torch.distributed
         s["MODEL_NAME"] = profiles.cpu_model(s["OUTPUT_DIR"])
     config = build_config(s, args.fields, cpu_only, train_dataset=train_dataset)
-    preflight.check_loaded(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
+    preflight.check_loaded(
+        s, config, reward_funcs=reward_funcs, train_dataset=train_dataset, answer_blind=rewards.ANSWER_BLIND
+    )
     sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # for the model card
     record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}
     from grpo import guards

@@ -82,7 +82,7 @@ def run_bare(model_dir, steps, out_dir):
     from trl import GRPOConfig, GRPOTrainer
 
     import rewards
-    from grpo import grading
+    from grpo import grading, reward_guard
 
     c = smoke_constants()
     rows = [json.loads(line) for line in Path(c["DATASET"]).read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -93,8 +93,8 @@ def run_bare(model_dir, steps, out_dir):
             "answer": [grading.extract_hash_answer(r["answer"]) for r in rows],
         }
     )
-    funcs = [rewards.REWARDS[name] for name in c["REWARD_FUNCS"]]
-    funcs = [f(max_completion_length=c["MAX_COMPLETION_LENGTH"]) if isinstance(f, type) else f for f in funcs]
+    length = c["MAX_COMPLETION_LENGTH"]
+    funcs = [reward_guard.bind(rewards.REWARDS[name], max_completion_length=length) for name in c["REWARD_FUNCS"]]
     args = GRPOConfig(
         output_dir=str(out_dir),
         model_init_kwargs={"dtype": "float32", "attn_implementation": "sdpa"},

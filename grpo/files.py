@@ -68,47 +68,6 @@ def read_json_object(path):
     return data
 
 
-def exit_as_error(err, note):
-    """A RuntimeError for a reward that called sys.exit (which would end the run without a word), with `note`
-    under it: raise it `from err`, so that the traceback into the reward is shown too."""
-    error = RuntimeError(f"the reward called sys.exit({err.code!r})")
-    error.add_note(note)
-    return error
-
-
-class RewardTimeout(BaseException):
-    """A reward call that ran past REWARD_TIMEOUT. A BaseException, like KeyboardInterrupt, so that a reward's own
-    `except Exception` cannot swallow it and carry on: it ends the run, with the hung line in its traceback."""
-
-
-@contextlib.contextmanager
-def deadline(seconds, entry, where):
-    """Raise RewardTimeout inside the block once it has run `seconds` (0 = no limit), naming the REWARD_FUNCS
-    `entry` and `where` it was called. A SIGALRM timer, so it interrupts Python code and blocking calls in the
-    main thread (where TRL calls plain rewards); elsewhere, and in C code that never returns to Python, it
-    cannot, and the block runs unbounded."""
-    import signal
-    import threading
-
-    if not seconds or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise RewardTimeout(
-            f"REWARD_FUNCS entry {entry!r} did not return within REWARD_TIMEOUT={seconds:g} s ({where}), so the run "
-            "stops.\nFix the reward (the traceback shows the line it was on), or raise REWARD_TIMEOUT (0 = no limit)."
-        )
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _aside(path, kind):
     """A hidden sibling of `path` for work in progress; host and pid, since nodes may share the file system."""
     path = Path(path)

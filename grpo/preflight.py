@@ -19,7 +19,6 @@ from pathlib import Path
 
 from grpo import checkpoints, errors, files, hardware, hub
 from grpo.errors import ConfigError
-from grpo.files import exit_as_error
 
 log = logging.getLogger("grpotrainer.preflight")
 
@@ -429,12 +428,12 @@ def no_gpu_problem(driver):
 # Checks that need the data or the model's config (still before any weights load)
 
 
-def check_loaded(s, config, reward_funcs, train_dataset):
+def check_loaded(s, config, reward_funcs, train_dataset, answer_blind=()):
     """The checks that need the data, the built GRPOConfig or the model's config, still before any weights load."""
     if len(train_dataset) == 0:
         raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
     check_config(config, s, len(train_dataset))
-    check_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"])
+    check_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"], answer_blind)
     if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     check_model_folder(s["MODEL_NAME"])
@@ -529,75 +528,42 @@ def thinking_ignored(model_name, enable_thinking):
     )
 
 
-def check_rewards(funcs, names, dataset, max_completion_length):
-    """Call every reward function once as GRPOTrainer will, on three real rows with placeholder completions (three:
-    no batch size a function could assume by accident, such as a group of 2 or 4).
-
-    Each must return one number (or None, which TRL skips) per completion; any failure names the REWARD_FUNCS entry.
-    """
+def check_rewards(funcs, names, dataset, max_completion_length, answer_blind=()):
+    """Call every reward through its training guard (`reward_guard.load`'s) as GRPOTrainer will, on three real rows
+    (no batch size a reward could assume by accident, such as 2 or 4): a raise or a bad value stops here. Then warn
+    about one not in `answer_blind` (rewards.ANSWER_BLIND) that scores a right and a wrong answer alike."""
     import asyncio
     import inspect
-    import numbers
 
     from transformers import TrainerState
 
     rows = dataset.select(range(min(3, len(dataset))))
-    completions = [[{"role": "assistant", "content": f"{a} + 0 = {a}\n#### {a}"}] for a in rows["answer"]]
     # lists, as TRL passes them (a datasets Column is no list: `answer[i] is None` tests would differ)
     columns = {key: list(rows[key]) for key in rows.column_names if key != "prompt"}
     kwargs = dict(
         prompts=list(rows["prompt"]),
-        completions=completions,
         completion_ids=[[0] * min(8, max_completion_length)] * len(rows),
         trainer_state=TrainerState(),  # step 0, as at the first generation
         log_extra=lambda column, values: None,
         log_metric=lambda name, value: None,
         **columns,
     )
-    # the same problems answered wrongly, in the same shape: a reward that scores both alike cannot teach GSM8K
-    wrong = [[{"role": "assistant", "content": f"{w} + 0 = {w}\n#### {w}"}] for w in map(_wrong, rows["answer"])]
 
-    def call(func, name, completions):
-        try:
-            with files.deadline(getattr(func, "timeout", 0), name, "called by preflight on training rows"):
-                out = getattr(func, "func", func)(**{**kwargs, "completions": completions})  # Guarded's own function
-            out = asyncio.run(out) if inspect.isawaitable(out) else out  # TRL awaits async reward functions
-            return list(out) if not isinstance(out, str | bytes | dict) else out
-        except (Exception, SystemExit) as err:  # a reward that raises is a bug: its traceback shows file and line
-            note = f"raised by REWARD_FUNCS entry {name!r}, called by preflight on {len(rows)} training rows"
-            if isinstance(err, SystemExit):
-                raise exit_as_error(err, note) from err
-            err.add_note(note)  # the reward's own error goes on, its traceback and chain untouched
-            raise
+    def scores(func, answers):
+        completions = [[{"role": "assistant", "content": f"{a} + 0 = {a}\n#### {a}"}] for a in answers]
+        out = func(**kwargs, completions=completions)
+        return list(asyncio.run(out) if inspect.isawaitable(out) else out)  # TRL awaits async reward functions
 
-    problems = []
     for func, name in zip(funcs, names, strict=True):
-        out = call(func, name, completions)
-        if not isinstance(out, list) or len(out) != len(completions):
-            got = f"{len(out)} values" if isinstance(out, list) else repr(out)[:60]
-            problems.append(
-                f"REWARD_FUNCS entry {name!r} returned {got} for {len(completions)} completions; "
-                "it must return one number (or None) per completion."
-            )
-        elif bad := [v for v in out if not (v is None or isinstance(v, numbers.Real) and not isinstance(v, bool))]:
-            problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]!r}; each value must be a number or None.")
-        elif bad := [v for v in out if v is not None and not math.isfinite(v)]:  # as rewards.check_values in training
-            problems.append(f"REWARD_FUNCS entry {name!r} returned {bad[0]}; a reward must be finite (or None).")
-        elif not _answer_blind(func) and call(func, name, wrong) == out:  # a warning: it may be on purpose
+        right = scores(func, rows["answer"])
+        # the same problems answered wrongly, in the same shape: a reward that scores both alike cannot teach GSM8K
+        if name not in answer_blind and scores(func, map(_wrong, rows["answer"])) == right:
             log.warning(
                 "REWARD_FUNCS entry %r scores a right and a wrong answer to the same problems alike (%s): if it is "
                 "meant to reward correctness, check what it reads (completions are chat lists, see README).",
                 name,
-                out,
+                right,
             )
-    if problems:
-        raise ConfigError("\n\n".join(problems))
-
-
-def _answer_blind(func):
-    """Whether a reward says it does not read the answer (`answer_blind = True` on it: the registry's format,
-    reasoning and length rewards), so that scoring right and wrong alike is its design, not a bug."""
-    return bool(getattr(getattr(func, "func", func), "answer_blind", False))
 
 
 def _wrong(answer):

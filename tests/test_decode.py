@@ -11,7 +11,7 @@ import pytest
 from conftest import run_script
 
 import grpotrainer
-from grpo import cli, gsm8k, guards, hardware, profiles
+from grpo import cli, gsm8k, guards, hardware, profiles, reward_guard
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def trained_adapter_dtypes(tmp_path, model_dir):
     config = grpotrainer.build_config(s, cb, cpu_only=True)
     import rewards
 
-    funcs = rewards.load(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"])
+    funcs = reward_guard.load(s["REWARD_FUNCS"], rewards.REWARDS, max_completion_length=s["MAX_COMPLETION_LENGTH"])
     train_dataset, _ = grpotrainer.load_data(s)
     trainer = grpotrainer.build_trainer(s, config, reward_funcs=funcs, train_dataset=train_dataset)
     for callback in guards.generation_guards(trainer):  # as grpotrainer.train adds them

@@ -17,7 +17,7 @@ from conftest import REPO
 
 import grpotrainer
 import rewards
-from grpo import cli, files, gsm8k, hub
+from grpo import cli, files, gsm8k, hub, reward_guard
 from grpo.errors import ConfigError
 
 ROW = {"question": "What is 1 + 1?", "answer": "1 + 1 = 2\n#### 2"}
@@ -253,7 +253,7 @@ class State:
 
 
 def guarded(values):
-    return rewards.Guarded(lambda completions, **kwargs: values, "myrewards:score")
+    return reward_guard.Guard(lambda completions, **kwargs: values, "myrewards:score")
 
 
 @pytest.mark.parametrize(
@@ -265,7 +265,7 @@ def guarded(values):
         (["1.0", "0.0"], "returned '1.0' for completion 0: not a finite number"),
         ([True, False], "returned True for completion 0: not a finite number"),
         ({"a": 1.0, "b": 0.0}, "returned a dict, not a list of numbers"),
-        (None, "returned a NoneType, not a list of numbers"),
+        (None, "returned None, not a list of numbers"),
         (0.5, "returned a float, not a list of numbers"),
     ],
 )
@@ -289,19 +289,19 @@ def test_an_async_reward_is_awaited_by_trl_and_checked_the_same_way():
     async def score(completions, **kwargs):
         return [float("nan")] * len(completions)
 
-    func = rewards.AsyncGuarded(score, "m:score")
+    func = reward_guard.AsyncGuard(score, "m:score")
     assert is_async_callable(func)  # so TRL runs it on its event loop instead of calling it and getting a coroutine
     with pytest.raises(ConfigError, match="entry 'm:score' at training step 7 returned nan for completion 0"):
         asyncio.run(func(completions=["a"], trainer_state=State()))
 
 
-def test_rewards_load_wraps_an_async_reward_in_async_guarded(tmp_path, monkeypatch):
+def test_rewards_load_wraps_an_async_reward_in_async_guard(tmp_path, monkeypatch):
     (tmp_path / "asyncrewards.py").write_text(
         "async def score(completions, **kwargs):\n    return [1.0] * len(completions)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    (func,) = rewards.load(["asyncrewards:score"], 64)
-    assert type(func) is rewards.AsyncGuarded
+    (func,) = reward_guard.load(["asyncrewards:score"], rewards.REWARDS, max_completion_length=64)
+    assert type(func) is reward_guard.AsyncGuard
     assert asyncio.run(func(completions=["a", "b"], trainer_state=State())) == [1.0, 1.0]
 
 
@@ -342,7 +342,7 @@ def test_a_reward_path_that_is_not_a_reward_is_one_message(tmp_path, monkeypatch
     (tmp_path / "emptyrewards.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match=re.escape(message)):
-        rewards.load([entry], 64)
+        reward_guard.load([entry], rewards.REWARDS, max_completion_length=64)
 
 
 # ---------------------------------------------------------------------------------------------------------------

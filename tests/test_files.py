@@ -60,12 +60,6 @@ def test_publish_dir_with_replace_puts_the_old_folder_back_when_the_rename_fails
     assert os.listdir(target) == ["old-weights"] and os.listdir(tmp_path) == ["export"]
 
 
-def test_a_reward_calling_sys_exit_becomes_an_error_with_its_note():
-    error = files.exit_as_error(SystemExit(3), "raised by REWARD_FUNCS entry 'm:f'")
-    assert isinstance(error, RuntimeError) and str(error) == "the reward called sys.exit(3)"
-    assert error.__notes__ == ["raised by REWARD_FUNCS entry 'm:f'"]
-
-
 def _raised_in(function_name, error):
     """`error` as raised inside a function of that name (the frame is what is_load_error reads)."""
     namespace = {"__name__": "transformers.modeling_utils"}

@@ -9,6 +9,7 @@ output is stored here). Run:
 
 import pytest
 
+from grpo import reward_guard
 from grpo.grading import extract_answer, grade
 from rewards import REWARDS, correctness_reward
 
@@ -222,7 +223,7 @@ def test_e_cut_off_gets_no_fallback(text, expected):
 @pytest.mark.parametrize("name", ["correctness_reward", "math_reward"])
 def test_e_cut_off_told_by_completion_ids(name):
     # TRL passes unpadded ids up to the EOS: as many as max_completion_length means the completion was cut off
-    reward = REWARDS[name](max_completion_length=8, enable_thinking=False)
+    reward = reward_guard.bind(REWARDS[name], max_completion_length=8, enable_thinking=False)
     texts = ["3 * 6 = 18", "3 * 6 = 18", "3 * 6 = 18\n#### 18"]
     ids = [[5] * 8, [5] * 6 + [2], [5] * 8]  # cut off, ended by EOS 2, cut off
     out = reward(completions=texts, answer=["18"] * 3, completion_ids=ids)

@@ -7,7 +7,6 @@ Every example here is written for these tests (no GSM8K text); tests/test_reward
 
 import ast
 import builtins
-import inspect
 import math
 import pickle
 import re
@@ -22,15 +21,14 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import rewards
-from grpo import grading
+from grpo import grading, reward_guard
 from grpo.grading import answers_match, completion_to_text, extract_answer, extract_hash_answer
 from rewards import (
     REWARDS,
-    CorrectnessReward,
-    OverlongReward,
     correctness_reward,
     format_reward,
     math_reward,
+    overlong_reward,
     reasoning_reward,
 )
 
@@ -43,13 +41,8 @@ def chat(text):
 
 
 def make_reward(entry, max_completion_length=64, enable_thinking=False):
-    """A registry entry ready to call: classes are built the way grpotrainer.py builds them, with the keyword
-    arguments their __init__ accepts among max_completion_length and enable_thinking."""
-    if not isinstance(entry, type):
-        return entry
-    accepted = inspect.signature(entry).parameters
-    settings = {"max_completion_length": max_completion_length, "enable_thinking": enable_thinking}
-    return entry(**{key: value for key, value in settings.items() if key in accepted})
+    """A registry entry ready to call, with the run's settings bound as the loader binds them."""
+    return reward_guard.bind(entry, max_completion_length=max_completion_length, enable_thinking=enable_thinking)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -346,38 +339,16 @@ def soft_overlong(length, max_len, cache):
     return (max_len - cache - length) / cache if length <= max_len else -1.0
 
 
-@pytest.mark.parametrize("max_len, cache", [(100, None), (100, 20), (100, 0), (100, 100), (7, None)])
-def test_overlong_reward_matches_dapo(max_len, cache):
-    reward = OverlongReward(max_len, cache)
-    cache = max_len // 4 if cache is None else cache
-    lengths = [
-        0,
-        1,
-        max_len - cache - 1,
-        max_len - cache,
-        max_len - cache + 1,
-        max_len - 1,
-        max_len,
-        max_len + 1,
-        10 * max_len,
-    ]
+@pytest.mark.parametrize("max_len", [100, 7, 4])
+def test_overlong_reward_matches_dapo(max_len):
+    cache = max_len // 4
+    lengths = [0, 1, max_len - cache - 1, max_len - cache, max_len - cache + 1, max_len - 1, max_len, max_len + 1]
     lengths = [n for n in lengths if n >= 0]
-    out = reward(completions=["x"] * len(lengths), completion_ids=[[7] * n for n in lengths])
+    out = overlong_reward(
+        ["x"] * len(lengths), completion_ids=[[7] * n for n in lengths], max_completion_length=max_len
+    )
     assert out == pytest.approx([soft_overlong(n, max_len, cache) for n in lengths])
-
-
-def test_overlong_reward_defaults_and_name():
-    reward = OverlongReward(max_completion_length=256)
-    assert reward.soft_cache == 64  # a quarter of the maximum
-    assert reward.__name__ == "overlong_reward"  # TRL's metric name: rewards/overlong_reward/mean
-    assert OverlongReward.__name__ == "OverlongReward"  # the class keeps its own name
-    assert reward(completions=["a", "b"]) == [0.0, 0.0]  # no token ids, no penalty
-
-
-@pytest.mark.parametrize("args", [(0,), (-5,), (True,), ("256",), (256.0,), (100, 101), (100, -1), (100, 2.5)])
-def test_overlong_reward_rejects_bad_config(args):
-    with pytest.raises(ValueError):
-        OverlongReward(*args)
+    assert overlong_reward(["a", "b"], max_completion_length=max_len) == [0.0, 0.0]  # no token ids, no penalty
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -437,7 +408,7 @@ def test_registry_pickles(name):
     assert copy(completions=COMPLETIONS, answer=GOLDS, **TRL_KWARGS) == reward(
         completions=COMPLETIONS, answer=GOLDS, **TRL_KWARGS
     )
-    assert pickle.loads(pickle.dumps(REWARDS[name])) is REWARDS[name]  # functions and classes pickle by reference
+    assert pickle.loads(pickle.dumps(REWARDS[name])) is REWARDS[name]  # functions pickle by reference
     assert repr(copy) == repr(reward)  # the bound settings survive the round trip
 
 
@@ -460,19 +431,15 @@ def test_registry_no_credit_for_unclosed_thinking(name):
 
 @pytest.mark.parametrize("name", ["correctness_reward", "format_reward", "math_reward"])
 def test_configured_rewards(name):
-    # the registry classes bind the run's settings; the module-level functions are the same rewards unbound
-    entry = REWARDS[name]
-    assert set(inspect.signature(entry).parameters) == {"max_completion_length", "enable_thinking"}
-    reward = entry(max_completion_length=16, enable_thinking=True)
+    # the loader binds the run's settings to the registry's function; unbound it is the same reward
+    reward = make_reward(REWARDS[name], max_completion_length=16, enable_thinking=True)
     function = getattr(rewards, name)
     assert reward(["</think>#### 18"], answer=["18"]) == function(["</think>#### 18"], answer=["18"])
     assert reward(["#### 18"], answer=["18"]) != function(["#### 18"], answer=["18"])  # thinking on: no </think>
-    with pytest.raises(ValueError):
-        entry(max_completion_length=0)
 
 
-def test_correctness_reward_class_reads_cut_offs():
-    reward = CorrectnessReward(max_completion_length=4)
+def test_correctness_reward_bound_reads_cut_offs():
+    reward = make_reward(correctness_reward, max_completion_length=4)
     texts = ["3 * 6 = 18", "3 * 6 = 18", "3 * 6 = 18\n#### 18"]
     out = reward(completions=texts, answer=["18"] * 3, completion_ids=[[1, 2, 3, 4], [1, 2, 3], [1, 2, 3, 4]])
     assert out == [0.0, 1.0, 1.0]  # cut off at 4 tokens: the fallback's 18 earns nothing; a #### answer does

@@ -20,7 +20,7 @@ import evaluate
 import export
 import grpotrainer
 import rewards
-from grpo import cli, files, gsm8k, preflight
+from grpo import cli, files, gsm8k, preflight, reward_guard
 from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -195,9 +195,9 @@ def hung_reward(completions, **kwargs):
 
 
 def test_a_hung_reward_ends_the_run_naming_it():
-    [guarded] = rewards.load(["test_safety:hung_reward"], 32, timeout=0.2)
+    [guarded] = reward_guard.load(["test_safety:hung_reward"], rewards.REWARDS, max_completion_length=32, timeout=0.2)
     start = time.monotonic()
-    with pytest.raises(files.RewardTimeout) as err:
+    with pytest.raises(reward_guard.RewardTimeout) as err:
         guarded(completions=["x"], trainer_state=type("S", (), {"global_step": 7})())
     message = str(err.value)
     assert "REWARD_FUNCS entry 'test_safety:hung_reward' did not return within REWARD_TIMEOUT=0.2 s" in message
@@ -207,9 +207,9 @@ def test_a_hung_reward_ends_the_run_naming_it():
 
 
 def test_preflight_bounds_a_hung_reward_too(smoke_settings):
-    funcs = rewards.load(["test_safety:hung_reward"], 32, timeout=0.2)
+    funcs = reward_guard.load(["test_safety:hung_reward"], rewards.REWARDS, max_completion_length=32, timeout=0.2)
     dataset = gsm8k.load(smoke_settings["DATASET"], "train", limit=3)
-    with pytest.raises(files.RewardTimeout, match="called by preflight on training rows"):
+    with pytest.raises(reward_guard.RewardTimeout, match="at training step 0"):
         preflight.check_rewards(funcs, ["test_safety:hung_reward"], dataset, 32)
 
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, run_in_process, run_script
 
 import grpotrainer
-from grpo import cli, gsm8k, hardware, preflight
+from grpo import cli, gsm8k, hardware, preflight, reward_guard
 from grpo.errors import ConfigError
 
 FIXTURE = str(gsm8k.FIXTURE)
@@ -501,37 +501,41 @@ def test_a_bom_and_blank_lines_are_tolerated(tmp_path):
 # --- rewards wiring ------------------------------------------------------------------------------------------------
 
 
+def load_rewards(names, max_completion_length):
+    """REWARD_FUNCS entries loaded and guarded as grpotrainer.py does it."""
+    import rewards
+
+    return reward_guard.load(names, rewards.REWARDS, max_completion_length=max_completion_length)
+
+
 def brevity_reward(completions, **kwargs):
     return [1.0 / (1 + len(str(c))) for c in completions]
 
 
 def test_reward_funcs_by_name_and_import_path():
-    import rewards
 
-    funcs = rewards.load(["correctness_reward", "test_train:brevity_reward", "overlong_reward"], 10)
+    funcs = load_rewards(["correctness_reward", "test_train:brevity_reward", "overlong_reward"], 10)
     assert funcs[0].__name__ == "correctness_reward"
     assert funcs[1].func is brevity_reward and funcs[1].__name__ == "brevity_reward"  # guarded, as TRL names it
-    # parameterised rewards in the registry are classes, built with the run's completion length
+    # parameterised rewards in the registry are functions, bound to the run's completion length
     assert funcs[2].__name__ == "overlong_reward"
     assert funcs[2]([[1] * 10], completion_ids=[[1] * 10]) == [-1.0]
 
 
 def test_unimportable_reward():
-    import rewards
 
     # a module that is not on the path is the user's to fix: the message says where it must live
     with pytest.raises(ConfigError, match="there is no module 'no_such_module' on the Python path") as err:
-        rewards.load(["no_such_module:f"], 10)
+        load_rewards(["no_such_module:f"], 10)
     assert "repository root (beside grpotrainer.py) or in a folder on PYTHONPATH" in str(err.value)
     with pytest.raises(ConfigError, match="has no 'no_such_reward'"):
-        rewards.load(["test_train:no_such_reward"], 10)
+        load_rewards(["test_train:no_such_reward"], 10)
 
 
 def test_trls_dotted_reward_path_is_accepted_beside_the_colon_form():
-    import rewards
 
-    (dotted,) = rewards.load(["test_train.brevity_reward"], 10)
-    (colon,) = rewards.load(["test_train:brevity_reward"], 10)
+    (dotted,) = load_rewards(["test_train.brevity_reward"], 10)
+    (colon,) = load_rewards(["test_train:brevity_reward"], 10)
     assert dotted.func is colon.func is brevity_reward
 
 
@@ -555,13 +559,12 @@ def no_kwargs_reward(completions):
     "name, message",
     [
         ("test_train:wrong_length_reward", "returned 1 values for 3 completions"),
-        ("test_train:text_reward", "returned 'good'; each value must be a number or None"),
+        ("test_train:text_reward", "returned 'good' for completion 0: not a finite number"),
     ],
 )
 def test_every_reward_is_tried_on_real_rows_before_training(name, message):
-    import rewards
 
-    funcs = rewards.load(["correctness_reward", name], 32)
+    funcs = load_rewards(["correctness_reward", name], 32)
     dataset = gsm8k.load(FIXTURE, limit=4)
     with pytest.raises(ConfigError, match=_literal(f"REWARD_FUNCS entry {name!r} ") + ".*" + _literal(message)):
         preflight.check_rewards(funcs, ["correctness_reward", name], dataset, 32)
@@ -604,21 +607,19 @@ class NeedsArgReward:
     "name, message",
     [
         ("test_train:two_rewards", "returned 2 values for 3 completions"),
-        ("test_train:infinite_reward", "returned inf; a reward must be finite"),
+        ("test_train:infinite_reward", "returned inf for completion 0: not a finite number"),
     ],
 )
 def test_more_reward_faults_are_found_before_training(name, message):
-    import rewards
 
     with pytest.raises(ConfigError, match=_literal(message)):
-        preflight.check_rewards(rewards.load([name], 32), [name], gsm8k.load(FIXTURE, limit=4), 32)
+        preflight.check_rewards(load_rewards([name], 32), [name], gsm8k.load(FIXTURE, limit=4), 32)
 
 
 @pytest.mark.parametrize("name", ["test_train:numpy_reward", "test_train:async_reward"])
 def test_rewards_that_trl_accepts_pass(name):
-    import rewards
 
-    preflight.check_rewards(rewards.load([name], 32), [name], gsm8k.load(FIXTURE, limit=4), 32)
+    preflight.check_rewards(load_rewards([name], 32), [name], gsm8k.load(FIXTURE, limit=4), 32)
 
 
 def _raised_here(excinfo):
@@ -628,13 +629,12 @@ def _raised_here(excinfo):
 
 
 def test_a_reward_without_kwargs_is_refused_when_loaded():
-    import rewards
 
     # TRL calls it with prompts=, completion_ids=, trainer_state= and the columns: it could never run
     with pytest.raises(
         ConfigError, match=r"'test_train:no_kwargs_reward' is not a reward function: it takes \(completions\)"
     ):
-        rewards.load(["test_train:no_kwargs_reward"], 32)
+        load_rewards(["test_train:no_kwargs_reward"], 32)
 
 
 @pytest.mark.parametrize(
@@ -645,9 +645,8 @@ def test_a_reward_without_kwargs_is_refused_when_loaded():
     ],
 )
 def test_a_reward_that_raises_in_preflight_keeps_its_traceback(name, error, function):
-    import rewards
 
-    funcs = rewards.load(["correctness_reward", name], 32)
+    funcs = load_rewards(["correctness_reward", name], 32)
     with pytest.raises(error) as excinfo:
         preflight.check_rewards(funcs, ["correctness_reward", name], gsm8k.load(FIXTURE, limit=4), 32)
     assert not isinstance(excinfo.value, ConfigError)  # a bug, not a setting: cli.run shows its traceback
@@ -666,19 +665,16 @@ def test_a_reward_that_raises_in_preflight_keeps_its_traceback(name, error, func
 
 
 def test_a_reward_class_that_cannot_be_built_keeps_its_traceback():
-    import rewards
 
     with pytest.raises(TypeError) as excinfo:
-        rewards.load(["test_train:NeedsArgReward"], 32)
+        load_rewards(["test_train:NeedsArgReward"], 32)
     assert "REWARD_FUNCS entry 'test_train:NeedsArgReward'" in excinfo.value.__notes__[0]
 
 
 def test_a_reward_that_raises_during_training_keeps_its_traceback_and_names_its_entry():
     from transformers import TrainerState
 
-    import rewards
-
-    (func,) = rewards.load(["test_train:later_reward"], 32)
+    (func,) = load_rewards(["test_train:later_reward"], 32)
     assert func(["x"], trainer_state=TrainerState(global_step=0)) == [0.0]
     with pytest.raises(ZeroDivisionError) as excinfo:
         func(["x"], trainer_state=TrainerState(global_step=3))
@@ -750,7 +746,7 @@ def test_the_registry_passes_the_reward_check():
     import rewards
 
     names = list(rewards.REWARDS)
-    preflight.check_rewards(rewards.load(names, 32), names, gsm8k.load(FIXTURE, limit=4), 32)
+    preflight.check_rewards(load_rewards(names, 32), names, gsm8k.load(FIXTURE, limit=4), 32)
 
 
 # --- the command line, end to end: a clean message, exit 2, no traceback --------------------------------------------
@@ -889,10 +885,11 @@ def test_a_reward_blind_to_the_answer_is_warned_about_by_name(caplog):
     names = ["correctness_reward", "format_reward", "reasoning_reward", "overlong_reward"]
     names += ["test_train:string_length_reward"]
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
-        preflight.check_rewards(rewards.load(names, 32), names, gsm8k.load(FIXTURE, limit=4), 32)
+        funcs = load_rewards(names, 32)
+        preflight.check_rewards(funcs, names, gsm8k.load(FIXTURE, limit=4), 32, answer_blind=rewards.ANSWER_BLIND)
     warned = [r.getMessage() for r in caplog.records]
     # one warning, not a refusal: the string reward scores 1.0 right or wrong; correctness_reward tells them apart,
-    # and the registry's format, reasoning and length rewards say they are answer-blind by design (answer_blind)
+    # and the registry's format, reasoning and length rewards are answer-blind by design (rewards.ANSWER_BLIND)
     assert [w.split(" scores")[0] for w in warned] == ["REWARD_FUNCS entry 'test_train:string_length_reward'"]
     assert "a right and a wrong answer to the same problems alike ([1.0, 1.0, 1.0])" in warned[0]
 

@@ -1,0 +1,191 @@
+"""Loading and guarding reward functions: REWARD_FUNCS entries in, the callables given to TRL's GRPOTrainer out.
+
+Each reward runs inside a `Guard`, in training and in preflight alike: a raise keeps its traceback with a note naming
+the entry and step, a bad value is one ConfigError (`check_values`), a hung plain call ends the run (`deadline`).
+"""
+
+import contextlib
+import functools
+import importlib
+import inspect
+import math
+import numbers
+import signal
+import threading
+from pathlib import Path
+
+from grpo.errors import ConfigError
+
+
+def load(names, registry, *, max_completion_length, enable_thinking=False, timeout=0):
+    """A `Guard` for each REWARD_FUNCS entry in `names` (a `registry` name, "module:function" or TRL's
+    "module.function"), `timeout` seconds per plain call (REWARD_TIMEOUT; 0 = no limit). An unknown module or name is
+    a ConfigError; a module or class that raises while loading keeps its traceback, with a note naming the entry."""
+    settings = {"max_completion_length": max_completion_length, "enable_thinking": enable_thinking}
+    guards = []
+    for name in names:
+        func = registry[name] if name in registry else _import(name)
+        try:
+            func = bind(func, **settings)
+        except Exception as err:
+            err.add_note(f"while building the reward class of REWARD_FUNCS entry {name!r}")
+            raise
+        if not callable(func):
+            raise ConfigError(f"REWARD_FUNCS entry {name!r} is a {type(func).__name__}, not a function.")
+        if problem := _not_a_reward(func):  # os:system and the like: never called with a batch of completions
+            raise ConfigError(f"REWARD_FUNCS entry {name!r} is not a reward function: {problem}.")
+        is_async = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
+        guards.append((AsyncGuard if is_async else Guard)(func, name, timeout))
+    return guards
+
+
+def bind(func, **settings):
+    """`func` with the `settings` it names as parameters: a class is built with them; a function becomes a partial
+    that keeps its name (TRL logs rewards/<name>/mean) and pickles, as open-r1 binds its rewards."""
+    if not (isinstance(func, type) or inspect.isfunction(func)):
+        return func  # an instance, a builtin: called as it is
+    accepted = {key: value for key, value in settings.items() if key in inspect.signature(func).parameters}
+    if isinstance(func, type):
+        return func(**accepted)
+    return functools.update_wrapper(functools.partial(func, **accepted), func) if accepted else func
+
+
+def _not_a_reward(func):
+    """Why `func` cannot take TRL's reward call (prompts=, completions=, completion_ids=, the dataset's columns and
+    trainer_state= as keywords, which vary with the dataset), or None: it must take **kwargs."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature
+        return "its signature cannot be read; write def myreward(completions, **kwargs) returning a list of floats"
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return (
+        f"it takes ({', '.join(p.name for p in params)}) without **kwargs, but TRL calls it with prompts=, "
+        "completions=, completion_ids=, trainer_state= and the dataset's columns; write "
+        "def myreward(completions, **kwargs)"
+    )
+
+
+def _import(name):
+    """The object a "module:function" or "module.function" entry names (preflight has refused unknown plain names)."""
+    module, _, attr = name.partition(":") if ":" in name else name.rpartition(".")
+    if not all(part.isidentifier() for part in module.split(".")):  # a file path, "./x.py": not importable by name
+        stem = Path(module).stem if module.endswith(".py") else "mymod"
+        raise ConfigError(
+            f"REWARD_FUNCS entry {name!r}: {module!r} is not a module name. Name the module as Python imports it, "
+            f"without a path or .py (e.g. {stem}:{attr or 'myreward'}), and put its file beside grpotrainer.py or "
+            "in a folder on PYTHONPATH."
+        )
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if not err.name or not (module == err.name or module.startswith(err.name + ".")):
+            raise  # the reward's module imports something missing: its traceback says what and where
+        raise ConfigError(
+            f"REWARD_FUNCS entry {name!r}: there is no module {module!r} on the Python path.\n"
+            f"Put {module.replace('.', '/')}.py in the repository root (beside grpotrainer.py) or in a folder on "
+            "PYTHONPATH, and name it as module:function."
+        ) from None
+    except Exception as err:
+        err.add_note(f"while importing the module of REWARD_FUNCS entry {name!r}")
+        raise
+    if not attr or not hasattr(found, attr):
+        where = getattr(found, "__file__", module)
+        raise ConfigError(f"REWARD_FUNCS entry {name!r}: {where} has no {attr!r}; give module:function.")
+    return getattr(found, attr)
+
+
+class Guard:
+    """A reward whose failures name its REWARD_FUNCS entry and the step; keeps its `__name__` (TRL's metric name).
+
+    A raise is a bug to be seen where it is: the error goes on, traceback and all, with a note. A bad value is
+    refused by `check_values` before TRL makes it a tensor or a NaN loss."""
+
+    def __init__(self, func, entry, timeout=0):
+        self.func = func
+        self.entry = entry
+        self.timeout = timeout  # REWARD_TIMEOUT: seconds one call may take, 0 = no limit
+        self.__name__ = getattr(func, "__name__", entry.rpartition(":")[2])
+
+    def __call__(self, *args, **kwargs):
+        with self.guarding(kwargs) as where:
+            values = self.func(*args, **kwargs)
+        return check_values(values, kwargs.get("completions"), self.entry, where)
+
+    @contextlib.contextmanager
+    def guarding(self, kwargs):
+        """The deadline and the note around one call; yields where the call is, "at training step N"."""
+        where = f"at training step {getattr(kwargs.get('trainer_state'), 'global_step', '?')}"
+        try:
+            with deadline(self.timeout, self.entry, where):
+                yield where
+        except (Exception, SystemExit) as err:
+            note = f"raised by the reward REWARD_FUNCS entry {self.entry!r} {where}"
+            if isinstance(err, SystemExit):  # which would end the run without a word: an error, from it
+                error = RuntimeError(f"the reward called sys.exit({err.code!r})")
+                error.add_note(note)
+                raise error from err
+            err.add_note(note)  # the reward's own error goes on, its traceback and chain untouched
+            raise
+
+
+class AsyncGuard(Guard):
+    """The `Guard` of an async reward: a coroutine function itself, so that TRL awaits it on its event loop (TRL 1.16
+    tells by `async def __call__`). There, off the main thread, `deadline` cannot bound it."""
+
+    async def __call__(self, *args, **kwargs):
+        with self.guarding(kwargs) as where:
+            values = await self.func(*args, **kwargs)
+        return check_values(values, kwargs.get("completions"), self.entry, where)
+
+
+def check_values(values, completions, entry, where):
+    """`values` when it is a reward function's proper answer: a list (a tuple, a 1-D numpy array) with one finite
+    number, or None (TRL's "no reward for this one"), per completion. Anything else is a ConfigError naming `entry`
+    and `where`: booleans too, which would silently count as 0/1 where `x == y` was meant to be float(x == y)."""
+    said = f"the reward REWARD_FUNCS entry {entry!r} {where}"
+    fix = "A reward function returns one float (or None for no reward) per completion, in a list."
+    if not isinstance(values, list | tuple):
+        import numpy  # only for what is not a list: a numpy array is a reward, a tensor or a generator is not
+
+        if not (isinstance(values, numpy.ndarray) and values.ndim == 1):
+            got = "None" if values is None else f"a {type(values).__name__}"
+            raise ConfigError(f"{said} returned {got}, not a list of numbers.\n{fix}")
+    if completions is not None and len(values) != len(completions):
+        raise ConfigError(f"{said} returned {len(values)} values for {len(completions)} completions.\n{fix}")
+    for i, value in enumerate(values):
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's scalars are Real
+        if value is not None and not (number and math.isfinite(value)):
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise ConfigError(f"{said} returned {shown} for completion {i}: not a finite number.\n{fix}")
+    return values
+
+
+class RewardTimeout(BaseException):
+    """A reward call that ran past REWARD_TIMEOUT. A BaseException, like KeyboardInterrupt, so that a reward's own
+    `except Exception` cannot swallow it and carry on: it ends the run, with the hung line in its traceback."""
+
+
+@contextlib.contextmanager
+def deadline(seconds, entry, where):
+    """Raise RewardTimeout inside the block once it has run `seconds` (0 = no limit), naming the REWARD_FUNCS
+    `entry` and `where` it was called. A SIGALRM timer, so it interrupts Python code and blocking calls in the
+    main thread (where TRL calls plain rewards); elsewhere, and in C code that never returns to Python, it
+    cannot, and the block runs unbounded."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise RewardTimeout(
+            f"REWARD_FUNCS entry {entry!r} did not return within REWARD_TIMEOUT={seconds:g} s ({where}), so the run "
+            "stops.\nFix the reward (the traceback shows the line it was on), or raise REWARD_TIMEOUT (0 = no limit)."
+        )
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
