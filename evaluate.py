@@ -47,8 +47,7 @@ VLLM_GPU_MEMORY_UTILIZATION = 0.85  # share of GPU memory vLLM may take
 SAMPLES = 0  # sampled accuracy: answers sampled per problem (mean correctness = pass@1 estimated from k); 0 = off
 SAMPLE_TEMPERATURE = 0.7  # their temperature; with ADAPTER the run's TEMPERATURE, which is what GRPO sampled at
 # output
-OUTPUT_DIR = ""  # eval_<SPLIT>.json, predictions, runs/ go here; "" = ADAPTER (<run>/eval-checkpoint-N for a
-# checkpoint-N), or outputs/eval/<model> without
+OUTPUT_DIR = ""  # results go here; "" = ADAPTER (eval-checkpoint-N beside a checkpoint), else outputs/eval/<model>
 # ---------------------------------------------------------------------------------------------------------------
 
 # --smoke: the tiny random Qwen3 of grpotrainer --smoke (built if missing) on the fixture, fp32 on CPU.
