@@ -409,9 +409,7 @@ class _Computed:
 
 
 def _hash_answer(text: str, computed=None, truncated: bool = False) -> tuple[bool, str | None]:
-    for tries, (pos, _) in enumerate(_rfind_all(text, ("####",))):
-        if tries >= MAX_MARKERS:
-            break
+    for pos, _ in _rfind_all(text, ("####",)):
         if pos > 0 and text[pos - 1] == "#":  # "#####" is a markdown heading, not the answer marker
             continue
         found, value = _read_span(_span_after(text, pos + 4)[0], lead=True)
@@ -421,9 +419,7 @@ def _hash_answer(text: str, computed=None, truncated: bool = False) -> tuple[boo
 
 
 def _boxed_answer(text: str, computed, truncated: bool = False) -> tuple[bool, str | None]:
-    for tries, (pos, marker) in enumerate(_rfind_all(text, ("\\boxed", "\\fbox"))):
-        if tries >= MAX_MARKERS:
-            break
+    for pos, marker in _rfind_all(text, ("\\boxed", "\\fbox")):
         content = _box_content(text, pos + len(marker))
         if content is not None:
             found, value = _read_span(content, computed=computed)
@@ -450,9 +446,7 @@ def _box_content(text: str, pos: int) -> str | None:
 
 def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[bool, str | None]:
     last_digit = max(text.rfind(digit) for digit in _DIGITS)
-    for tries, (pos, marker) in enumerate(_rfind_all(text, ("answer", "Answer", "ANSWER", "A:"))):
-        if tries >= MAX_MARKERS:
-            break
+    for pos, marker in _rfind_all(text, ("answer", "Answer", "ANSWER", "A:")):
         if marker == "A:":  # a weak marker (few-shot prompts start whole solutions with it): a line "A: N" only
             if _at_line_start(text, pos, _A_PREFIX):
                 found, value = _read_span(_span_after(text, pos + 2)[0], single=True)
@@ -513,9 +507,7 @@ def _last_answer(text: str, computed) -> str | None:
         if found is None:
             return None
         window, last = found
-        boundary = None
-        for boundary in _SENTENCE_END.finditer(window, max(0, last.start() - SENTENCE_CHARS), last.start()):  # noqa: B007
-            pass
+        boundary = _last(_SENTENCE_END.finditer(window, max(0, last.start() - SENTENCE_CHARS), last.start()))
         sentence = window[boundary.end() if boundary else max(0, last.start() - SENTENCE_CHARS) : last.end()]
         numbers = list(_NUMBER.finditer(sentence))
     if _NO_ANSWER.search(window, last.end()):  # "... so the answer cannot be determined." after the last number
@@ -543,7 +535,7 @@ def _last_number(text: str) -> tuple[str, re.Match] | None:
             continue
         budget -= end - start
         window = _clean(text[start:end])
-        last = _last_match(window)
+        last = _last(_NUMBER.finditer(window))
         if last is None:  # digits, but none of them a number: read further back
             end, size = start, size * 2
         elif last.start() == 0 and start > 0 and not text[start - 1].isspace():
@@ -553,9 +545,9 @@ def _last_number(text: str) -> tuple[str, re.Match] | None:
     return None
 
 
-def _last_match(window: str) -> re.Match | None:
+def _last(matches) -> re.Match | None:
     last = None
-    for last in _NUMBER.finditer(window):  # noqa: B007 - the last one is wanted
+    for last in matches:  # noqa: B007 - the last one is wanted
         pass
     return last
 
@@ -621,9 +613,9 @@ def _in_purpose_clause(sentence: str, pos: int) -> bool:
 
 
 def _rfind_all(text: str, needles: tuple[str, ...]):
-    """(position, needle) of every occurrence of the needles, from the last to the first, found with str.rfind."""
+    """(position, needle) of the last MAX_MARKERS occurrences of the needles, last first, found with str.rfind."""
     heads = {needle: text.rfind(needle) for needle in needles}
-    while True:
+    for _ in range(MAX_MARKERS):
         needle = max(heads, key=heads.__getitem__)
         pos = heads[needle]
         if pos < 0:
@@ -673,9 +665,7 @@ def _read_span(span: str, lead: bool = False, single: bool = False, computed=())
     if single and _NUMBER.search(span, number.end()) is not None:
         return False, None
     if not (lead or single) and number.start() > head:  # a sentence: "After 60 days, she will spend $16"
-        boundary = None
-        for boundary in _SENTENCE_END.finditer(span, 0, number.start()):  # noqa: B007 - the last one is wanted
-            pass
+        boundary = _last(_SENTENCE_END.finditer(span, 0, number.start()))
         start = boundary.end() if boundary else 0
         end = _SENTENCE_END.search(span, number.end())
         if end is None or "=" in span[end.start() :]:  # "... = $70. So for five days he earns 5 x 70 = $350."
