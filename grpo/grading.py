@@ -34,16 +34,9 @@ and format_reward for the thinking part; reasoning_reward and overlong_reward do
       after it, or thinking mode on (ENABLE_THINKING, `thinking=True`) and no `</think>` at all;
     - a cut-off completion (`truncated=True`) gets no answer from the last-number fallback, nor from the working
       under a heading: only a `####`, a box or an answer phrase it wrote counts.
-Text inside a closed thinking block is skipped when text follows the block. In training, a reward tells a cut-off
-from TRL's `completion_ids`: GRPOTrainer passes each completion's token ids up to and including its first EOS,
-unpadded (`_generate_and_score_completions`), so a completion cut at max_completion_length has exactly that many ids.
-One whose EOS is its max_completion_length-th token has as many and counts as cut off too (the reward cannot see
-the EOS id); that costs it only the fallback's credit. evaluate.py passes `truncated` = the generation reached the
-token limit without an end-of-turn token.
-
-TRL's conventions: the gold comes as `answer` or, as TRL's and open-r1's rewards read it, `solution`; a reward that
-needs the gold returns None for a row without a readable one (TRL skips it), not 0.0. In the registry, the rewards
-that apply the rule are small classes that grpotrainer.py builds with max_completion_length and enable_thinking.
+Text inside a closed thinking block is skipped when text follows the block. In training, a reward counts a
+completion with max_completion_length token ids as cut off (rewards.py): one whose EOS was its last token too, which
+costs it only the fallback's credit. evaluate.py passes `truncated` = the limit was reached without an end-of-turn.
 
 An answer that is an expression (`#### 9*2`) is no answer unless it states its result (`9*2 = 18`): model output is
 never evaluated. Every scan is linear in the length of the text, and nothing here raises on any text.
