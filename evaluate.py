@@ -190,22 +190,19 @@ def main(argv=()):
     with cli.phase("loading the data"):
         dataset = gsm8k.load(s["DATASET"], s["SPLIT"], **load_kwargs)
     vllm = s["USE_VLLM"] and hardware.on_gpu(cpu_only) and hardware.importable("vllm")
-    if vllm:  # vLLM schedules its own batches
-        generate, batch_size = (
-            gsm8k.vllm_generator(
-                s["MODEL_NAME"],
-                s["ADAPTER"],
-                prompt_tokens=gsm8k.longest_prompt(
-                    dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"]
-                ),
-                max_completion_length=s["MAX_COMPLETION_LENGTH"],
-                enable_thinking=s["ENABLE_THINKING"],
-                bf16=s["BF16"],
-                trust_remote_code=s["TRUST_REMOTE_CODE"],
-                gpu_memory_utilization=s["VLLM_GPU_MEMORY_UTILIZATION"],
-            ),
-            len(dataset),
+    if vllm:
+        prompt_tokens = gsm8k.longest_prompt(dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"])
+        generate = gsm8k.vllm_generator(
+            s["MODEL_NAME"],
+            s["ADAPTER"],
+            prompt_tokens=prompt_tokens,
+            max_completion_length=s["MAX_COMPLETION_LENGTH"],
+            enable_thinking=s["ENABLE_THINKING"],
+            bf16=s["BF16"],
+            trust_remote_code=s["TRUST_REMOTE_CODE"],
+            gpu_memory_utilization=s["VLLM_GPU_MEMORY_UTILIZATION"],
         )
+        batch_size = len(dataset)  # vLLM schedules its own batches
     else:
         with cli.phase("loading the model"):
             model, tokenizer = load_model(s, cpu_only)

@@ -87,11 +87,6 @@ def main(argv=()):
     return out
 
 
-def settings(argv):
-    """This module's constants with the `--KEY=value` overrides applied, as a dict (the module is not changed)."""
-    return dict(cli.parse(cli.constants(globals()), list(argv), source=__file__).settings)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # what the run was
 

@@ -18,7 +18,13 @@ import pytest
 from conftest import run_script
 
 import export
+from grpo import cli
 from grpo.cli import ConfigError
+
+
+def settings(argv):
+    """export.py's constants with `argv`'s overrides, as main() reads them."""
+    return dict(cli.parse(cli.constants(export), list(argv)).settings)
 
 
 def length_reward(completions, **kwargs):
@@ -45,7 +51,7 @@ def adapter_folder(path, base="/models/Qwen3-8B", run_settings=None, name="run")
 
 
 def settings_for(adapter, **overrides):
-    return {**export.settings([]), "ADAPTER": str(adapter), **overrides}
+    return {**settings([]), "ADAPTER": str(adapter), **overrides}
 
 
 @pytest.mark.parametrize(
@@ -416,6 +422,6 @@ def test_missing_adapter_exits_2_and_writes_nothing(tmp_path):
 
 def test_enable_thinking_is_a_boolean_on_the_command_line():
     # a real boolean: "given or not" is what the command line says, as in evaluate.py; a word that is none is refused
-    assert export.settings(["--ENABLE_THINKING=true"])["ENABLE_THINKING"] is True
+    assert settings(["--ENABLE_THINKING=true"])["ENABLE_THINKING"] is True
     with pytest.raises(ConfigError, match="--ENABLE_THINKING=maybe is not a valid bool"):
-        export.settings(["--ENABLE_THINKING=maybe"])
+        settings(["--ENABLE_THINKING=maybe"])
