@@ -47,8 +47,7 @@ VLLM_GPU_MEMORY_UTILIZATION = 0.85  # share of GPU memory vLLM may take
 SAMPLES = 0  # sampled accuracy: answers sampled per problem (mean correctness = pass@1 estimated from k); 0 = off
 SAMPLE_TEMPERATURE = 0.7  # their temperature; with ADAPTER the run's TEMPERATURE, which is what GRPO sampled at
 # output
-OUTPUT_DIR = ""  # eval_<SPLIT>.json, predictions, runs/ go here; "" = ADAPTER (<run>/eval-checkpoint-N for a
-# checkpoint-N), or outputs/eval/<model> without
+OUTPUT_DIR = ""  # results go here; "" = ADAPTER (eval-checkpoint-N beside a checkpoint), else outputs/eval/<model>
 # ---------------------------------------------------------------------------------------------------------------
 
 # --smoke: the tiny random Qwen3 of grpotrainer --smoke (built if missing) on the fixture, fp32 on CPU.
@@ -191,22 +190,19 @@ def main(argv=()):
     with cli.phase("loading the data"):
         dataset = gsm8k.load(s["DATASET"], s["SPLIT"], **load_kwargs)
     vllm = s["USE_VLLM"] and hardware.on_gpu(cpu_only) and hardware.importable("vllm")
-    if vllm:  # vLLM schedules its own batches
-        generate, batch_size = (
-            gsm8k.vllm_generator(
-                s["MODEL_NAME"],
-                s["ADAPTER"],
-                prompt_tokens=gsm8k.longest_prompt(
-                    dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"]
-                ),
-                max_completion_length=s["MAX_COMPLETION_LENGTH"],
-                enable_thinking=s["ENABLE_THINKING"],
-                bf16=s["BF16"],
-                trust_remote_code=s["TRUST_REMOTE_CODE"],
-                gpu_memory_utilization=s["VLLM_GPU_MEMORY_UTILIZATION"],
-            ),
-            len(dataset),
+    if vllm:
+        prompt_tokens = gsm8k.longest_prompt(dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"])
+        generate = gsm8k.vllm_generator(
+            s["MODEL_NAME"],
+            s["ADAPTER"],
+            prompt_tokens=prompt_tokens,
+            max_completion_length=s["MAX_COMPLETION_LENGTH"],
+            enable_thinking=s["ENABLE_THINKING"],
+            bf16=s["BF16"],
+            trust_remote_code=s["TRUST_REMOTE_CODE"],
+            gpu_memory_utilization=s["VLLM_GPU_MEMORY_UTILIZATION"],
         )
+        batch_size = len(dataset)  # vLLM schedules its own batches
     else:
         with cli.phase("loading the model"):
             model, tokenizer = load_model(s, cpu_only)

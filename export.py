@@ -42,9 +42,9 @@ PUSH_TO_HUB = ""  # a Hub repo id (you/name) to upload the folder to; "" = do no
 PRIVATE = True  # create the Hub repo private; it is never made public by this script once it exists
 # ---------------------------------------------------------------------------------------------------------------
 
-MARKER = "export_settings.json"  # written into every export: marks a folder export.py may replace, lists its files
-CARD = "README.md"  # the model card, written into the export after the folder is in place
-DTYPES = ("bfloat16", "float16", "float32")
+marker = "export_settings.json"  # written into every export: marks a folder export.py may replace, lists its files
+card = "README.md"  # the model card, written into the export after the folder is in place
+dtypes = ("bfloat16", "float16", "float32")
 log = logging.getLogger("grpotrainer.export")
 
 
@@ -66,9 +66,9 @@ def main(argv=()):
     record = {**{k: c[k] for k in ("ADAPTER", "MODEL_NAME", "DTYPE", "ENABLE_THINKING")}, "step": c["STEP"]}
     redo = f"{out} is as it was before; the same command exports again"  # publish_dir: the whole folder or none
     with cli.phase(f"writing {out}", redo):
-        write_folder(out, model, tokenizer, {**record, "run_settings": run}, licence_files(c["MODEL_NAME"]), [CARD])
-    card = f"{out} is complete but its model card may be missing; the same command exports again"
-    with cli.phase("writing the model card", card):
+        write_folder(out, model, tokenizer, {**record, "run_settings": run}, licence_files(c["MODEL_NAME"]), [card])
+    redo = f"{out} is complete but its model card may be missing; the same command exports again"
+    with cli.phase("writing the model card", redo):
         before, after = modelcard.read_metrics(run_dir(c["ADAPTER"]))
         modelcard.write_card(
             out,
@@ -85,11 +85,6 @@ def main(argv=()):
     if c["PUSH_TO_HUB"]:
         push(out, c["PUSH_TO_HUB"], c["PRIVATE"])
     return out
-
-
-def settings(argv):
-    """This module's constants with the `--KEY=value` overrides applied, as a dict (the module is not changed)."""
-    return dict(cli.parse(cli.constants(globals()), list(argv), source=__file__).settings)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -131,8 +126,8 @@ def resolve(c, given=frozenset()):
             f"gives a broken model. Leave MODEL_NAME empty to use {trained_on} (a local copy must keep its name)."
         )
     c["DTYPE"] = c["DTYPE"] or run_dtype(run, c["MODEL_NAME"])
-    if c["DTYPE"] not in DTYPES:
-        raise ConfigError(f'DTYPE is {c["DTYPE"]!r}; give one of {", ".join(DTYPES)}, or "" for the run\'s.')
+    if c["DTYPE"] not in dtypes:
+        raise ConfigError(f'DTYPE is {c["DTYPE"]!r}; give one of {", ".join(dtypes)}, or "" for the run\'s.')
     if "ENABLE_THINKING" not in given:
         c["ENABLE_THINKING"] = bool(run.get("ENABLE_THINKING", False))
     c["OUTPUT_DIR"] = c["OUTPUT_DIR"] or default_output_dir(adapter)
@@ -161,7 +156,7 @@ def run_dtype(run, model_name):
         return "bfloat16" if run["BF16"] else "float32"
     config = files.read_json_object(Path(model_name) / "config.json") if Path(model_name).is_dir() else {}
     dtype = config.get("dtype") or config.get("torch_dtype")
-    return dtype if dtype in DTYPES else "float32"
+    return dtype if dtype in dtypes else "float32"
 
 
 def default_output_dir(adapter):
@@ -205,15 +200,15 @@ def check_output_dir(out):
     present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     if not present:
         return
-    if not (out / MARKER).is_file():
+    if not (out / marker).is_file():
         raise ConfigError(
             f"OUTPUT_DIR={out} already holds files that export.py did not write; it will not overwrite them.\n"
             "Give a new folder: --OUTPUT_DIR=<path>."
         )
-    written = files.read_json_object(out / MARKER).get("files")
+    written = files.read_json_object(out / marker).get("files")
     if not isinstance(written, list):  # an export.py from before the list: what it wrote is not known
         raise ConfigError(
-            f"OUTPUT_DIR={out} is an earlier export whose {MARKER} does not list its files, so files added there "
+            f"OUTPUT_DIR={out} is an earlier export whose {marker} does not list its files, so files added there "
             "cannot be told apart.\nDelete that folder (after keeping what you added), or give a new --OUTPUT_DIR."
         )
     if extra := [name for name in present if name not in written]:
@@ -293,11 +288,11 @@ def licence_files(model_name):
 
 
 def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
-    """Write the model, tokenizer, extra files and MARKER into a hidden sibling folder, then move it into place
+    """Write the model, tokenizer, extra files and marker into a hidden sibling folder, then move it into place
     (`files.publish_dir`), so OUTPUT_DIR never holds half an export, an earlier export is replaced whole (no stale
     weight shards) and restored if the swap fails, and what a killed export left beside it is cleaned up.
 
-    MARKER records, under "files", every name written, with `later` (what the caller writes into `out` after this,
+    marker records, under "files", every name written, with `later` (what the caller writes into `out` after this,
     the model card): a re-export checks against it that the folder holds nothing else (`check_output_dir`)."""
     if out.exists():
         log.info("replacing the earlier export in %s", out)
@@ -306,9 +301,9 @@ def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
         tokenizer.save_pretrained(partial)  # tokenizer files and chat_template.jinja
         for path in extra_files:
             shutil.copy2(path, partial / path.name)
-        names = sorted({p.name for p in partial.iterdir()} | {MARKER, *later})
+        names = sorted({p.name for p in partial.iterdir()} | {marker, *later})
         record = {**record, "files": names}
-        (partial / MARKER).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+        (partial / marker).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 def push(out, repo_id, private):

@@ -34,16 +34,9 @@ and format_reward for the thinking part; reasoning_reward and overlong_reward do
       after it, or thinking mode on (ENABLE_THINKING, `thinking=True`) and no `</think>` at all;
     - a cut-off completion (`truncated=True`) gets no answer from the last-number fallback, nor from the working
       under a heading: only a `####`, a box or an answer phrase it wrote counts.
-Text inside a closed thinking block is skipped when text follows the block. In training, a reward tells a cut-off
-from TRL's `completion_ids`: GRPOTrainer passes each completion's token ids up to and including its first EOS,
-unpadded (`_generate_and_score_completions`), so a completion cut at max_completion_length has exactly that many ids.
-One whose EOS is its max_completion_length-th token has as many and counts as cut off too (the reward cannot see
-the EOS id); that costs it only the fallback's credit. evaluate.py passes `truncated` = the generation reached the
-token limit without an end-of-turn token.
-
-TRL's conventions: the gold comes as `answer` or, as TRL's and open-r1's rewards read it, `solution`; a reward that
-needs the gold returns None for a row without a readable one (TRL skips it), not 0.0. In the registry, the rewards
-that apply the rule are small classes that grpotrainer.py builds with max_completion_length and enable_thinking.
+Text inside a closed thinking block is skipped when text follows the block. In training, a reward counts a
+completion with max_completion_length token ids as cut off (rewards.py): one whose EOS was its last token too, which
+costs it only the fallback's credit. evaluate.py passes `truncated` = the limit was reached without an end-of-turn.
 
 An answer that is an expression (`#### 9*2`) is no answer unless it states its result (`9*2 = 18`): model output is
 never evaluated. Every scan is linear in the length of the text, and nothing here raises on any text.
@@ -409,9 +402,7 @@ class _Computed:
 
 
 def _hash_answer(text: str, computed=None, truncated: bool = False) -> tuple[bool, str | None]:
-    for tries, (pos, _) in enumerate(_rfind_all(text, ("####",))):
-        if tries >= MAX_MARKERS:
-            break
+    for pos, _ in _rfind_all(text, ("####",)):
         if pos > 0 and text[pos - 1] == "#":  # "#####" is a markdown heading, not the answer marker
             continue
         found, value = _read_span(_span_after(text, pos + 4)[0], lead=True)
@@ -421,9 +412,7 @@ def _hash_answer(text: str, computed=None, truncated: bool = False) -> tuple[boo
 
 
 def _boxed_answer(text: str, computed, truncated: bool = False) -> tuple[bool, str | None]:
-    for tries, (pos, marker) in enumerate(_rfind_all(text, ("\\boxed", "\\fbox"))):
-        if tries >= MAX_MARKERS:
-            break
+    for pos, marker in _rfind_all(text, ("\\boxed", "\\fbox")):
         content = _box_content(text, pos + len(marker))
         if content is not None:
             found, value = _read_span(content, computed=computed)
@@ -450,9 +439,7 @@ def _box_content(text: str, pos: int) -> str | None:
 
 def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[bool, str | None]:
     last_digit = max(text.rfind(digit) for digit in _DIGITS)
-    for tries, (pos, marker) in enumerate(_rfind_all(text, ("answer", "Answer", "ANSWER", "A:"))):
-        if tries >= MAX_MARKERS:
-            break
+    for pos, marker in _rfind_all(text, ("answer", "Answer", "ANSWER", "A:")):
         if marker == "A:":  # a weak marker (few-shot prompts start whole solutions with it): a line "A: N" only
             if _at_line_start(text, pos, _A_PREFIX):
                 found, value = _read_span(_span_after(text, pos + 2)[0], single=True)
@@ -513,9 +500,7 @@ def _last_answer(text: str, computed) -> str | None:
         if found is None:
             return None
         window, last = found
-        boundary = None
-        for boundary in _SENTENCE_END.finditer(window, max(0, last.start() - SENTENCE_CHARS), last.start()):  # noqa: B007
-            pass
+        boundary = _last(_SENTENCE_END.finditer(window, max(0, last.start() - SENTENCE_CHARS), last.start()))
         sentence = window[boundary.end() if boundary else max(0, last.start() - SENTENCE_CHARS) : last.end()]
         numbers = list(_NUMBER.finditer(sentence))
     if _NO_ANSWER.search(window, last.end()):  # "... so the answer cannot be determined." after the last number
@@ -543,7 +528,7 @@ def _last_number(text: str) -> tuple[str, re.Match] | None:
             continue
         budget -= end - start
         window = _clean(text[start:end])
-        last = _last_match(window)
+        last = _last(_NUMBER.finditer(window))
         if last is None:  # digits, but none of them a number: read further back
             end, size = start, size * 2
         elif last.start() == 0 and start > 0 and not text[start - 1].isspace():
@@ -553,9 +538,9 @@ def _last_number(text: str) -> tuple[str, re.Match] | None:
     return None
 
 
-def _last_match(window: str) -> re.Match | None:
+def _last(matches) -> re.Match | None:
     last = None
-    for last in _NUMBER.finditer(window):  # noqa: B007 - the last one is wanted
+    for last in matches:  # noqa: B007 - the last one is wanted
         pass
     return last
 
@@ -621,9 +606,9 @@ def _in_purpose_clause(sentence: str, pos: int) -> bool:
 
 
 def _rfind_all(text: str, needles: tuple[str, ...]):
-    """(position, needle) of every occurrence of the needles, from the last to the first, found with str.rfind."""
+    """(position, needle) of the last MAX_MARKERS occurrences of the needles, last first, found with str.rfind."""
     heads = {needle: text.rfind(needle) for needle in needles}
-    while True:
+    for _ in range(MAX_MARKERS):
         needle = max(heads, key=heads.__getitem__)
         pos = heads[needle]
         if pos < 0:
@@ -673,9 +658,7 @@ def _read_span(span: str, lead: bool = False, single: bool = False, computed=())
     if single and _NUMBER.search(span, number.end()) is not None:
         return False, None
     if not (lead or single) and number.start() > head:  # a sentence: "After 60 days, she will spend $16"
-        boundary = None
-        for boundary in _SENTENCE_END.finditer(span, 0, number.start()):  # noqa: B007 - the last one is wanted
-            pass
+        boundary = _last(_SENTENCE_END.finditer(span, 0, number.start()))
         start = boundary.end() if boundary else 0
         end = _SENTENCE_END.search(span, number.end())
         if end is None or "=" in span[end.start() :]:  # "... = $70. So for five days he earns 5 x 70 = $350."

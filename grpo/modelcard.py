@@ -54,7 +54,6 @@ EXAMPLE_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May?"
 )
-UNKNOWN = "unknown"  # the Hub's licence id for "not known"
 
 
 def write_card(
@@ -68,7 +67,6 @@ def write_card(
     dataset_sizes=None,
     repo_id="",
     adapter_dir=None,
-    licence=None,
 ):
     """Write OUTPUT_DIR/README.md, replacing TRL's and PEFT's card; return its path.
 
@@ -85,14 +83,11 @@ def write_card(
         repo_id: the Hub repo the folder is pushed to; the snippets load from it instead of the local folder.
         adapter_dir: where the LoRA adapter lives (for a merged card's peft and vLLM --enable-lora snippets);
             defaults to output_dir for an adapter card.
-        licence: the base model's licence dict (see `base_licence`); None = look it up.
 
     Call it after the last `trainer.save_model(...)`: PEFT's save_pretrained rewrites README.md (tags, base_model),
     and GRPOTrainer writes TRL's card at every checkpoint, i.e. during `train()`.
     """
     output_dir = Path(output_dir)
-    if licence is None:
-        licence = base_licence(str(settings.get("MODEL_NAME", "")))
     text = render_card(
         settings,
         name=repo_id.split("/")[-1] if repo_id else output_dir.resolve().name,
@@ -103,7 +98,6 @@ def write_card(
         steps=steps,
         dataset_sizes=dataset_sizes if dataset_sizes is not None else settings.get("dataset_sizes"),
         adapter_dir=str(adapter_dir or (output_dir if library_name == "peft" else "")),
-        licence=licence,
         versions=framework_versions(),
     )
     path = output_dir / "README.md"
@@ -117,7 +111,6 @@ def render_card(
     name,
     location,
     library_name,
-    licence,
     metrics_before=None,
     metrics_after=None,
     steps=None,
@@ -130,31 +123,28 @@ def render_card(
         raise ValueError(f"library_name must be peft or transformers, not {library_name!r}")
     base = str(settings.get("MODEL_NAME", ""))
     sections = [
-        front_matter(base, settings.get("DATASET", ""), library_name, licence),
+        front_matter(base, settings.get("DATASET", ""), library_name),
         f"# {escape(name)}\n\n{summary(base, library_name)}",
         data_section(settings, dataset_sizes),
         rewards_section(settings),
         settings_section(settings, steps),
         metrics_section(metrics_before, metrics_after, settings),
         usage_section(settings, library_name, location, adapter_dir),
-        licence_section(base, licence),
+        licence_section(base),
     ]
     if versions:
         sections.append("## Framework versions\n\n" + "\n".join(f"- {k} {v}" for k, v in versions.items()))
     return "\n\n".join(sections) + "\n"
 
 
-def front_matter(base, dataset, library_name, licence):
-    """YAML front matter the Hub reads: base_model (only a Hub id), licence, library, datasets, tags."""
+def front_matter(base, dataset, library_name):
+    """YAML front matter the Hub reads: base_model (only a Hub id), library, datasets, tags."""
     from huggingface_hub import ModelCardData
 
     base_id = hub_model_id(base)
     data = ModelCardData(
         base_model=base_id,
         library_name=library_name,
-        license=licence.get("license", UNKNOWN),
-        license_name=licence.get("license_name"),
-        license_link=licence.get("license_link"),
         datasets=[dataset] if dataset and not hub.is_local(dataset) else None,  # a local path is no Hub dataset
         tags=[*TAGS, *([f"base_model:adapter:{base_id}"] if base_id and library_name == "peft" else [])],
         pipeline_tag="text-generation",
@@ -314,23 +304,23 @@ def peft_snippet(base, adapter, generate):
     )
 
 
-def licence_section(base, licence):
-    lic = licence.get("license", UNKNOWN)
-    name = code(base) if base else "the base model"
-    if lic == UNKNOWN:
-        return (
-            f"## Licence\n\nThe licence of the base model {name} could not be determined; this model is derived "
-            "from it and falls under its terms. Check them before redistributing."
-        )
-    shown = code(licence.get("license_name") or lic)
-    link = licence.get("license_link")
-    if link and re.fullmatch(r"https?://[^\s()<>]+", str(link)):
-        shown += f" ({link})"
-    return f"## Licence\n\n{shown}: the licence of the base model {name}, from which this model is derived."
+def licence_section(base):
+    """No licence is copied (that took a download): the base model's own page states it."""
+    base_id = hub_model_id(base)
+    if base_id:
+        where = f"its page, https://huggingface.co/{base_id}, states them"
+    elif base:
+        where = f"the base model is the local folder {code(base)}, so this card cannot link to them"
+    else:
+        where = "the base model was not recorded"
+    return (
+        "## Licence\n\nThis model is derived from its base model and falls under the base model's licence terms: "
+        f"{where}. Check them before redistributing."
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the base model's identity and licence
+# the base model's identity
 
 
 def hub_model_id(model_name):
@@ -348,51 +338,6 @@ def hub_model_id(model_name):
     if not model_name or os.path.isdir(model_name) or not valid_repo_id(model_name):
         return None
     return model_name
-
-
-def base_licence(model_name, *, cache_dir=None, fetch=None):
-    """The base model's licence from its README.md front matter: {"license": id} plus license_name/license_link
-    when the README gives them (e.g. `license: other`); {"license": "unknown"} when there is no README to read.
-
-    The README is read from a local folder, else from the Hub cache, else, when `fetch` (default: the Hub is not
-    switched off with HF_HUB_OFFLINE), downloaded from the Hub. Nothing is assumed from the model's name.
-    """
-    readme = Path(model_name) / "README.md" if model_name else None
-    if readme is None or not readme.is_file():
-        readme = hub_readme(model_name, cache_dir, fetch) if hub_model_id(model_name) else None
-    if readme is None:
-        return {"license": UNKNOWN}
-    import yaml
-    from huggingface_hub import metadata_load
-
-    try:
-        meta = metadata_load(readme) or {}
-    except (ValueError, yaml.YAMLError):  # a README whose front matter is not YAML says nothing about the licence
-        return {"license": UNKNOWN}
-    licence = meta.get("license")
-    if not isinstance(licence, str) or not licence:
-        return {"license": UNKNOWN}
-    found = {"license": licence}
-    found.update({k: str(meta[k]) for k in ("license_name", "license_link") if meta.get(k)})
-    return found
-
-
-def hub_readme(model_name, cache_dir=None, fetch=None):
-    """Path of the base model's README.md from the Hub cache or, when allowed, the Hub; None when unavailable."""
-    from huggingface_hub import hf_hub_download, try_to_load_from_cache
-
-    repo_id = hub_model_id(model_name)
-    cached = try_to_load_from_cache(repo_id, "README.md", cache_dir=cache_dir)
-    if isinstance(cached, str):
-        return Path(cached)
-    if fetch is None:
-        fetch = not hub.hub_offline()
-    if not fetch:
-        return None
-    try:
-        return Path(hf_hub_download(repo_id, "README.md", cache_dir=cache_dir, etag_timeout=5))
-    except Exception:  # no network, a private or gated repo, no README: the licence stays unknown
-        return None
 
 
 def finish_run(state, output_dir, record, metrics, resumed, max_steps, num_train_epochs):

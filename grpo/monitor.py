@@ -149,19 +149,17 @@ class Advisor:
         at = f"{key} is {value}" + (f" at step {step}" if step is not None else "")
         kept = "The newest checkpoint-N in OUTPUT_DIR is kept as it was; the final adapter is not written."
         if key == "reward":
-            return Advice(
-                "nan",
-                "stop",
-                f"{at}: every reward function returned None, NaN or inf for every completion, so there is nothing to "
-                f"learn from and training stops. Check the functions in REWARD_FUNCS. {kept}",
+            why = (
+                "every reward function returned None, NaN or inf for every completion, so there is nothing to "
+                f"learn from and training stops. Check the functions in REWARD_FUNCS. {kept}"
             )
-        return Advice(
-            "nan",
-            "stop",
-            f"{at}: the weights are diverging, so training stops before they are saved. {kept} Lower LEARNING_RATE "
-            f"(now {self._setting('learning_rate')}) or raise BETA (now {self._setting('beta')}); a resumed run "
-            "keeps the checkpoint's learning rate, so start a fresh OUTPUT_DIR to change it.",
-        )
+        else:
+            why = (
+                f"the weights are diverging, so training stops before they are saved. {kept} Lower LEARNING_RATE "
+                f"(now {self._setting('learning_rate')}) or raise BETA (now {self._setting('beta')}); a resumed run "
+                "keeps the checkpoint's learning rate, so start a fresh OUTPUT_DIR to change it."
+            )
+        return Advice("nan", "stop", f"{at}: {why}")
 
     def _kl(self, logs):
         kl = logs.get("kl")

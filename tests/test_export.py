@@ -18,7 +18,13 @@ import pytest
 from conftest import run_script
 
 import export
+from grpo import cli
 from grpo.errors import ConfigError
+
+
+def settings(argv):
+    """export.py's constants with `argv`'s overrides, as main() reads them."""
+    return dict(cli.parse(cli.constants(export), list(argv)).settings)
 
 
 def length_reward(completions, **kwargs):
@@ -45,7 +51,7 @@ def adapter_folder(path, base="/models/Qwen3-8B", run_settings=None, name="run")
 
 
 def settings_for(adapter, **overrides):
-    return {**export.settings([]), "ADAPTER": str(adapter), **overrides}
+    return {**settings([]), "ADAPTER": str(adapter), **overrides}
 
 
 @pytest.mark.parametrize(
@@ -143,7 +149,7 @@ def test_missing_adapter_names_the_newest_checkpoint(tmp_path):
         export.resolve(settings_for(tmp_path))
 
 
-MARKED = {export.MARKER: json.dumps({"files": [export.MARKER, "model.safetensors"]}), "model.safetensors": ""}
+MARKED = {export.marker: json.dumps({"files": [export.marker, "model.safetensors"]}), "model.safetensors": ""}
 
 
 @pytest.mark.parametrize(
@@ -155,7 +161,7 @@ MARKED = {export.MARKER: json.dumps({"files": [export.MARKER, "model.safetensors
         # a file added to an earlier export was deleted with it when the folder was replaced
         ({**MARKED, "notes.txt": "mine"}, "holds notes.txt, which the earlier export there did not write"),
         # an export whose marker lists no files (before the list existed): what was added cannot be told apart
-        ({export.MARKER: "{}", "model.safetensors": ""}, "does not list its files"),
+        ({export.marker: "{}", "model.safetensors": ""}, "does not list its files"),
     ],
 )
 def test_check_output_dir(tmp_path, files, refused):
@@ -199,12 +205,12 @@ class FakeSaver:
 def test_an_export_lists_its_files_and_a_reexport_keeps_what_a_user_added(tmp_path):
     out = tmp_path / "merged"
     model, tokenizer = FakeSaver("model.safetensors", "config.json"), FakeSaver("tokenizer.json")
-    export.write_folder(out, model, tokenizer, {"step": 4}, later=[export.CARD])
-    (out / export.CARD).write_text("card")  # main() writes the card after the folder is in place
+    export.write_folder(out, model, tokenizer, {"step": 4}, later=[export.card])
+    (out / export.card).write_text("card")  # main() writes the card after the folder is in place
     # every name in the folder, the card included, and nothing else
-    record = json.loads((out / export.MARKER).read_text())
+    record = json.loads((out / export.marker).read_text())
     assert record == {"step": 4, "files": sorted([*(p.name for p in out.iterdir())])}
-    assert record["files"] == ["README.md", "config.json", export.MARKER, "model.safetensors", "tokenizer.json"]
+    assert record["files"] == ["README.md", "config.json", export.marker, "model.safetensors", "tokenizer.json"]
     export.check_output_dir(out)  # its own export may be replaced
     (out / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError, match="holds notes.txt, which the earlier export there did not write"):
@@ -305,11 +311,11 @@ def test_export_writes_a_standalone_folder(exported):
     names = {p.name for p in out_dir.iterdir()}
     # weights, config, generation config, tokenizer with its template, card, and the record of what was merged
     for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
-                 "chat_template.jinja", "README.md", export.MARKER):  # fmt: skip
+                 "chat_template.jinja", "README.md", export.marker):  # fmt: skip
         assert name in names
     assert not {n for n in names if n.startswith("adapter_")}  # no adapter_config.json, adapter_model.*
     assert json.loads((out_dir / "config.json").read_text())["dtype"] == "float32"  # the smoke run's BF16=False
-    record = json.loads((out_dir / export.MARKER).read_text())
+    record = json.loads((out_dir / export.marker).read_text())
     assert (record["step"], record["DTYPE"], record["ENABLE_THINKING"]) == (4, "float32", False)
 
 
@@ -368,7 +374,7 @@ def test_exported_card(trained_run, exported):
     card = (exported[0] / "README.md").read_text()
     meta = metadata_load(exported[0] / "README.md")
     after = json.loads((trained_run / "eval_test_after.json").read_text())
-    assert (meta["library_name"], meta["license"]) == ("transformers", "unknown")  # the smoke model has no licence
+    assert meta["library_name"] == "transformers"
     assert "correctness_reward" in card and "length_reward" in card and "GSM8K" in card
     assert str(trained_run / "smoke-model") in card  # the base model, by the path the run used
     assert f"| test problems scored | {after['n']} | {after['n']} |" in card
@@ -382,9 +388,9 @@ def test_reexport_replaces_an_earlier_export_whole(trained_run, exported, tmp_pa
     out_dir = tmp_path / "again"
     shutil.copytree(exported[0], out_dir)
     (out_dir / "model-00002-of-00002.safetensors").write_text("stale shard of an earlier export")
-    record = json.loads((out_dir / export.MARKER).read_text())  # as if the earlier export had written the shard
+    record = json.loads((out_dir / export.marker).read_text())  # as if the earlier export had written the shard
     record["files"].append("model-00002-of-00002.safetensors")
-    (out_dir / export.MARKER).write_text(json.dumps(record))
+    (out_dir / export.marker).write_text(json.dumps(record))
     export.main([f"--ADAPTER={trained_run}", f"--OUTPUT_DIR={out_dir}", "--DTYPE=bfloat16"])
     assert "model-00002-of-00002.safetensors" not in os.listdir(out_dir)  # replaced whole, not file by file
     assert json.loads((out_dir / "config.json").read_text())["dtype"] == "bfloat16"
@@ -416,6 +422,6 @@ def test_missing_adapter_exits_2_and_writes_nothing(tmp_path):
 
 def test_enable_thinking_is_a_boolean_on_the_command_line():
     # a real boolean: "given or not" is what the command line says, as in evaluate.py; a word that is none is refused
-    assert export.settings(["--ENABLE_THINKING=true"])["ENABLE_THINKING"] is True
+    assert settings(["--ENABLE_THINKING=true"])["ENABLE_THINKING"] is True
     with pytest.raises(ConfigError, match="--ENABLE_THINKING=maybe is not a valid bool"):
-        export.settings(["--ENABLE_THINKING=maybe"])
+        settings(["--ENABLE_THINKING=maybe"])

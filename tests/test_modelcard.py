@@ -34,11 +34,10 @@ SETTINGS = {  # a run's settings as run_settings.json holds them (the keys the c
 }
 BEFORE = dict(n=200, strict_accuracy=0.415, lenient_accuracy=0.82, format_rate=0.5, mean_completion_tokens=180.25)
 AFTER = dict(n=200, strict_accuracy=0.875, lenient_accuracy=0.9, format_rate=0.98, mean_completion_tokens=150.0)
-APACHE = {"license": "apache-2.0"}
 
 
 def render(settings=SETTINGS, **kwargs):
-    defaults = dict(name="qwen3-gsm8k-grpo", location="outputs/qwen3-gsm8k-grpo", library_name="peft", licence=APACHE)
+    defaults = dict(name="qwen3-gsm8k-grpo", location="outputs/qwen3-gsm8k-grpo", library_name="peft")
     return modelcard.render_card(settings, **{**defaults, **kwargs})
 
 
@@ -69,7 +68,7 @@ def code_blocks(card, lang):
 )  # fmt: skip
 def test_front_matter_is_what_the_hub_reads(model, dataset, library, expected):
     meta = front_matter(render({**SETTINGS, "MODEL_NAME": model, "DATASET": dataset}, library_name=library))
-    assert meta == {**expected, "license": "apache-2.0", "pipeline_tag": "text-generation"}
+    assert meta == {**expected, "pipeline_tag": "text-generation"}
 
 
 def test_card_names_base_data_rewards_settings_and_steps():
@@ -201,49 +200,14 @@ def test_markdown_helpers(func, text, expected):
 
 
 @pytest.mark.parametrize(
-    "readme, expected",
+    "model, expected",
     [
-        ("---\nlicense: apache-2.0\nlibrary_name: transformers\n---\n# Qwen3\n", {"license": "apache-2.0"}),
-        (  # a custom licence: its name and link come along, as the Hub wants them for `other`
-            "---\nlicense: other\nlicense_name: qwen-research\nlicense_link: https://example.org/LICENSE\n---\n",
-            {"license": "other", "license_name": "qwen-research", "license_link": "https://example.org/LICENSE"},
-        ),
-        ("# A model\nNo front matter.\n", {"license": "unknown"}),
-        ("---\nlicense: [unclosed\n---\n", {"license": "unknown"}),  # front matter that is not YAML
-        (None, {"license": "unknown"}),  # no README at all (the smoke model)
+        ("Qwen/Qwen3-8B", "https://huggingface.co/Qwen/Qwen3-8B, states them"),  # a Hub base: its own page
+        ("outputs/smoke/smoke-model", "the local folder `outputs/smoke/smoke-model`, so this card cannot link"),
     ],
 )
-def test_base_licence_from_a_local_folder(tmp_path, readme, expected):
-    if readme is not None:
-        (tmp_path / "README.md").write_text(readme)
-    assert modelcard.base_licence(str(tmp_path), fetch=False) == expected
-
-
-def test_base_licence_from_the_hub_cache(tmp_path):
-    # the layout huggingface_hub writes: refs/main names the snapshot that holds the files
-    repo = tmp_path / "models--Qwen--Qwen3-8B"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text("b968826d9c46dd6066d109eabc6255188de91218")
-    snapshot = repo / "snapshots" / "b968826d9c46dd6066d109eabc6255188de91218"
-    snapshot.mkdir(parents=True)
-    (snapshot / "README.md").write_text("---\nlicense: apache-2.0\n---\n")
-    assert modelcard.base_licence("Qwen/Qwen3-8B", cache_dir=tmp_path, fetch=False) == APACHE
-    # not cached and not allowed to fetch: unknown, never guessed from the name
-    assert modelcard.base_licence("Qwen/Qwen3-4B", cache_dir=tmp_path, fetch=False) == {"license": "unknown"}
-
-
-@pytest.mark.parametrize(
-    "licence, expected",
-    [
-        (APACHE, "## Licence\n\n`apache-2.0`: the licence of the base model `Qwen/Qwen3-8B`, from which"),
-        ({"license": "other", "license_name": "qwen-research", "license_link": "https://example.org/L"},
-         "## Licence\n\n`qwen-research` (https://example.org/L): the licence of the base model"),
-        ({"license": "unknown"},
-         "## Licence\n\nThe licence of the base model `Qwen/Qwen3-8B` could not be determined"),
-    ],
-)  # fmt: skip
-def test_licence_section(licence, expected):
-    assert expected in render(licence=licence)
+def test_licence_section_points_at_the_base_models_page(model, expected):
+    assert expected in render({**SETTINGS, "MODEL_NAME": model})
 
 
 def test_write_card_replaces_trls_card_and_reads_the_runs_metrics(tmp_path):
@@ -257,6 +221,6 @@ def test_write_card_replaces_trls_card_and_reads_the_runs_metrics(tmp_path):
     path = modelcard.write_card(tmp_path, {**SETTINGS, "MODEL_NAME": str(base)}, metrics_after=after, steps=7)
     card = path.read_text()
     assert path == tmp_path / "README.md" and "[None]" not in card
-    assert front_matter(card)["license"] == "mit"  # read from the local base model's own README
+    assert "license" not in front_matter(card) and "local folder" in card  # nothing copied, nothing downloaded
     assert card.startswith("---\n") and f"# {modelcard.escape(tmp_path.name)}\n" in card
     assert "| strict accuracy (`#### N` equals the gold answer) | not measured | 87.5% |" in card
