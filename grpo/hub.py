@@ -5,6 +5,7 @@ reached (HF_HUB_OFFLINE), and a quick answer when a Hub id can be neither read f
 import os
 import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 
 def is_local(name):
@@ -47,7 +48,6 @@ def hub_unreachable(repo_id, name, repo_type="model", timeout=HUB_TIMEOUT):
     fix = f"point {name} at a local folder (see README), or run once where the Hub is reachable to fill the cache"
     if hub_offline():
         return f"{name}={repo_id} is a Hub id that is not in the local cache, and HF_HUB_OFFLINE is set: {fix}."
-    from urllib.parse import urlparse
 
     url = urlparse(constants.ENDPOINT)
     host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)

@@ -6,8 +6,10 @@ be (CHOICES, RANGES); the rest are small functions. `check_rewards` calls every 
 before training, `check_model` matches the model's config, weights and LoRA settings on the meta device.
 """
 
+import asyncio
 import dataclasses
 import difflib
+import inspect
 import json
 import logging
 import math
@@ -15,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from grpo import checkpoints, errors, files, hardware, hub
@@ -267,7 +270,6 @@ def is_run_folder(path):
     """Whether the folder `path` holds a training run's own record: run_settings.json as grpotrainer.py writes it
     (the settings with "OUTPUT_DIR" and "grpo_config"), or the run.lock (pid, host) of a run that holds it or was
     killed. Reads two small files."""
-    import json
 
     for name, keys in (("run_settings.json", ("OUTPUT_DIR", "grpo_config")), ("run.lock", ("pid", "host"))):
         try:
@@ -301,7 +303,6 @@ def model_name_problem(model_name):
 def output_dir_problem(out, name="OUTPUT_DIR"):
     """Why the folder `out` cannot be created and written, or None. Tried for real: a folder is made and removed
     in its nearest existing parent, since os.access misjudges read-only mounts, /proc and the like."""
-    import tempfile
 
     if not str(out).strip():
         return f"{name} is empty; name the folder for checkpoints and the adapter."
@@ -492,7 +493,6 @@ def check_model_folder(model_name):
 
 def chat_template_source(model_name):
     """The Jinja source of a local model folder's chat template(s), "" for a Hub id or a folder without one."""
-    import json
 
     folder = Path(model_name).expanduser()
     texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(folder.glob("chat_template.jinja"))]
@@ -532,8 +532,6 @@ def check_rewards(funcs, names, dataset, max_completion_length, answer_blind=())
     """Call every reward through its training guard (`reward_guard.load`'s) as GRPOTrainer will, on three real rows
     (no batch size a reward could assume by accident, such as 2 or 4): a raise or a bad value stops here. Then warn
     about one not in `answer_blind` (rewards.ANSWER_BLIND) that scores a right and a wrong answer alike."""
-    import asyncio
-    import inspect
 
     from transformers import TrainerState
 
@@ -577,7 +575,6 @@ def _wrong(answer):
 def check_config(config, s, train_size):
     """What the built GRPOConfig implies and GRPOTrainer finds only at its first step: the sampling settings (any
     --top_k, --min_p, ... passed through), the data a generation round needs, and fields this script cannot serve."""
-    import math
 
     import transformers as tf
 
