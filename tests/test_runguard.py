@@ -68,11 +68,11 @@ DAMAGE = {
     "adapter config cut": (lambda f: cut(f / "adapter_config.json", 20), "adapter_config.json does not parse"),
     "safetensors cut in the data": (
         lambda f: cut(f / "adapter_model.safetensors", (f / "adapter_model.safetensors").stat().st_size - 10),
-        "adapter_model.safetensors is cut short (its tensors need",
+        "adapter_model.safetensors is cut short or damaged (",
     ),
     "safetensors cut in the header": (
         lambda f: cut(f / "adapter_model.safetensors", 20),
-        "adapter_model.safetensors is cut short (its header needs",
+        "adapter_model.safetensors is cut short or damaged (",
     ),
     "safetensors empty": (lambda f: cut(f / "adapter_model.safetensors", 0), "adapter_model.safetensors is cut short"),
     "safetensors missing": (
