@@ -35,6 +35,7 @@ from grpo.files import first_line
 log = logging.getLogger("grpotrainer")
 LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it (filelock's)
 HOLDER_NAME = "run.lock.json"  # beside it: the holding run's pid, host and start, for the refusal
+TORCH_DISTRIBUTED = ("/torch/distributed/", "/torch/nn/parallel/")  # where a collective raises, in torch
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -332,8 +333,9 @@ def stall_error(err, ddp_timeout):
 
     for e in chain(err):
         where = frames(e)
-        # gloo's own timeout is a plain RuntimeError, raised by the collective inside torch/distributed
-        in_torch_distributed = type(e) is RuntimeError and where and "/torch/distributed/" in where[-1][0]
+        # gloo's own timeout is a plain RuntimeError, raised by a collective in torch/distributed (or DDP's sync)
+        inner = where[-1][0] if where else ""
+        in_torch_distributed = type(e) is RuntimeError and any(d in inner for d in TORCH_DISTRIBUTED)
         if isinstance(e, dist.DistError) or in_torch_distributed:
             return ConfigError(
                 f"a process waited for the others and gave up (DDP_TIMEOUT={ddp_timeout} s; {first_line(e)}).\n"
