@@ -16,9 +16,7 @@ module level: evaluate.py, export.py, preflight and the trainer all need these c
 import json
 import logging
 import math
-import os
 import re
-import struct
 import time
 import zipfile
 from pathlib import Path
@@ -78,26 +76,17 @@ def checkpoint_problem(checkpoint_dir):
 def safetensors_problem(path):
     """None when the safetensors file's header is whole and its tensors fill the file exactly; else the reason.
 
-    The format is an 8-byte little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
-    then the tensor bytes; data_offsets count from the end of the header.
-    """
+    safetensors.safe_open validates the header and that the tensors cover the file to its last byte, so a cut or
+    padded file raises SafetensorError."""
+    from safetensors import SafetensorError, safe_open
+
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 8:
-                return f"{path.name} is cut short ({size} bytes)"
-            (n,) = struct.unpack("<Q", f.read(8))
-            if 8 + n > size:
-                return f"{path.name} is cut short (its header needs {8 + n} bytes, the file has {size})"
-            header = json.loads(f.read(n))
+        with safe_open(path, "np"):
+            return None
     except FileNotFoundError:
         return f"{path.name} is missing"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        return f"{path.name} has an unreadable header ({err})"
-    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
-    if 8 + n + max(ends, default=0) != size:
-        return f"{path.name} is cut short (its tensors need {8 + n + max(ends, default=0)} bytes, the file has {size})"
-    return None
+    except (OSError, SafetensorError) as err:
+        return f"{path.name} is cut short or damaged ({err})"
 
 
 def torch_file_problem(path):

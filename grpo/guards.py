@@ -3,7 +3,7 @@
 What each piece guards against, in the order grpotrainer.py uses them:
 
 - `output_lock`: two runs writing into one OUTPUT_DIR. Global rank 0 holds an flock on OUTPUT_DIR/run.lock (the OS
-  releases it when the process dies, even by kill -9); the file names the holder's pid and host for the message.
+  releases it when the process dies, even by kill -9); run.lock.json names the holder's pid and host for the message.
 - `StopOnSignal`: SIGTERM (a scheduler's preemption notice) and Ctrl-C. The current step finishes, a checkpoint is
   saved and the run exits with one line; all torchrun ranks stop at the same step.
 - `faults`: a full disk or a distributed stall, reported as a message that names the setting and what to check.
@@ -17,7 +17,6 @@ grpo/checkpoints.py.
 
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -26,14 +25,16 @@ import socket
 import time
 from pathlib import Path
 
+from filelock import FileLock, Timeout
 from transformers import TrainerCallback
 
 from grpo import cli, hardware
 from grpo.errors import ConfigError, first_line
-from grpo.files import pid_alive
 
 log = logging.getLogger("grpotrainer")
-LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it
+LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it (filelock's)
+HOLDER_NAME = "run.lock.json"  # beside it: the holding run's pid, host and start, for the refusal
+TORCH_DISTRIBUTED = ("/torch/distributed/", "/torch/nn/parallel/")  # where a collective raises, in torch
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -58,7 +59,7 @@ def any_rank(flag, device=None):
 
 
 def read_holder(path):
-    """The lock file's {"pid", "host", ...} as written by `take_lock`, or {} when it is empty or half-written."""
+    """The holder file's {"pid", "host", "since"} as written by `take_lock`, or {} when absent or half-written."""
     try:
         holder = json.loads(Path(path).read_text())
     except (OSError, ValueError):
@@ -67,46 +68,28 @@ def read_holder(path):
 
 
 def take_lock(output_dir):
-    """Lock OUTPUT_DIR for this process: return (open file descriptor, None), or (None, why it is refused).
+    """Lock OUTPUT_DIR for this process: return (the held FileLock, None), or (None, why it is refused).
 
-    flock on OUTPUT_DIR/run.lock: the OS releases it when the holder dies, so a lock left by a killed run is
-    simply taken over (and logged). After locking, the path must still name the locked file; otherwise a
-    releasing holder unlinked it in between, and we lock again. Filesystems without flock (some Lustre and
-    FUSE mounts) fall back to the pid in the file: a dead pid on this host is taken over.
+    filelock's flock on OUTPUT_DIR/run.lock: the OS releases it when the holder dies, so a lock left by a killed
+    run is simply taken over (and logged); filelock re-locks when a releasing holder unlinked the file in between,
+    and falls back to a pid marker on filesystems without flock. The holder's pid, host and time live in
+    run.lock.json beside it, written only while holding the lock (filelock owns the lock file's contents).
     """
     output_dir = Path(output_dir)
-    path = output_dir / LOCK_NAME
+    lock = FileLock(output_dir / LOCK_NAME, timeout=0, thread_local=False)
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        for _ in range(100):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                return None, holder_message(output_dir, read_holder(path))
-            except OSError as err:
-                os.close(fd)
-                if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                    raise
-                return pid_lock(output_dir)
-            with contextlib.suppress(FileNotFoundError):
-                if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                    break
-            os.close(fd)  # unlinked by a holder that released it: lock the new file instead
-        write_holder(fd, output_dir, read_holder(path))
-        return fd, None
+        lock.acquire()
+    except Timeout:
+        return None, holder_message(output_dir, read_holder(output_dir / HOLDER_NAME))
     except OSError as err:
         return None, f"cannot lock OUTPUT_DIR {output_dir} ({err}): it must be a folder this user can write."
-
-
-def write_holder(fd, output_dir, previous):
-    """Record this process as the holder in the locked file, logging a previous holder that died without release."""
+    previous = read_holder(output_dir / HOLDER_NAME)
     if previous.get("pid"):
         log.info("took over %s from pid %s on %s, which no longer holds it", LOCK_NAME, *holder_id(previous))
-    data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M")})
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data.encode(), 0)
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M")}
+    (output_dir / HOLDER_NAME).write_text(json.dumps(holder))
+    return lock, None
 
 
 def holder_id(holder):
@@ -122,25 +105,6 @@ def holder_message(output_dir, holder):
     )
 
 
-def pid_lock(output_dir):
-    """The fallback without flock: create run.lock exclusively; a file naming a dead pid on this host is stale."""
-    path = Path(output_dir) / LOCK_NAME
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            holder = read_holder(path)
-            pid = holder.get("pid")
-            stale = holder.get("host") == socket.gethostname() and isinstance(pid, int) and not pid_alive(pid)
-            if not stale:
-                return None, holder_message(output_dir, holder) + f" If that run is gone, delete {path}."
-            path.unlink(missing_ok=True)
-            continue
-        write_holder(fd, output_dir, {})
-        return fd, None
-    return None, holder_message(output_dir, read_holder(path))
-
-
 @contextlib.contextmanager
 def output_lock(output_dir, rank0):
     """Hold OUTPUT_DIR for one run while the block runs; refuse with ConfigError (exit 2) when another run has it.
@@ -152,16 +116,16 @@ def output_lock(output_dir, rank0):
         with guards.output_lock(OUTPUT_DIR, rank0=config.process_index == 0):
             ...  # resume choice, training, saves
     """
-    fd, refusal = take_lock(output_dir) if rank0 else (None, None)
+    lock, refusal = take_lock(output_dir) if rank0 else (None, None)
     if any_rank(refusal is not None):
         raise ConfigError(refusal or f"rank 0 could not lock OUTPUT_DIR {output_dir}; see its message.")
     try:
         yield
     finally:
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                (Path(output_dir) / LOCK_NAME).unlink()  # while still locked: see take_lock's inode check
-            os.close(fd)
+        if lock is not None:
+            for name in (HOLDER_NAME, LOCK_NAME):  # while still locked; filelock locks anew if a waiter opened it
+                (Path(output_dir) / name).unlink(missing_ok=True)
+            lock.release()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -255,10 +219,6 @@ class StopOnSignal(TrainerCallback):
 
 # ---------------------------------------------------------------------------------------------------------------
 # full disks and stalls
-
-FULL_DISK_TEXT = ("No space left on device", "Disk quota exceeded")  # any error type: safetensors says "(os error 28)"
-TORCH_WRITE_TEXT = ("PytorchStreamWriter failed writing file", "basic_ios::clear: iostream error", "unexpected pos")
-STALL_TEXT = ("timed out", "timeout", "watchdog", "Connection closed by peer", "Connection reset by peer")
 
 
 class KeepFp32(TrainerCallback):
@@ -360,19 +320,37 @@ def chain(err):
     return seen
 
 
+def frames(err):
+    """The (file, function) of each Python frame `err` passed through, outermost first."""
+    tb, out = err.__traceback__, []
+    while tb is not None:
+        out.append((tb.tb_frame.f_code.co_filename.replace(os.sep, "/"), tb.tb_frame.f_code.co_name))
+        tb = tb.tb_next
+    return out
+
+
+def writer_failed(e):
+    """A checkpoint writer's error that keeps no errno: safetensors' SafetensorError raised while serialising a
+    file, or the RuntimeError of torch.save's C++ writer (raised inside torch/serialization.py's save)."""
+    from safetensors import SafetensorError
+
+    where = frames(e)
+    if isinstance(e, SafetensorError):
+        return any(name in ("save_file", "serialize_file") for _, name in where)
+    return type(e) is RuntimeError and any(f.endswith("torch/serialization.py") and n == "save" for f, n in where)
+
+
 def disk_full_error(err, output_dir):
     """A ConfigError naming the full disk and OUTPUT_DIR when `err` (or its cause) is one, else None.
 
-    ENOSPC and EDQUOT from Python, any error whose text names them (safetensors' SafetensorError), and the
-    RuntimeErrors of torch.save's C++ writer, which keeps no errno (TORCH_WRITE_TEXT; on a full tmpfs torch 2.13
-    says "unexpected pos 704 vs 598"). The checkpoint it was writing is then cut (`checkpoint_problem` rejects it); the
-    next run moves it aside and resumes from the one before.
+    An OSError with ENOSPC or EDQUOT; or a checkpoint writer's error that keeps no errno (`writer_failed`) while
+    the disk holding OUTPUT_DIR has under 64 MiB free. The checkpoint it was writing is then cut
+    (`checkpoint_problem` rejects it); the next run moves it aside and resumes from the one before.
     """
+    free = free_bytes(output_dir)
     for e in chain(err):
         full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
-        full = full or any(t in str(e) for t in FULL_DISK_TEXT)
-        if full or (isinstance(e, RuntimeError) and any(t in str(e) for t in TORCH_WRITE_TEXT)):
-            free = free_bytes(output_dir)
+        if full or (writer_failed(e) and free is not None and free < 64 * 2**20):
             free_text = f", {free / 2**20:.0f} MiB free now" if free is not None else ""
             return ConfigError(
                 f"No space left on device while writing to OUTPUT_DIR {output_dir} ({first_line(e)}{free_text}).\n"
@@ -382,12 +360,17 @@ def disk_full_error(err, output_dir):
 
 
 def stall_error(err, ddp_timeout):
-    """A ConfigError naming DDP_TIMEOUT and what to check when `err` is a torch.distributed timeout or abort."""
+    """A ConfigError naming DDP_TIMEOUT and what to check when `err` is a torch.distributed error (DistError: a
+    backend, store or network timeout or abort; or a RuntimeError raised inside torch.distributed's collectives,
+    as gloo's timeout is), else None. Any other error, whatever its text, is not a stall."""
     import torch.distributed as dist
 
     for e in chain(err):
-        dist_error = isinstance(e, (dist.DistBackendError, dist.DistStoreError, dist.DistNetworkError))
-        if dist_error or (isinstance(e, RuntimeError) and any(t.lower() in str(e).lower() for t in STALL_TEXT)):
+        where = frames(e)
+        # gloo's own timeout is a plain RuntimeError, raised by a collective in torch/distributed (or DDP's sync)
+        inner = where[-1][0] if where else ""
+        in_torch_distributed = type(e) is RuntimeError and any(d in inner for d in TORCH_DISTRIBUTED)
+        if isinstance(e, dist.DistError) or in_torch_distributed:
             return ConfigError(
                 f"a process waited for the others and gave up (DDP_TIMEOUT={ddp_timeout} s; {first_line(e)}).\n"
                 "Check every rank's log for the first error (a stalled or dead rank), then NCCL and the network "
@@ -408,14 +391,21 @@ def faults(output_dir, ddp_timeout):
         raise known from None
 
 
-NONFINITE_TEXT = "probability tensor contains either `inf`, `nan` or element < 0"  # torch.multinomial's check
-
-
 def nonfinite_error(err):
     """A ConfigError when sampling met NaN or inf probabilities: the model's weights hold them (a damaged or
-    badly converted MODEL_NAME, when it happens before the first step), or the run diverged."""
+    badly converted MODEL_NAME, when it happens before the first step), or the run diverged. Recognised by where
+    and on what it was raised: a RuntimeError from transformers' generation whose innermost frame holds a `probs`
+    tensor with NaN, inf or a negative value (torch.multinomial refuses those)."""
+    import torch
+
     for e in chain(err):
-        if isinstance(e, RuntimeError) and NONFINITE_TEXT in str(e):
+        tb = e.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if type(e) is not RuntimeError or tb is None or "transformers/generation/" not in frames(e)[-1][0]:
+            continue
+        probs = tb.tb_frame.f_locals.get("probs")
+        if isinstance(probs, torch.Tensor) and not (probs.isfinite().all() and (probs >= 0).all()):
             return ConfigError(
                 f"the model's next-token probabilities are NaN or inf ({first_line(e)}).\n"
                 "Before the first step, MODEL_NAME's weights hold NaN or inf: re-download or re-convert them. "

@@ -243,7 +243,7 @@ def run_folder_problem(out):
 
     A run writes README.md, tokenizer files, adapter files and checkpoints into OUTPUT_DIR and rotates checkpoint-N
     folders away, so it takes only a folder that is missing, empty, or one of its own runs. A run's folder is
-    recognised by what only a run writes (`is_run_folder`): its run_settings.json, or the run.lock of one killed
+    recognised by what only a run writes (`is_run_folder`): its run_settings.json, or the run.lock.json of one killed
     before it wrote that, or nothing but the CPU profiles' smoke-model/demo-* folders, built before either. The
     current folder, the checkout, the home folder and any folder above one of them are refused whatever they hold.
     """
@@ -268,10 +268,10 @@ def run_folder_problem(out):
 
 def is_run_folder(path):
     """Whether the folder `path` holds a training run's own record: run_settings.json as grpotrainer.py writes it
-    (the settings with "OUTPUT_DIR" and "grpo_config"), or the run.lock (pid, host) of a run that holds it or was
+    (the settings with "OUTPUT_DIR" and "grpo_config"), or the run.lock.json (pid, host) of a run that holds it or was
     killed. Reads two small files."""
 
-    for name, keys in (("run_settings.json", ("OUTPUT_DIR", "grpo_config")), ("run.lock", ("pid", "host"))):
+    for name, keys in (("run_settings.json", ("OUTPUT_DIR", "grpo_config")), ("run.lock.json", ("pid", "host"))):
         try:
             data = json.loads((Path(path) / name).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):

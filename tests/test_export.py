@@ -104,7 +104,7 @@ def test_default_output_dir(tmp_path, adapter, expected):
     "damage, message",
     [
         # the weights once failed inside the merge (SafetensorError) or made peft ask the Hub (HFValidationError)
-        ({"adapter_model.safetensors": b"\x10"}, "ADAPTER={run}: adapter_model.safetensors is cut short (1 bytes)"),
+        ({"adapter_model.safetensors": b"\x10"}, "ADAPTER={run}: adapter_model.safetensors is cut short or damaged ("),
         ({"adapter_model.safetensors": None}, "ADAPTER={run}: adapter_model.safetensors is missing"),
         # a JSON list where an object belongs once raised AttributeError
         ({"run_settings.json": b"[1, 2]"}, "{run}/run_settings.json holds a list, not a JSON object"),

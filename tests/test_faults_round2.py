@@ -391,12 +391,16 @@ def test_a_damaged_model_folder_names_the_file(tmp_path, damage, message):
 
 
 def test_nan_probabilities_in_sampling_are_one_message_naming_weights_and_learning_rate():
+    import torch
+    import transformers.generation.utils
+
     from grpo import guards
 
-    err = RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    # torch.multinomial refusing NaN probabilities, raised from a frame of transformers' generation, as in _sample
+    code = compile("torch.multinomial(probs, 1)", transformers.generation.utils.__file__, "exec")
     nonfinite = "(?s)NaN or inf.*MODEL_NAME's weights hold NaN or inf.*lower LEARNING_RATE"
     with pytest.raises(ConfigError, match=nonfinite), guards.faults("/tmp", 600):
-        raise err
+        exec(code, {"torch": torch, "probs": torch.tensor([[float("nan"), 1.0]])})
     # any other error keeps its traceback
     with pytest.raises(RuntimeError, match="another error"), guards.faults("/tmp", 600):
         raise RuntimeError("another error")

@@ -68,11 +68,11 @@ DAMAGE = {
     "adapter config cut": (lambda f: cut(f / "adapter_config.json", 20), "adapter_config.json does not parse"),
     "safetensors cut in the data": (
         lambda f: cut(f / "adapter_model.safetensors", (f / "adapter_model.safetensors").stat().st_size - 10),
-        "adapter_model.safetensors is cut short (its tensors need",
+        "adapter_model.safetensors is cut short or damaged (",
     ),
     "safetensors cut in the header": (
         lambda f: cut(f / "adapter_model.safetensors", 20),
-        "adapter_model.safetensors is cut short (its header needs",
+        "adapter_model.safetensors is cut short or damaged (",
     ),
     "safetensors empty": (lambda f: cut(f / "adapter_model.safetensors", 0), "adapter_model.safetensors is cut short"),
     "safetensors missing": (
@@ -288,8 +288,9 @@ def test_second_run_is_refused_quickly_and_first_is_unaffected(tmp_path):
         assert f"is in use by another run (pid {holder.pid} on {socket.gethostname()}, since " in str(err.value)
         assert len(str(err.value).splitlines()) == 2
         assert holder.poll() is None  # still running
-        assert json.loads((tmp_path / guards.LOCK_NAME).read_text())["pid"] == holder.pid  # its lock untouched
-        assert sorted(p.name for p in tmp_path.iterdir()) == [guards.LOCK_NAME]  # the refused run wrote nothing
+        assert json.loads((tmp_path / guards.HOLDER_NAME).read_text())["pid"] == holder.pid  # its lock untouched
+        # the refused run wrote nothing
+        assert sorted(p.name for p in tmp_path.iterdir()) == [guards.LOCK_NAME, guards.HOLDER_NAME]
     finally:
         holder.kill()
         holder.wait()
@@ -299,9 +300,9 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path, caplog):
     holder = start_holder(tmp_path)
     holder.kill()  # SIGKILL: no cleanup ran, run.lock still names it
     holder.wait()
-    assert json.loads((tmp_path / guards.LOCK_NAME).read_text())["pid"] == holder.pid
+    assert json.loads((tmp_path / guards.HOLDER_NAME).read_text())["pid"] == holder.pid
     with caplog.at_level(logging.INFO), guards.output_lock(tmp_path, rank0=True):
-        assert json.loads((tmp_path / guards.LOCK_NAME).read_text())["pid"] == os.getpid()
+        assert json.loads((tmp_path / guards.HOLDER_NAME).read_text())["pid"] == os.getpid()
     assert f"took over run.lock from pid {holder.pid} on {socket.gethostname()}" in caplog.text
 
 
@@ -329,20 +330,6 @@ def test_unwritable_output_dir_is_a_message(tmp_path):
     message = r"cannot lock OUTPUT_DIR .*file/sub .*: it must be a folder this user"
     with pytest.raises(ConfigError, match=message), guards.output_lock(tmp_path / "file" / "sub", rank0=True):
         pass
-
-
-@pytest.mark.parametrize("pid_state, taken", [("dead", True), ("alive", False)])
-def test_pid_fallback_without_flock(tmp_path, pid_state, taken):
-    # filesystems without flock: the pid in the file decides. A finished child's pid is dead; ours is alive.
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    pid = int(dead.stdout) if pid_state == "dead" else os.getpid()
-    (tmp_path / guards.LOCK_NAME).write_text(json.dumps({"pid": pid, "host": socket.gethostname()}))
-    fd, refusal = guards.pid_lock(tmp_path)
-    assert (fd is not None, refusal is None) == (taken, taken)
-    if fd is not None:
-        os.close(fd)
-    else:
-        assert f"pid {pid} on {socket.gethostname()}" in refusal and "If that run is gone, delete" in refusal
 
 
 def step_end(stopper, step, device="cpu"):
@@ -471,14 +458,14 @@ def two_rank_worker(rank, store, out):
 def two_ranks(tmp_path_factory):
     """Run two_rank_worker on two spawned processes once for the tests below; return the folder of their results."""
     out = tmp_path_factory.mktemp("two_ranks")
-    fd, _ = guards.take_lock(out / "held")
+    lock, _ = guards.take_lock(out / "held")
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=two_rank_worker, args=(rank, out / "store", out)) for rank in (0, 1)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(90)
-    os.close(fd)
+    lock.release()
     assert [p.exitcode for p in procs] == [0, 0]
     return out
 
@@ -489,7 +476,8 @@ def test_every_rank_of_a_second_torchrun_job_is_refused(two_ranks):
     assert (
         two_ranks / "lock1.txt"
     ).read_text() == f"rank 0 could not lock OUTPUT_DIR {two_ranks / 'held'}; see its message."
-    assert sorted(p.name for p in (two_ranks / "held").iterdir()) == [guards.LOCK_NAME]  # nothing written
+    # nothing written
+    assert sorted(p.name for p in (two_ranks / "held").iterdir()) == [guards.LOCK_NAME, guards.HOLDER_NAME]
 
 
 @pytest.mark.slow  # shares the torchrun job above
@@ -522,10 +510,10 @@ def test_store_timeout_is_a_stall():
 @pytest.mark.parametrize(
     "error, is_stall",
     [
-        (RuntimeError("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5)"), True),
-        (RuntimeError("Connection closed by peer [127.0.0.1]:29500"), True),
+        (torch.distributed.DistBackendError("[Rank 1] Watchdog caught collective operation timeout"), True),
+        (torch.distributed.DistNetworkError("Connection closed by peer [127.0.0.1]:29500"), True),
         (RuntimeError("CUDA out of memory"), False),
-        (ValueError("timed out"), False),  # only RuntimeErrors (and torch's Dist* errors) count
+        (RuntimeError("LLM judge request timed out after 30 s"), False),  # a type, never the words, says stall
     ],
 )
 def test_stall_texts(error, is_stall):
@@ -568,11 +556,8 @@ def test_real_full_disk_is_named(tiny_disk, saver):
     [
         (OSError(errno.ENOSPC, "No space left on device"), True),
         (OSError(errno.EDQUOT, "Disk quota exceeded"), True),
-        (RuntimeError("[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file"), True),
-        (RuntimeError("basic_ios::clear: iostream error"), True),
-        (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"), True),
-        (Exception("Error while serializing: I/O error: No space left on device (os error 28)"), True),
-        (ValueError("unexpected pos 3"), False),  # torch's writer texts count only as RuntimeErrors
+        (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"), False),  # not a save
+        (Exception("Error while serializing: I/O error: No space left on device (os error 28)"), False),  # no errno
         (OSError(errno.EACCES, "Permission denied"), False),
         (RuntimeError("shape mismatch"), False),
     ],

@@ -70,7 +70,8 @@ def test_a_runs_own_folder_is_accepted(tmp_path, smoke_settings):
     (ran / "README.md").write_text("our card")
     locked = tmp_path / "locked"
     locked.mkdir()
-    (locked / "run.lock").write_text(json.dumps({"pid": 1, "host": "h"}))
+    (locked / "run.lock").write_text("")  # filelock's file, and the holder beside it, as a killed run leaves them
+    (locked / "run.lock.json").write_text(json.dumps({"pid": 1, "host": "h"}))
     for folder in (tmp_path / "missing", empty, profile, ran, locked):
         assert preflight.run_folder_problem(folder) is None, folder
     (empty / "run_settings.json").write_text('{"something": "else"}')  # a file of that name, not ours
@@ -246,7 +247,7 @@ def test_an_interrupted_export_keeps_the_earlier_one_and_leaves_nothing(tmp_path
     export.write_folder(out, FakeSaver("model.safetensors"), FakeSaver("tokenizer.json"), {"step": 2})
     with pytest.raises(KeyboardInterrupt):
         export.write_folder(out, Interrupt(), FakeSaver("tokenizer.json"), {"step": 4})
-    assert json.loads((out / export.MARKER).read_text())["step"] == 2  # the earlier export, whole
+    assert json.loads((out / export.marker).read_text())["step"] == 2  # the earlier export, whole
     assert [p.name for p in tmp_path.iterdir()] == ["merged"]  # no .partial or .old left
 
 
