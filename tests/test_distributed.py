@@ -115,3 +115,15 @@ def test_ddp_config_launches_two_processes_on_cpu(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["epoch"] == 0.25  # two processes, as in test_two_process_smoke_trains_on_both_ranks
+
+
+@pytest.mark.slow
+def test_a_two_process_cpu_run_resumes(tmp_path):
+    # accelerate named the device cpu:0, which torch.load's map_location for the optimizer state refused
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "grpotrainer.py", "--smoke"]
+    first = run_script(*torchrun, f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run_script(*torchrun, f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=4")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from {tmp_path / 'checkpoint-2'}" in again.stderr
+    assert json.loads((tmp_path / "run_finished.json").read_text())["global_step"] == 4

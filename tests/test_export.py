@@ -12,12 +12,14 @@ adapter" would hold trivially); the tests check that the adapter moved the logit
 import json
 import os
 import re
+import socket
 import struct
 
 import pytest
 from conftest import run_script
 
 import export
+from grpo import files
 from grpo.cli import ConfigError
 
 
@@ -419,3 +421,42 @@ def test_enable_thinking_is_a_boolean_on_the_command_line():
     assert export.settings(["--ENABLE_THINKING=true"])["ENABLE_THINKING"] is True
     with pytest.raises(ConfigError, match="--ENABLE_THINKING=maybe is not a valid bool"):
         export.settings(["--ENABLE_THINKING=maybe"])
+
+
+class Interrupt:
+    """A saver that is Ctrl-C'd while writing (KeyboardInterrupt)."""
+
+    def save_pretrained(self, folder):
+        (folder / "model.safetensors").write_text("half")
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_export_keeps_the_earlier_one_and_leaves_nothing(tmp_path):
+
+    out = tmp_path / "merged"
+    export.write_folder(out, FakeSaver("model.safetensors"), FakeSaver("tokenizer.json"), {"step": 2})
+    with pytest.raises(KeyboardInterrupt):
+        export.write_folder(out, Interrupt(), FakeSaver("tokenizer.json"), {"step": 4})
+    assert json.loads((out / export.MARKER).read_text())["step"] == 2  # the earlier export, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["merged"]  # no .partial or .old left
+
+
+def test_what_a_killed_export_left_is_cleaned_up_and_its_folder_put_back(tmp_path):
+
+    out = tmp_path / "merged"
+    dead = 2**22 + 12345  # above the default pid_max of 4194304: no such process
+    assert not files.pid_alive(dead)
+    host = socket.gethostname()
+    old = tmp_path / f".merged.old-{host}-{dead}"  # killed between its two renames: OUTPUT_DIR was missing
+    old.mkdir()
+    (old / "model.safetensors").write_text("earlier export")
+    partial = tmp_path / f".merged.partial-{host}-{dead}"
+    partial.mkdir()
+    (partial / "model.safetensors").write_text("half a model")
+    with files.publish_dir(out, replace=True):
+        assert (out / "model.safetensors").read_text() == "earlier export"  # put back before anything else
+        assert not partial.exists()
+    live = tmp_path / f".merged.partial-{host}-{os.getpid()}-other"  # not ours to judge: not of this pattern
+    live.mkdir()
+    export.write_folder(out, FakeSaver("model.safetensors"), FakeSaver("tokenizer.json"), {"step": 4})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["merged", live.name])

@@ -32,8 +32,14 @@ SETTINGS = {  # a run's settings as run_settings.json holds them (the keys the c
     "OUTPUT_DIR": "outputs/qwen3-gsm8k-grpo",
     "grpo_config": {"warmup_ratio": 0.1},
 }
+
+
 BEFORE = dict(n=200, strict_accuracy=0.415, lenient_accuracy=0.82, format_rate=0.5, mean_completion_tokens=180.25)
+
+
 AFTER = dict(n=200, strict_accuracy=0.875, lenient_accuracy=0.9, format_rate=0.98, mean_completion_tokens=150.0)
+
+
 APACHE = {"license": "apache-2.0"}
 
 

@@ -5,12 +5,14 @@ Run:
 Every example here is written for these tests (no GSM8K text); tests/test_rewards_gsm8k.py checks the real data.
 """
 
-import ast
+import asyncio
 import builtins
 import inspect
+import json
 import math
 import pickle
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -18,11 +20,13 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import rewards
-from grpo import grading
+from grpo import files, grading
+from grpo.cli import ConfigError
 from grpo.grading import answers_match, completion_to_text, extract_answer, extract_hash_answer
 from rewards import (
     REWARDS,
@@ -34,7 +38,87 @@ from rewards import (
     reasoning_reward,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+# ---------------------------------------------------------------------------------------------------------------
+# rewards that return no rewards mid-run: one message naming the entry and the step
+
+
+class State:
+    global_step = 7
+
+
+def guarded(values):
+    return rewards.Guarded(lambda completions, **kwargs: values, "myrewards:score")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ([1.0, float("nan")], "returned nan for completion 1: not a finite number"),
+        ([float("inf"), 1.0], "returned inf for completion 0: not a finite number"),
+        ([1.0], "returned 1 values for 2 completions"),
+        (["1.0", "0.0"], "returned '1.0' for completion 0: not a finite number"),
+        ([True, False], "returned True for completion 0: not a finite number"),
+        ({"a": 1.0, "b": 0.0}, "returned a dict, not a list of numbers"),
+        (None, "returned a NoneType, not a list of numbers"),
+        (0.5, "returned a float, not a list of numbers"),
+    ],
+)
+def test_a_reward_returning_what_is_not_a_reward_is_one_message_naming_entry_and_step(values, message):
+    with pytest.raises(ConfigError) as err:
+        guarded(values)(completions=["a", "b"], trainer_state=State())
+    assert str(err.value).startswith(f"the reward REWARD_FUNCS entry 'myrewards:score' at training step 7 {message}")
+
+
+def test_numbers_none_and_arrays_are_rewards():
+    import numpy as np
+
+    assert guarded([1, None])(completions=["a", "b"], trainer_state=State()) == [1, None]  # None: TRL's "no reward"
+    out = guarded(np.array([0.5, 1.0], dtype=np.float32))(completions=["a", "b"], trainer_state=State())
+    assert out.tolist() == [0.5, 1.0]
+
+
+def test_an_async_reward_is_awaited_by_trl_and_checked_the_same_way():
+    from trl.trainer.utils import is_async_callable
+
+    async def score(completions, **kwargs):
+        return [float("nan")] * len(completions)
+
+    func = rewards.AsyncGuarded(score, "m:score")
+    assert is_async_callable(func)  # so TRL runs it on its event loop instead of calling it and getting a coroutine
+    with pytest.raises(ConfigError, match="entry 'm:score' at training step 7 returned nan for completion 0"):
+        asyncio.run(func(completions=["a"], trainer_state=State()))
+
+
+def test_rewards_load_wraps_an_async_reward_in_async_guarded(tmp_path, monkeypatch):
+    (tmp_path / "asyncrewards.py").write_text(
+        "async def score(completions, **kwargs):\n    return [1.0] * len(completions)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (func,) = rewards.load(["asyncrewards:score"], 64)
+    assert type(func) is rewards.AsyncGuarded
+    assert asyncio.run(func(completions=["a", "b"], trainer_state=State())) == [1.0, 1.0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reward paths that are not rewards
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("os:system", "'os:system' is not a reward function: it takes (command) without **kwargs"),  # never run
+        ("./myrewards.py:score", "'./myrewards.py' is not a module name. Name the module as Python imports it"),
+        ("rewards:REWARDS", "'rewards:REWARDS' is a dict, not a function"),
+        ("emptyrewards:score", "emptyrewards.py has no 'score'; give module:function"),
+    ],
+)
+def test_a_reward_path_that_is_not_a_reward_is_one_message(tmp_path, monkeypatch, entry, message):
+    (tmp_path / "emptyrewards.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        rewards.load([entry], 64)
+
+
 MB = 1_000_000
 
 
@@ -384,7 +468,11 @@ def test_overlong_reward_rejects_bad_config(args):
 # The registry contract, for every entry
 
 COMPLETIONS = ["3 * 6 = 18\n#### 18", r"So $\boxed{17}$.", "The answer is 18.", "", "#### 9*2", "<think>18</think>x"]
+
+
 GOLDS = ["18", "18", "1,080", None, "18", "18"]
+
+
 TRL_KWARGS = {
     "prompts": ["q"] * len(COMPLETIONS),
     "completion_ids": [[1] * n for n in (10, 50, 60, 0, 64, 99)],
@@ -393,7 +481,11 @@ TRL_KWARGS = {
     "log_metric": lambda *a: None,
     "question": ["q"] * len(COMPLETIONS),
 }
+
+
 RANGES = {"overlong_reward": (-1.0, 0.0)}
+
+
 NEEDS_GOLD = {"correctness_reward", "math_reward"}  # these return None where the gold is missing
 
 
@@ -486,24 +578,6 @@ def test_import_is_light():
     assert out.stdout.strip() == "[]"
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Safety: model output is never evaluated, and no text makes a reward raise
-
-
-def test_no_evaluation_in_source():
-    # nothing in rewards.py can run model output: no eval-like call, no symbolic-maths parser imported
-    tree = ast.parse((REPO / "rewards.py").read_text())
-    calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
-    names = {func.id for func in calls if isinstance(func, ast.Name)}
-    attributes = {func.attr for func in calls if isinstance(func, ast.Attribute)}  # re.compile is one of these
-    imported = {
-        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
-    } | {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not names & {"eval", "exec", "compile", "__import__"}
-    assert not (names | attributes) & {"sympify", "parse_expr", "literal_eval", "simplify", "evalf", "parse"}
-    assert not imported & {"sympy", "math_verify", "latex2sympy2_extended", "ast", "numexpr"}
-
-
 def test_code_in_completions_runs_nothing(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("model output was evaluated")
@@ -544,7 +618,11 @@ FRAGMENTS = [
     "### Final Answer\n", "<think>", "</think>", "<answer>", "</answer>", "\ufffd", "\\text{", "%", " million", "é",
     "\\,", "{,}", "~", "\\", "(", ")", "<<", ">>", "\u00a0", "\x00", "\ud800",
 ]  # fmt: skip
+
+
 texts = st.one_of(st.text(), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join))
+
+
 NORMALISED = r"-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?"
 
 
@@ -621,3 +699,175 @@ def test_one_megabyte_grades_fast(name):
     assert best_ms(correctness_reward, [text], answer=["18"]) < 50  # the spec's bound for grading
     for reward_name in REWARDS:  # every reward is linear too: a quadratic scan would take seconds here
         assert best_ms(make_reward(REWARDS[reward_name]), [text], answer=["18"], repeat=1) < 250, reward_name
+
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared/data/gsm8k"
+
+
+SPLIT_SIZES = {"train": 7473, "test": 1319}
+
+
+@pytest.fixture(scope="module")
+def solutions():
+    """The reference solutions of both splits, in file order: train then test."""
+    missing = [DATA / f"{split}.jsonl" for split in SPLIT_SIZES if not (DATA / f"{split}.jsonl").is_file()]
+    if missing:
+        pytest.skip(f"GSM8K data not found: {', '.join(map(str, missing))} (put train.jsonl and test.jsonl there)")
+    rows = {split: (DATA / f"{split}.jsonl").read_text().splitlines() for split in SPLIT_SIZES}
+    assert {split: len(lines) for split, lines in rows.items()} == SPLIT_SIZES
+    return [json.loads(line)["answer"] for lines in rows.values() for line in lines]
+
+
+@pytest.fixture(scope="module")
+def golds(solutions):
+    return [extract_answer(solution) for solution in solutions]
+
+
+@pytest.mark.gsm8k
+def test_every_gold_parses(solutions, golds):
+    assert len(solutions) == 8792
+    unparsed = [solution[-60:] for solution, gold in zip(solutions, golds, strict=True) if gold is None]
+    assert unparsed == []
+    # the strict GSM8K-format extractor that evaluate.py uses reads the same golds
+    assert [extract_hash_answer(solution) for solution in solutions] == golds
+
+
+@pytest.mark.gsm8k
+@pytest.mark.parametrize("form", ["plain", "chat"])
+def test_each_solution_scores_one_against_its_own_gold(solutions, form):
+    completions = solutions if form == "plain" else [[{"role": "assistant", "content": s}] for s in solutions]
+    scores = correctness_reward(completions, answer=solutions)
+    failed = [solution[-60:] for solution, score in zip(solutions, scores, strict=True) if score != 1.0]
+    assert failed == []
+
+
+@pytest.mark.gsm8k
+def test_each_solution_scores_zero_against_a_different_gold(solutions, golds):
+    # pair solution i with the gold of solution i+1 (rotate by one); where the two golds differ by value, 0.0
+    rotated = solutions[1:] + solutions[:1]
+    scores = correctness_reward(solutions, answer=rotated)
+    differ = [not answers_match(a, b) for a, b in zip(golds, golds[1:] + golds[:1], strict=True)]
+    assert sum(differ) > 8600  # neighbouring problems rarely share an answer
+    wrong = [i for i, (score, d) in enumerate(zip(scores, differ, strict=True)) if d and score != 0.0]
+    assert wrong == []
+
+
+@pytest.mark.gsm8k
+def test_each_solution_has_the_asked_format(solutions):
+    # every reference ends with a "#### N" line, the format the prompt asks for
+    assert set(format_reward(solutions)) == {1.0}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 5. a hung reward, signals during it, exports cut short, untrusted pickles
+
+
+def hung_reward(completions, **kwargs):
+    try:
+        while True:
+            time.sleep(0.01)
+    except Exception:  # a reward that swallows errors must not swallow the timeout
+        return [0.0] * len(completions)
+
+
+def test_a_hung_reward_ends_the_run_naming_it():
+    [guarded] = rewards.load(["test_rewards:hung_reward"], 32, timeout=0.2)
+    start = time.monotonic()
+    with pytest.raises(files.RewardTimeout) as err:
+        guarded(completions=["x"], trainer_state=type("S", (), {"global_step": 7})())
+    message = str(err.value)
+    assert "REWARD_FUNCS entry 'test_rewards:hung_reward' did not return within REWARD_TIMEOUT=0.2 s" in message
+    assert "at training step 7" in message
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is off again
+    assert time.monotonic() - start < 60  # (a bound, not a timing claim: it did not hang)
+
+
+# --- rewards wiring ------------------------------------------------------------------------------------------------
+
+
+def brevity_reward(completions, **kwargs):
+    return [1.0 / (1 + len(str(c))) for c in completions]
+
+
+def test_reward_funcs_by_name_and_import_path():
+    import rewards
+
+    funcs = rewards.load(["correctness_reward", "test_rewards:brevity_reward", "overlong_reward"], 10)
+    assert funcs[0].__name__ == "correctness_reward"
+    assert funcs[1].func is brevity_reward and funcs[1].__name__ == "brevity_reward"  # guarded, as TRL names it
+    # parameterised rewards in the registry are classes, built with the run's completion length
+    assert funcs[2].__name__ == "overlong_reward"
+    assert funcs[2]([[1] * 10], completion_ids=[[1] * 10]) == [-1.0]
+
+
+def test_unimportable_reward():
+    import rewards
+
+    # a module that is not on the path is the user's to fix: the message says where it must live
+    with pytest.raises(ConfigError, match="there is no module 'no_such_module' on the Python path") as err:
+        rewards.load(["no_such_module:f"], 10)
+    assert "repository root (beside grpotrainer.py) or in a folder on PYTHONPATH" in str(err.value)
+    with pytest.raises(ConfigError, match="has no 'no_such_reward'"):
+        rewards.load(["test_train:no_such_reward"], 10)
+
+
+def test_trls_dotted_reward_path_is_accepted_beside_the_colon_form():
+    import rewards
+
+    (dotted,) = rewards.load(["test_train.brevity_reward"], 10)
+    (colon,) = rewards.load(["test_rewards:brevity_reward"], 10)
+    assert dotted.func is colon.func is brevity_reward
+
+
+def no_kwargs_reward(completions):
+    return [0.0 for _ in completions]
+
+
+def later_reward(completions, trainer_state=None, **kwargs):
+    if trainer_state.global_step >= 1:
+        raise ZeroDivisionError("division by zero")
+    return [0.0] * len(completions)
+
+
+class NeedsArgReward:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def _raised_here(excinfo):
+    """The file and function of the frame that raised: a bug's traceback must end in the reward itself."""
+    frame = excinfo.traceback[-1]
+    return Path(str(frame.path)).name, frame.name
+
+
+def test_a_reward_without_kwargs_is_refused_when_loaded():
+    import rewards
+
+    # TRL calls it with prompts=, completion_ids=, trainer_state= and the columns: it could never run
+    with pytest.raises(
+        ConfigError, match=r"'test_rewards:no_kwargs_reward' is not a reward function: it takes \(completions\)"
+    ):
+        rewards.load(["test_rewards:no_kwargs_reward"], 32)
+
+
+def test_a_reward_class_that_cannot_be_built_keeps_its_traceback():
+    import rewards
+
+    with pytest.raises(TypeError) as excinfo:
+        rewards.load(["test_rewards:NeedsArgReward"], 32)
+    assert "REWARD_FUNCS entry 'test_rewards:NeedsArgReward'" in excinfo.value.__notes__[0]
+
+
+def test_a_reward_that_raises_during_training_keeps_its_traceback_and_names_its_entry():
+    from transformers import TrainerState
+
+    import rewards
+
+    (func,) = rewards.load(["test_rewards:later_reward"], 32)
+    assert func(["x"], trainer_state=TrainerState(global_step=0)) == [0.0]
+    with pytest.raises(ZeroDivisionError) as excinfo:
+        func(["x"], trainer_state=TrainerState(global_step=3))
+    assert excinfo.value.__notes__ == [
+        "raised by the reward REWARD_FUNCS entry 'test_rewards:later_reward' at training step 3"
+    ]
+    assert _raised_here(excinfo) == ("test_train.py", "later_reward")  # the user's own file and line

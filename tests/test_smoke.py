@@ -4,9 +4,67 @@
 """
 
 import json
+import re
 
 import pytest
-from conftest import all_finite, event_dirs, read_scalars, run_script
+from conftest import REPO, all_finite, event_dirs, read_scalars, read_texts, run_script
+
+
+@pytest.mark.slow
+def test_smoke_run_logs_completions_advice_and_accuracy_to_one_tensorboard_run(tmp_path):
+    args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--EVAL_BEFORE=4", "--EVAL_AFTER=4"]
+    result = run_script(*args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()  # baseline, training and final accuracy share one run folder
+
+    texts = read_texts(run)
+    assert [step for step, _ in texts["completions/samples"]] == [1, 2, 3, 4]  # one table per logged step
+    rows = [json.loads(line) for line in (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()]
+    golds = {r["question"]: r["answer"].split("#### ")[-1] for r in rows}
+    header, rule, first, *_ = texts["completions/samples"][0][1].splitlines()
+    assert (
+        header == "| question | completion | extracted | gold | correctness\\_reward | format\\_reward | advantage |"
+    )
+    cells = [re.sub(r"\\(.)", r"\1", c.strip()) for c in re.split(r"(?<!\\)\|", first)[1:-1]]  # unescaped
+    assert cells[3] == golds[cells[0]]  # the gold shown is the fixture's answer to the question shown
+    # --smoke's 32-token limit cuts most completions of the random model: the clipped advisory fires at step 1.
+    assert texts["health/advice"][0][0] == 1 and "MAX\\_COMPLETION\\_LENGTH" in texts["health/advice"][0][1]
+
+    scalars = read_scalars(run)
+    assert [s for s, _ in scalars["train/frac_tied_groups"]] == [1, 2, 3, 4]  # ours, beside TRL's, at every log
+    layout = _custom_scalars(run)  # the Custom Scalars tab opens on README's charts
+    assert "train/frac_tied_groups$" in layout and "train/kl$" in layout and r"eval/gsm8k_.*accuracy$" in layout
+    assert [s for s, _ in scalars["eval/gsm8k_strict_accuracy"]] == [0, 4]  # before at step 0, after at the last
+    assert [s for s, _ in scalars["eval/gsm8k_lenient_accuracy"]] == [0, 4]
+    for when, (_, value) in zip(("before", "after"), scalars["eval/gsm8k_strict_accuracy"], strict=True):
+        metrics = json.loads((tmp_path / f"eval_test_{when}.json").read_text())
+        assert metrics["n"] == 4 and value == pytest.approx(metrics["strict_accuracy"], abs=1e-4)
+    assert (tmp_path / "adapter_model.safetensors").is_file()
+
+
+def _custom_scalars(run):
+    """The tags of the custom_scalars layout written into a run folder, as one string."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    acc = EventAccumulator(str(run), size_guidance={"tensors": 0})
+    acc.Reload()
+    (event,) = acc.Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
+    return " ".join(tag for c in layout.category for chart in c.chart for tag in chart.multiline.tag)
+
+
+@pytest.mark.slow
+def test_a_tilde_output_dir_resumes(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    first = run_script("grpotrainer.py", "--smoke", "--OUTPUT_DIR=~/x", "--MAX_STEPS=2", env={"HOME": str(home)})
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = run_script("grpotrainer.py", "--smoke", "--OUTPUT_DIR=~/x", "--MAX_STEPS=4", env={"HOME": str(home)})
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resuming from {home / 'x' / 'checkpoint-2'}" in again.stderr  # the rerun found the first part
+    assert not (REPO / "~").exists() and sorted(p.name for p in home.iterdir()) == ["x"]  # one folder, not two
+    assert json.loads((home / "x" / "run_finished.json").read_text())["global_step"] == 4
 
 
 @pytest.mark.slow

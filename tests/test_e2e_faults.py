@@ -1,14 +1,11 @@
-"""The faults of issue 12 against the real script: `grpotrainer.py --smoke` killed, rerun, run twice, cut.
+"""End to end: `grpotrainer.py` runs in subprocesses that are signalled, cut, locked or fed a failing reward.
 
-    pytest tests/test_faults_e2e.py -m slow        # ~4 min on 2 cores
-
-These assume grpotrainer.py's main() uses grpo/checkpoints.py and grpo/guards.py as their docstrings say:
-`finished` before anything else, `output_lock` around the run, `resume_checkpoint`, the StopOnSignal callback
-with its message and exit code, `faults` around train and save, and `mark_finished` as the last write.
+.venv/bin/python -m pytest tests/test_e2e_faults.py -q -m "not slow"
 """
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -21,8 +18,9 @@ from conftest import REPO, run_script
 
 from grpo import checkpoints, guards
 
-pytestmark = pytest.mark.slow
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+
+
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 
 
@@ -68,6 +66,7 @@ def steps(checkpoint):
     return json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_rerun_resumes(tmp_path):
     out = tmp_path / "run"
     proc, log = start(out, "--MAX_STEPS=500", "--SAVE_STEPS=1000")
@@ -87,6 +86,7 @@ def test_sigterm_saves_and_rerun_resumes(tmp_path):
     assert steps(out / f"checkpoint-{steps(saved) + 2}") == steps(saved) + 2
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_without_a_traceback(tmp_path):
     proc, log = start(tmp_path / "run", "--MAX_STEPS=500", "--SAVE_STEPS=1000")
     proc.send_signal(signal.SIGINT)
@@ -94,6 +94,7 @@ def test_ctrl_c_saves_without_a_traceback(tmp_path):
     assert "Traceback" not in log.read_text() and "stopped by SIGINT at step" in log.read_text()
 
 
+@pytest.mark.slow
 def test_finished_run_rerun_changes_nothing(tmp_path):
     assert smoke(tmp_path).returncode == 0
     before = listing(tmp_path)
@@ -103,6 +104,7 @@ def test_finished_run_rerun_changes_nothing(tmp_path):
     assert listing(tmp_path) == before  # no step past MAX_STEPS, no checkpoint rotated away
 
 
+@pytest.mark.slow
 def test_second_run_is_refused_and_first_finishes(tmp_path):
     out = tmp_path / "run"
     first, log = start(out, "--MAX_STEPS=150", "--SAVE_STEPS=1000")  # ~30 s: still running when the second locks
@@ -114,6 +116,7 @@ def test_second_run_is_refused_and_first_finishes(tmp_path):
     assert steps(out / "checkpoint-150") == 150
 
 
+@pytest.mark.slow
 def test_cut_checkpoint_is_moved_aside_and_older_one_resumed(tmp_path):
     assert smoke(tmp_path).returncode == 0  # checkpoints 2 and 4
     (tmp_path / checkpoints.FINISHED_NAME).unlink()  # as if the run had died at the last save
@@ -128,6 +131,7 @@ def test_cut_checkpoint_is_moved_aside_and_older_one_resumed(tmp_path):
     assert steps(tmp_path / "checkpoint-4") == 4  # trained again from step 2
 
 
+@pytest.mark.slow
 def test_other_lora_rank_is_refused_before_weights_load(tmp_path):
     assert smoke(tmp_path, "--MAX_STEPS=2").returncode == 0
     result = smoke(tmp_path, "--MAX_STEPS=4", "--LORA_R=8")
@@ -136,6 +140,7 @@ def test_other_lora_rank_is_refused_before_weights_load(tmp_path):
     assert ", attention " not in result.stderr  # refused before main() logs the model it is about to load
 
 
+@pytest.mark.slow
 def test_torchrun_stops_all_ranks_at_one_step_when_one_is_signalled(tmp_path):
     out = tmp_path / "run"
     proc, log = start(out, "--MAX_STEPS=500", "--SAVE_STEPS=1000", launcher=TORCHRUN)
@@ -150,6 +155,7 @@ def test_torchrun_stops_all_ranks_at_one_step_when_one_is_signalled(tmp_path):
     assert text.count("Traceback") == 1  # ... and its own ChildFailedError is the only traceback
 
 
+@pytest.mark.slow
 def test_a_run_cut_after_its_last_checkpoint_finishes_without_an_extra_step(tmp_path):
     # killed during the final save (or EVAL_AFTER): the last checkpoint holds every step but the run is not marked
     # finished; resuming would train step 5, rotate checkpoint-2 away and overwrite the adapter
@@ -186,6 +192,7 @@ def smoke_with_reward(tmp_path, source):
     )
 
 
+@pytest.mark.slow
 def test_a_users_reward_that_raises_in_training_shows_its_traceback(tmp_path):
     # a bug in a reward of one's own: its traceback into the user's file and line, the entry and the step named;
     # exit non-zero; the last checkpoint kept whole and no final adapter written over it
@@ -199,7 +206,104 @@ def test_a_users_reward_that_raises_in_training_shows_its_traceback(tmp_path):
     assert not (tmp_path / "run" / "adapter_model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_a_bad_setting_is_still_one_line_without_a_traceback(tmp_path):
     out = smoke(tmp_path / "run", "--REWARD_FUNCS=correctness_reward,nomod:myreward", "--REWARD_WEIGHTS=1,1")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "there is no module 'nomod' on the Python path" in out.stderr
+
+
+def launch(log, *args):
+    return subprocess.Popen([sys.executable, *args], cwd=REPO, env=ENV, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def stop_lines(text):
+    return [line.removeprefix("[grpotrainer] ") for line in text.splitlines() if "stopped by" in line]
+
+
+@pytest.mark.slow
+def test_sigterm_during_eval_before_says_so_in_one_line_and_the_rerun_finishes(tmp_path):
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    proc = launch(log, "grpotrainer.py", "--smoke", "--EVAL_BEFORE=16", f"--OUTPUT_DIR={out}")
+    wait_for(log, "GSM8K test, before training", proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 143  # 128 + SIGTERM, as in training
+    text = log.read_text()
+    assert "Traceback" not in text
+    assert stop_lines(text) == [
+        "stopped by SIGTERM while scoring EVAL_BEFORE: no step was trained; the same command starts again"
+    ]
+    assert not (out / guards.LOCK_NAME).exists() and not list(out.glob("checkpoint-*"))
+    rerun = run_script("grpotrainer.py", "--smoke", "--EVAL_BEFORE=16", f"--OUTPUT_DIR={out}")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert (out / checkpoints.FINISHED_NAME).is_file()
+    assert (out / "eval_test_before.json").is_file()  # the baseline the stopped run never wrote
+
+
+@pytest.mark.slow
+def test_sigterm_while_loading_the_model_names_it(tmp_path):
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    proc = launch(log, "grpotrainer.py", "--smoke", f"--OUTPUT_DIR={out}")
+    wait_for(log, "[grpotrainer] model ", proc)  # logged just before GRPOTrainer loads the weights
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 143
+    text = log.read_text()
+    assert "Traceback" not in text
+    [line] = stop_lines(text)
+    # where the signal came: the model load, or (on a fast machine) --smoke's EVAL_BEFORE or training's first step
+    phases = ("while loading the model", "while scoring EVAL_BEFORE", "at step")
+    assert line.startswith(tuple(f"stopped by SIGTERM {p}" for p in phases)), line
+
+
+NAN_REWARD = USER_REWARD.replace('[kwargs["difficulty"] for _ in completions]', '[float("nan") for _ in completions]')
+
+
+@pytest.mark.slow
+def test_a_reward_returning_nan_mid_run_is_one_message_naming_entry_and_step(tmp_path):
+    out = smoke_with_reward(tmp_path, NAN_REWARD)
+    assert out.returncode == 2, out.stderr[-2000:]  # the reward's values, not a bug of code: exit 2, no traceback
+    assert "Traceback" not in out.stderr
+    assert (
+        "the reward REWARD_FUNCS entry 'mymod:myreward' at training step 3 returned nan for completion 0" in out.stderr
+    )
+    assert checkpoints.checkpoint_problem(tmp_path / "run" / "checkpoint-2") is None  # kept whole
+    assert not (tmp_path / "run" / "adapter_model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_during_an_export_leaves_no_half_folder_and_the_rerun_exports(tmp_path):
+    run = tmp_path / "run"
+    assert run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={run}").returncode == 0
+    target, log = tmp_path / "merged", tmp_path / "export.log"
+    proc = launch(log, "export.py", f"--ADAPTER={run}", f"--OUTPUT_DIR={target}")
+    wait_for(log, "[export] merging", proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 143
+    text = log.read_text()
+    assert "Traceback" not in text and len(stop_lines(text)) == 1, text[-2000:]
+    # merged, or writing: either way the folder is whole or absent, and no hidden partial is left beside it
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".merged")) == []
+    assert not target.exists() or (target / "export_settings.json").is_file()
+    again = run_script("export.py", f"--ADAPTER={run}", f"--OUTPUT_DIR={target}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (Path(target) / "model.safetensors").is_file()
+
+
+def nan_from_second_step(completions, trainer_state=None, **kwargs):
+    """A reward that breaks from the second step on (global_step is 1 while step 2 generates): NaN for every row."""
+    return [math.nan if trainer_state.global_step >= 1 else 1.0 for _ in completions]
+
+
+@pytest.mark.slow
+def test_nan_reward_stops_cleanly_and_keeps_the_last_good_checkpoint(tmp_path):
+    args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--SAVE_STEPS=1"]
+    args += ["--REWARD_FUNCS=test_e2e_faults:nan_from_second_step", "--REWARD_WEIGHTS=1"]
+    result = run_script(*args, env={"PYTHONPATH": str(REPO / "tests")})
+    assert result.returncode == 2  # a clear message and a non-zero status, not a traceback
+    # the reward's values are refused where they are returned (rewards.check_values), naming the entry and step
+    entry = "the reward REWARD_FUNCS entry 'test_e2e_faults:nan_from_second_step' at training step 1"
+    assert f"{entry} returned nan for completion 0: not a finite number" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (tmp_path / "checkpoint-1").is_dir()  # the last good checkpoint is kept
+    assert not (tmp_path / "checkpoint-2").exists()  # SAVE_STEPS=1 would have saved step 2: the stop prevented it
+    assert not (tmp_path / "adapter_model.safetensors").exists()  # nor is a final adapter written
