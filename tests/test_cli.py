@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import parse
 
 import evaluate
 import export
@@ -152,12 +153,6 @@ def test_tilde_is_the_home_folder_in_every_path_setting(script, tmp_path, monkey
 # --- overrides ---------------------------------------------------------------------------------------------------
 
 
-def parse(argv):
-    return cli.parse(
-        cli.constants(grpotrainer), argv, grpotrainer.profile_settings, "trl:GRPOConfig", grpotrainer.owned
-    )
-
-
 def test_overrides_are_typed_by_the_default():
     args = parse(
         [
@@ -204,10 +199,5 @@ def test_profile_then_command_line():
     ],
 )
 def test_bad_overrides_are_clear(arg, message):
-    with pytest.raises(ConfigError, match=_literal(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         parse([arg])
-
-
-def _literal(text):
-
-    return re.escape(text)

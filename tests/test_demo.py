@@ -10,7 +10,7 @@ held-out correctness (greedy lenient and sampled accuracy), measured by the same
 import json
 
 import pytest
-from conftest import event_dirs, read_scalars, run_script
+from conftest import event_dirs, read_scalars, train
 
 # ---------------------------------------------------------------------------------------------------------------
 # The demo end to end
@@ -19,7 +19,7 @@ from conftest import event_dirs, read_scalars, run_script
 @pytest.mark.slow
 def test_the_demo_raises_held_out_correctness(tmp_path):
     # no tight time limit: ~7-10 minutes on one thread, more on a loaded machine
-    out = run_script("grpotrainer.py", "--demo", f"--OUTPUT_DIR={tmp_path}", timeout=3600)
+    out = train(tmp_path, profile="--demo", timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
     before, after = (json.loads((tmp_path / f"eval_test_{w}.json").read_text()) for w in ("before", "after"))
     summary = {k: (before[k], after[k]) for k in ("lenient_accuracy", "sampled_accuracy", "mean_completion_tokens")}

@@ -14,26 +14,21 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_script
+from conftest import BASE_ENV, REPO, run_script, train
 
 from grpo import checkpoints, guards
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+ENV = {**os.environ, **BASE_ENV}
 
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-
-
-def smoke(output_dir, *overrides):
-    return run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={output_dir}", *overrides)
 
 
 def start(output_dir, *overrides, launcher=()):
     """A long smoke run in the background, its output in output_dir.log; returns the Popen once training has
     logged its first step (so a signal lands mid-training, not during the model load)."""
     log = Path(f"{output_dir}.log")
-    args = [sys.executable, *launcher, "grpotrainer.py", "--smoke", f"--OUTPUT_DIR={output_dir}", *overrides]
-    proc = subprocess.Popen(args, cwd=REPO, env=ENV, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    proc = train(output_dir, *overrides, launcher=launcher, background=True)
     wait_for(log, "'loss'", proc)
     return proc, log
 
@@ -80,7 +75,7 @@ def test_sigterm_saves_and_rerun_resumes(tmp_path):
     assert f"stopped by SIGTERM at step {steps(saved)}; checkpoint saved to {saved}; rerun the same command" in text
     assert checkpoints.checkpoint_problem(saved) is None
     assert not (out / guards.LOCK_NAME).exists()  # released on the way out
-    result = smoke(out, f"--MAX_STEPS={steps(saved) + 2}", "--SAVE_STEPS=1000")
+    result = train(out, f"--MAX_STEPS={steps(saved) + 2}", "--SAVE_STEPS=1000")
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {saved}" in result.stderr
     assert steps(out / f"checkpoint-{steps(saved) + 2}") == steps(saved) + 2
@@ -96,9 +91,9 @@ def test_ctrl_c_saves_without_a_traceback(tmp_path):
 
 @pytest.mark.slow
 def test_finished_run_rerun_changes_nothing(tmp_path):
-    assert smoke(tmp_path).returncode == 0
+    assert train(tmp_path).returncode == 0
     before = listing(tmp_path)
-    result = smoke(tmp_path)
+    result = train(tmp_path)
     assert result.returncode == 0
     assert f"OUTPUT_DIR {tmp_path} holds a finished run (4 steps, adapter saved); nothing to do" in result.stderr
     assert listing(tmp_path) == before  # no step past MAX_STEPS, no checkpoint rotated away
@@ -108,7 +103,7 @@ def test_finished_run_rerun_changes_nothing(tmp_path):
 def test_second_run_is_refused_and_first_finishes(tmp_path):
     out = tmp_path / "run"
     first, log = start(out, "--MAX_STEPS=150", "--SAVE_STEPS=1000")  # ~30 s: still running when the second locks
-    second = smoke(out, "--MAX_STEPS=150")
+    second = train(out, "--MAX_STEPS=150")
     assert second.returncode == 2
     assert f"is in use by another run (pid {first.pid} on " in second.stderr
     assert "Traceback" not in second.stderr
@@ -118,11 +113,11 @@ def test_second_run_is_refused_and_first_finishes(tmp_path):
 
 @pytest.mark.slow
 def test_cut_checkpoint_is_moved_aside_and_older_one_resumed(tmp_path):
-    assert smoke(tmp_path).returncode == 0  # checkpoints 2 and 4
+    assert train(tmp_path).returncode == 0  # checkpoints 2 and 4
     (tmp_path / checkpoints.FINISHED_NAME).unlink()  # as if the run had died at the last save
     with open(tmp_path / "checkpoint-4" / "trainer_state.json", "r+b") as f:
         f.truncate(1000)  # a full disk cut it
-    result = smoke(tmp_path)
+    result = train(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {tmp_path / 'checkpoint-2'}" in result.stderr
     assert f"{tmp_path / 'checkpoint-4'} cannot be resumed (trainer_state.json does not parse" in result.stderr
@@ -133,8 +128,8 @@ def test_cut_checkpoint_is_moved_aside_and_older_one_resumed(tmp_path):
 
 @pytest.mark.slow
 def test_other_lora_rank_is_refused_before_weights_load(tmp_path):
-    assert smoke(tmp_path, "--MAX_STEPS=2").returncode == 0
-    result = smoke(tmp_path, "--MAX_STEPS=4", "--LORA_R=8")
+    assert train(tmp_path, "--MAX_STEPS=2").returncode == 0
+    result = train(tmp_path, "--MAX_STEPS=4", "--LORA_R=8")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "it was trained with LORA_R=16, and LORA_R is 8: set LORA_R=16" in result.stderr
     assert ", attention " not in result.stderr  # refused before main() logs the model it is about to load
@@ -159,10 +154,10 @@ def test_torchrun_stops_all_ranks_at_one_step_when_one_is_signalled(tmp_path):
 def test_a_run_cut_after_its_last_checkpoint_finishes_without_an_extra_step(tmp_path):
     # killed during the final save (or EVAL_AFTER): the last checkpoint holds every step but the run is not marked
     # finished; resuming would train step 5, rotate checkpoint-2 away and overwrite the adapter
-    assert smoke(tmp_path).returncode == 0
+    assert train(tmp_path).returncode == 0
     (tmp_path / checkpoints.FINISHED_NAME).unlink()
     (tmp_path / "adapter_model.safetensors").unlink()
-    again = smoke(tmp_path)
+    again = train(tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]  # no step 5
     assert (tmp_path / "adapter_model.safetensors").read_bytes() == (
@@ -179,24 +174,14 @@ def myreward(completions, trainer_state=None, **kwargs):
 """
 
 
-def smoke_with_reward(tmp_path, source):
-    """`grpotrainer.py --smoke` into tmp_path/run with a reward module of the user's own (`source`, as mymod.py)."""
-    (tmp_path / "mymod.py").write_text(source)
-    return run_script(
-        "grpotrainer.py",
-        "--smoke",
-        f"--OUTPUT_DIR={tmp_path / 'run'}",
-        "--REWARD_FUNCS=correctness_reward,mymod:myreward",
-        "--REWARD_WEIGHTS=1,1",
-        env={"PYTHONPATH": str(tmp_path)},
-    )
+MYREWARD = ("--REWARD_FUNCS=correctness_reward,mymod:myreward", "--REWARD_WEIGHTS=1,1")  # mymod.py: reward_module
 
 
 @pytest.mark.slow
 def test_a_users_reward_that_raises_in_training_shows_its_traceback(tmp_path):
     # a bug in a reward of one's own: its traceback into the user's file and line, the entry and the step named;
     # exit non-zero; the last checkpoint kept whole and no final adapter written over it
-    out = smoke_with_reward(tmp_path, USER_REWARD)
+    out = train(tmp_path / "run", *MYREWARD, reward_module=USER_REWARD)
     assert out.returncode not in (0, 2), out.stderr[-2000:]
     assert "Traceback (most recent call last)" in out.stderr
     assert f'File "{tmp_path / "mymod.py"}", line 3, in myreward' in out.stderr
@@ -208,7 +193,7 @@ def test_a_users_reward_that_raises_in_training_shows_its_traceback(tmp_path):
 
 @pytest.mark.slow
 def test_a_bad_setting_is_still_one_line_without_a_traceback(tmp_path):
-    out = smoke(tmp_path / "run", "--REWARD_FUNCS=correctness_reward,nomod:myreward", "--REWARD_WEIGHTS=1,1")
+    out = train(tmp_path / "run", "--REWARD_FUNCS=correctness_reward,nomod:myreward", "--REWARD_WEIGHTS=1,1")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "there is no module 'nomod' on the Python path" in out.stderr
 
@@ -224,7 +209,7 @@ def stop_lines(text):
 @pytest.mark.slow
 def test_sigterm_during_eval_before_says_so_in_one_line_and_the_rerun_finishes(tmp_path):
     out, log = tmp_path / "run", tmp_path / "run.log"
-    proc = launch(log, "grpotrainer.py", "--smoke", "--EVAL_BEFORE=16", f"--OUTPUT_DIR={out}")
+    proc = train(out, "--EVAL_BEFORE=16", background=True)
     wait_for(log, "GSM8K test, before training", proc)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(120) == 143  # 128 + SIGTERM, as in training
@@ -234,7 +219,7 @@ def test_sigterm_during_eval_before_says_so_in_one_line_and_the_rerun_finishes(t
         "stopped by SIGTERM while scoring EVAL_BEFORE: no step was trained; the same command starts again"
     ]
     assert not (out / guards.LOCK_NAME).exists() and not list(out.glob("checkpoint-*"))
-    rerun = run_script("grpotrainer.py", "--smoke", "--EVAL_BEFORE=16", f"--OUTPUT_DIR={out}")
+    rerun = train(out, "--EVAL_BEFORE=16")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert (out / checkpoints.FINISHED_NAME).is_file()
     assert (out / "eval_test_before.json").is_file()  # the baseline the stopped run never wrote
@@ -243,7 +228,7 @@ def test_sigterm_during_eval_before_says_so_in_one_line_and_the_rerun_finishes(t
 @pytest.mark.slow
 def test_sigterm_while_loading_the_model_names_it(tmp_path):
     out, log = tmp_path / "run", tmp_path / "run.log"
-    proc = launch(log, "grpotrainer.py", "--smoke", f"--OUTPUT_DIR={out}")
+    proc = train(out, background=True)
     wait_for(log, "[grpotrainer] model ", proc)  # logged just before GRPOTrainer loads the weights
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(120) == 143
@@ -260,7 +245,7 @@ NAN_REWARD = USER_REWARD.replace('[kwargs["difficulty"] for _ in completions]', 
 
 @pytest.mark.slow
 def test_a_reward_returning_nan_mid_run_is_one_message_naming_entry_and_step(tmp_path):
-    out = smoke_with_reward(tmp_path, NAN_REWARD)
+    out = train(tmp_path / "run", *MYREWARD, reward_module=NAN_REWARD)
     assert out.returncode == 2, out.stderr[-2000:]  # the reward's values, not a bug of code: exit 2, no traceback
     assert "Traceback" not in out.stderr
     assert (
@@ -273,7 +258,7 @@ def test_a_reward_returning_nan_mid_run_is_one_message_naming_entry_and_step(tmp
 @pytest.mark.slow
 def test_sigterm_during_an_export_leaves_no_half_folder_and_the_rerun_exports(tmp_path):
     run = tmp_path / "run"
-    assert run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={run}").returncode == 0
+    assert train(run).returncode == 0
     target, log = tmp_path / "merged", tmp_path / "export.log"
     proc = launch(log, "export.py", f"--ADAPTER={run}", f"--OUTPUT_DIR={target}")
     wait_for(log, "[export] merging", proc)
@@ -296,9 +281,8 @@ def nan_from_second_step(completions, trainer_state=None, **kwargs):
 
 @pytest.mark.slow
 def test_nan_reward_stops_cleanly_and_keeps_the_last_good_checkpoint(tmp_path):
-    args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--SAVE_STEPS=1"]
-    args += ["--REWARD_FUNCS=test_e2e_faults:nan_from_second_step", "--REWARD_WEIGHTS=1"]
-    result = run_script(*args, env={"PYTHONPATH": str(REPO / "tests")})
+    args = ["--SAVE_STEPS=1", "--REWARD_FUNCS=test_e2e_faults:nan_from_second_step", "--REWARD_WEIGHTS=1"]
+    result = train(tmp_path, *args, env={"PYTHONPATH": str(REPO / "tests")})
     assert result.returncode == 2  # a clear message and a non-zero status, not a traceback
     # the reward's values are refused where they are returned (rewards.check_values), naming the entry and step
     entry = "the reward REWARD_FUNCS entry 'test_e2e_faults:nan_from_second_step' at training step 1"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_script
+from conftest import REPO, run_script, train
 
 import grpotrainer
 from grpo import cli
@@ -77,7 +77,7 @@ def test_help_lists_every_constant_with_its_comment():
 )
 def test_cli_errors_found_by_loading_exit_2_without_traceback(args, message, tmp_path):
     # these need the model's config or the process group: a fresh Python, as a user runs it
-    out = run_script("grpotrainer.py", *args, f"--OUTPUT_DIR={tmp_path}")
+    out = train(tmp_path, *args, profile=None)
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
     # nothing written, except for errors that only loading can find: then the smoke model folder is all there is
@@ -89,7 +89,7 @@ def test_missing_test_split_fails_before_training(tmp_path):
     data.mkdir()
     (data / "train.jsonl").write_text((REPO / "data" / "smoke_gsm8k.jsonl").read_text())
     out_dir = tmp_path / "out"
-    out = run_script("grpotrainer.py", "--smoke", f"--DATASET={data}", "--EVAL_AFTER=2", f"--OUTPUT_DIR={out_dir}")
+    out = train(out_dir, f"--DATASET={data}", "--EVAL_AFTER=2")
     # EVAL_AFTER needs test.jsonl: found missing before any weights load, not after the whole training
     assert out.returncode == 2 and "test.jsonl, which does not exist" in out.stderr
     assert not out_dir.exists()

@@ -11,7 +11,7 @@ import json
 import re
 
 import pytest
-from conftest import REPO, read_scalars, run_script
+from conftest import REPO, read_scalars, run_script, train
 
 import evaluate
 import export
@@ -76,22 +76,14 @@ def test_an_output_dir_that_cannot_be_written_is_refused_before_any_weights(tmp_
         evaluate.check(s, cpu_only=True)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A whole tiny model folder (grpo/profiles.py's), to cut copies of."""
-    from grpo import profiles
-
-    return profiles.ensure_model_dir(tmp_path_factory.mktemp("models") / "smoke-model")
-
-
-def broken_copy(model_dir, path, how):
+def broken_copy(tiny_model, path, how):
     """A copy of the model folder with the weights cut, the tokenizer removed, or nothing in it."""
     import shutil
 
     if how == "empty":
         path.mkdir()
         return path
-    shutil.copytree(model_dir, path)
+    shutil.copytree(tiny_model, path)
     if how == "weights cut":
         with open(path / "model.safetensors", "r+b") as f:
             f.truncate(20000)
@@ -109,8 +101,8 @@ def broken_copy(model_dir, path, how):
         ("no tokenizer", "it holds no tokenizer files"),  # was IndexError
     ],
 )
-def test_a_broken_model_folder_is_refused_before_loading(tmp_path, model_dir, how, message):
-    folder = broken_copy(model_dir, tmp_path / "model", how)
+def test_a_broken_model_folder_is_refused_before_loading(tmp_path, tiny_model, how, message):
+    folder = broken_copy(tiny_model, tmp_path / "model", how)
     with pytest.raises(ConfigError, match=re.escape(f"MODEL_NAME={folder}")) as err:
         evaluate.check(smoke_settings(tmp_path, MODEL_NAME=str(folder)), cpu_only=True)
     assert message in str(err.value)
@@ -245,10 +237,10 @@ def length_reward(completions, **kwargs):
 @pytest.mark.slow
 def test_standalone_evaluation_of_a_saved_adapter_matches_the_in_training_one(tmp_path):
     # Same prompts, same greedy decoding, same weights: `evaluate.py --ADAPTER` must reproduce EVAL_AFTER row by row.
-    args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--EVAL_BEFORE=4", "--EVAL_AFTER=4"]
+    args = ["--EVAL_BEFORE=4", "--EVAL_AFTER=4"]
     args += ["--REWARD_FUNCS=test_evaluate:length_reward", "--REWARD_WEIGHTS=1", "--LEARNING_RATE=0.05"]
-    train = run_script(*args, env={"PYTHONPATH": str(REPO / "tests")})
-    assert train.returncode == 0, train.stderr[-3000:]
+    trained = train(tmp_path, *args, env={"PYTHONPATH": str(REPO / "tests")})
+    assert trained.returncode == 0, trained.stderr[-3000:]
     args = ["evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path}", "--LIMIT=4"]
     result = run_script(*args)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -272,8 +264,7 @@ def test_standalone_evaluation_of_a_saved_adapter_matches_the_in_training_one(tm
 def test_two_processes_share_the_evaluation_and_rank_0_writes_all_of_it(tmp_path):
     # Under torchrun each rank generates a contiguous shard (5 problems -> 3 + 2) and rank 0 gathers them in order.
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--EVAL_BEFORE=5", "--EVAL_AFTER=5"]
-    result = run_script(*torchrun, *args, timeout=600)
+    result = train(tmp_path, "--EVAL_BEFORE=5", "--EVAL_AFTER=5", launcher=torchrun, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     fixture = [json.loads(line)["question"] for line in (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()]
     for when in ("before", "after"):

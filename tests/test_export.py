@@ -16,7 +16,7 @@ import socket
 import struct
 
 import pytest
-from conftest import run_script
+from conftest import run_script, train
 
 import export
 from grpo import files
@@ -275,7 +275,7 @@ def trained_run(tmp_path_factory):
         "EVAL_AFTER": 4,
     }
     args = [f"--{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in overrides.items()]
-    out = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={path}", *args, env={"PYTHONPATH": "tests"})
+    out = train(path, *args, env={"PYTHONPATH": "tests"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert (path / "run_settings.json").is_file()  # the run records its settings for export.py
     return path

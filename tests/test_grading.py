@@ -319,9 +319,11 @@ def test_grade(completion, gold, kwargs, expected):
 # Safety: model output is never evaluated, and no text makes a reward raise
 
 
-def test_no_evaluation_in_source():
-    # nothing in rewards.py can run model output: no eval-like call, no symbolic-maths parser imported
-    tree = ast.parse((REPO / "rewards.py").read_text())
+@pytest.mark.parametrize("path", ["grpo/grading.py", "rewards.py"])
+def test_no_evaluation_in_source(path):
+    # nothing that reads model output can run it: grading.py reads the answers, rewards.py scores them; no eval-like
+    # call, no symbolic-maths parser imported
+    tree = ast.parse((REPO / path).read_text())
     calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
     names = {func.id for func in calls if isinstance(func, ast.Name)}
     attributes = {func.attr for func in calls if isinstance(func, ast.Attribute)}  # re.compile is one of these

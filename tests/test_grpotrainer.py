@@ -6,10 +6,10 @@
 import re
 
 import pytest
-from conftest import run_in_process, run_script
+from conftest import parse, run_in_process, run_script
 
 import grpotrainer
-from grpo import cli, gsm8k, hardware, preflight
+from grpo import cli, gsm8k, hardware
 from grpo.cli import ConfigError
 
 FIXTURE = str(gsm8k.FIXTURE)
@@ -105,7 +105,7 @@ def test_grpo_config_fields_pass_through_typed(settings):
     ],
 )
 def test_bad_grpo_config_fields_are_clear(arg, message):
-    with pytest.raises(ConfigError, match=_literal(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         parse([arg])
 
 
@@ -137,24 +137,7 @@ def test_lora_config(settings):
 # --- overrides ---------------------------------------------------------------------------------------------------
 
 
-def parse(argv):
-    return cli.parse(
-        cli.constants(grpotrainer), argv, grpotrainer.profile_settings, "trl:GRPOConfig", grpotrainer.owned
-    )
-
-
 # --- preflight ---------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def smoke_ok(smoke_settings):
-    preflight.check(smoke_settings, cpu_only=True)  # the baseline is clean, so each test below isolates one mistake
-    return smoke_settings
-
-
-def _literal(text):
-
-    return re.escape(text)
 
 
 # --- the command line, end to end: a clean message, exit 2, no traceback --------------------------------------------
@@ -187,25 +170,18 @@ def test_cli_errors_exit_2_without_traceback(args, message, tmp_path, capsys, mo
 # --- vLLM's context, LoRA dropout --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def smoke_model(tmp_path_factory):
-    from grpo import profiles
-
-    return profiles.cpu_model(tmp_path_factory.mktemp("vllm"))
-
-
-def test_vllm_context_is_bounded_by_the_data_unless_given(smoke_ok, smoke_model):
+def test_vllm_context_is_bounded_by_the_data_unless_given(smoke_ok, tiny_model):
     data = gsm8k.load(FIXTURE, "train")
-    longest = gsm8k.longest_prompt(data, smoke_model)
+    longest = gsm8k.longest_prompt(data, tiny_model)
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(smoke_model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     rendered = [
         tokenizer.apply_chat_template(p, add_generation_prompt=True, enable_thinking=False) for p in data["prompt"]
     ]
     # the longest prompt of the data rendered as TRL renders it (ENABLE_THINKING=False: the empty think block too)
     assert longest == max(len(r["input_ids"]) for r in rendered)
-    s = {**smoke_ok, "USE_VLLM": True, "MODEL_NAME": smoke_model}
+    s = {**smoke_ok, "USE_VLLM": True, "MODEL_NAME": tiny_model}
     config = grpotrainer.build_config(s, {}, cpu_only=True, train_dataset=data)
     # prompt + MAX_COMPLETION_LENGTH (32 in --smoke) + the margin: the rule evaluation's vllm_generator uses
     assert config.vllm_max_model_length == longest + 32 + gsm8k.CONTEXT_MARGIN

@@ -329,11 +329,6 @@ def test_dev_null_holds_no_problems():
 FIXTURE = str(gsm8k.FIXTURE)
 
 
-def _literal(text):
-
-    return re.escape(text)
-
-
 # --- data ----------------------------------------------------------------------------------------------------------
 
 
@@ -412,7 +407,7 @@ def test_limit_counts_usable_rows(tmp_path):
 def test_bad_dataset_content_names_the_line(tmp_path, content, message):
     path = tmp_path / "data.jsonl"
     path.write_bytes(content)
-    with pytest.raises(ConfigError, match=_literal(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         gsm8k.load(str(path))
 
 

@@ -20,7 +20,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO
+from conftest import BASE_ENV, REPO
 
 from grpo import cli
 
@@ -57,7 +57,7 @@ def start_node(rank, port, output_dir, logs, *overrides, umask=0o022):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(rank)]
     cmd += ["--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port)]
     cmd += ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={output_dir}", *overrides]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **BASE_ENV}
     out, err = open(logs / f"node{rank}.out", "w"), open(logs / f"node{rank}.err", "w")  # noqa: SIM115
     return subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True, preexec_fn=lambda: os.umask(umask)

@@ -245,12 +245,6 @@ FIXTURE = str(gsm8k.FIXTURE)
 # --- preflight ---------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def smoke_ok(smoke_settings):
-    preflight.check(smoke_settings, cpu_only=True)  # the baseline is clean, so each test below isolates one mistake
-    return smoke_settings
-
-
 @pytest.mark.parametrize(
     "changes, message",
     [
@@ -305,7 +299,7 @@ def smoke_ok(smoke_settings):
 def test_preflight_errors(smoke_ok, changes, message):
     import rewards
 
-    with pytest.raises(ConfigError, match=_literal(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         preflight.check({**smoke_ok, **changes}, cpu_only=True, known_rewards=rewards.REWARDS)
 
 
@@ -340,7 +334,7 @@ def test_preflight_errors(smoke_ok, changes, message):
     ],
 )
 def test_settings_that_would_waste_a_run_are_refused(smoke_ok, changes, message):
-    with pytest.raises(ConfigError, match=_literal(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         preflight.check({**smoke_ok, **changes}, cpu_only=True)
 
 
@@ -424,14 +418,8 @@ def test_several_gpus_need_one_process_each(settings, gpu, monkeypatch):
 )
 def test_missing_packages_are_explained(settings, gpu, changes, message):
     gpu(count=1, packages=set())
-    with pytest.raises(ConfigError, match=_literal(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         preflight.check({**settings, **changes}, cpu_only=False)
-
-
-def _literal(text):
-    import re
-
-    return re.escape(text)
 
 
 def wrong_length_reward(completions, **kwargs):
@@ -458,7 +446,7 @@ def test_every_reward_is_tried_on_real_rows_before_training(name, message):
 
     funcs = rewards.load(["correctness_reward", name], 32)
     dataset = gsm8k.load(FIXTURE, limit=4)
-    with pytest.raises(ConfigError, match=_literal(f"REWARD_FUNCS entry {name!r} ") + ".*" + _literal(message)):
+    with pytest.raises(ConfigError, match=re.escape(f"REWARD_FUNCS entry {name!r} ") + ".*" + re.escape(message)):
         preflight.check_rewards(funcs, ["correctness_reward", name], dataset, 32)
 
 
@@ -494,7 +482,7 @@ def exits_reward(completions, **kwargs):
 def test_more_reward_faults_are_found_before_training(name, message):
     import rewards
 
-    with pytest.raises(ConfigError, match=_literal(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         preflight.check_rewards(rewards.load([name], 32), [name], gsm8k.load(FIXTURE, limit=4), 32)
 
 
@@ -532,11 +520,11 @@ def test_a_reward_that_raises_in_preflight_keeps_its_traceback(name, error, func
         while frame.tb_next:
             frame = frame.tb_next
         assert (Path(frame.tb_frame.f_code.co_filename).name, frame.tb_frame.f_code.co_name) == (
-            "test_train.py",
+            "test_preflight.py",
             function,
         )
     elif function:
-        assert _raised_here(excinfo) == ("test_train.py", function)
+        assert _raised_here(excinfo) == ("test_preflight.py", function)
 
 
 @pytest.mark.parametrize(
@@ -556,7 +544,7 @@ def test_a_reward_that_raises_in_preflight_keeps_its_traceback(name, error, func
 )
 def test_passed_through_fields_are_checked_before_training(smoke_ok, fields, message):
     config = grpotrainer.build_config(smoke_ok, fields, cpu_only=True)
-    with pytest.raises(ConfigError, match=_literal(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         preflight.check_config(config, smoke_ok, 32)
 
 
@@ -583,7 +571,7 @@ def test_the_models_config_decides_before_its_weights_load(smoke_ok, tmp_path, c
 
     model = profiles.ensure_model_dir(tmp_path / "m")
     preflight.check_model({**smoke_ok, "MODEL_NAME": model})  # the defaults fit
-    with pytest.raises(ConfigError, match=_literal(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         preflight.check_model({**smoke_ok, "MODEL_NAME": model, **changes})
 
 
@@ -607,15 +595,8 @@ def test_the_registry_passes_the_reward_check():
 # --- vLLM's context, LoRA dropout --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def smoke_model(tmp_path_factory):
-    from grpo import profiles
-
-    return profiles.cpu_model(tmp_path_factory.mktemp("vllm"))
-
-
-def test_lora_dropout_with_vllm_importance_sampling_warns(smoke_ok, smoke_model, caplog):
-    s = {**smoke_ok, "USE_VLLM": True, "LORA_DROPOUT": 0.05, "MODEL_NAME": smoke_model}
+def test_lora_dropout_with_vllm_importance_sampling_warns(smoke_ok, tiny_model, caplog):
+    s = {**smoke_ok, "USE_VLLM": True, "LORA_DROPOUT": 0.05, "MODEL_NAME": tiny_model}
     data = gsm8k.load(FIXTURE, "train")
     config = grpotrainer.build_config(s, {}, cpu_only=True, train_dataset=data)
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):

@@ -7,10 +7,9 @@ import json
 import re
 
 import pytest
-from conftest import REPO
+from conftest import REPO, parse
 
-import grpotrainer
-from grpo import cli, grading, gsm8k, profiles
+from grpo import grading, gsm8k, profiles
 from grpo.cli import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -120,17 +119,6 @@ def test_only_a_demo_run_logs_the_summary(tmp_path, caplog):
 # --- overrides ---------------------------------------------------------------------------------------------------
 
 
-def parse(argv):
-    return cli.parse(
-        cli.constants(grpotrainer), argv, grpotrainer.profile_settings, "trl:GRPOConfig", grpotrainer.owned
-    )
-
-
-def _literal(text):
-
-    return re.escape(text)
-
-
 # --- --config recipe.yaml ---------------------------------------------------------------------------------------
 
 
@@ -159,7 +147,7 @@ def test_a_recipe_sets_constants_and_fields_and_the_command_line_wins(tmp_path):
 def test_a_bad_recipe_names_the_file_and_the_key(tmp_path, text, message):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(text)
-    with pytest.raises(ConfigError, match=_literal(message.format(path=recipe))):
+    with pytest.raises(ConfigError, match=re.escape(message.format(path=recipe))):
         parse(["--config", str(recipe)])
 
 

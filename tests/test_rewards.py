@@ -870,4 +870,4 @@ def test_a_reward_that_raises_during_training_keeps_its_traceback_and_names_its_
     assert excinfo.value.__notes__ == [
         "raised by the reward REWARD_FUNCS entry 'test_rewards:later_reward' at training step 3"
     ]
-    assert _raised_here(excinfo) == ("test_train.py", "later_reward")  # the user's own file and line
+    assert _raised_here(excinfo) == ("test_rewards.py", "later_reward")  # the user's own file and line
