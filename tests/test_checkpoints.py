@@ -285,6 +285,6 @@ def test_an_untrusted_pickle_in_a_checkpoint_names_the_file_and_is_set_aside(tmp
     torch.save({"last_epoch": Payload()}, unsafe)
     assert checkpoints.unsafe_pickle_problem(safe) is None  # Trainer's own files pass
     assert checkpoints.unsafe_pickle_problem(unsafe) == (
-        "scheduler.pt names code outside torch's safe list (test_safety.Payload), so it is not loaded"
+        "scheduler.pt names code outside torch's safe list (test_checkpoints.Payload), so it is not loaded"
     )
     assert "weights_only=False" not in checkpoints.unsafe_pickle_problem(unsafe)  # no advice to turn safety off

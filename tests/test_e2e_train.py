@@ -4,6 +4,7 @@
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 from conftest import REPO, run_script, train
 
 import grpotrainer
-from grpo import cli
+from grpo import cli, profiles
 
 # ---------------------------------------------------------------------------------------------------------------
 # arguments read and checked before torch, transformers or TRL
@@ -52,15 +53,19 @@ def test_help_lists_every_constant_with_its_comment():
     assert out.returncode == 0 and not out.stderr
     for name in cli.constants(grpotrainer):
         assert f"--{name}=" in out.stdout
-    assert "adapter rank: 8-64" in out.stdout  # LORA_R's comment
-    # no dropout by default: TRL computes the "old" log-probs in train mode, where dropout is noise
-    assert '--LORA_DROPOUT=0.0\n        0-0.1; 0 as TRL\'s "old" log-probs run in train mode' in out.stdout
-    assert out.stdout.startswith("GRPO-tune a Qwen model on GSM8K")  # the summary line first
+    # each constant's own comment, read from the source, is printed right under it
+    source = (REPO / "grpotrainer.py").read_text()
+    for name in ("LORA_R", "LORA_DROPOUT"):
+        comment = re.search(rf"^{name} = .*?  # (.*)$", source, re.M).group(1)
+        printed = out.stdout.split(f"--{name}=")[1].split("\n--")[0]
+        assert " ".join(comment.split()) in " ".join(printed.split()[1:])
+    assert out.stdout.startswith(grpotrainer.__doc__.strip().splitlines()[0])  # the summary line first
     # command-line syntax, not Python literals: what a user can paste back
-    assert "--REWARD_FUNCS=correctness_reward,format_reward\n" in out.stdout
-    assert "--MODEL_NAME=Qwen/Qwen3-8B\n" in out.stdout and "--BF16=true\n" in out.stdout
+    assert f"--REWARD_FUNCS={','.join(grpotrainer.REWARD_FUNCS)}\n" in out.stdout
+    assert f"--MODEL_NAME={grpotrainer.MODEL_NAME}\n" in out.stdout
+    assert f"--BF16={str(grpotrainer.BF16).lower()}\n" in out.stdout
     assert "--smoke sets, before the command line's own --KEY=value:" in out.stdout
-    assert "MAX_STEPS=4" in out.stdout.split("--smoke sets")[1]  # what the profile overrides
+    assert f"MAX_STEPS={profiles.SMOKE['MAX_STEPS']}" in out.stdout.split("--smoke sets")[1]  # the profile's
 
 
 @pytest.mark.slow

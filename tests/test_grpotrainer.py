@@ -26,25 +26,29 @@ def test_import_is_light():
 
 
 def test_config_maps_constants_to_grpo_config(settings):
-    settings["BF16"] = False  # a CPU machine cannot build a bf16 config; everything else keeps the defaults
+    settings["BF16"] = False  # a CPU machine cannot build a bf16 config
+    # values no default has, so that each field shows which constant it came from
+    settings.update(BETA=0.03, MAX_COMPLETION_LENGTH=200, NUM_GENERATIONS=6, TEMPERATURE=0.9, LEARNING_RATE=3e-5)
+    settings.update(PER_DEVICE_TRAIN_BATCH_SIZE=3, GRADIENT_ACCUMULATION_STEPS=2, NUM_TRAIN_EPOCHS=2, MAX_STEPS=-1)
+    settings.update(ACTIVATION_CHECKPOINTING=False, REWARD_WEIGHTS=[1.0, 0.3], LOGGING_STEPS=3, DDP_TIMEOUT=123)
     config = grpotrainer.build_config(settings, {}, cpu_only=True)
     # the tutorial's names translated to TRL 1.16: kl_coef -> beta, max_new_tokens -> max_completion_length
-    assert config.beta == 0.05
-    assert config.max_completion_length == 256
-    assert config.num_generations == 4
-    assert config.temperature == 0.7
-    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (1, 8)
-    assert config.num_train_epochs == 3 and config.max_steps == -1
-    assert config.gradient_checkpointing is True
-    assert config.learning_rate == 1e-5
-    assert config.reward_weights == [1.0, 0.2]
+    assert config.beta == 0.03
+    assert config.max_completion_length == 200
+    assert config.num_generations == 6
+    assert config.temperature == 0.9
+    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (3, 2)
+    assert config.num_train_epochs == 2 and config.max_steps == -1
+    assert config.gradient_checkpointing is False
+    assert config.learning_rate == 3e-5
+    assert config.reward_weights == [1.0, 0.3]
     assert config.report_to == ["tensorboard"]
-    assert config.logging_steps == 1
-    assert config.chat_template_kwargs == {"enable_thinking": False}
-    assert config.trust_remote_code is False
-    assert config.ddp_timeout == settings["DDP_TIMEOUT"]
-    # STEPS_PER_GENERATION=0 means "one generation round per optimiser step": 1 x 1 process x 8 micro-batches
-    assert (config.steps_per_generation, config.generation_batch_size) == (8, 8)
+    assert config.logging_steps == 3
+    assert config.chat_template_kwargs == {"enable_thinking": settings["ENABLE_THINKING"]}
+    assert config.trust_remote_code is settings["TRUST_REMOTE_CODE"]
+    assert config.ddp_timeout == 123
+    # STEPS_PER_GENERATION=0 means "one generation round per optimiser step": 3 per micro-batch x 1 process x 2
+    assert (config.steps_per_generation, config.generation_batch_size) == (2, 6)
     assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "sdpa"}
     assert config.cache_implementation == "dynamic"  # transformers' default KV cache, eager decoding
 
@@ -126,12 +130,13 @@ def test_smoke_config_is_fp32_on_cpu(smoke_settings):
 
 
 def test_lora_config(settings):
-    peft = grpotrainer.build_peft_config(settings)
-    assert (peft.r, peft.lora_alpha, peft.lora_dropout) == (16, 32, 0.0)
-    assert peft.target_modules == "all-linear"
+    peft = grpotrainer.build_peft_config({**settings, "LORA_R": 12, "LORA_ALPHA": 24, "LORA_DROPOUT": 0.05})
+    assert (peft.r, peft.lora_alpha, peft.lora_dropout) == (12, 24, 0.05)
+    peft = grpotrainer.build_peft_config({**settings, "LORA_TARGET_MODULES": "all-linear"})
+    assert peft.target_modules == "all-linear"  # peft's own keyword, passed as it is
     peft = grpotrainer.build_peft_config({**settings, "LORA_TARGET_MODULES": "q_proj, v_proj"})
     assert set(peft.target_modules) == {"q_proj", "v_proj"}
-    assert hardware.quantization_config(False, True) is None  # LOAD_IN_4BIT is off by default
+    assert hardware.quantization_config(False, True) is None  # no 4-bit asked: no quantization config
 
 
 # --- overrides ---------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Run:
     python -m pytest tests/test_rewards.py -q
-Every example here is written for these tests (no GSM8K text); tests/test_rewards_gsm8k.py checks the real data.
+Every example here is written for these tests (no GSM8K text); the tests marked gsm8k below check the real data.
 """
 
 import asyncio
@@ -808,13 +808,13 @@ def test_unimportable_reward():
         rewards.load(["no_such_module:f"], 10)
     assert "repository root (beside grpotrainer.py) or in a folder on PYTHONPATH" in str(err.value)
     with pytest.raises(ConfigError, match="has no 'no_such_reward'"):
-        rewards.load(["test_train:no_such_reward"], 10)
+        rewards.load(["test_rewards:no_such_reward"], 10)
 
 
 def test_trls_dotted_reward_path_is_accepted_beside_the_colon_form():
     import rewards
 
-    (dotted,) = rewards.load(["test_train.brevity_reward"], 10)
+    (dotted,) = rewards.load(["test_rewards.brevity_reward"], 10)
     (colon,) = rewards.load(["test_rewards:brevity_reward"], 10)
     assert dotted.func is colon.func is brevity_reward
 
