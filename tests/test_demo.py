@@ -1,9 +1,9 @@
-"""The demo (grpo/profiles.py, `grpotrainer.py --demo`) and the sampled accuracy it reports (gsm8k.py).
+"""End to end: `grpotrainer.py --demo`. Its task and summary are tested in test_profiles.py, the sampled accuracy
+it reports in test_gsm8k.py.
 
-    .venv/bin/python -m pytest tests/test_demo.py -q -m "not slow"     # the task generator and the estimator, seconds
     .venv/bin/python -m pytest tests/test_demo.py -q -m slow -s        # the whole demo: ~7-10 minutes, one thread
 
-The slow test is the evidence that the loop learns on the real objective: GRPO with the default rewards raises
+It is the evidence that the loop learns on the real objective: GRPO with the default rewards raises
 held-out correctness (greedy lenient and sampled accuracy), measured by the same evaluation code as a real run.
 """
 

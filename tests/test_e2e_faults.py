@@ -1,6 +1,6 @@
 """End to end: `grpotrainer.py` runs in subprocesses that are signalled, cut, locked or fed a failing reward.
 
-.venv/bin/python -m pytest tests/test_e2e_faults.py -q -m "not slow"
+.venv/bin/python -m pytest tests/test_e2e_faults.py -q -m slow     # all slow: several minutes on 2 cores
 """
 
 import contextlib

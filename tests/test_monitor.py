@@ -1,7 +1,7 @@
-"""grpo/monitor.py: every health advisory on synthetic logs, the clean NaN stop, the completions table, a real smoke
-run whose TensorBoard events must hold the completions text and the before/after accuracy.
+"""grpo/monitor.py: every health advisory on synthetic logs, the clean NaN stop, the completions table. The smoke
+run whose TensorBoard events hold them is in test_smoke.py, the NaN reward run in test_e2e_faults.py.
 
-    python -m pytest tests/test_monitor.py -q      # ~35 s on 2 cores (two short smoke runs in subprocesses)
+    python -m pytest tests/test_monitor.py -q
 """
 
 import math

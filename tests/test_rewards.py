@@ -2,7 +2,7 @@
 
 Run:
     python -m pytest tests/test_rewards.py -q
-Every example here is written for these tests (no GSM8K text); the tests marked gsm8k below check the real data.
+Every example is written for these tests, except those marked gsm8k, which read the real data.
 """
 
 import asyncio

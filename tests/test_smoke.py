@@ -1,6 +1,7 @@
-"""`python grpotrainer.py --smoke` end to end in a subprocess: TensorBoard events, adapter files, resume.
+"""End to end: `python grpotrainer.py --smoke` runs that succeed, in subprocesses (conftest.train): TensorBoard
+events, adapter files, resume (OUTPUT_DIR=~ too), recipes, the model card.
 
-.venv/bin/python -m pytest tests/test_smoke.py -q
+.venv/bin/python -m pytest tests/test_smoke.py -q -m slow
 """
 
 import json
