@@ -1,4 +1,5 @@
-"""Shared test helpers: the repo root on sys.path, constant snapshots, subprocess runs and TensorBoard readers."""
+"""Shared test helpers: the repo root on sys.path, settings fixtures, the one tiny model, the one way to launch
+training (`train`), subprocess runs of any other script, and TensorBoard readers."""
 
 import math
 import os
@@ -11,6 +12,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"  # real GSM8K beside the checkout, never copied in
 sys.path.insert(0, str(REPO))
+# offline; one thread per process: the tiny model gains nothing from more, and on 2 shared cores they thrash
+BASE_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 
 
 @pytest.fixture
@@ -31,6 +34,34 @@ def smoke_settings(settings):
 
 
 @pytest.fixture
+def smoke_ok(smoke_settings):
+    """The --smoke settings, checked clean by preflight, so that a test changing one of them isolates one mistake."""
+    from grpo import preflight
+
+    preflight.check(smoke_settings, cpu_only=True)
+    return smoke_settings
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """The path (str) of one whole tiny model folder (grpo/profiles.py's, as --smoke builds it), shared by every test
+    of the session: copy it before damaging it."""
+    from grpo import profiles
+
+    return profiles.cpu_model(tmp_path_factory.mktemp("models"))
+
+
+def parse(argv):
+    """grpotrainer.py's command line `argv`, resolved as its main() resolves it: (settings, GRPOConfig fields)."""
+    import grpotrainer
+    from grpo import cli
+
+    return cli.parse(
+        cli.constants(grpotrainer), argv, grpotrainer.profile_settings, "trl:GRPOConfig", grpotrainer.owned
+    )
+
+
+@pytest.fixture
 def gpu(monkeypatch):
     """Answer hardware's questions as a machine with GPUs would: `gpu(count=1, bf16=True, packages=("vllm",))`."""
     from grpo import hardware
@@ -46,12 +77,39 @@ def gpu(monkeypatch):
 
 
 def run_script(*args, timeout=300, env=None):
-    """Run `python <args>` from the repo root, offline, and return the CompletedProcess (text output)."""
-    # one thread per process: the tiny model gains nothing from more, and on 2 shared cores they thrash
-    base = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    full_env = {**os.environ, **base, **(env or {})}
+    """Run `python <args>` from the repo root, offline, and return the CompletedProcess (text output). For any
+    script but a training run, which goes through `train`."""
+    full_env = {**os.environ, **BASE_ENV, **(env or {})}
     return subprocess.run(
         [sys.executable, *args], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def train(
+    output_dir, *args, profile="--smoke", launcher=(), env=None, reward_module=None, timeout=300, background=False
+):
+    """Launch `python [launcher] grpotrainer.py [profile] --OUTPUT_DIR=output_dir [args]`, offline, one thread.
+
+    Every test that launches training goes through here. `launcher` goes before the script (torchrun's `-m
+    torch.distributed.run ...`, or `-X importtime`); `profile=None` runs without --smoke/--demo and `output_dir=None`
+    without --OUTPUT_DIR. `reward_module` is the source of a user's reward module, written as mymod.py beside
+    output_dir and importable as `mymod`. Returns the CompletedProcess (text output), or with `background=True` the
+    Popen at once, its stdout and stderr in `<output_dir>.log`."""
+    cmd = [*launcher, "grpotrainer.py"]
+    cmd += [profile] if profile else []
+    cmd += [f"--OUTPUT_DIR={output_dir}"] if output_dir is not None else []
+    cmd += list(args)
+    env = dict(env or {})
+    if reward_module is not None:
+        folder = Path(output_dir).parent
+        (folder / "mymod.py").write_text(reward_module)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH")) if p)
+    if not background:
+        return run_script(*cmd, timeout=timeout, env=env)
+    log = Path(f"{output_dir}.log")
+    full_env = {**os.environ, **BASE_ENV, **env}
+    return subprocess.Popen(
+        [sys.executable, *cmd], cwd=REPO, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT
     )
 
 
@@ -103,3 +161,19 @@ def read_texts(logdir):
 
 def all_finite(points):
     return bool(points) and all(math.isfinite(value) for _, value in points)
+
+
+def load_rewards(names, max_completion_length):
+    """REWARD_FUNCS entries loaded and guarded as grpotrainer.py does it."""
+    import rewards
+    from grpo import reward_guard
+
+    return reward_guard.load(names, rewards.REWARDS, max_completion_length=max_completion_length)
+
+
+def stand_in_nvidia_smi(folder, driver):
+    """An nvidia-smi on PATH that reports `driver`, as the real one answers --query-gpu=driver_version."""
+    exe = folder / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\necho '{driver}'\n")
+    exe.chmod(0o755)
+    return folder

@@ -8,15 +8,10 @@ weights fp32 after a step.
 import json
 
 import pytest
-from conftest import run_script
+from conftest import run_script, train
 
 import grpotrainer
 from grpo import cli, gsm8k, guards, hardware, profiles, reward_guard
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return profiles.ensure_model_dir(tmp_path_factory.mktemp("models") / "smoke-model")
 
 
 def completions(output_dir):
@@ -32,13 +27,11 @@ def completions(output_dir):
 
 
 @pytest.mark.slow
-def test_static_cache_trains_on_the_eager_completions(tmp_path, model_dir):
-    args = ["--smoke", f"--MODEL_NAME={model_dir}", "--MAX_STEPS=2", "--EVAL_BEFORE=8", "--EVAL_SAMPLES=0"]
+def test_static_cache_trains_on_the_eager_completions(tmp_path, tiny_model):
+    args = [f"--MODEL_NAME={tiny_model}", "--MAX_STEPS=2", "--EVAL_BEFORE=8", "--EVAL_SAMPLES=0"]
     args += [f"--DATASET={gsm8k.FIXTURE}"]
     for name in ("dynamic", "static"):
-        result = run_script(
-            "grpotrainer.py", *args, f"--OUTPUT_DIR={tmp_path / name}", f"--CACHE_IMPLEMENTATION={name}"
-        )
+        result = train(tmp_path / name, *args, f"--CACHE_IMPLEMENTATION={name}")
         assert result.returncode == 0, result.stderr[-3000:]
     eager, static = completions(tmp_path / "dynamic"), completions(tmp_path / "static")
     assert len(eager[0]) == 2 and len(eager[1]) == 8  # two steps logged, eight problems scored
@@ -47,11 +40,11 @@ def test_static_cache_trains_on_the_eager_completions(tmp_path, model_dir):
 
 
 @pytest.mark.slow
-def test_static_cache_scores_the_eager_answers_in_evaluate(tmp_path, model_dir):
+def test_static_cache_scores_the_eager_answers_in_evaluate(tmp_path, tiny_model):
     for name in ("dynamic", "static"):
         args = [
             "--smoke",
-            f"--MODEL_NAME={model_dir}",
+            f"--MODEL_NAME={tiny_model}",
             f"--OUTPUT_DIR={tmp_path / name}",
             f"--CACHE_IMPLEMENTATION={name}",
         ]
@@ -63,7 +56,7 @@ def test_static_cache_scores_the_eager_answers_in_evaluate(tmp_path, model_dir):
 
 
 @pytest.mark.slow
-def test_the_compiled_decode_step_generates_the_eager_tokens(model_dir, monkeypatch):
+def test_the_compiled_decode_step_generates_the_eager_tokens(tiny_model, monkeypatch):
     # transformers compiles only on CUDA; its own test switch compiles on the CPU too (inductor, ~1-2 min)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -78,8 +71,8 @@ def test_the_compiled_decode_step_generates_the_eager_tokens(model_dir, monkeypa
 
     monkeypatch.setattr(hardware, "decode_options", on_every_device)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     prompts = gsm8k.load(str(gsm8k.FIXTURE), "train", limit=4)["prompt"]
     eager = gsm8k.hf_generator(model, tokenizer, 24)(prompts)
     compiled = gsm8k.hf_generator(model, tokenizer, 24, cache_implementation="static")
@@ -88,13 +81,13 @@ def test_the_compiled_decode_step_generates_the_eager_tokens(model_dir, monkeypa
     assert compiled(prompts) == eager  # the second call runs the compiled graph as it is
 
 
-def trained_adapter_dtypes(tmp_path, model_dir):
+def trained_adapter_dtypes(tmp_path, tiny_model):
     """One continuous-batching step in bf16 on the CPU (the GPU run's settings, bar the device), through
     grpotrainer's own build_config and build_trainer; the dtypes of the trainable weights after it, and whether the
     step moved them."""
     import torch
 
-    s = {**cli.constants(grpotrainer), **profiles.SMOKE, "MODEL_NAME": model_dir, "OUTPUT_DIR": str(tmp_path)}
+    s = {**cli.constants(grpotrainer), **profiles.SMOKE, "MODEL_NAME": tiny_model, "OUTPUT_DIR": str(tmp_path)}
     s |= {"BF16": True, "USE_TRANSFORMERS_CONTINUOUS_BATCHING": True, "MAX_STEPS": 1, "REPORT_TO": "none"}
     # a reward that tells a random model's completions apart (their lengths), so the step has a gradient
     s |= {"REWARD_FUNCS": ["overlong_reward"], "REWARD_WEIGHTS": [1.0]}
@@ -118,15 +111,15 @@ def trained_adapter_dtypes(tmp_path, model_dir):
 
 
 @pytest.mark.slow
-def test_continuous_batching_in_bf16_keeps_the_adapter_fp32(tmp_path, model_dir):
-    dtypes, moved, rope_kept = trained_adapter_dtypes(tmp_path, model_dir)
+def test_continuous_batching_in_bf16_keeps_the_adapter_fp32(tmp_path, tiny_model):
+    dtypes, moved, rope_kept = trained_adapter_dtypes(tmp_path, tiny_model)
     assert dtypes == {"torch.float32"} and moved  # KeepFp32 put the fp32 weights back, then Adam stepped
     assert rope_kept  # and the rotary inv_freq is the fp32 original, not its bf16 rounding
 
 
 @pytest.mark.slow
-def test_without_the_guard_trl_leaves_the_adapter_bf16(tmp_path, model_dir, monkeypatch):
+def test_without_the_guard_trl_leaves_the_adapter_bf16(tmp_path, tiny_model, monkeypatch):
     # what the guard undoes: TRL 1.16 casts the whole model, LoRA included, to bf16 before generate_batch
     monkeypatch.setattr(guards, "KeepFp32", lambda model: guards.TrainerCallback())
-    dtypes, _, rope_kept = trained_adapter_dtypes(tmp_path, model_dir)
+    dtypes, _, rope_kept = trained_adapter_dtypes(tmp_path, tiny_model)
     assert dtypes == {"torch.bfloat16"} and not rope_kept

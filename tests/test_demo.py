@@ -1,212 +1,16 @@
-"""The demo (grpo/profiles.py, `grpotrainer.py --demo`) and the sampled accuracy it reports (gsm8k.py).
+"""End to end: `grpotrainer.py --demo`. Its task and summary are tested in test_profiles.py, the sampled accuracy
+it reports in test_gsm8k.py.
 
-    .venv/bin/python -m pytest tests/test_demo.py -q -m "not slow"     # the task generator and the estimator, seconds
     .venv/bin/python -m pytest tests/test_demo.py -q -m slow -s        # the whole demo: ~7-10 minutes, one thread
 
-The slow test is the evidence that the loop learns on the real objective: GRPO with the default rewards raises
+It is the evidence that the loop learns on the real objective: GRPO with the default rewards raises
 held-out correctness (greedy lenient and sampled accuracy), measured by the same evaluation code as a real run.
 """
 
 import json
 
 import pytest
-from conftest import event_dirs, read_scalars, run_script
-
-from grpo import grading, gsm8k, profiles
-
-# ---------------------------------------------------------------------------------------------------------------
-# The task
-
-
-def columns_add_up(solution, a, b):
-    """True when `solution` is the written column addition of a + b: the sum restated, each column's digits and the
-    carry from the column before summed right, and the final '#### N' made of the column digits and the last carry."""
-    first, *cols, last = solution.split("\n")
-    if first != f"{a}+{b}" or len(cols) != profiles.DIGITS or not last.startswith("#### "):
-        return False
-    carry, digits = 0, ""
-    for x, y, col in zip(str(a)[::-1], str(b)[::-1], cols, strict=True):
-        total = int(x) + int(y) + carry
-        if col != f"{x}+{y}+{carry}={total:02d}":
-            return False
-        carry, digits = total // 10, str(total % 10) + digits
-    return last[5:] == (str(carry) if carry else "") + digits == str(a + b)
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_the_task_has_disjoint_splits_and_worked_golds(seed):
-    train, test = profiles.make_task(seed)
-    problems = profiles.make_problems(seed)
-    assert (len(train), len(test)) == (profiles.TRAIN_PROBLEMS, profiles.TEST_PROBLEMS)
-    assert len(test) >= 200  # the demo's evaluation needs at least 200 held-out problems
-    assert not {r["question"] for r in train} & {r["question"] for r in test}  # no test question is trained on
-    for row, problem in zip(train + test, problems, strict=True):
-        a, b = problem["a"], problem["b"]
-        assert 100 <= a <= 999 and 100 <= b <= 999 and f" {a} " in row["question"] and f" {b} " in row["question"]
-        assert grading.extract_hash_answer(row["answer"]) == str(a + b)  # GSM8K's answer format, read by our parser
-        assert columns_add_up(row["answer"], a, b)
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_every_warm_start_target_is_a_correct_solution(seed):
-    questions, worked, mixed = profiles.warm_start_targets(seed)
-    problems = profiles.make_problems(seed)[: profiles.TRAIN_PROBLEMS]
-    assert questions == [p["question"] for p in problems]  # the targets are the train split's, in order
-    for problem, targets in zip(problems, zip(worked, mixed, strict=True), strict=True):
-        a, b = problem["a"], problem["b"]
-        for target in targets:
-            # the project's own grader credits it, strict (a '#### N' last line) and lenient: no corrupted target
-            assert grading.grade(target, str(a + b)) == {
-                "extracted": str(a + b),
-                "correct": True,
-                "strict_correct": True,
-                "formatted": True,
-            }
-            assert target == f"#### {a + b}" or columns_add_up(target, a, b)  # one shot, or working that adds up
-    assert {profiles.style(t) for t in worked} == {"worked"}  # phase 1 teaches the working only
-    one_shot = sum(profiles.style(t) == "one-shot" for t in mixed) / len(mixed)
-    assert abs(one_shot - profiles.ONE_SHOT_SHARE) < 0.02  # phase 2: ~70% one-shot (8,000 draws: sd 0.005)
-
-
-def test_the_task_is_a_function_of_the_seed():
-    assert profiles.make_task(0) == profiles.make_task(0)  # same seed, same problems: runs and their caches agree
-    assert profiles.make_task(0)[1] != profiles.make_task(1)[1]  # another seed, another test split
-
-
-def test_write_task_writes_gsm8k_files_that_load(tmp_path):
-    folder = profiles.write_task(tmp_path / "task", seed=0)
-    train, test = profiles.make_task(0)
-    lines = (tmp_path / "task" / "test.jsonl").read_text().splitlines()
-    assert [json.loads(line) for line in lines] == test
-    loaded = gsm8k.load(folder, "train")  # the loader the training run uses
-    assert len(loaded) == len(train) and loaded[0]["answer"] == train[0]["answer"].rsplit(" ", 1)[-1]
-
-
-@pytest.mark.parametrize(
-    ("completion", "expected"),
-    [
-        ("#### 843", "one-shot"),
-        (" #### 843", "one-shot"),
-        ("457+386\n7+6+0=13\n5+8+1=14\n4+3+1=08\n#### 843", "worked"),
-        ("843", "worked"),  # anything that does not open with the answer counts as working
-    ],
-)
-def test_style_tells_a_one_shot_answer_from_working(completion, expected):
-    assert profiles.style(completion) == expected
-
-
-def test_summary_is_one_before_after_line(tmp_path):
-    rows = {"before": ["#### 9", "#### 8"], "after": ["4+5\n#### 9", "#### 9"]}
-    for when, completions in rows.items():
-        correct = [c.endswith("9") for c in completions]
-        metrics = {"lenient_accuracy": sum(correct) / 2, "sampled_accuracy": 0.25, "mean_completion_tokens": 3.0}
-        (tmp_path / f"eval_test_{when}.json").write_text(json.dumps(metrics))
-        lines = [json.dumps({"completion": c, "correct": k}) for c, k in zip(completions, correct, strict=True)]
-        (tmp_path / f"eval_test_{when}_predictions.jsonl").write_text("\n".join(lines) + "\n")
-    # lenient 1/2 -> 2/2, one of two answers worked after, none before
-    assert profiles.summary(tmp_path) == (
-        "demo, before -> after GRPO: lenient_accuracy 0.500 -> 1.000, sampled_accuracy 0.250 -> 0.250, "
-        "worked_share 0.000 -> 0.500, mean_completion_tokens 3.000 -> 3.000"
-    )
-
-
-def test_only_a_demo_run_logs_the_summary(tmp_path, caplog):
-    caplog.set_level("INFO", logger="grpotrainer.profiles")
-    profiles.log_summary(tmp_path, "smoke")  # another profile: nothing, not even the missing-files note
-    assert caplog.messages == []
-    profiles.log_summary(tmp_path, "demo")  # no evaluations in tmp_path: the note says why there is no line
-    assert caplog.messages == ["demo: no before -> after line without EVAL_BEFORE and EVAL_AFTER"]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Sampled accuracy
-
-
-@pytest.mark.parametrize(
-    ("completions", "samples", "accuracy", "strict"),
-    [
-        (["#### 3", "#### 3", "#### 5", "#### 5"], 2, 0.5, 0.5),  # problem 0 always right, problem 1 never
-        (["#### 3", "The answer is 3.", "#### 5", "#### 4"], 2, 0.75, 0.5),  # the phrase counts only lenient
-        (["#### 3", "#### 9", "#### 9", "#### 4", "#### 4", "#### 4"], 3, 2 / 3, 2 / 3),  # 1/3 and 3/3 -> 2/3
-    ],
-)
-def test_sampled_accuracy_is_the_mean_per_problem_share_of_correct_samples(completions, samples, accuracy, strict):
-    golds = ["3", "4"]
-    metrics = gsm8k.sampled_metrics(golds, completions, samples, 0.7)
-    assert metrics == {
-        "samples": samples,
-        "sample_temperature": 0.7,
-        "sampled_accuracy": round(accuracy, 4),
-        "sampled_strict_accuracy": round(strict, 4),
-    }
-
-
-def test_sampled_metrics_refuse_a_wrong_number_of_completions():
-    with pytest.raises(ValueError, match="3 completions for 2 problems x 2 samples"):
-        gsm8k.sampled_metrics(["1", "2"], ["#### 1"] * 3, 2, 1.0)
-
-
-class Sampler:
-    """A stub sampling generator: the k-th call for a question answers right when k % 4 < i % 4 (i its gold), so
-    problem i is right in exactly (i % 4) of every 4 samples."""
-
-    def __init__(self):
-        self.calls = {}
-
-    def __call__(self, prompts):
-        out = []
-        for prompt in prompts:
-            i = int(prompt[-1]["content"].split()[2])
-            k = self.calls.get(i, 0)
-            self.calls[i] = k + 1
-            out.append((f"#### {i if k % 4 < i % 4 else -1}", 2, False))
-        return out
-
-
-def test_evaluate_reports_sampled_accuracy_beside_the_greedy_one():
-    from test_evaluate import StubGenerator, problems
-
-    metrics, predictions = gsm8k.evaluate(
-        problems(4), StubGenerator(), 3, sampler=Sampler(), samples=4, temperature=1.0
-    )
-    # Problems 0..3 are right in 0, 1, 2, 3 of their 4 samples: (0 + 1/4 + 2/4 + 3/4) / 4 = 0.375, strict too.
-    assert {k: metrics[k] for k in gsm8k.SAMPLED_KEYS} == {
-        "samples": 4,
-        "sample_temperature": 1.0,
-        "sampled_accuracy": 0.375,
-        "sampled_strict_accuracy": 0.375,
-    }
-    assert metrics["strict_accuracy"] == 0.5 and len(predictions) == 4  # the greedy part as before: 0 and 2
-    assert list(metrics)[-1] == "seconds"
-
-
-def test_without_samples_the_metrics_are_the_greedy_ones_only():
-    from test_evaluate import StubGenerator, problems
-
-    metrics, _ = gsm8k.evaluate(problems(2), StubGenerator(), 2)
-    assert tuple(metrics) == (*gsm8k.KEYS, "seconds")  # the files of earlier runs keep their keys
-
-
-def test_sampling_is_seeded_and_leaves_the_global_random_state_alone():
-    import torch
-
-    from grpo.profiles import build_model, build_tokenizer
-
-    tokenizer = build_tokenizer()
-    model = build_model(tokenizer).eval()
-    sample = gsm8k.hf_generator(model, tokenizer, max_new_tokens=6, temperature=1.0)
-    dataset = gsm8k.load(gsm8k.FIXTURE, "train", limit=2)
-    torch.manual_seed(123)
-    before = torch.rand(1)
-    torch.manual_seed(123)
-    first = gsm8k.sample_all(dataset, sample, 3, batch_size=6, progress=False, seed=5)
-    after = torch.rand(1)
-    again = gsm8k.sample_all(dataset, sample, 3, batch_size=6, progress=False, seed=5)
-    assert first == again  # same seed, same samples
-    assert before == after  # training's own random stream is untouched by the evaluation
-    assert [r["question"] for r in first] == [q for q in dataset["question"] for _ in range(3)]  # problem-major
-    assert len({r["completion"] for r in first}) > 1  # sampled, not greedy: a random model's samples differ
-
+from conftest import event_dirs, read_scalars, train
 
 # ---------------------------------------------------------------------------------------------------------------
 # The demo end to end
@@ -215,7 +19,7 @@ def test_sampling_is_seeded_and_leaves_the_global_random_state_alone():
 @pytest.mark.slow
 def test_the_demo_raises_held_out_correctness(tmp_path):
     # no tight time limit: ~7-10 minutes on one thread, more on a loaded machine
-    out = run_script("grpotrainer.py", "--demo", f"--OUTPUT_DIR={tmp_path}", timeout=3600)
+    out = train(tmp_path, profile="--demo", timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
     before, after = (json.loads((tmp_path / f"eval_test_{w}.json").read_text()) for w in ("before", "after"))
     summary = {k: (before[k], after[k]) for k in ("lenient_accuracy", "sampled_accuracy", "mean_completion_tokens")}

@@ -11,7 +11,7 @@ the gloo backend, and the Trainer wraps the model in DistributedDataParallel. `a
 import json
 
 import pytest
-from conftest import REPO, event_dirs, read_scalars, run_script
+from conftest import REPO, event_dirs, read_scalars, run_script, train
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]  # = torchrun, in this venv
 
@@ -19,7 +19,7 @@ TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "
 def torchrun(tmp_path, *overrides):
     """Run `torchrun --standalone --nproc_per_node 2 grpotrainer.py --smoke` into tmp_path; return the result.
     --standalone picks a free port, so parallel test runs do not collide on torchrun's default 29500."""
-    return run_script(*TORCHRUN, "grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", *overrides, timeout=600)
+    return train(tmp_path, *overrides, launcher=TORCHRUN, timeout=600)
 
 
 @pytest.mark.slow
@@ -107,11 +107,23 @@ def test_accelerate_config_spans_nodes(name):
 
 @pytest.mark.slow  # repeats the torchrun test's training through `accelerate launch` (~25 s); run when configs change
 def test_ddp_config_launches_two_processes_on_cpu(tmp_path):
-    result = run_script(
+    launcher = (
         "-m", "accelerate.commands.launch", "--config_file", "configs/accelerate/ddp.yaml",
         "--num_processes", "2", "--mixed_precision", "no",  # 2 CPU processes (gloo); fp32 as --smoke runs
-        "grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", timeout=600,
     )  # fmt: skip
+    result = train(tmp_path, launcher=launcher, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["epoch"] == 0.25  # two processes, as in test_two_process_smoke_trains_on_both_ranks
+
+
+@pytest.mark.slow
+def test_a_two_process_cpu_run_resumes(tmp_path):
+    # accelerate named the device cpu:0, which torch.load's map_location for the optimizer state refused
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "grpotrainer.py", "--smoke"]
+    first = run_script(*torchrun, f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run_script(*torchrun, f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=4")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from {tmp_path / 'checkpoint-2'}" in again.stderr
+    assert json.loads((tmp_path / "run_finished.json").read_text())["global_step"] == 4

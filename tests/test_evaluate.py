@@ -11,162 +11,12 @@ import json
 import re
 
 import pytest
-from conftest import GSM8K_DIR, REPO, read_scalars, run_script
+from conftest import REPO, read_scalars, run_script, train
 
 import evaluate
+import export
 from grpo import checkpoints, cli, files, grading, gsm8k, preflight
 from grpo.errors import ConfigError
-
-# Four completions whose grades are known by construction, gold "18" throughout unless noted:
-CASES = [
-    ("9 * 2 = 18\n#### 18", "18", {"extracted": "18", "correct": True, "strict_correct": True, "formatted": True}),
-    (
-        "So she pays \\boxed{18}.",
-        "18",
-        {"extracted": "18", "correct": True, "strict_correct": False, "formatted": False},
-    ),
-    ("#### 17", "18", {"extracted": "17", "correct": False, "strict_correct": False, "formatted": True}),
-    ("I am not sure.", "18", {"extracted": None, "correct": False, "strict_correct": False, "formatted": False}),
-]
-
-
-@pytest.mark.parametrize(("completion", "gold", "expected"), CASES)
-def test_grade(completion, gold, expected):
-    assert grading.grade(completion, gold) == expected
-
-
-def test_grade_reads_chat_completions_like_plain_text():
-    # TRL hands conversational completions as message lists; the grade must not depend on the wrapping.
-    chat = [{"role": "assistant", "content": "9 * 2 = 18\n#### 18"}]
-    assert grading.grade(chat, "18") == CASES[0][2]
-
-
-def test_score_counts_the_known_cases():
-    golds, completions = [g for _, g, _ in CASES], [c for c, _, _ in CASES]
-    metrics = gsm8k.score(golds, completions, completion_tokens=[10, 20, 30, 40], truncated=[False] * 3 + [True])
-    # strict: case 1 only; lenient: 1 and 2 (\boxed); format: 1 and 3 have '#### N'; tokens: the mean of 10..40;
-    # one of four was cut off at the token limit.
-    assert metrics == {
-        "n": 4,
-        "strict_accuracy": 0.25,
-        "lenient_accuracy": 0.5,
-        "format_rate": 0.5,
-        "mean_completion_tokens": 25.0,
-        "truncated_rate": 0.25,
-    }
-    assert tuple(metrics) == gsm8k.KEYS  # the JSON file's keys, in this order
-
-
-def test_score_compares_by_value_not_by_text():
-    # "1,080", "1080.00" and "$1080" are all 1080 (grading.answers_match compares Decimals): three right of three.
-    metrics = gsm8k.score(["1080"] * 3, ["#### 1,080", "#### 1080.00", "The answer is $1080."])
-    assert (metrics["strict_accuracy"], metrics["lenient_accuracy"]) == (0.6667, 1.0)
-
-
-def test_score_of_nothing_is_zero_not_an_error():
-    assert gsm8k.score([], []) == dict.fromkeys(gsm8k.KEYS, 0) | {"n": 0}
-
-
-@pytest.mark.gsm8k
-def test_gsm8k_test_solutions_score_full_marks_and_boxed_ones_only_lenient():
-    # The issue's trap: a model writing \boxed{} scores 0 on a '####'-only extractor. The gold solutions themselves
-    # must score 100% both ways; the same solutions ending in \boxed{N} instead are 100% lenient, 0% strict.
-    if not (GSM8K_DIR / "test.jsonl").is_file():
-        pytest.skip(f"GSM8K is not at {GSM8K_DIR}")
-
-    rows = [json.loads(line) for line in (GSM8K_DIR / "test.jsonl").read_text().splitlines()]
-    golds = [grading.extract_hash_answer(r["answer"]) for r in rows]
-    boxed = [
-        r["answer"].rsplit("####", 1)[0] + f"So the answer is \\boxed{{{g}}}."
-        for r, g in zip(rows, golds, strict=True)
-    ]
-
-    def shares(m):
-        return m["n"], m["strict_accuracy"], m["lenient_accuracy"], m["format_rate"]
-
-    assert shares(gsm8k.score(golds, [r["answer"] for r in rows])) == (1319, 1.0, 1.0, 1.0)
-    assert shares(gsm8k.score(golds, boxed)) == (1319, 0.0, 1.0, 0.0)
-
-
-def problems(n):
-    """A dataset like gsm8k.load's: question i has gold answer str(i)."""
-    import datasets
-
-    questions = [f"What is {i} plus zero?" for i in range(n)]
-    return datasets.Dataset.from_dict(
-        {
-            "prompt": [[{"role": "user", "content": q}] for q in questions],
-            "answer": [str(i) for i in range(n)],
-            "question": questions,
-        }
-    )
-
-
-class StubGenerator:
-    """Fixed outputs: right in '####' format for even i, right but boxed for i % 3 == 1, wrong otherwise."""
-
-    def __init__(self):
-        self.batches = []
-
-    def __call__(self, prompts):
-        self.batches.append(len(prompts))
-        out = []
-        for prompt in prompts:
-            i = int(prompt[-1]["content"].split()[2])
-            text = f"#### {i}" if i % 2 == 0 else f"\\boxed{{{i}}}" if i % 3 == 1 else "#### -1"
-            out.append((text, i + 1, i == 6))  # the last one was cut off at the token limit
-        return out
-
-
-def test_evaluate_with_a_stub_generator():
-    stub = StubGenerator()
-    metrics, predictions = gsm8k.evaluate(problems(7), stub, batch_size=3)
-    assert stub.batches == [3, 3, 1]  # 7 problems in batches of at most 3
-    # i = 0..6. Strict (the even i): 0, 2, 4, 6 -> 4/7. Lenient adds the boxed i = 1 -> 5/7.
-    # Format ('####'): the 4 even ones plus the wrong "#### -1" for i = 3 and 5 -> 6/7. Tokens: mean of 1..7 = 4.
-    assert {k: metrics[k] for k in gsm8k.KEYS} == {
-        "n": 7,
-        "strict_accuracy": 0.5714,
-        "lenient_accuracy": 0.7143,
-        "format_rate": 0.8571,
-        "mean_completion_tokens": 4.0,
-        "truncated_rate": 0.1429,
-    }
-    assert predictions[3] == {
-        "question": "What is 3 plus zero?",
-        "gold": "3",
-        "completion": "#### -1",
-        "completion_tokens": 4,
-        "truncated": False,
-        "extracted": "-1",
-        "correct": False,
-        "strict_correct": False,
-        "formatted": True,
-    }
-    assert [p["gold"] for p in predictions] == [str(i) for i in range(7)]  # in dataset order
-
-
-def test_a_generator_that_drops_completions_is_an_error():
-    with pytest.raises(RuntimeError, match="returned 1 completions for 2"):
-        gsm8k.generate_all(problems(2), lambda prompts: [("#### 0", 1, False)], batch_size=2)
-
-
-def test_report_writes_the_files_and_the_tensorboard_scalars(tmp_path, capsys):
-    metrics = gsm8k.score(["18"] * 4, [c for c, _, _ in CASES], [1, 2, 3, 4])
-    predictions = [{"question": "q", "gold": "18", "completion": c} for c, _, _ in CASES]
-    settings = {"SYSTEM_PROMPT": "Be exact.", "MAX_COMPLETION_LENGTH": 24}
-    gsm8k.report(metrics, predictions, tmp_path, "eval_test", tmp_path / "runs" / "x", 7, settings=settings)
-
-    assert json.loads((tmp_path / "eval_test.json").read_text()) == {**metrics, "step": 7, "settings": settings}
-    lines = (tmp_path / "eval_test_predictions.jsonl").read_text().splitlines()
-    assert [json.loads(line) for line in lines] == predictions
-    # 0.25 and 0.5 are exact in float32, the scalars' storage type.
-    assert read_scalars(tmp_path / "runs" / "x") == {
-        "eval/gsm8k_strict_accuracy": [(7, 0.25)],
-        "eval/gsm8k_lenient_accuracy": [(7, 0.5)],
-        "eval/gsm8k_format_rate": [(7, 0.5)],
-    }
-    assert "strict_accuracy" in capsys.readouterr().out  # the table is printed
 
 
 def smoke_settings(tmp_path, **overrides):
@@ -226,22 +76,14 @@ def test_an_output_dir_that_cannot_be_written_is_refused_before_any_weights(tmp_
         evaluate.check(s, cpu_only=True)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A whole tiny model folder (grpo/profiles.py's), to cut copies of."""
-    from grpo import profiles
-
-    return profiles.ensure_model_dir(tmp_path_factory.mktemp("models") / "smoke-model")
-
-
-def broken_copy(model_dir, path, how):
+def broken_copy(tiny_model, path, how):
     """A copy of the model folder with the weights cut, the tokenizer removed, or nothing in it."""
     import shutil
 
     if how == "empty":
         path.mkdir()
         return path
-    shutil.copytree(model_dir, path)
+    shutil.copytree(tiny_model, path)
     if how == "weights cut":
         with open(path / "model.safetensors", "r+b") as f:
             f.truncate(20000)
@@ -259,8 +101,8 @@ def broken_copy(model_dir, path, how):
         ("no tokenizer", "it holds no tokenizer files"),  # was IndexError
     ],
 )
-def test_a_broken_model_folder_is_refused_before_loading(tmp_path, model_dir, how, message):
-    folder = broken_copy(model_dir, tmp_path / "model", how)
+def test_a_broken_model_folder_is_refused_before_loading(tmp_path, tiny_model, how, message):
+    folder = broken_copy(tiny_model, tmp_path / "model", how)
     with pytest.raises(ConfigError, match=re.escape(f"MODEL_NAME={folder}")) as err:
         evaluate.check(smoke_settings(tmp_path, MODEL_NAME=str(folder)), cpu_only=True)
     assert message in str(err.value)
@@ -386,21 +228,6 @@ def test_smoke_cli_writes_json_predictions_and_scalars(tmp_path):
     assert scalars["eval/gsm8k_lenient_accuracy"][0][1] == pytest.approx(metrics["lenient_accuracy"], abs=1e-4)
 
 
-def test_hf_generator_pads_on_the_left_so_batching_does_not_change_greedy_output(tmp_path):
-    # Left padding puts every prompt's last token right before the first generated one; with right padding a
-    # shorter prompt would continue from pad tokens and its greedy completion would change with its batch.
-    from grpo.profiles import build_model, build_tokenizer
-
-    tokenizer = build_tokenizer()
-    model = build_model(tokenizer).eval()
-    generate = gsm8k.hf_generator(model, tokenizer, max_new_tokens=8)
-    prompts = [[{"role": "user", "content": q}] for q in ("Hi", "What is 12 plus 7 pencils in all, Mia?")]
-    together = generate(prompts)
-    alone = [generate([p])[0] for p in prompts]
-    assert together == alone
-    assert all(1 <= n <= 8 and cut == (n == 8) for _, n, cut in together)  # no end-of-turn within 8: cut off
-
-
 def length_reward(completions, **kwargs):
     """A reward that tells any two completions of different lengths apart, so that a few steps move the adapter."""
 
@@ -410,10 +237,10 @@ def length_reward(completions, **kwargs):
 @pytest.mark.slow
 def test_standalone_evaluation_of_a_saved_adapter_matches_the_in_training_one(tmp_path):
     # Same prompts, same greedy decoding, same weights: `evaluate.py --ADAPTER` must reproduce EVAL_AFTER row by row.
-    args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--EVAL_BEFORE=4", "--EVAL_AFTER=4"]
+    args = ["--EVAL_BEFORE=4", "--EVAL_AFTER=4"]
     args += ["--REWARD_FUNCS=test_evaluate:length_reward", "--REWARD_WEIGHTS=1", "--LEARNING_RATE=0.05"]
-    train = run_script(*args, env={"PYTHONPATH": str(REPO / "tests")})
-    assert train.returncode == 0, train.stderr[-3000:]
+    trained = train(tmp_path, *args, env={"PYTHONPATH": str(REPO / "tests")})
+    assert trained.returncode == 0, trained.stderr[-3000:]
     args = ["evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path}", "--LIMIT=4"]
     result = run_script(*args)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -437,8 +264,7 @@ def test_standalone_evaluation_of_a_saved_adapter_matches_the_in_training_one(tm
 def test_two_processes_share_the_evaluation_and_rank_0_writes_all_of_it(tmp_path):
     # Under torchrun each rank generates a contiguous shard (5 problems -> 3 + 2) and rank 0 gathers them in order.
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    args = ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", "--EVAL_BEFORE=5", "--EVAL_AFTER=5"]
-    result = run_script(*torchrun, *args, timeout=600)
+    result = train(tmp_path, "--EVAL_BEFORE=5", "--EVAL_AFTER=5", launcher=torchrun, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     fixture = [json.loads(line)["question"] for line in (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()]
     for when in ("before", "after"):
@@ -446,3 +272,46 @@ def test_two_processes_share_the_evaluation_and_rank_0_writes_all_of_it(tmp_path
         assert [json.loads(line)["question"] for line in rows] == fixture[:5]
     (run,) = (tmp_path / "runs").iterdir()  # only rank 0 wrote TensorBoard events
     assert [s for s, _ in read_scalars(run)["eval/gsm8k_strict_accuracy"]] == [0, 4]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 3. a run's files never switch on remote code
+
+
+def evil_model(folder, marker):
+    """The tiny model folder, whose config and tokenizer point (auto_map) at its own evil.py, which writes `marker`."""
+    from grpo import profiles
+
+    profiles.ensure_model_dir(folder)
+    (folder / "evil.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
+        "from transformers import Qwen3Config, Qwen3ForCausalLM, PreTrainedTokenizerFast\n"
+        # subclasses: transformers marks a remote class as such, which must not touch its own Qwen3 classes
+        "class C(Qwen3Config):\n    pass\n"
+        "class M(Qwen3ForCausalLM):\n    config_class = C\n"
+        "class T(PreTrainedTokenizerFast):\n    pass\n"
+    )
+    for name, auto_map in (
+        ("config.json", {"AutoConfig": "evil.C", "AutoModelForCausalLM": "evil.M"}),
+        ("tokenizer_config.json", {"AutoTokenizer": [None, "evil.T"]}),
+    ):
+        data = json.loads((folder / name).read_text())
+        (folder / name).write_text(json.dumps({**data, "auto_map": auto_map}))
+    return folder
+
+
+def test_a_run_folder_cannot_switch_on_remote_code(tmp_path):
+
+    marker = tmp_path / "ran.txt"
+    base = evil_model(tmp_path / "models" / "smoke-model", marker)
+    run = save_adapter(tmp_path / "run")
+    sent = {"MODEL_NAME": str(base), "TRUST_REMOTE_CODE": True, "ATTN_IMPLEMENTATION": "someone/kernel"}
+    (run / "run_settings.json").write_text(json.dumps(sent))
+    s, _ = evaluate.resolve(["--smoke", f"--ADAPTER={run}"])
+    assert (s["MODEL_NAME"], s["TRUST_REMOTE_CODE"], s["ATTN_IMPLEMENTATION"]) == (str(base), False, "auto")
+    evaluate.load_model(s, cpu_only=True)
+    assert not marker.exists()  # the folder's Python never ran
+    export.main([f"--ADAPTER={run}", f"--OUTPUT_DIR={tmp_path / 'merged'}"])
+    assert not marker.exists()  # nor when exported
+    evaluate.load_model({**s, "TRUST_REMOTE_CODE": True}, cpu_only=True)
+    assert marker.read_text() == "ran"  # the user's own switch does run it: the test above could fail

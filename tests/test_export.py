@@ -12,19 +12,15 @@ adapter" would hold trivially); the tests check that the adapter moved the logit
 import json
 import os
 import re
+import socket
 import struct
 
 import pytest
-from conftest import run_script
+from conftest import run_script, train
 
 import export
-from grpo import cli
+from grpo import cli, files
 from grpo.errors import ConfigError
-
-
-def settings(argv):
-    """export.py's constants with `argv`'s overrides, as main() reads them."""
-    return dict(cli.parse(cli.constants(export), list(argv)).settings)
 
 
 def length_reward(completions, **kwargs):
@@ -279,7 +275,7 @@ def trained_run(tmp_path_factory):
         "EVAL_AFTER": 4,
     }
     args = [f"--{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in overrides.items()]
-    out = run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={path}", *args, env={"PYTHONPATH": "tests"})
+    out = train(path, *args, env={"PYTHONPATH": "tests"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert (path / "run_settings.json").is_file()  # the run records its settings for export.py
     return path
@@ -425,3 +421,54 @@ def test_enable_thinking_is_a_boolean_on_the_command_line():
     assert settings(["--ENABLE_THINKING=true"])["ENABLE_THINKING"] is True
     with pytest.raises(ConfigError, match="--ENABLE_THINKING=maybe is not a valid bool"):
         settings(["--ENABLE_THINKING=maybe"])
+
+
+class Interrupt:
+    """A saver that is Ctrl-C'd while writing (KeyboardInterrupt)."""
+
+    def save_pretrained(self, folder):
+        (folder / "model.safetensors").write_text("half")
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_export_keeps_the_earlier_one_and_leaves_nothing(tmp_path):
+
+    out = tmp_path / "merged"
+    export.write_folder(out, FakeSaver("model.safetensors"), FakeSaver("tokenizer.json"), {"step": 2})
+    with pytest.raises(KeyboardInterrupt):
+        export.write_folder(out, Interrupt(), FakeSaver("tokenizer.json"), {"step": 4})
+    assert json.loads((out / export.marker).read_text())["step"] == 2  # the earlier export, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["merged"]  # no .partial or .old left
+
+
+def test_what_a_killed_export_left_is_cleaned_up_and_its_folder_put_back(tmp_path):
+
+    out = tmp_path / "merged"
+    dead = 2**22 + 12345  # above the default pid_max of 4194304: no such process
+    assert not files.pid_alive(dead)
+    host = socket.gethostname()
+    old = tmp_path / f".merged.old-{host}-{dead}"  # killed between its two renames: OUTPUT_DIR was missing
+    old.mkdir()
+    (old / "model.safetensors").write_text("earlier export")
+    partial = tmp_path / f".merged.partial-{host}-{dead}"
+    partial.mkdir()
+    (partial / "model.safetensors").write_text("half a model")
+    with files.publish_dir(out, replace=True):
+        assert (out / "model.safetensors").read_text() == "earlier export"  # put back before anything else
+        assert not partial.exists()
+    live = tmp_path / f".merged.partial-{host}-{os.getpid()}-other"  # not ours to judge: not of this pattern
+    live.mkdir()
+    export.write_folder(out, FakeSaver("model.safetensors"), FakeSaver("tokenizer.json"), {"step": 4})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["merged", live.name])
+
+
+def settings(argv):
+    """export.py's constants with `argv`'s overrides, as main() reads them."""
+    return dict(cli.parse(cli.constants(export), list(argv)).settings)
+
+
+def test_export_refuses_its_internal_table_names_as_settings():
+    result = run_script("export.py", "--MARKER=notes.txt")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1  # one message, no traceback
+    assert "unknown setting --MARKER" in result.stderr

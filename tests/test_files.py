@@ -6,13 +6,34 @@ user's to fix.
 
 import errno
 import os
-import subprocess
 
 import pytest
 import torch
-from conftest import REPO
 
-from grpo import cli, errors, files
+from grpo import errors, files, hub
+
+# ---------------------------------------------------------------------------------------------------------------
+# the Hub: refused in seconds when it cannot be used
+
+
+def test_a_hub_id_that_is_not_cached_with_hf_hub_offline_is_refused_naming_the_setting(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    problem = hub.hub_unreachable("nobody-here/no-such-model-xyz", "MODEL_NAME")
+    assert problem.startswith("MODEL_NAME=nobody-here/no-such-model-xyz is a Hub id that is not in the local cache")
+    assert "HF_HUB_OFFLINE is set" in problem
+
+
+def test_a_hub_that_does_not_answer_is_refused_with_the_offline_hint(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # the discard port: refused at once
+    problem = hub.hub_unreachable("nobody-here/no-such-data", "DATASET", repo_type="dataset", timeout=2)
+    assert problem.startswith(
+        "DATASET=nobody-here/no-such-data is a Hub id, but the Hub (127.0.0.1:9) cannot be reached"
+    )
+    assert "Set HF_HUB_OFFLINE=1 to use only the local cache" in problem
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path):
@@ -81,15 +102,3 @@ def test_load_errors_are_the_users_and_everything_else_is_a_bug():
     assert not errors.is_load_error(_raised_in("forward", RuntimeError("shape '[2, 3]' is invalid")))
     assert not errors.is_load_error(KeyError("missing"))
     assert not errors.is_load_error(_raised_in("from_pretrained", torch.OutOfMemoryError("CUDA out of memory")))
-
-
-def test_the_slurm_script_reads_the_default_model_from_help():
-    # slurm/train.slurm --vllm-server serves grpotrainer's default MODEL_NAME when none is given: its sed must read
-    # the --help line as the help prints it
-    import grpotrainer
-
-    help_text = cli.help_text(REPO / "grpotrainer.py", cli.constants(grpotrainer))
-    script = (REPO / "slurm" / "train.slurm").read_text()
-    sed = script.split("grpotrainer.py --help | sed -n '")[1].split("'")[0]
-    out = subprocess.run(["sed", "-n", sed], input=help_text, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == grpotrainer.MODEL_NAME

@@ -7,11 +7,38 @@ output is stored here). Run:
     python -m pytest tests/test_grading.py -q
 """
 
-import pytest
+import ast
 
-from grpo import reward_guard
+import pytest
+from conftest import REPO
+
+from grpo import grading, reward_guard
 from grpo.grading import extract_answer, grade
 from rewards import REWARDS, correctness_reward
+
+# Four completions whose grades are known by construction, gold "18" throughout unless noted:
+CASES = [
+    ("9 * 2 = 18\n#### 18", "18", {"extracted": "18", "correct": True, "strict_correct": True, "formatted": True}),
+    (
+        "So she pays \\boxed{18}.",
+        "18",
+        {"extracted": "18", "correct": True, "strict_correct": False, "formatted": False},
+    ),
+    ("#### 17", "18", {"extracted": "17", "correct": False, "strict_correct": False, "formatted": True}),
+    ("I am not sure.", "18", {"extracted": None, "correct": False, "strict_correct": False, "formatted": False}),
+]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), CASES)
+def test_grade_known_cases(completion, gold, expected):
+    assert grading.grade(completion, gold) == expected
+
+
+def test_grade_reads_chat_completions_like_plain_text():
+    # TRL hands conversational completions as message lists; the grade must not depend on the wrapping.
+    chat = [{"role": "assistant", "content": "9 * 2 = 18\n#### 18"}]
+    assert grading.grade(chat, "18") == CASES[0][2]
+
 
 R1_THINK = (
     "<think>\nOkay, so Tom buys 3 packs of 6 pens. That's 3 * 6 = 18 pens. He gives 4 away: 18 - 4 = 14.\n</think>\n\n"
@@ -286,3 +313,23 @@ def test_f_smaller_cases(text, expected):
 def test_grade(completion, gold, kwargs, expected):
     out = grade(completion, gold, **kwargs)
     assert (out["extracted"], out["correct"], out["strict_correct"], out["formatted"]) == expected
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Safety: model output is never evaluated, and no text makes a reward raise
+
+
+@pytest.mark.parametrize("path", ["grpo/grading.py", "rewards.py"])
+def test_no_evaluation_in_source(path):
+    # nothing that reads model output can run it: grading.py reads the answers, rewards.py scores them; no eval-like
+    # call, no symbolic-maths parser imported
+    tree = ast.parse((REPO / path).read_text())
+    calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    names = {func.id for func in calls if isinstance(func, ast.Name)}
+    attributes = {func.attr for func in calls if isinstance(func, ast.Attribute)}  # re.compile is one of these
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    } | {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not names & {"eval", "exec", "compile", "__import__"}
+    assert not (names | attributes) & {"sympify", "parse_expr", "literal_eval", "simplify", "evalf", "parse"}
+    assert not imported & {"sympy", "math_verify", "latex2sympy2_extended", "ast", "numexpr"}

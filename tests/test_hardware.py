@@ -8,6 +8,8 @@ import pytest
 from grpo import hardware
 
 FA2, FA3 = hardware.FA2_KERNEL, hardware.FA3_KERNEL
+
+
 HOPPER, AMPERE = (9, 0), (8, 0)
 
 
@@ -77,3 +79,12 @@ def test_cached_kernels_reads_both_cache_layouts(tmp_path, monkeypatch):
 def test_importable(name, expected):
     # a missing parent package is "not importable", not an exception
     assert hardware.importable(name) is expected
+
+
+def test_flash_attention_only_in_bf16_on_cuda(gpu):
+    gpu(packages={"flash_attn"})
+    assert hardware.model_init_kwargs("auto", True, cpu_only=False)["attn_implementation"] == "flash_attention_2"
+    # flash-attn kernels run only in 16-bit: fp32 (e.g. on a V100) must fall back to sdpa
+    kwargs = hardware.model_init_kwargs("auto", False, cpu_only=False)
+    assert kwargs == {"dtype": "float32", "attn_implementation": "sdpa"}
+    assert hardware.model_init_kwargs("auto", True, cpu_only=True)["attn_implementation"] == "sdpa"

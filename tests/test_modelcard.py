@@ -32,7 +32,11 @@ SETTINGS = {  # a run's settings as run_settings.json holds them (the keys the c
     "OUTPUT_DIR": "outputs/qwen3-gsm8k-grpo",
     "grpo_config": {"warmup_ratio": 0.1},
 }
+
+
 BEFORE = dict(n=200, strict_accuracy=0.415, lenient_accuracy=0.82, format_rate=0.5, mean_completion_tokens=180.25)
+
+
 AFTER = dict(n=200, strict_accuracy=0.875, lenient_accuracy=0.9, format_rate=0.98, mean_completion_tokens=150.0)
 
 
@@ -199,17 +203,6 @@ def test_markdown_helpers(func, text, expected):
     assert func(text) == expected
 
 
-@pytest.mark.parametrize(
-    "model, expected",
-    [
-        ("Qwen/Qwen3-8B", "https://huggingface.co/Qwen/Qwen3-8B, states them"),  # a Hub base: its own page
-        ("outputs/smoke/smoke-model", "the local folder `outputs/smoke/smoke-model`, so this card cannot link"),
-    ],
-)
-def test_licence_section_points_at_the_base_models_page(model, expected):
-    assert expected in render({**SETTINGS, "MODEL_NAME": model})
-
-
 def test_write_card_replaces_trls_card_and_reads_the_runs_metrics(tmp_path):
     (tmp_path / "README.md").write_text("This model is a fine-tuned version of [None](https://huggingface.co/None).")
     (tmp_path / "eval_test_after.json").write_text(json.dumps(AFTER))
@@ -224,3 +217,14 @@ def test_write_card_replaces_trls_card_and_reads_the_runs_metrics(tmp_path):
     assert "license" not in front_matter(card) and "local folder" in card  # nothing copied, nothing downloaded
     assert card.startswith("---\n") and f"# {modelcard.escape(tmp_path.name)}\n" in card
     assert "| strict accuracy (`#### N` equals the gold answer) | not measured | 87.5% |" in card
+
+
+@pytest.mark.parametrize(
+    "model, expected",
+    [
+        ("Qwen/Qwen3-8B", "https://huggingface.co/Qwen/Qwen3-8B, states them"),  # a Hub base: its own page
+        ("outputs/smoke/smoke-model", "the local folder `outputs/smoke/smoke-model`, so this card cannot link"),
+    ],
+)
+def test_licence_section_points_at_the_base_models_page(model, expected):
+    assert expected in render({**SETTINGS, "MODEL_NAME": model})

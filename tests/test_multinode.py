@@ -20,10 +20,29 @@ import sys
 import time
 
 import pytest
-from conftest import REPO
+from conftest import BASE_ENV, REPO
+
+from grpo import cli
+
+
+def test_the_slurm_script_reads_the_default_model_from_help():
+    # slurm/train.slurm --vllm-server serves grpotrainer's default MODEL_NAME when none is given: its sed must read
+    # the --help line as the help prints it
+    import grpotrainer
+
+    help_text = cli.help_text(REPO / "grpotrainer.py", cli.constants(grpotrainer))
+    script = (REPO / "slurm" / "train.slurm").read_text()
+    sed = script.split("grpotrainer.py --help | sed -n '")[1].split("'")[0]
+    out = subprocess.run(["sed", "-n", sed], input=help_text, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == grpotrainer.MODEL_NAME
+
 
 SLURM_SCRIPTS = sorted((REPO / "slurm").glob("*.slurm"))
+
+
 DDP_TIMEOUT = 30  # seconds; short so that a stalled node ends the test quickly
+
+
 MARGIN = 60  # seconds on top of DDP_TIMEOUT for the failing node to report and exit, on 2 busy cores
 
 
@@ -38,7 +57,7 @@ def start_node(rank, port, output_dir, logs, *overrides, umask=0o022):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(rank)]
     cmd += ["--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port)]
     cmd += ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={output_dir}", *overrides]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **BASE_ENV}
     out, err = open(logs / f"node{rank}.out", "w"), open(logs / f"node{rank}.err", "w")  # noqa: SIM115
     return subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True, preexec_fn=lambda: os.umask(umask)
@@ -75,46 +94,6 @@ def nodes():
 
     yield start
     kill_all(*started)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The batch rule counts every process of every node
-
-
-@pytest.mark.parametrize(
-    ("world_size", "generations", "problem"),
-    [
-        (4, 4, None),  # 1 x 4 x 1 = 4: one group per round across 2 nodes x 2 GPUs
-        (1, 4, "= 1 x 1 x 1 = 1 completions"),  # the same settings on one process fail
-        (4, 8, "= 1 x 4 x 1 = 4 completions"),  # half a group per round ...
-    ],
-)
-def test_batch_rule_counts_every_node(smoke_settings, monkeypatch, world_size, generations, problem):
-    from grpo import preflight
-    from grpo.errors import ConfigError
-
-    # torchrun and accelerate set WORLD_SIZE to the count over all nodes (2 nodes x 2 processes = 4)
-    monkeypatch.setenv("WORLD_SIZE", str(world_size))
-    s = {**smoke_settings, "PER_DEVICE_TRAIN_BATCH_SIZE": 1, "GRADIENT_ACCUMULATION_STEPS": 1}
-    s["NUM_GENERATIONS"] = generations
-    if problem is None:
-        preflight.check(s, cpu_only=True)
-        return
-    with pytest.raises(ConfigError) as err:
-        preflight.check(s, cpu_only=True)
-    assert problem in str(err.value)
-    assert "(processes count every node)" in str(err.value)
-
-
-def test_batch_rule_suggests_a_fix_that_counts_every_node(smoke_settings, monkeypatch):
-    from grpo import preflight
-    from grpo.errors import ConfigError
-
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    s = {**smoke_settings, "PER_DEVICE_TRAIN_BATCH_SIZE": 1, "GRADIENT_ACCUMULATION_STEPS": 1, "NUM_GENERATIONS": 8}
-    with pytest.raises(ConfigError) as err:
-        preflight.check(s, cpu_only=True)
-    assert "Set GRADIENT_ACCUMULATION_STEPS=2, or NUM_GENERATIONS=4." in str(err.value)  # 1 x 4 x 2 = 8
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import importlib.util
 import json
 
 import pytest
-from conftest import GSM8K_DIR, REPO, run_script
+from conftest import GSM8K_DIR, REPO, run_script, train
 
 from grpo import checkpoints, gsm8k, preflight, profiles
 
@@ -212,8 +212,8 @@ def test_evaluate_scores_8_gsm8k_problems(real, which, tmp_path):
 
 
 def _train(folder, out, steps):
-    args = [f"--MODEL_NAME={folder}", f"--DATASET={GSM8K_DIR}", f"--MAX_STEPS={steps}", f"--OUTPUT_DIR={out}"]
-    return run_script("grpotrainer.py", "--smoke", *args, "--MAX_SAMPLES=16", timeout=900)
+    args = [f"--MODEL_NAME={folder}", f"--DATASET={GSM8K_DIR}", f"--MAX_STEPS={steps}"]
+    return train(out, *args, "--MAX_SAMPLES=16", timeout=900)
 
 
 def _greedy(model, tokenizer, max_new_tokens=64):

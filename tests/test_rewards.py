@@ -2,11 +2,11 @@
 
 Run:
     python -m pytest tests/test_rewards.py -q
-Every example here is written for these tests (no GSM8K text); tests/test_rewards_gsm8k.py checks the real data.
+Every example is written for these tests, except those marked gsm8k, which read the real data.
 """
 
-import ast
 import builtins
+import json
 import math
 import pickle
 import re
@@ -17,6 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +33,6 @@ from rewards import (
     reasoning_reward,
 )
 
-REPO = Path(__file__).resolve().parents[1]
 MB = 1_000_000
 
 
@@ -43,10 +43,6 @@ def chat(text):
 def make_reward(entry, max_completion_length=64, enable_thinking=False):
     """A registry entry ready to call, with the run's settings bound as the loader binds them."""
     return reward_guard.bind(entry, max_completion_length=max_completion_length, enable_thinking=enable_thinking)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Extraction
 
 
 @pytest.mark.parametrize(
@@ -207,10 +203,6 @@ def test_completion_to_text(completion, expected):
     assert completion_to_text(completion) == expected
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Reward functions
-
-
 def test_correctness_reward_values():
     completions = ["3 * 6 = 18\n#### 18", "The answer is $18.00.", r"\boxed{18.5}", "#### 17", ""]
     assert correctness_reward(completions, answer=["18"] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
@@ -351,11 +343,12 @@ def test_overlong_reward_matches_dapo(max_len):
     assert overlong_reward(["a", "b"], max_completion_length=max_len) == [0.0, 0.0]  # no token ids, no penalty
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The registry contract, for every entry
-
 COMPLETIONS = ["3 * 6 = 18\n#### 18", r"So $\boxed{17}$.", "The answer is 18.", "", "#### 9*2", "<think>18</think>x"]
+
+
 GOLDS = ["18", "18", "1,080", None, "18", "18"]
+
+
 TRL_KWARGS = {
     "prompts": ["q"] * len(COMPLETIONS),
     "completion_ids": [[1] * n for n in (10, 50, 60, 0, 64, 99)],
@@ -364,7 +357,11 @@ TRL_KWARGS = {
     "log_metric": lambda *a: None,
     "question": ["q"] * len(COMPLETIONS),
 }
+
+
 RANGES = {"overlong_reward": (-1.0, 0.0)}
+
+
 NEEDS_GOLD = {"correctness_reward", "math_reward"}  # these return None where the gold is missing
 
 
@@ -438,37 +435,12 @@ def test_configured_rewards(name):
     assert reward(["#### 18"], answer=["18"]) != function(["#### 18"], answer=["18"])  # thinking on: no </think>
 
 
-def test_correctness_reward_bound_reads_cut_offs():
-    reward = make_reward(correctness_reward, max_completion_length=4)
-    texts = ["3 * 6 = 18", "3 * 6 = 18", "3 * 6 = 18\n#### 18"]
-    out = reward(completions=texts, answer=["18"] * 3, completion_ids=[[1, 2, 3, 4], [1, 2, 3], [1, 2, 3, 4]])
-    assert out == [0.0, 1.0, 1.0]  # cut off at 4 tokens: the fallback's 18 earns nothing; a #### answer does
-
-
 def test_import_is_light():
     # grpotrainer's preflight imports rewards; it must not pull in torch, transformers or TRL
     heavy = "{'torch', 'transformers', 'trl', 'math_verify', 'sympy'}"
     code = f"import sys, rewards; print(sorted({heavy} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Safety: model output is never evaluated, and no text makes a reward raise
-
-
-def test_no_evaluation_in_source():
-    # nothing in rewards.py can run model output: no eval-like call, no symbolic-maths parser imported
-    tree = ast.parse((REPO / "rewards.py").read_text())
-    calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
-    names = {func.id for func in calls if isinstance(func, ast.Name)}
-    attributes = {func.attr for func in calls if isinstance(func, ast.Attribute)}  # re.compile is one of these
-    imported = {
-        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
-    } | {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not names & {"eval", "exec", "compile", "__import__"}
-    assert not (names | attributes) & {"sympify", "parse_expr", "literal_eval", "simplify", "evalf", "parse"}
-    assert not imported & {"sympy", "math_verify", "latex2sympy2_extended", "ast", "numexpr"}
 
 
 def test_code_in_completions_runs_nothing(tmp_path, monkeypatch):
@@ -511,7 +483,11 @@ FRAGMENTS = [
     "### Final Answer\n", "<think>", "</think>", "<answer>", "</answer>", "\ufffd", "\\text{", "%", " million", "é",
     "\\,", "{,}", "~", "\\", "(", ")", "<<", ">>", "\u00a0", "\x00", "\ud800",
 ]  # fmt: skip
+
+
 texts = st.one_of(st.text(), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join))
+
+
 NORMALISED = r"-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?"
 
 
@@ -554,9 +530,6 @@ def test_numbers_compare_by_value(value):
     assert answers_match(extract_answer(f"#### ${value:f}"), str(value))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Speed: linear time, a 1 MB completion well under 50 ms (bench/bench_rewards.py measures throughput)
-
 BIG = {
     "digits": "7" * MB,
     "digits and spaces": "1 " * (MB // 2),
@@ -588,3 +561,67 @@ def test_one_megabyte_grades_fast(name):
     assert best_ms(correctness_reward, [text], answer=["18"]) < 50  # the spec's bound for grading
     for reward_name in REWARDS:  # every reward is linear too: a quadratic scan would take seconds here
         assert best_ms(make_reward(REWARDS[reward_name]), [text], answer=["18"], repeat=1) < 250, reward_name
+
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared/data/gsm8k"
+
+
+SPLIT_SIZES = {"train": 7473, "test": 1319}
+
+
+@pytest.fixture(scope="module")
+def solutions():
+    """The reference solutions of both splits, in file order: train then test."""
+    missing = [DATA / f"{split}.jsonl" for split in SPLIT_SIZES if not (DATA / f"{split}.jsonl").is_file()]
+    if missing:
+        pytest.skip(f"GSM8K data not found: {', '.join(map(str, missing))} (put train.jsonl and test.jsonl there)")
+    rows = {split: (DATA / f"{split}.jsonl").read_text().splitlines() for split in SPLIT_SIZES}
+    assert {split: len(lines) for split, lines in rows.items()} == SPLIT_SIZES
+    return [json.loads(line)["answer"] for lines in rows.values() for line in lines]
+
+
+@pytest.fixture(scope="module")
+def golds(solutions):
+    return [extract_answer(solution) for solution in solutions]
+
+
+@pytest.mark.gsm8k
+def test_every_gold_parses(solutions, golds):
+    assert len(solutions) == 8792
+    unparsed = [solution[-60:] for solution, gold in zip(solutions, golds, strict=True) if gold is None]
+    assert unparsed == []
+    # the strict GSM8K-format extractor that evaluate.py uses reads the same golds
+    assert [extract_hash_answer(solution) for solution in solutions] == golds
+
+
+@pytest.mark.gsm8k
+@pytest.mark.parametrize("form", ["plain", "chat"])
+def test_each_solution_scores_one_against_its_own_gold(solutions, form):
+    completions = solutions if form == "plain" else [[{"role": "assistant", "content": s}] for s in solutions]
+    scores = correctness_reward(completions, answer=solutions)
+    failed = [solution[-60:] for solution, score in zip(solutions, scores, strict=True) if score != 1.0]
+    assert failed == []
+
+
+@pytest.mark.gsm8k
+def test_each_solution_scores_zero_against_a_different_gold(solutions, golds):
+    # pair solution i with the gold of solution i+1 (rotate by one); where the two golds differ by value, 0.0
+    rotated = solutions[1:] + solutions[:1]
+    scores = correctness_reward(solutions, answer=rotated)
+    differ = [not answers_match(a, b) for a, b in zip(golds, golds[1:] + golds[:1], strict=True)]
+    assert sum(differ) > 8600  # neighbouring problems rarely share an answer
+    wrong = [i for i, (score, d) in enumerate(zip(scores, differ, strict=True)) if d and score != 0.0]
+    assert wrong == []
+
+
+@pytest.mark.gsm8k
+def test_each_solution_has_the_asked_format(solutions):
+    # every reference ends with a "#### N" line, the format the prompt asks for
+    assert set(format_reward(solutions)) == {1.0}
+
+
+def test_correctness_reward_bound_reads_cut_offs():
+    reward = make_reward(correctness_reward, max_completion_length=4)
+    texts = ["3 * 6 = 18", "3 * 6 = 18", "3 * 6 = 18\n#### 18"]
+    out = reward(completions=texts, answer=["18"] * 3, completion_ids=[[1, 2, 3, 4], [1, 2, 3], [1, 2, 3, 4]])
+    assert out == [0.0, 1.0, 1.0]  # cut off at 4 tokens: the fallback's 18 earns nothing; a #### answer does

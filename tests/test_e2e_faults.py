@@ -1,14 +1,11 @@
-"""The faults of issue 12 against the real script: `grpotrainer.py --smoke` killed, rerun, run twice, cut.
+"""End to end: `grpotrainer.py` runs in subprocesses that are signalled, cut, locked or fed a failing reward.
 
-    pytest tests/test_faults_e2e.py -m slow        # ~4 min on 2 cores
-
-These assume grpotrainer.py's main() uses grpo/checkpoints.py and grpo/guards.py as their docstrings say:
-`finished` before anything else, `output_lock` around the run, `resume_checkpoint`, the StopOnSignal callback
-with its message and exit code, `faults` around train and save, and `mark_finished` as the last write.
+.venv/bin/python -m pytest tests/test_e2e_faults.py -q -m slow     # all slow: several minutes on 2 cores
 """
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -17,25 +14,21 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_script
+from conftest import BASE_ENV, REPO, run_script, train
 
 from grpo import checkpoints, guards
 
-pytestmark = pytest.mark.slow
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+ENV = {**os.environ, **BASE_ENV}
+
+
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-
-
-def smoke(output_dir, *overrides):
-    return run_script("grpotrainer.py", "--smoke", f"--OUTPUT_DIR={output_dir}", *overrides)
 
 
 def start(output_dir, *overrides, launcher=()):
     """A long smoke run in the background, its output in output_dir.log; returns the Popen once training has
     logged its first step (so a signal lands mid-training, not during the model load)."""
     log = Path(f"{output_dir}.log")
-    args = [sys.executable, *launcher, "grpotrainer.py", "--smoke", f"--OUTPUT_DIR={output_dir}", *overrides]
-    proc = subprocess.Popen(args, cwd=REPO, env=ENV, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    proc = train(output_dir, *overrides, launcher=launcher, background=True)
     wait_for(log, "'loss'", proc)
     return proc, log
 
@@ -68,6 +61,7 @@ def steps(checkpoint):
     return json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_rerun_resumes(tmp_path):
     out = tmp_path / "run"
     proc, log = start(out, "--MAX_STEPS=500", "--SAVE_STEPS=1000")
@@ -81,12 +75,13 @@ def test_sigterm_saves_and_rerun_resumes(tmp_path):
     assert f"stopped by SIGTERM at step {steps(saved)}; checkpoint saved to {saved}; rerun the same command" in text
     assert checkpoints.checkpoint_problem(saved) is None
     assert not (out / guards.LOCK_NAME).exists()  # released on the way out
-    result = smoke(out, f"--MAX_STEPS={steps(saved) + 2}", "--SAVE_STEPS=1000")
+    result = train(out, f"--MAX_STEPS={steps(saved) + 2}", "--SAVE_STEPS=1000")
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {saved}" in result.stderr
     assert steps(out / f"checkpoint-{steps(saved) + 2}") == steps(saved) + 2
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_without_a_traceback(tmp_path):
     proc, log = start(tmp_path / "run", "--MAX_STEPS=500", "--SAVE_STEPS=1000")
     proc.send_signal(signal.SIGINT)
@@ -94,19 +89,21 @@ def test_ctrl_c_saves_without_a_traceback(tmp_path):
     assert "Traceback" not in log.read_text() and "stopped by SIGINT at step" in log.read_text()
 
 
+@pytest.mark.slow
 def test_finished_run_rerun_changes_nothing(tmp_path):
-    assert smoke(tmp_path).returncode == 0
+    assert train(tmp_path).returncode == 0
     before = listing(tmp_path)
-    result = smoke(tmp_path)
+    result = train(tmp_path)
     assert result.returncode == 0
     assert f"OUTPUT_DIR {tmp_path} holds a finished run (4 steps, adapter saved); nothing to do" in result.stderr
     assert listing(tmp_path) == before  # no step past MAX_STEPS, no checkpoint rotated away
 
 
+@pytest.mark.slow
 def test_second_run_is_refused_and_first_finishes(tmp_path):
     out = tmp_path / "run"
     first, log = start(out, "--MAX_STEPS=150", "--SAVE_STEPS=1000")  # ~30 s: still running when the second locks
-    second = smoke(out, "--MAX_STEPS=150")
+    second = train(out, "--MAX_STEPS=150")
     assert second.returncode == 2
     assert f"is in use by another run (pid {first.pid} on " in second.stderr
     assert "Traceback" not in second.stderr
@@ -114,12 +111,13 @@ def test_second_run_is_refused_and_first_finishes(tmp_path):
     assert steps(out / "checkpoint-150") == 150
 
 
+@pytest.mark.slow
 def test_cut_checkpoint_is_moved_aside_and_older_one_resumed(tmp_path):
-    assert smoke(tmp_path).returncode == 0  # checkpoints 2 and 4
+    assert train(tmp_path).returncode == 0  # checkpoints 2 and 4
     (tmp_path / checkpoints.FINISHED_NAME).unlink()  # as if the run had died at the last save
     with open(tmp_path / "checkpoint-4" / "trainer_state.json", "r+b") as f:
         f.truncate(1000)  # a full disk cut it
-    result = smoke(tmp_path)
+    result = train(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {tmp_path / 'checkpoint-2'}" in result.stderr
     assert f"{tmp_path / 'checkpoint-4'} cannot be resumed (trainer_state.json does not parse" in result.stderr
@@ -128,14 +126,16 @@ def test_cut_checkpoint_is_moved_aside_and_older_one_resumed(tmp_path):
     assert steps(tmp_path / "checkpoint-4") == 4  # trained again from step 2
 
 
+@pytest.mark.slow
 def test_other_lora_rank_is_refused_before_weights_load(tmp_path):
-    assert smoke(tmp_path, "--MAX_STEPS=2").returncode == 0
-    result = smoke(tmp_path, "--MAX_STEPS=4", "--LORA_R=8")
+    assert train(tmp_path, "--MAX_STEPS=2").returncode == 0
+    result = train(tmp_path, "--MAX_STEPS=4", "--LORA_R=8")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "it was trained with LORA_R=16, and LORA_R is 8: set LORA_R=16" in result.stderr
     assert ", attention " not in result.stderr  # refused before main() logs the model it is about to load
 
 
+@pytest.mark.slow
 def test_torchrun_stops_all_ranks_at_one_step_when_one_is_signalled(tmp_path):
     out = tmp_path / "run"
     proc, log = start(out, "--MAX_STEPS=500", "--SAVE_STEPS=1000", launcher=TORCHRUN)
@@ -150,13 +150,14 @@ def test_torchrun_stops_all_ranks_at_one_step_when_one_is_signalled(tmp_path):
     assert text.count("Traceback") == 1  # ... and its own ChildFailedError is the only traceback
 
 
+@pytest.mark.slow
 def test_a_run_cut_after_its_last_checkpoint_finishes_without_an_extra_step(tmp_path):
     # killed during the final save (or EVAL_AFTER): the last checkpoint holds every step but the run is not marked
     # finished; resuming would train step 5, rotate checkpoint-2 away and overwrite the adapter
-    assert smoke(tmp_path).returncode == 0
+    assert train(tmp_path).returncode == 0
     (tmp_path / checkpoints.FINISHED_NAME).unlink()
     (tmp_path / "adapter_model.safetensors").unlink()
-    again = smoke(tmp_path)
+    again = train(tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]  # no step 5
     assert (tmp_path / "adapter_model.safetensors").read_bytes() == (
@@ -173,23 +174,14 @@ def myreward(completions, trainer_state=None, **kwargs):
 """
 
 
-def smoke_with_reward(tmp_path, source):
-    """`grpotrainer.py --smoke` into tmp_path/run with a reward module of the user's own (`source`, as mymod.py)."""
-    (tmp_path / "mymod.py").write_text(source)
-    return run_script(
-        "grpotrainer.py",
-        "--smoke",
-        f"--OUTPUT_DIR={tmp_path / 'run'}",
-        "--REWARD_FUNCS=correctness_reward,mymod:myreward",
-        "--REWARD_WEIGHTS=1,1",
-        env={"PYTHONPATH": str(tmp_path)},
-    )
+MYREWARD = ("--REWARD_FUNCS=correctness_reward,mymod:myreward", "--REWARD_WEIGHTS=1,1")  # mymod.py: reward_module
 
 
+@pytest.mark.slow
 def test_a_users_reward_that_raises_in_training_shows_its_traceback(tmp_path):
     # a bug in a reward of one's own: its traceback into the user's file and line, the entry and the step named;
     # exit non-zero; the last checkpoint kept whole and no final adapter written over it
-    out = smoke_with_reward(tmp_path, USER_REWARD)
+    out = train(tmp_path / "run", *MYREWARD, reward_module=USER_REWARD)
     assert out.returncode not in (0, 2), out.stderr[-2000:]
     assert "Traceback (most recent call last)" in out.stderr
     assert f'File "{tmp_path / "mymod.py"}", line 3, in myreward' in out.stderr
@@ -199,7 +191,121 @@ def test_a_users_reward_that_raises_in_training_shows_its_traceback(tmp_path):
     assert not (tmp_path / "run" / "adapter_model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_a_bad_setting_is_still_one_line_without_a_traceback(tmp_path):
-    out = smoke(tmp_path / "run", "--REWARD_FUNCS=correctness_reward,nomod:myreward", "--REWARD_WEIGHTS=1,1")
+    out = train(tmp_path / "run", "--REWARD_FUNCS=correctness_reward,nomod:myreward", "--REWARD_WEIGHTS=1,1")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "there is no module 'nomod' on the Python path" in out.stderr
+
+
+def launch(log, *args):
+    return subprocess.Popen([sys.executable, *args], cwd=REPO, env=ENV, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def stop_lines(text):
+    return [line.removeprefix("[grpotrainer] ") for line in text.splitlines() if "stopped by" in line]
+
+
+@pytest.mark.slow
+def test_sigterm_during_eval_before_says_so_in_one_line_and_the_rerun_finishes(tmp_path):
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    proc = train(out, "--EVAL_BEFORE=16", background=True)
+    wait_for(log, "GSM8K test, before training", proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 143  # 128 + SIGTERM, as in training
+    text = log.read_text()
+    assert "Traceback" not in text
+    assert stop_lines(text) == [
+        "stopped by SIGTERM while scoring EVAL_BEFORE: no step was trained; the same command starts again"
+    ]
+    assert not (out / guards.LOCK_NAME).exists() and not list(out.glob("checkpoint-*"))
+    rerun = train(out, "--EVAL_BEFORE=16")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert (out / checkpoints.FINISHED_NAME).is_file()
+    assert (out / "eval_test_before.json").is_file()  # the baseline the stopped run never wrote
+
+
+@pytest.mark.slow
+def test_sigterm_while_loading_the_model_names_it(tmp_path):
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    proc = train(out, background=True)
+    wait_for(log, "[grpotrainer] model ", proc)  # logged just before GRPOTrainer loads the weights
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 143
+    text = log.read_text()
+    assert "Traceback" not in text
+    [line] = stop_lines(text)
+    # where the signal came: the model load, or (on a fast machine) --smoke's EVAL_BEFORE or training's first step
+    phases = ("while loading the model", "while scoring EVAL_BEFORE", "at step")
+    assert line.startswith(tuple(f"stopped by SIGTERM {p}" for p in phases)), line
+
+
+NAN_REWARD = USER_REWARD.replace('[kwargs["difficulty"] for _ in completions]', '[float("nan") for _ in completions]')
+
+
+@pytest.mark.slow
+def test_a_reward_returning_nan_mid_run_is_one_message_naming_entry_and_step(tmp_path):
+    out = train(tmp_path / "run", *MYREWARD, reward_module=NAN_REWARD)
+    assert out.returncode == 2, out.stderr[-2000:]  # the reward's values, not a bug of code: exit 2, no traceback
+    assert "Traceback" not in out.stderr
+    assert (
+        "the reward REWARD_FUNCS entry 'mymod:myreward' at training step 3 returned nan for completion 0" in out.stderr
+    )
+    assert checkpoints.checkpoint_problem(tmp_path / "run" / "checkpoint-2") is None  # kept whole
+    assert not (tmp_path / "run" / "adapter_model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_during_an_export_leaves_no_half_folder_and_the_rerun_exports(tmp_path):
+    run = tmp_path / "run"
+    assert train(run).returncode == 0
+    target, log = tmp_path / "merged", tmp_path / "export.log"
+    proc = launch(log, "export.py", f"--ADAPTER={run}", f"--OUTPUT_DIR={target}")
+    wait_for(log, "[export] merging", proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 143
+    text = log.read_text()
+    assert "Traceback" not in text and len(stop_lines(text)) == 1, text[-2000:]
+    # merged, or writing: either way the folder is whole or absent, and no hidden partial is left beside it
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".merged")) == []
+    assert not target.exists() or (target / "export_settings.json").is_file()
+    again = run_script("export.py", f"--ADAPTER={run}", f"--OUTPUT_DIR={target}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (Path(target) / "model.safetensors").is_file()
+
+
+def nan_from_second_step(completions, trainer_state=None, **kwargs):
+    """A reward that breaks from the second step on (global_step is 1 while step 2 generates): NaN for every row."""
+    return [math.nan if trainer_state.global_step >= 1 else 1.0 for _ in completions]
+
+
+@pytest.mark.slow
+def test_nan_reward_stops_cleanly_and_keeps_the_last_good_checkpoint(tmp_path):
+    args = ["--SAVE_STEPS=1", "--REWARD_FUNCS=test_e2e_faults:nan_from_second_step", "--REWARD_WEIGHTS=1"]
+    result = train(tmp_path, *args, env={"PYTHONPATH": str(REPO / "tests")})
+    assert result.returncode == 2  # a clear message and a non-zero status, not a traceback
+    # the reward's values are refused where they are returned (rewards.check_values), naming the entry and step
+    entry = "the reward REWARD_FUNCS entry 'test_e2e_faults:nan_from_second_step' at training step 1"
+    assert f"{entry} returned nan for completion 0: not a finite number" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (tmp_path / "checkpoint-1").is_dir()  # the last good checkpoint is kept
+    assert not (tmp_path / "checkpoint-2").exists()  # SAVE_STEPS=1 would have saved step 2: the stop prevented it
+    assert not (tmp_path / "adapter_model.safetensors").exists()  # nor is a final adapter written
+
+
+TIMED_OUT_REWARD = """\
+def myreward(completions, trainer_state=None, **kwargs):
+    if trainer_state.global_step >= 2:
+        raise RuntimeError("LLM judge request timed out after 30 s")  # the user's own error, on line 3
+    return [0.0 for _ in completions]
+"""
+
+
+@pytest.mark.slow  # one --smoke run
+def test_a_reward_that_says_timed_out_keeps_its_traceback_and_is_no_stall(tmp_path):
+    out = train(tmp_path / "run", *MYREWARD, reward_module=TIMED_OUT_REWARD)
+    assert out.returncode == 1, out.stderr[-2000:]  # a bug: not the exit 2 of a message
+    assert f'File "{tmp_path / "mymod.py"}", line 3, in myreward' in out.stderr
+    assert "raised by the reward REWARD_FUNCS entry 'mymod:myreward' at training step 2" in out.stderr
+    assert "RuntimeError: LLM judge request timed out after 30 s" in out.stderr
+    assert "DDP_TIMEOUT" not in out.stderr and "waited for the others" not in out.stderr

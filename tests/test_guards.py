@@ -1,10 +1,6 @@
-"""Fault injection for checkpoints.py: cut checkpoints, finished reruns, a second run, SIGTERM, full disks, stalls.
+"""Tests of grpo/guards.py: the run lock, signals with all ranks agreeing, stall and full-disk naming.
 
-    pytest tests/test_runguard.py            # ~35 s on 2 cores; no model loads
-
-Checkpoints here are written in the real formats (safetensors, torch.save zips, JSON) but hold toy tensors, and the
-faults are made the way they happen: files cut at a byte count, files missing, a process killed with SIGKILL, a
-real signal sent to this process, saves onto a full 64 KiB tmpfs (as root), and a gloo collective that nobody answers.
+.venv/bin/python -m pytest tests/test_guards.py -q -m "not slow"
 """
 
 import errno
@@ -23,242 +19,29 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import transformers.generation.utils
 from conftest import REPO
 from safetensors.torch import save_file
 from transformers import TrainerControl, TrainerState
 
-from grpo import checkpoints, guards
+from grpo import guards
 from grpo.errors import ConfigError
 
-LORA = {"base_model_name_or_path": "/models/Qwen3-8B", "r": 16, "lora_alpha": 32, "target_modules": ["q_proj"]}
 
+def test_nan_probabilities_in_sampling_are_one_message_naming_weights_and_learning_rate():
+    import torch
+    import transformers.generation.utils
 
-def write_checkpoint(folder, step, adapter_config=LORA, log_rows=60):
-    """A checkpoint-`step` folder laid out as Trainer saves a PEFT model (see tests below for the file list)."""
-    folder.mkdir(parents=True)
-    state = {"global_step": step, "max_steps": 100, "train_batch_size": 4}  # what Trainer reads back to resume
-    state["log_history"] = [{"step": i, "loss": 0.5, "reward": 0.25} for i in range(log_rows)]
-    (folder / "trainer_state.json").write_text(json.dumps(state, indent=2))  # > 4,096 bytes with 60 rows
-    (folder / "adapter_config.json").write_text(json.dumps(adapter_config))
-    save_file({"lora_A": torch.zeros(4, 8), "lora_B": torch.ones(8, 4)}, folder / "adapter_model.safetensors")
-    torch.save({"state": {0: {"exp_avg": torch.zeros(64)}}}, folder / "optimizer.pt")
-    torch.save({"last_epoch": step}, folder / "scheduler.pt")
-    torch.save({"cpu": torch.random.get_rng_state()}, folder / "rng_state.pth")
-    torch.save({"learning_rate": 1e-5}, folder / "training_args.bin")
-    return folder
+    from grpo import guards
 
-
-def cut(path, size):
-    with open(path, "r+b") as f:
-        f.truncate(size)
-
-
-def test_whole_checkpoint_is_intact(tmp_path):
-    assert checkpoints.checkpoint_problem(write_checkpoint(tmp_path / "checkpoint-2", 2)) is None
-
-
-# Each fault, and the reason checkpoint_problem() gives. The 4,096-byte cut: what a full disk left.
-DAMAGE = {
-    "state cut at 4096": (lambda f: cut(f / "trainer_state.json", 4096), "trainer_state.json does not parse"),
-    "state missing": (lambda f: (f / "trainer_state.json").unlink(), "trainer_state.json is missing"),
-    "state without step": (
-        lambda f: (f / "trainer_state.json").write_text('{"epoch": 1.0}'),
-        "trainer_state.json lacks global_step, max_steps, train_batch_size",
-    ),
-    "adapter config cut": (lambda f: cut(f / "adapter_config.json", 20), "adapter_config.json does not parse"),
-    "safetensors cut in the data": (
-        lambda f: cut(f / "adapter_model.safetensors", (f / "adapter_model.safetensors").stat().st_size - 10),
-        "adapter_model.safetensors is cut short or damaged (",
-    ),
-    "safetensors cut in the header": (
-        lambda f: cut(f / "adapter_model.safetensors", 20),
-        "adapter_model.safetensors is cut short or damaged (",
-    ),
-    "safetensors empty": (lambda f: cut(f / "adapter_model.safetensors", 0), "adapter_model.safetensors is cut short"),
-    "safetensors missing": (
-        lambda f: (f / "adapter_model.safetensors").unlink(),
-        "adapter_model.safetensors is missing",
-    ),
-    "optimizer missing": (lambda f: (f / "optimizer.pt").unlink(), "optimizer.pt is missing"),
-    "optimizer cut": (lambda f: cut(f / "optimizer.pt", 500), "optimizer.pt is not a whole torch file"),
-    "scheduler missing": (lambda f: (f / "scheduler.pt").unlink(), "scheduler.pt is missing"),
-    "rng missing": (lambda f: (f / "rng_state.pth").unlink(), "rng_state.pth is missing"),
-    "rng cut": (lambda f: cut(f / "rng_state.pth", 1000), "rng_state.pth is not a whole torch file"),
-    "training args cut": (lambda f: cut(f / "training_args.bin", 100), "training_args.bin is not a whole torch file"),
-}
-
-
-@pytest.mark.parametrize("damage", DAMAGE)
-def test_intact_names_each_fault(tmp_path, damage):
-    folder = write_checkpoint(tmp_path / "checkpoint-4", 4)
-    harm, reason = DAMAGE[damage]
-    harm(folder)
-    assert checkpoints.checkpoint_problem(folder).startswith(reason)
-
-
-def test_state_file_is_longer_than_the_cut():
-    # the 4,096-byte cut must land inside the JSON, or the test above would test nothing
-    assert (
-        len(json.dumps({"log_history": [{"step": i, "loss": 0.5, "reward": 0.25} for i in range(60)]}, indent=2))
-        > 4096
-    )
-
-
-def resume(output_dir, **changes):
-    kwargs = dict(resume=True, model_name="Qwen/Qwen3-8B", lora_r=16, lora_alpha=32, target_modules="q_proj")
-    return checkpoints.resume_checkpoint(output_dir, **{**kwargs, **changes}, now=lambda: 0.0)
-
-
-@pytest.mark.parametrize("damage", ["state cut at 4096", "safetensors cut in the data", "optimizer missing"])
-def test_cut_checkpoint_falls_back_to_older_intact_and_is_kept(tmp_path, damage, caplog):
-    write_checkpoint(tmp_path / "checkpoint-2", 2)
-    newest = write_checkpoint(tmp_path / "checkpoint-4", 4)
-    DAMAGE[damage][0](newest)
-    files = sorted(p.name for p in newest.iterdir())
-    with caplog.at_level(logging.WARNING):
-        assert resume(tmp_path) == tmp_path / "checkpoint-2"
-    moved = tmp_path / "broken" / f"checkpoint-4-{time.strftime('%Y%m%d-%H%M%S', time.localtime(0))}"
-    assert not newest.exists()  # out of Trainer's way (rotation, later saves into the same name)
-    assert sorted(p.name for p in moved.iterdir()) == files  # moved whole, nothing deleted
-    assert f"{newest} cannot be resumed ({DAMAGE[damage][1]}" in caplog.text  # named in the log
-
-
-def test_only_the_main_process_moves(tmp_path):
-    write_checkpoint(tmp_path / "checkpoint-2", 2)
-    (tmp_path / "checkpoint-4").mkdir()  # a save killed before any file was written
-    assert resume(tmp_path, main_process=False) == tmp_path / "checkpoint-2"
-    assert (tmp_path / "checkpoint-4").is_dir() and not (tmp_path / "broken").exists()  # the other ranks leave it
-
-
-def test_every_broken_one_is_moved_and_two_moves_in_one_second_get_two_names(tmp_path):
-    for step in (2, 4):
-        (tmp_path / f"checkpoint-{step}").mkdir()
-    assert resume(tmp_path) is None  # nothing intact: a fresh start
-    assert sorted(p.name for p in (tmp_path / "broken").iterdir()) == [
-        "checkpoint-2-19700101-000000",
-        "checkpoint-4-19700101-000000",
-    ]
-    (tmp_path / "checkpoint-2").mkdir()  # the same name again, moved in the same second
-    resume(tmp_path)
-    assert (tmp_path / "broken" / "checkpoint-2-19700101-000000-1").is_dir()
-
-
-def test_broken_older_one_is_moved_newest_intact_is_chosen(tmp_path):
-    (tmp_path / "checkpoint-2").mkdir()
-    write_checkpoint(tmp_path / "checkpoint-10", 10)  # sorted by number, not by name ("10" < "2")
-    assert resume(tmp_path) == tmp_path / "checkpoint-10"
-    assert [p.name for p in (tmp_path / "broken").iterdir()] == ["checkpoint-2-19700101-000000"]
-
-
-def test_no_checkpoints_is_a_fresh_start(tmp_path):
-    assert resume(tmp_path) is None
-    assert resume(tmp_path / "not-yet-created") is None
-
-
-@pytest.mark.parametrize("leftover", ["checkpoint", "marker"])
-def test_resume_false_over_an_earlier_run_is_refused(tmp_path, leftover):
-    if leftover == "checkpoint":
-        (tmp_path / "checkpoint-4").mkdir()  # even a broken one: starting over would rotate the rest away
-    else:
-        (tmp_path / checkpoints.FINISHED_NAME).write_text("{}")
-    held = "1 checkpoint(s)" if leftover == "checkpoint" else "a finished adapter"
-    with pytest.raises(ConfigError) as err:
-        resume(tmp_path, resume=False)
-    assert f"RESUME=False, but OUTPUT_DIR {tmp_path} already holds {held} of an earlier run" in str(err.value)
-    assert len(str(err.value).splitlines()) == 2  # the two-line promise
-    assert (tmp_path / "checkpoint-4").is_dir() or leftover == "marker"  # refused before moving anything
-
-
-# A change of setting against a checkpoint trained with LORA, and the message's key phrase.
-MISMATCH = [
-    (dict(model_name="Qwen/Qwen3-1.7B"), "it is an adapter for /models/Qwen3-8B, and MODEL_NAME is Qwen/Qwen3-1.7B"),
-    (dict(lora_r=8), "it was trained with LORA_R=16, and LORA_R is 8: set LORA_R=16"),
-    (dict(lora_alpha=64), "it was trained with LORA_ALPHA=32, and LORA_ALPHA is 64: set LORA_ALPHA=32"),
-    (dict(target_modules="q_proj,v_proj"), "LORA_TARGET_MODULES=q_proj, and it is q_proj,v_proj"),
-    (dict(target_modules="all-linear"), "LORA_TARGET_MODULES=q_proj, and it is all-linear"),
-]
-
-
-@pytest.mark.parametrize("change, phrase", MISMATCH)
-def test_other_model_or_lora_shape_is_refused_before_weights(tmp_path, change, phrase):
-    write_checkpoint(tmp_path / "checkpoint-4", 4)
-    with pytest.raises(ConfigError) as err:
-        resume(tmp_path, **change)
-    assert phrase in str(err.value)
-    assert str(err.value).startswith(f"cannot resume {tmp_path / 'checkpoint-4'}: ")
-    assert str(err.value).endswith(", or give this run a new OUTPUT_DIR.")
-
-
-EXPANDED = {**LORA, "target_modules": ["model.layers.0.self_attn.q_proj", "model.layers.0.mlp.up_proj"]}
-
-
-@pytest.mark.parametrize(
-    "saved, given, same",
-    [
-        (EXPANDED, "all-linear", True),  # PEFT saves all-linear expanded to full module paths
-        (EXPANDED, "q_proj,up_proj", True),  # the same modules named by hand resume fine
-        (EXPANDED, "q_proj", False),
-        (LORA, " q_proj ", True),  # spaces tolerated, as build_peft_config does
-        (LORA, ["q_proj"], True),  # a list works as well as the comma string
-        ({**LORA, "base_model_name_or_path": "/local/copy/Qwen3-8B"}, "q_proj", True),  # a Hub id and its local copy
-    ],
-)
-def test_target_modules_compare_by_module_name(tmp_path, saved, given, same):
-    write_checkpoint(tmp_path / "checkpoint-4", 4, adapter_config=saved)
-    if same:
-        assert resume(tmp_path, target_modules=given) == tmp_path / "checkpoint-4"
-    else:
-        with pytest.raises(ConfigError, match="LORA_TARGET_MODULES=all-linear, and it is q_proj"):
-            resume(tmp_path, target_modules=given)
-
-
-def finish(output_dir, global_step=4, max_steps=4, num_train_epochs=3):
-    save_file({"lora_A": torch.zeros(2, 2)}, output_dir / "adapter_model.safetensors")
-    return checkpoints.mark_finished(
-        output_dir, global_step=global_step, epoch=0.125, max_steps=max_steps, num_train_epochs=num_train_epochs
-    )
-
-
-@pytest.mark.parametrize(
-    "done, asked, is_finished",
-    [
-        ((4, 4, 3), (4, 3), True),  # the same command again
-        ((4, 4, 3), (2, 3), True),  # fewer steps than were trained
-        ((4, 4, 3), (8, 3), False),  # MAX_STEPS raised: continue
-        ((300, -1, 3), (-1, 3), True),  # an epoch-based run, rerun
-        ((300, -1, 3), (-1, 5), False),  # NUM_TRAIN_EPOCHS raised: continue
-        ((4, 4, 3), (-1, 3), False),  # a step-limited run says nothing about finishing the epochs
-        ((300, -1, 3), (200, 3), True),  # a step limit below what the epoch run reached
-    ],
-)
-def test_finished_run_rerun_is_detected(tmp_path, done, asked, is_finished):
-    step, max_steps, epochs = done
-    finish(tmp_path, global_step=step, max_steps=max_steps, num_train_epochs=epochs)
-    before = sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.iterdir())
-    message = checkpoints.finished(tmp_path, *asked)
-    assert (message is not None) == is_finished
-    assert message is None or message.startswith(f"OUTPUT_DIR {tmp_path} holds a finished run ({step} steps")
-    assert sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.iterdir()) == before  # touched nothing
-
-
-def test_marker_is_written_atomically(tmp_path):
-    path = finish(tmp_path)
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
-    assert json.loads(path.read_text())["global_step"] == 4
-
-
-@pytest.mark.parametrize("fault", ["no marker", "marker cut", "adapter cut", "adapter missing"])
-def test_unfinished_or_damaged_final_save_is_not_finished(tmp_path, fault):
-    path = finish(tmp_path)
-    if fault == "no marker":
-        path.unlink()
-    elif fault == "marker cut":
-        cut(path, 10)
-    elif fault == "adapter cut":
-        cut(tmp_path / "adapter_model.safetensors", 30)
-    else:
-        (tmp_path / "adapter_model.safetensors").unlink()
-    assert checkpoints.finished(tmp_path, 4, 3) is None  # the rerun resumes and saves the final adapter again
+    # torch.multinomial refusing NaN probabilities, raised from a frame of transformers' generation, as in _sample
+    code = compile("torch.multinomial(probs, 1)", transformers.generation.utils.__file__, "exec")
+    nonfinite = "(?s)NaN or inf.*MODEL_NAME's weights hold NaN or inf.*lower LEARNING_RATE"
+    with pytest.raises(ConfigError, match=nonfinite), guards.faults("/tmp", 600):
+        exec(code, {"torch": torch, "probs": torch.tensor([[float("nan"), 1.0]])})
+    # any other error keeps its traceback
+    with pytest.raises(RuntimeError, match="another error"), guards.faults("/tmp", 600):
+        raise RuntimeError("another error")
 
 
 HOLDER = f"""
@@ -576,27 +359,166 @@ def test_faults_wraps_a_cause_and_passes_others(tmp_path):
         raise RuntimeError("shape mismatch")  # not ours to explain: the traceback stays
 
 
-def test_checkpoint_cut_by_a_full_disk_is_skipped(tmp_path):
-    # a full disk mid-save: the optimizer write fails and trainer_state.json is never written (Trainer writes it last)
-    write_checkpoint(tmp_path / "checkpoint-2", 2)
-    newest = write_checkpoint(tmp_path / "checkpoint-4", 4)
-    cut(newest / "optimizer.pt", 4096)
-    (newest / "trainer_state.json").unlink()
-    assert resume(tmp_path) == tmp_path / "checkpoint-2"
-    assert (tmp_path / "broken" / "checkpoint-4-19700101-000000" / "optimizer.pt").stat().st_size == 4096
+def test_a_second_signal_says_what_the_run_is_doing(caplog, tmp_path):
+    from grpo import guards
+
+    stopper = guards.StopOnSignal()
+    with caplog.at_level(logging.WARNING, logger="grpotrainer"):
+        stopper.handle(signal.SIGTERM, None)
+        stopper.handle(signal.SIGINT, None)  # still in the step (a hung reward): no save is running yet
+        stopper.signal_name = "SIGTERM"  # the processes agreed: Trainer saves now
+        stopper.handle(signal.SIGINT, None)
+        stopper.saved = tmp_path / "checkpoint-3"
+        stopper.handle(signal.SIGINT, None)
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == "SIGTERM received: finishing this step, then saving a checkpoint"
+    assert said[1].startswith("SIGINT ignored: the current step has not finished yet (a checkpoint is saved after")
+    assert said[2].startswith("SIGINT ignored: a checkpoint is being saved;")
+    assert said[3].startswith("SIGINT ignored: the checkpoint is saved and the run is ending;")
 
 
-# peft saves all-linear over 20+ modules (every real model) as short names: the run's record tells it apart
-MINIMISED = {**LORA, "target_modules": ["o_proj", "q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj"]}
+@pytest.mark.parametrize(
+    "error", [torch.distributed.DistBackendError, torch.distributed.DistStoreError, torch.distributed.DistNetworkError]
+)
+def test_torch_distributed_errors_are_the_stall_message_whatever_they_say(error):
+    with pytest.raises(ConfigError, match=r"DDP_TIMEOUT=9 s; .*\n.*NCCL_DEBUG=INFO"), guards.faults("/tmp", 9):
+        raise RuntimeError("collective failed") from error("no words of a timeout here")
 
 
-@pytest.mark.parametrize("recorded, same", [("all-linear", True), (None, False), ("q_proj", False)])
-def test_all_linear_resumes_by_the_runs_recorded_target_modules(tmp_path, recorded, same):
-    write_checkpoint(tmp_path / "checkpoint-4", 4, adapter_config=MINIMISED)
-    if recorded:
-        (tmp_path / "run_settings.json").write_text(json.dumps({"LORA_TARGET_MODULES": recorded}))
-    if same:
-        assert resume(tmp_path, target_modules="all-linear") == tmp_path / "checkpoint-4"
-    else:  # no record (or another one): short names could be a hand-written list, so the user is asked
-        with pytest.raises(ConfigError, match="LORA_TARGET_MODULES=o_proj,q_proj,k_proj,v_proj,gate_proj"):
-            resume(tmp_path, target_modules="all-linear")
+@pytest.mark.parametrize("text", ["request timed out", "timeout", "Watchdog caught", "Connection reset by peer"])
+def test_a_runtime_error_that_reads_like_a_stall_keeps_its_traceback(text):
+    with pytest.raises(RuntimeError, match=text), guards.faults("/tmp", 600):
+        raise RuntimeError(text)
+
+
+def test_disk_full_is_found_by_errno_anywhere_in_the_chain(tmp_path):
+    full = f"No space left on device while writing to OUTPUT_DIR {tmp_path}"
+    with pytest.raises(ConfigError, match=full), guards.faults(tmp_path, 600):
+        try:
+            raise OSError(errno.EDQUOT, "quota")  # the words do not matter, the errno does
+        except OSError:
+            raise RuntimeError("saving failed")  # noqa: B904  (found through __context__)
+    with pytest.raises(RuntimeError), guards.faults(tmp_path, 600):
+        raise RuntimeError("No space left on device")  # words alone are not a full disk
+
+
+def sample(probs):
+    """torch.multinomial run from a frame that transformers' generation owns, as its _sample does."""
+    code = compile("torch.multinomial(probs, num_samples=1)", transformers.generation.utils.__file__, "exec")
+    exec(code, {"torch": torch, "probs": probs})
+
+
+def test_nan_probabilities_are_found_where_sampling_raised():
+    with pytest.raises(ConfigError, match="(?s)NaN or inf.*lower LEARNING_RATE"), guards.faults("/tmp", 600):
+        sample(torch.tensor([[float("nan"), 1.0]]))
+    with pytest.raises(RuntimeError), guards.faults("/tmp", 600):  # torch's words, raised elsewhere: a bug
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+
+
+HOLDER = f"""
+import sys, time
+sys.path.insert(0, {str(REPO)!r})
+from grpo import guards
+with guards.output_lock(sys.argv[1], rank0=True):
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_filelock_refusal_names_the_holder_and_a_killed_holder_is_taken_over(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        refusal = f"in use by another run \\(pid {holder.pid} on {socket.gethostname()}, since "
+        with pytest.raises(ConfigError, match=refusal), guards.output_lock(tmp_path, rank0=True):
+            pass
+    finally:
+        holder.kill()  # SIGKILL: its files stay, naming it, but the OS released its flock
+        holder.wait()
+    with guards.output_lock(tmp_path, rank0=True):
+        assert json.loads((tmp_path / guards.HOLDER_NAME).read_text())["pid"] == os.getpid()
+    assert not (tmp_path / guards.LOCK_NAME).exists() and not (tmp_path / guards.HOLDER_NAME).exists()
+
+
+def tiny_lora_model():
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+    )  # fmt: skip
+    model = get_peft_model(Qwen3ForCausalLM(config), LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
+    with torch.no_grad():  # lora_B is zero at init, which would leave lora_A without a gradient: a trained adapter
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.02)
+    model.generate_batch = lambda *args, **kwargs: {}  # stands in for transformers' continuous batching
+    return model
+
+
+def inv_freqs(model):
+    return {n: b for n, b in model.named_buffers() if n.endswith("inv_freq")}
+
+
+def adam_step(model, lr=1e-5):
+    """One AdamW step of `lr` on a loss that gives every LoRA weight a gradient; the share of lora_A entries moved."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)
+    lora_a = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_A" in n}
+    ids = torch.randint(0, 64, (2, 12))
+    logits = model(input_ids=ids).logits
+    (logits.float() ** 2).mean().backward()
+    optimizer.step()
+    moved = [(p.detach() != lora_a[n]).float().mean().item() for n, p in model.named_parameters() if "lora_A" in n]
+    return sum(moved) / len(moved)
+
+
+def generate_as_trl_does(model):
+    # GRPOTrainer._generate_single_turn, continuous batching with bf16: cast the whole model, then generate_batch
+    model.to(torch.bfloat16)
+    model.generate_batch([[1, 2, 3]])
+
+
+def test_continuous_batching_keeps_the_adapter_and_rope_fp32():
+    model = tiny_lora_model()
+    rope = {n: b.clone() for n, b in inv_freqs(model).items()}
+    guard = guards.KeepFp32(model)
+    guard.on_step_begin(None, None, None)
+    generate_as_trl_does(model)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert {p.dtype for p in trainable} == {torch.float32}
+    assert rope and all(torch.equal(inv_freqs(model)[n], b) for n, b in rope.items())  # the fp32 original itself
+    assert {b.dtype for b in inv_freqs(model).values()} == {torch.float32}
+    model.to(torch.float32)  # the frozen base was bf16 in a real run; here the step itself runs in fp32
+    assert adam_step(model) == 1.0  # every lora_A entry moved
+
+
+def test_control_without_the_guard_trl_leaves_rope_and_adapter_bf16():
+    model = tiny_lora_model()
+    rope = {n: b.clone() for n, b in inv_freqs(model).items()}
+    generate_as_trl_does(model)
+    assert {b.dtype for b in inv_freqs(model).values()} == {torch.bfloat16}
+    assert any(not torch.equal(inv_freqs(model)[n].float(), b) for n, b in rope.items())  # rounded
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.bfloat16}
+
+
+def quantized_style(model):
+    # GRPOTrainer.__init__ for a quantized model: every trainable weight but DoRA's magnitude to bf16
+    for name, param in model.named_parameters():
+        if param.requires_grad and "lora_magnitude_vector" not in name:
+            param.data = param.data.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_a_4bit_run_trains_all_of_lora_a_only_with_the_adapter_in_fp32(guarded):
+    model = tiny_lora_model()
+    quantized_style(model)
+    if guarded:
+        guards.adapter_in_fp32(model)
+    moved = adam_step(model)
+    if guarded:
+        assert moved == 1.0
+    else:
+        assert moved < 0.5  # the control: most 1e-5 updates round away in bf16

@@ -1,0 +1,224 @@
+"""Tests of grpo/cli.py: overrides, recipes on the command line, `~`, signals and cli.run's exits.
+
+.venv/bin/python -m pytest tests/test_cli.py -q -m "not slow"
+"""
+
+import dataclasses
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import parse, run_script
+
+import evaluate
+import export
+import grpotrainer
+from grpo import cli, files
+from grpo.errors import ConfigError
+
+# ---------------------------------------------------------------------------------------------------------------
+# SIGTERM and Ctrl-C at any moment
+
+
+def run_main(main, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["script.py"])
+    with pytest.raises(SystemExit) as stop:
+        cli.run(main)
+    return stop.value.code
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_in_any_phase_ends_with_one_line_naming_it_and_128_plus_the_signal(monkeypatch, capsys, signum, code):
+    def main(argv):
+        with cli.phase("loading the model", "the same command resumes from checkpoint-4"):
+            os.kill(os.getpid(), signum)  # delivered here, between two bytecodes of the block
+            raise AssertionError("the handler raises before this line")
+
+    assert run_main(main, monkeypatch) == code  # 128 + the signal: the shell's "ended by this signal"
+    err = capsys.readouterr().err
+    name = signal.Signals(signum).name
+    # the phase as it was when the signal came, though the block has unwound since
+    assert err.strip().splitlines() == [
+        f"stopped by {name} while loading the model: the same command resumes from checkpoint-4"
+    ]
+
+
+def test_a_signal_before_any_phase_says_nothing_was_written(monkeypatch, capsys):
+    def main(argv):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    assert run_main(main, monkeypatch) == 143
+    assert capsys.readouterr().err.strip() == f"stopped by SIGTERM while starting: {cli.NOTHING_WRITTEN}"
+
+
+def test_a_keyboard_interrupt_raised_elsewhere_ends_the_same_way(monkeypatch, capsys):
+    def main(argv):  # a library that put back Python's own SIGINT handler
+        cli.set_phase("scoring 16 test problems")
+        raise KeyboardInterrupt
+
+    assert run_main(main, monkeypatch) == 130
+    assert "stopped by SIGINT while scoring 16 test problems" in capsys.readouterr().err
+
+
+def test_run_puts_back_the_callers_handlers_and_a_phase_block_its_phase(monkeypatch):
+    mine = signal.getsignal(signal.SIGTERM)
+    seen = {}
+
+    def main(argv):
+        seen["during"] = signal.getsignal(signal.SIGTERM)
+        with cli.phase("outer", "o"), cli.phase("inner"):
+            seen["inner"] = cli.stop_message(signal.SIGTERM)
+        seen["after"] = cli.stop_message(signal.SIGTERM)
+
+    monkeypatch.setattr(sys, "argv", ["script.py"])
+    cli.run(main)
+    assert seen["during"] is cli._interrupt  # installed from the first line of main
+    assert seen["inner"] == "stopped by SIGTERM while inner: o"  # an inner phase keeps the outer outcome
+    assert seen["after"] == f"stopped by SIGTERM while starting: {cli.NOTHING_WRITTEN}"
+    assert signal.getsignal(signal.SIGTERM) is mine
+
+
+def test_a_stop_between_the_renames_of_a_replacing_publish_puts_the_old_folder_back(tmp_path, monkeypatch):
+    target = tmp_path / "export"
+    target.mkdir()
+    (target / "model.safetensors").write_text("the earlier export")
+    real_rename = Path.rename
+    calls = []
+
+    def rename(self, to):
+        calls.append(self)
+        if len(calls) == 2:  # the new folder's rename into place: SIGTERM lands just before it
+            raise cli.Interrupted(signal.SIGTERM, "stopped")
+        return real_rename(self, to)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(cli.Interrupted), files.publish_dir(target, replace=True) as tmp:
+        (tmp / "model.safetensors").write_text("the new export")
+    monkeypatch.setattr(Path, "rename", real_rename)
+    # the earlier export is whole where it was, and nothing half-written is left beside it
+    assert (target / "model.safetensors").read_text() == "the earlier export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+def test_grpoconfig_field_names_are_read_from_trls_source_exactly():
+    from trl import GRPOConfig
+
+    # the ast reading follows GRPOConfig -> trl's _BaseConfig -> transformers' TrainingArguments, init fields only
+    expected = {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
+    assert cli.source_fields("trl.trainer.grpo_config", "GRPOConfig") == expected
+
+
+def test_a_class_whose_source_cannot_be_followed_falls_back_to_importing_it():
+    assert cli.source_fields("no_such_package_here.mod", "Config") is None
+    assert cli.source_fields("json", "JSONDecoder") is None  # a plain module, not a package: not followed
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pass-through fields that collide with the project's own job
+
+
+@pytest.mark.parametrize(
+    ("field", "constant"),
+    [
+        ("output_dir", "OUTPUT_DIR"),
+        ("resume_from_checkpoint", "RESUME"),
+        ("learning_rate", "LEARNING_RATE"),
+    ],
+)
+def test_a_field_the_script_owns_is_refused_naming_its_constant(field, constant):
+    settings = cli.constants(grpotrainer)
+    with pytest.raises(ConfigError, match=f"^--{field} is set by the constant {constant}: use --{constant}="):
+        cli.parse(
+            settings, [f"--{field}=1"], config_class="trl.trainer.grpo_config:GRPOConfig", owned=grpotrainer.owned
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2. `~` in every path setting of every script
+
+
+@pytest.mark.parametrize("script", [grpotrainer, evaluate, export])
+def test_tilde_is_the_home_folder_in_every_path_setting(script, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    names = [n for n in files.PATH_SETTINGS if n in cli.constants(script)]
+    args = cli.parse(cli.constants(script), [f"--{name}=~/{name.lower()}" for name in names])
+    # the shell leaves ~ alone after "="; every script reads the same folder transformers would
+    assert {n: args.settings[n] for n in names} == {n: str(tmp_path / n.lower()) for n in names}
+    assert len(names) >= 3  # MODEL_NAME, DATASET/ADAPTER, OUTPUT_DIR at least
+
+
+# --- overrides ---------------------------------------------------------------------------------------------------
+
+
+def test_overrides_are_typed_by_the_default():
+    args = parse(
+        [
+            "--NUM_GENERATIONS=8",
+            "--LEARNING_RATE=2e-5",
+            "--BETA=0",  # an int literal for a float constant stays a float
+            "--LOAD_IN_4BIT=true",
+            "--RESUME=no",
+            "--OUTPUT_DIR=runs/x",
+            "--REWARD_FUNCS=correctness_reward, math_reward",
+            "--REWARD_WEIGHTS=1,0.5",
+        ]
+    )
+    s = args.settings
+    assert s["NUM_GENERATIONS"] == 8 and s["LEARNING_RATE"] == 2e-5
+    assert s["BETA"] == 0.0 and isinstance(s["BETA"], float)
+    assert s["LOAD_IN_4BIT"] is True and s["RESUME"] is False
+    assert s["OUTPUT_DIR"] == "runs/x"
+    assert s["REWARD_FUNCS"] == ["correctness_reward", "math_reward"]
+    assert s["REWARD_WEIGHTS"] == [1.0, 0.5]
+    assert args.given == {"NUM_GENERATIONS", "LEARNING_RATE", "BETA", "LOAD_IN_4BIT", "RESUME", "OUTPUT_DIR"} | {
+        "REWARD_FUNCS",
+        "REWARD_WEIGHTS",
+    }
+    assert grpotrainer.NUM_GENERATIONS != 8  # parsing never writes the module's constants
+
+
+def test_profile_then_command_line():
+    args = parse(["--smoke", "--MAX_STEPS=7"])
+    assert args.profile == "smoke"
+    assert args.settings["MAX_STEPS"] == 7  # the command line wins over the profile ...
+    assert args.settings["MAX_COMPLETION_LENGTH"] == 32  # ... which wins over the constant
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("--NUM_GENERATION=8", "Did you mean NUM_GENERATIONS"),
+        ("--NUM_GENERATIONS=four", "--NUM_GENERATIONS=four is not a valid int (default 4)"),
+        ("--BF16=maybe", "not a valid bool"),
+        ("--REWARD_WEIGHTS=1,x", "not a valid list"),
+        ("NUM_GENERATIONS=8", "write --KEY=value"),
+        ("--MAX_STEPS", "write --KEY=value"),
+    ],
+)
+def test_bad_overrides_are_clear(arg, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse([arg])
+
+
+@pytest.mark.parametrize("script", ["evaluate.py", "export.py", "grpotrainer.py"])
+def test_help_prints_each_constant_under_a_section_and_no_stray_header(script):
+    result = run_script(script, "--help")
+    assert result.returncode == 0, result.stderr
+    settings = result.stdout.split("settings (--KEY=value", 1)[1].split("\n--", 1)[0]
+    blocks = [block for block in settings.split("\n\n") if block.strip()][1:]  # after the settings line itself
+    # every section is a header followed by its constants: a wrapped comment would make a header with none
+    for block in blocks:
+        header, *body = block.splitlines()
+        assert not header.startswith("  --") and body, f"stray header {header!r}"
+        assert all(re.match(r"  --[A-Z][A-Z0-9_]*=|        \S", line) for line in body), block
+
+
+def test_a_full_line_comment_after_a_constant_is_a_header(tmp_path):
+    # the reason OUTPUT_DIR's comment must fit on its line: help_text cannot tell a wrapped comment from a header
+    source = tmp_path / "s.py"
+    source.write_text('"""S."""\n# ----\n# one\nA = 1  # a\n# two\nB = 2  # b\n# ----\n')
+    text = cli.help_text(source)
+    assert "\n one\n  --A=1\n        a\n\n two\n  --B=2\n        b" in text

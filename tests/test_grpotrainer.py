@@ -1,0 +1,205 @@
+"""Tests of grpotrainer.py's own functions: build_config, the LoRA config, main's checks.
+
+.venv/bin/python -m pytest tests/test_grpotrainer.py -q -m "not slow"
+"""
+
+import re
+
+import pytest
+from conftest import parse, run_in_process, run_script
+
+import grpotrainer
+from grpo import cli, gsm8k, hardware
+from grpo.errors import ConfigError
+
+FIXTURE = str(gsm8k.FIXTURE)
+
+
+HAS_CUDA = hardware.cuda_available()
+
+
+def test_import_is_light():
+    # importing the script must not pull in torch/transformers/trl (no model, no download, no training)
+    out = run_script("-c", "import sys, grpotrainer; print(sorted({'torch','transformers','trl'} & set(sys.modules)))")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_config_maps_constants_to_grpo_config(settings):
+    settings["BF16"] = False  # a CPU machine cannot build a bf16 config
+    # values no default has, so that each field shows which constant it came from
+    settings.update(BETA=0.03, MAX_COMPLETION_LENGTH=200, NUM_GENERATIONS=6, TEMPERATURE=0.9, LEARNING_RATE=3e-5)
+    settings.update(PER_DEVICE_TRAIN_BATCH_SIZE=3, GRADIENT_ACCUMULATION_STEPS=2, NUM_TRAIN_EPOCHS=2, MAX_STEPS=-1)
+    settings.update(ACTIVATION_CHECKPOINTING=False, REWARD_WEIGHTS=[1.0, 0.3], LOGGING_STEPS=3, DDP_TIMEOUT=123)
+    config = grpotrainer.build_config(settings, {}, cpu_only=True)
+    # the tutorial's names translated to TRL 1.16: kl_coef -> beta, max_new_tokens -> max_completion_length
+    assert config.beta == 0.03
+    assert config.max_completion_length == 200
+    assert config.num_generations == 6
+    assert config.temperature == 0.9
+    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (3, 2)
+    assert config.num_train_epochs == 2 and config.max_steps == -1
+    assert config.gradient_checkpointing is False
+    assert config.learning_rate == 3e-5
+    assert config.reward_weights == [1.0, 0.3]
+    assert config.report_to == ["tensorboard"]
+    assert config.logging_steps == 3
+    assert config.chat_template_kwargs == {"enable_thinking": settings["ENABLE_THINKING"]}
+    assert config.trust_remote_code is settings["TRUST_REMOTE_CODE"]
+    assert config.ddp_timeout == 123
+    # STEPS_PER_GENERATION=0 means "one generation round per optimiser step": 3 per micro-batch x 1 process x 2
+    assert (config.steps_per_generation, config.generation_batch_size) == (2, 6)
+    assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "sdpa"}
+    assert config.cache_implementation == "dynamic"  # transformers' default KV cache, eager decoding
+
+
+def test_a_static_cache_is_asked_of_trl_and_its_decode_step_compiled(settings):
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig
+
+    from grpo import guards
+
+    s = {**settings, "BF16": False, "CACHE_IMPLEMENTATION": "static"}
+    config = grpotrainer.build_config(s, {}, cpu_only=True)
+    assert config.cache_implementation == "static"
+    # TRL 1.16 builds its GenerationConfig with disable_compile=True; CompileDecode turns it back on at train begin
+    trainer = SimpleNamespace(args=config, generation_config=GenerationConfig(disable_compile=True), model=None)
+    (callback,) = guards.generation_guards(trainer)  # no KeepFp32: no continuous batching here
+    callback.on_train_begin(config, None, None)
+    compile_config = trainer.generation_config.compile_config
+    assert trainer.generation_config.disable_compile is False
+    assert (compile_config.dynamic, compile_config.mode) == (True, "reduce-overhead")
+    default = grpotrainer.build_config({**settings, "BF16": False}, {}, cpu_only=True)
+    assert guards.generation_guards(SimpleNamespace(args=default)) == []  # the defaults need neither guard
+
+
+def test_settings_are_values_not_module_state(settings):
+    # building a config twice from different dicts never leaks one into the other, and the module is unchanged
+    before = cli.constants(grpotrainer)
+    a = grpotrainer.build_config({**settings, "BF16": False, "LEARNING_RATE": 3e-5}, {}, cpu_only=True)
+    b = grpotrainer.build_config({**settings, "BF16": False}, {}, cpu_only=True)
+    assert (a.learning_rate, b.learning_rate) == (3e-5, 1e-5)
+    assert cli.constants(grpotrainer) == before
+
+
+@pytest.mark.parametrize(
+    "report_to, expected",
+    [("tensorboard", ["tensorboard"]), ("none", []), ("tensorboard, trackio", ["tensorboard", "trackio"])],
+)
+def test_report_to(settings, report_to, expected):
+    config = grpotrainer.build_config({**settings, "BF16": False, "REPORT_TO": report_to}, {}, cpu_only=True)
+    assert config.report_to == expected
+
+
+def test_grpo_config_fields_pass_through_typed(settings):
+    args = parse(["--top_p=0.9", "--epsilon_high=0.28", "--use_transformers_paged=false", "--min_p=0.05"])
+    assert args.fields == {"top_p": 0.9, "epsilon_high": 0.28, "use_transformers_paged": False, "min_p": 0.05}
+    config = grpotrainer.build_config({**settings, "BF16": False}, args.fields, cpu_only=True)
+    assert (config.top_p, config.epsilon_high, config.min_p) == (0.9, 0.28, 0.05)
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("--top_pp=0.9", "unknown setting --top_pp: not a constant nor a GRPOConfig field. Did you mean top_p"),
+        ("--learning_rate=1e-5", "--learning_rate is set by the constant LEARNING_RATE"),
+        ("--gradient_checkpointing=true", "set by the constant ACTIVATION_CHECKPOINTING"),
+        ("--top_p=high", "invalid float value: 'high'"),
+    ],
+)
+def test_bad_grpo_config_fields_are_clear(arg, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse([arg])
+
+
+def test_grpo_config_refusals_become_config_errors(settings):
+    # a combination GRPOConfig itself rejects: an importance-sampling clip range whose minimum exceeds its maximum
+    with pytest.raises(ConfigError, match="GRPOConfig refuses these settings"):
+        grpotrainer.build_config(
+            {**settings, "BF16": False},
+            {"vllm_importance_sampling_clip_min": 2.0, "vllm_importance_sampling_clip_max": 1.0},
+            cpu_only=True,
+        )
+
+
+def test_smoke_config_is_fp32_on_cpu(smoke_settings):
+    config = grpotrainer.build_config(smoke_settings, {}, cpu_only=True)
+    assert config.use_cpu and not config.bf16
+    assert config.model_init_kwargs["attn_implementation"] == "sdpa"  # flash-attn is never picked on CPU
+
+
+def test_lora_config(settings):
+    peft = grpotrainer.build_peft_config({**settings, "LORA_R": 12, "LORA_ALPHA": 24, "LORA_DROPOUT": 0.05})
+    assert (peft.r, peft.lora_alpha, peft.lora_dropout) == (12, 24, 0.05)
+    peft = grpotrainer.build_peft_config({**settings, "LORA_TARGET_MODULES": "all-linear"})
+    assert peft.target_modules == "all-linear"  # peft's own keyword, passed as it is
+    peft = grpotrainer.build_peft_config({**settings, "LORA_TARGET_MODULES": "q_proj, v_proj"})
+    assert set(peft.target_modules) == {"q_proj", "v_proj"}
+    assert hardware.quantization_config(False, True) is None  # no 4-bit asked: no quantization config
+
+
+# --- overrides ---------------------------------------------------------------------------------------------------
+
+
+# --- preflight ---------------------------------------------------------------------------------------------------
+
+
+# --- the command line, end to end: a clean message, exit 2, no traceback --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--smoke", "--NUM_GENERATIONS=3"], "not a multiple of NUM_GENERATIONS=3"),
+        (["--smoke", "--REWARD_FUNCS=nope_reward", "--REWARD_WEIGHTS=1"], "unknown reward 'nope_reward'"),
+        (["--smoke", "--DATASET=/nonexistent/gsm8k.jsonl"], "DATASET=/nonexistent/gsm8k.jsonl points at"),
+        (["--smoke", "--TEMPERATUR=1"], "Did you mean TEMPERATURE"),
+        # refused, not uploaded: Trainer would push checkpoints and TRL's card; export.py pushes the right files
+        (["--smoke", "--push_to_hub=true"], "--push_to_hub=true is refused"),
+        (["--smoke", "--push_to_hub=true"], "python export.py --ADAPTER="),
+        pytest.param(
+            [], "no CUDA GPU is visible", marks=pytest.mark.skipif(HAS_CUDA, reason="would start a real run")
+        ),
+    ],
+)
+def test_cli_errors_exit_2_without_traceback(args, message, tmp_path, capsys, monkeypatch):
+    # preflight's mistakes, through cli.run as `python grpotrainer.py` runs it, in this process
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, stderr = run_in_process(grpotrainer.main, *args, f"--OUTPUT_DIR={tmp_path}", capsys=capsys)
+    assert code == 2
+    assert message in stderr and "Traceback" not in stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+# --- vLLM's context, LoRA dropout --------------------------------------------------------------------------------
+
+
+def test_vllm_context_is_bounded_by_the_data_unless_given(smoke_ok, tiny_model):
+    data = gsm8k.load(FIXTURE, "train")
+    longest = gsm8k.longest_prompt(data, tiny_model)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    rendered = [
+        tokenizer.apply_chat_template(p, add_generation_prompt=True, enable_thinking=False) for p in data["prompt"]
+    ]
+    # the longest prompt of the data rendered as TRL renders it (ENABLE_THINKING=False: the empty think block too)
+    assert longest == max(len(r["input_ids"]) for r in rendered)
+    s = {**smoke_ok, "USE_VLLM": True, "MODEL_NAME": tiny_model}
+    config = grpotrainer.build_config(s, {}, cpu_only=True, train_dataset=data)
+    # prompt + MAX_COMPLETION_LENGTH (32 in --smoke) + the margin: the rule evaluation's vllm_generator uses
+    assert config.vllm_max_model_length == longest + 32 + gsm8k.CONTEXT_MARGIN
+    assert config.vllm_max_model_length == gsm8k.context_length(longest, 32)
+    config = grpotrainer.build_config(s, {"vllm_max_model_length": 4096}, cpu_only=True, train_dataset=data)
+    assert config.vllm_max_model_length == 4096  # the user's --vllm_max_model_length wins
+    config = grpotrainer.build_config(smoke_ok, {}, cpu_only=True)
+    assert config.vllm_max_model_length is None  # without vLLM nothing is set
+
+
+def test_under_fsdp_the_model_loads_without_a_device_map(settings, monkeypatch):
+    import grpotrainer
+
+    assert "device_map" not in grpotrainer.build_model_init_kwargs(settings, cpu_only=True)
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    assert grpotrainer.build_model_init_kwargs(settings, cpu_only=True)["device_map"] is None

@@ -1,0 +1,335 @@
+"""Tests for grpo/reward_guard.py: loading REWARD_FUNCS entries, binding the run's settings, the guard around each
+call (the note on a raise, the value check, the deadline), and preflight calling the same guard.
+
+Run:
+    python -m pytest tests/test_reward_guard.py -q
+"""
+
+import asyncio
+import pickle
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import load_rewards
+
+import rewards
+from grpo import gsm8k, preflight, reward_guard
+from grpo.errors import ConfigError
+
+FIXTURE = str(gsm8k.FIXTURE)
+
+
+class State:
+    global_step = 7
+
+
+def timed_out_reward(completions, **kwargs):
+    raise RuntimeError("request timed out")
+
+
+def _torch_tensor():
+    import torch
+
+    return torch.tensor([0.5, 0.5, 0.5])
+
+
+BAD_VALUES = {
+    "None": (lambda: None, "returned None, not a list of numbers"),
+    "float": (lambda: 0.5, "returned a float, not a list of numbers"),
+    "generator": (lambda: (0.5 for _ in range(3)), "returned a generator, not a list of numbers"),
+    "tensor": (_torch_tensor, "returned a Tensor, not a list of numbers"),
+    "dict": (lambda: {"a": 1.0, "b": 0.0, "c": 0.0}, "returned a dict, not a list of numbers"),
+    "str": (lambda: "1.0", "returned a str, not a list of numbers"),
+    "bool": (lambda: [True, False, True], "returned True for completion 0: not a finite number"),
+    "NaN": (lambda: [0.0, float("nan"), 0.0], "returned nan for completion 1: not a finite number"),
+    "wrong length": (lambda: [1.0], "returned 1 values for 3 completions"),
+}
+
+
+def bad_reward(completions, kind, **kwargs):
+    """A reward returning the bad value named by the `kind` column (one value for all its rows)."""
+    return BAD_VALUES[kind[0]][0]()
+
+
+@pytest.mark.parametrize("kind", list(BAD_VALUES))
+def test_a_bad_value_is_one_message_naming_entry_and_step(kind):
+    (guard,) = reward_guard.load(["test_reward_guard:bad_reward"], {}, max_completion_length=8)
+    with pytest.raises(ConfigError) as err:
+        guard(completions=["a", "b", "c"], kind=[kind] * 3, trainer_state=State())
+    entry = "'test_reward_guard:bad_reward'"
+    assert str(err.value).startswith(f"the reward REWARD_FUNCS entry {entry} at training step 7 {BAD_VALUES[kind][1]}")
+    assert len(str(err.value).splitlines()) == 2  # the value and the fix: no traceback of our own code to read
+
+
+@pytest.mark.parametrize("kind", list(BAD_VALUES))
+def test_preflight_refuses_a_bad_value_with_the_same_message(kind):
+    dataset = gsm8k.load(FIXTURE, limit=4)
+    dataset = dataset.add_column("kind", [kind] * len(dataset))
+    name = "test_reward_guard:bad_reward"
+    with pytest.raises(ConfigError, match=f"entry '{name}' at training step 0 {BAD_VALUES[kind][1]}"):
+        preflight.check_rewards(reward_guard.load([name], {}, max_completion_length=8), [name], dataset, 8)
+
+
+def test_a_reward_raising_a_timeout_keeps_its_own_error_and_traceback_with_the_note():
+    # its text says "timed out", but it is the reward's own error: not a stall, not a ConfigError
+    (guard,) = reward_guard.load(["test_reward_guard:timed_out_reward"], {}, max_completion_length=8)
+    with pytest.raises(RuntimeError) as err:
+        guard(completions=["a"], trainer_state=State())
+    assert type(err.value) is RuntimeError and err.value.args == ("request timed out",)
+    assert err.value.__notes__ == [
+        "raised by the reward REWARD_FUNCS entry 'test_reward_guard:timed_out_reward' at training step 7"
+    ]
+    assert err.traceback[-1].name == "timed_out_reward"  # the traceback ends in the reward's own line
+
+
+def test_sys_exit_in_a_reward_becomes_a_runtime_error_from_it():
+    def exits(completions, **kwargs):
+        raise SystemExit(3)
+
+    with pytest.raises(RuntimeError, match=r"the reward called sys.exit\(3\)") as err:
+        reward_guard.Guard(exits, "m:exits")(completions=["a"], trainer_state=State())
+    assert isinstance(err.value.__cause__, SystemExit)  # its traceback goes into the reward
+    assert err.value.__notes__ == ["raised by the reward REWARD_FUNCS entry 'm:exits' at training step 7"]
+
+
+async def async_reward(completions, **kwargs):
+    return [float("nan")] * len(completions) if kwargs.get("bad") else [0.5] * len(completions)
+
+
+async def async_raising_reward(completions, **kwargs):
+    raise KeyError("difficulty")
+
+
+def test_an_async_reward_is_guarded_the_same_way_and_awaited():
+    from trl.trainer.utils import is_async_callable
+
+    (guard,) = reward_guard.load(["test_reward_guard:async_reward"], {}, max_completion_length=8)
+    assert is_async_callable(guard)  # TRL 1.16 awaits it on its event loop rather than iterating a coroutine
+    assert asyncio.run(guard(completions=["a", "b"], trainer_state=State())) == [0.5, 0.5]
+    with pytest.raises(ConfigError, match="at training step 7 returned nan for completion 0"):
+        asyncio.run(guard(completions=["a"], bad=True, trainer_state=State()))
+    (raising,) = reward_guard.load(["test_reward_guard:async_raising_reward"], {}, max_completion_length=8)
+    with pytest.raises(KeyError) as err:
+        asyncio.run(raising(completions=["a"], trainer_state=State()))
+    assert "at training step 7" in err.value.__notes__[0]
+
+
+def sleeping_reward(completions, **kwargs):
+    time.sleep(30)  # blocks in a system call: the timer's signal must still interrupt it
+    return [0.0] * len(completions)  # reached only when the deadline failed: the test then fails, not hangs
+
+
+def test_the_deadline_stops_a_plain_reward_that_sleeps():
+    (guard,) = reward_guard.load(["test_reward_guard:sleeping_reward"], {}, max_completion_length=8, timeout=0.05)
+    with pytest.raises(reward_guard.RewardTimeout, match="did not return within REWARD_TIMEOUT=0.05 s"):
+        guard(completions=["a"], trainer_state=State())
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is off again
+
+
+@pytest.mark.parametrize("name", ["correctness_reward", "format_reward", "math_reward", "overlong_reward"])
+def test_bound_rewards_keep_their_name_and_pickle(name):
+    from trl.trainer.utils import get_callable_name
+
+    (guard,) = reward_guard.load([name], rewards.REWARDS, max_completion_length=16, enable_thinking=True)
+    assert guard.__name__ == get_callable_name(guard.func) == name  # TRL logs rewards/<name>/mean
+    copy = pickle.loads(pickle.dumps(guard))
+    assert copy.func.keywords == guard.func.keywords and copy.func.func is rewards.REWARDS[name]
+    args = {"completions": ["#### 18"], "answer": ["18"], "completion_ids": [[1] * 14]}
+    assert copy(**args) == guard(**args)
+
+
+def test_a_function_without_the_settings_is_used_as_it_is():
+    (guard,) = reward_guard.load(["reasoning_reward"], rewards.REWARDS, max_completion_length=16)
+    assert guard.func is rewards.reasoning_reward
+
+
+def test_overlong_matches_trls_formula():
+    from trl.rewards import get_soft_overlong_punishment
+
+    ids = [[1] * n for n in (0, 70, 75, 76, 90, 100, 101, 500)]
+    trl = get_soft_overlong_punishment(max_completion_len=100, soft_punish_cache=25)(ids)
+    assert rewards.overlong_reward(["x"] * len(ids), completion_ids=ids, max_completion_length=100) == trl
+
+
+def test_preflight_skips_only_the_answer_blind_rewards_it_is_told_of(caplog):
+    names = ["format_reward", "reasoning_reward"]
+    funcs = reward_guard.load(names, rewards.REWARDS, max_completion_length=32)
+    dataset = gsm8k.load(FIXTURE, limit=4)
+    with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
+        preflight.check_rewards(funcs, names, dataset, 32, answer_blind=("format_reward",))
+    assert [r.getMessage().split(" scores")[0] for r in caplog.records] == ["REWARD_FUNCS entry 'reasoning_reward'"]
+
+
+def guarded(values):
+    return reward_guard.Guard(lambda completions, **kwargs: values, "myrewards:score")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ([1.0, float("nan")], "returned nan for completion 1: not a finite number"),
+        ([float("inf"), 1.0], "returned inf for completion 0: not a finite number"),
+        ([1.0], "returned 1 values for 2 completions"),
+        (["1.0", "0.0"], "returned '1.0' for completion 0: not a finite number"),
+        ([True, False], "returned True for completion 0: not a finite number"),
+        ({"a": 1.0, "b": 0.0}, "returned a dict, not a list of numbers"),
+        (None, "returned None, not a list of numbers"),
+        (0.5, "returned a float, not a list of numbers"),
+    ],
+)
+def test_a_reward_returning_what_is_not_a_reward_is_one_message_naming_entry_and_step(values, message):
+    with pytest.raises(ConfigError) as err:
+        guarded(values)(completions=["a", "b"], trainer_state=State())
+    assert str(err.value).startswith(f"the reward REWARD_FUNCS entry 'myrewards:score' at training step 7 {message}")
+
+
+def test_numbers_none_and_arrays_are_rewards():
+    import numpy as np
+
+    assert guarded([1, None])(completions=["a", "b"], trainer_state=State()) == [1, None]  # None: TRL's "no reward"
+    out = guarded(np.array([0.5, 1.0], dtype=np.float32))(completions=["a", "b"], trainer_state=State())
+    assert out.tolist() == [0.5, 1.0]
+
+
+def test_an_async_reward_is_awaited_by_trl_and_checked_the_same_way():
+    from trl.trainer.utils import is_async_callable
+
+    async def score(completions, **kwargs):
+        return [float("nan")] * len(completions)
+
+    func = reward_guard.AsyncGuard(score, "m:score")
+    assert is_async_callable(func)  # so TRL runs it on its event loop instead of calling it and getting a coroutine
+    with pytest.raises(ConfigError, match="entry 'm:score' at training step 7 returned nan for completion 0"):
+        asyncio.run(func(completions=["a"], trainer_state=State()))
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("os:system", "'os:system' is not a reward function: it takes (command) without **kwargs"),  # never run
+        ("./myrewards.py:score", "'./myrewards.py' is not a module name. Name the module as Python imports it"),
+        ("rewards:REWARDS", "'rewards:REWARDS' is a dict, not a function"),
+        ("emptyrewards:score", "emptyrewards.py has no 'score'; give module:function"),
+    ],
+)
+def test_a_reward_path_that_is_not_a_reward_is_one_message(tmp_path, monkeypatch, entry, message):
+    (tmp_path / "emptyrewards.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        reward_guard.load([entry], rewards.REWARDS, max_completion_length=64)
+
+
+def hung_reward(completions, **kwargs):
+    try:
+        while True:
+            time.sleep(0.01)
+    except Exception:  # a reward that swallows errors must not swallow the timeout
+        return [0.0] * len(completions)
+
+
+def test_a_hung_reward_ends_the_run_naming_it():
+    [guarded] = reward_guard.load(
+        ["test_reward_guard:hung_reward"], rewards.REWARDS, max_completion_length=32, timeout=0.2
+    )
+    start = time.monotonic()
+    with pytest.raises(reward_guard.RewardTimeout) as err:
+        guarded(completions=["x"], trainer_state=type("S", (), {"global_step": 7})())
+    message = str(err.value)
+    assert "REWARD_FUNCS entry 'test_reward_guard:hung_reward' did not return within REWARD_TIMEOUT=0.2 s" in message
+    assert "at training step 7" in message
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is off again
+    assert time.monotonic() - start < 60  # (a bound, not a timing claim: it did not hang)
+
+
+def brevity_reward(completions, **kwargs):
+    return [1.0 / (1 + len(str(c))) for c in completions]
+
+
+def test_reward_funcs_by_name_and_import_path():
+
+    funcs = load_rewards(["correctness_reward", "test_reward_guard:brevity_reward", "overlong_reward"], 10)
+    assert funcs[0].__name__ == "correctness_reward"
+    assert funcs[1].func is brevity_reward and funcs[1].__name__ == "brevity_reward"  # guarded, as TRL names it
+    # parameterised rewards in the registry are functions, bound to the run's completion length
+    assert funcs[2].__name__ == "overlong_reward"
+    assert funcs[2]([[1] * 10], completion_ids=[[1] * 10]) == [-1.0]
+
+
+def test_unimportable_reward():
+
+    # a module that is not on the path is the user's to fix: the message says where it must live
+    with pytest.raises(ConfigError, match="there is no module 'no_such_module' on the Python path") as err:
+        load_rewards(["no_such_module:f"], 10)
+    assert "repository root (beside grpotrainer.py) or in a folder on PYTHONPATH" in str(err.value)
+    with pytest.raises(ConfigError, match="has no 'no_such_reward'"):
+        load_rewards(["test_reward_guard:no_such_reward"], 10)
+
+
+def test_trls_dotted_reward_path_is_accepted_beside_the_colon_form():
+
+    (dotted,) = load_rewards(["test_reward_guard.brevity_reward"], 10)
+    (colon,) = load_rewards(["test_reward_guard:brevity_reward"], 10)
+    assert dotted.func is colon.func is brevity_reward
+
+
+def no_kwargs_reward(completions):
+    return [0.0 for _ in completions]
+
+
+def later_reward(completions, trainer_state=None, **kwargs):
+    if trainer_state.global_step >= 1:
+        raise ZeroDivisionError("division by zero")
+    return [0.0] * len(completions)
+
+
+class NeedsArgReward:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def _raised_here(excinfo):
+    """The file and function of the frame that raised: a bug's traceback must end in the reward itself."""
+    frame = excinfo.traceback[-1]
+    return Path(str(frame.path)).name, frame.name
+
+
+def test_a_reward_without_kwargs_is_refused_when_loaded():
+
+    # TRL calls it with prompts=, completion_ids=, trainer_state= and the columns: it could never run
+    with pytest.raises(
+        ConfigError, match=r"'test_reward_guard:no_kwargs_reward' is not a reward function: it takes \(completions\)"
+    ):
+        load_rewards(["test_reward_guard:no_kwargs_reward"], 32)
+
+
+def test_a_reward_class_that_cannot_be_built_keeps_its_traceback():
+
+    with pytest.raises(TypeError) as excinfo:
+        load_rewards(["test_reward_guard:NeedsArgReward"], 32)
+    assert "REWARD_FUNCS entry 'test_reward_guard:NeedsArgReward'" in excinfo.value.__notes__[0]
+
+
+def test_a_reward_that_raises_during_training_keeps_its_traceback_and_names_its_entry():
+    from transformers import TrainerState
+
+    (func,) = load_rewards(["test_reward_guard:later_reward"], 32)
+    assert func(["x"], trainer_state=TrainerState(global_step=0)) == [0.0]
+    with pytest.raises(ZeroDivisionError) as excinfo:
+        func(["x"], trainer_state=TrainerState(global_step=3))
+    assert excinfo.value.__notes__ == [
+        "raised by the reward REWARD_FUNCS entry 'test_reward_guard:later_reward' at training step 3"
+    ]
+    assert _raised_here(excinfo) == ("test_reward_guard.py", "later_reward")  # the user's own file and line
+
+
+def test_rewards_load_wraps_an_async_reward_in_async_guard(tmp_path, monkeypatch):
+    (tmp_path / "asyncrewards.py").write_text(
+        "async def score(completions, **kwargs):\n    return [1.0] * len(completions)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (func,) = reward_guard.load(["asyncrewards:score"], rewards.REWARDS, max_completion_length=64)
+    assert type(func) is reward_guard.AsyncGuard
+    assert asyncio.run(func(completions=["a", "b"], trainer_state=State())) == [1.0, 1.0]
