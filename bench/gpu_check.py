@@ -44,6 +44,7 @@ import ast
 import datetime
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -51,6 +52,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: grpo/profiles.py, grpotrainer.py, data/
 FIXTURE = ROOT / "data" / "smoke_gsm8k.jsonl"
@@ -99,7 +101,7 @@ BUDGETS = {
     "step": {"qwen3-8b": 175, "qwen3-0.6b": 135, "qwen3-1.7b": 140},
     "step-large": {"qwen3-8b": 185, "qwen3-0.6b": 140, "qwen3-1.7b": 145},
 }
-DRY_BUDGET = 300
+DRY_BUDGET = 450  # decode-static's cold compile of the LoRA model on 2 shared cores: up to ~5 min
 EVAL_OFF = {"EVAL_STEPS": 0, "EVAL_BEFORE": 0, "EVAL_AFTER": 0}  # step cases time training alone
 # the larger layout: 64 completions per step, 8 per micro-batch, all decoded by one generate call per step
 LARGE_LAYOUT = {"PER_DEVICE_TRAIN_BATCH_SIZE": 8, "GRADIENT_ACCUMULATION_STEPS": 8, "STEPS_PER_GENERATION": 8}
@@ -221,15 +223,13 @@ def repeat_times(fn, repeats):
     return [timed(fn)[0] for _ in range(repeats)], warmup
 
 
-def median(values):
-    """The median of a non-empty list (the mean of the middle two for an even count).
+def medians(repeats):
+    """Each figure's median over the repeats, a list of dicts with the same keys.
 
-    >>> median([3, 1, 2]), median([4, 1, 2, 3])
-    (2, 2.5)
+    >>> medians([{"s": 1.0, "share": 0.5}, {"s": 3.0, "share": 0.1}, {"s": 2.0, "share": 0.2}])
+    {'s': 2.0, 'share': 0.2}
     """
-    import statistics
-
-    return statistics.median(values)
+    return {key: median([repeat[key] for repeat in repeats]) for key in repeats[0]}
 
 
 def host_facts():
@@ -239,8 +239,6 @@ def host_facts():
     except OSError:
         cpuinfo = ""
     names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
-    import platform
-
     return {
         "cpu_model": names[0] if names else platform.processor() or None,
         "cpu_count": os.cpu_count(),
@@ -585,7 +583,7 @@ def run_step(args):
     record = case_record(
         args.case,
         args.model,
-        **{key: median([step[key] for step in steps]) for key in steps[0]},  # the median of the timed steps
+        **medians(steps),  # of the timed steps
         peak_memory_gib=max(peaks) if peaks else None,
         peak_memory_no_kv_gib=memory.get("outside"),  # outside generation: no KV cache, paged or not
         completions=batch,

@@ -2,7 +2,7 @@
 short overhead benchmark; plus the sizes and rooflines the GPU check's figures are computed from.
 
     pytest tests/test_bench.py -m "not slow"     # seconds
-    pytest tests/test_bench.py                   # + the dry run, ~1-2 min on 2 shared cores
+    pytest tests/test_bench.py                   # + the dry run, ~3-6 min on 2 shared cores
 """
 
 import importlib.util
@@ -175,11 +175,17 @@ def test_host_facts_name_the_cpu_and_its_cores():
     assert isinstance(host["cpu_model"], str) and host["cpu_model"]
 
 
-def test_medians_of_repeats_and_launch_counts():
+def test_a_step_case_reports_each_figure_as_the_median_of_the_timed_steps():
+    steps = [{"step_seconds": 9.0, "generation_share": 0.2}, {"step_seconds": 5.0, "generation_share": 0.6}]
+    steps.append({"step_seconds": 6.0, "generation_share": 0.4})
+    assert gpu_check.medians(steps) == {"step_seconds": 6.0, "generation_share": 0.4}  # not one step's pair
+    assert gpu_check.medians(steps[:2]) == {"step_seconds": 7.0, "generation_share": 0.4}
+
+
+def test_repeats_leave_the_warm_up_out_and_launches_count_ops():
     calls = []
     times, warmup = gpu_check.repeat_times(lambda: calls.append(1), 3)
     assert len(times) == 3 and len(calls) == 4 and warmup >= 0  # the warm-up call is not among the repeats
-    assert gpu_check.median([5.0, 1.0, 2.0]) == 2.0
     # on the CPU every aten op counts (what would each launch a kernel on a GPU): 3 adds, 3 more than 0
     x = torch.ones(4)
     assert gpu_check.launches(lambda: x + x + x + x, cuda=False) - gpu_check.launches(lambda: None, cuda=False) >= 3
@@ -340,3 +346,18 @@ def test_overhead_bench_runs_and_times_the_same_work(tmp_path):
     assert report["same_tokens"] is True  # same seed, model, prompts: both sides sampled the same completions
     assert report["timed_steps"] == 2  # 4 steps: 3 step-to-step intervals, the first dropped as warm-up
     assert report["ratio"] > 0 and report["ratio_q1"] <= report["ratio"] <= report["ratio_q3"]
+
+
+def test_fetch_wheels_finds_python_312_past_a_failing_shim(tmp_path):
+    # python3.12 on PATH is a pyenv shim that fails; the pyenv version behind it is found and used
+    shims, version = tmp_path / "shims", tmp_path / "pyenv" / "versions" / "3.12.9" / "bin"
+    shims.mkdir()
+    version.mkdir(parents=True)
+    (shims / "python3.12").write_text("#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n")
+    (version / "python3.12").write_text("#!/bin/sh\nexit 0\n")  # stands in for a Python 3.12: the check passes
+    for script in (shims / "python3.12", version / "python3.12"):
+        script.chmod(0o755)
+    finder = 'source <(sed -n "/^find_python312()/,/^}/p" bench/fetch_wheels.sh) && find_python312'
+    env = {"PATH": f"{shims}:/usr/bin:/bin", "PYENV_ROOT": str(tmp_path / "pyenv"), "PYTHON": ""}
+    result = run_script_bash("-c", finder, env=env)
+    assert (result.returncode, result.stdout.strip()) == (0, str(version / "python3.12")), result.stderr
