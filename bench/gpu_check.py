@@ -808,7 +808,8 @@ def summary(record):
     if record.get("status") != "ok":
         return f"{record['model']} {record['case']}: {record.get('status')}: {record.get('reason')}"
     shown = {k: record[k] for k in (*KEYS, "matmul_efficiency", "seconds") if record.get(k) is not None}
-    return f"{record['model']} {record['case']}: " + ", ".join(f"{k} {v:.3g}" for k, v in shown.items())
+    passed = [f"passed {record['passed']}"] if "passed" in record else []
+    return f"{record['model']} {record['case']}: " + ", ".join(passed + [f"{k} {v:.3g}" for k, v in shown.items()])
 
 
 def parse_args(argv):
