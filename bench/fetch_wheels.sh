@@ -3,6 +3,7 @@
 #
 #   bash bench/fetch_wheels.sh            # on a machine with pip access; then copy the checkout, .whl/ included
 #   bash bench/fetch_wheels.sh /tmp/w     # into another folder
+#   PYTHON=/path/to/python3.12 bash bench/fetch_wheels.sh   # else the first 3.12 that runs: PATH, pyenv, /usr, uv
 #
 # The target (the GPU machines we test on) runs Python 3.12 on Linux x86_64 with these preinstalled: torch 2.11
 # (CUDA 13), transformers 5.17.0, accelerate 1.15, peft, pyarrow, pandas, tensorboard, safetensors, tokenizers 0.23
@@ -18,9 +19,24 @@ NEEDED=(trl==1.16.0 datasets==5.2.0)
 # the image's own packages (pyarrow and pandas are most of what datasets would otherwise bring: ~60 MiB)
 PREINSTALLED=(torch==2.11.0 transformers==5.17.0 accelerate==1.15.0 peft==0.21.2 pyarrow pandas tensorboard==2.21.0
   safetensors tokenizers huggingface_hub==1.33.0)
-PYTHON=${PYTHON:-python3.12}
 LIMIT_MIB=40  # the device machine's transfer carries 64 MiB with the checkout: keep well under it
 
+find_python312() {  # the first Python 3.12 that runs: $PYTHON, PATH (a pyenv shim may fail), pyenv, system, uv
+  local candidate
+  for candidate in ${PYTHON:+"$PYTHON"} python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 \
+    /root/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12 \
+    $(command -v uv >/dev/null && uv python find 3.12 2>/dev/null); do
+    if "$candidate" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+      echo "$candidate"
+      return
+    fi
+  done
+  echo "error: no Python 3.12 found (tried \$PYTHON, python3.12, pyenv, /usr/local/bin, /usr/bin, uv);" \
+    "set PYTHON=/path/to/python3.12" >&2
+  return 1
+}
+PYTHON=$(find_python312)
+echo "resolving with $PYTHON"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$PYTHON" -m venv "$work/venv"

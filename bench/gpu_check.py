@@ -1,35 +1,42 @@
 """The GPU check: how fast grpotrainer.py generates and trains on a CUDA machine, against what the hardware allows.
 
-    bash bench/gpu_check.sh                  # the whole check, offline, in at most 6 minutes (installs .whl/ first)
-    bash bench/gpu_check.sh --quick          # Qwen3-0.6B only: calibrate, decode, two real steps; at most 4.5 minutes
+    bash bench/gpu_check.sh                  # the whole check, offline, in at most 8 minutes (installs .whl/ first)
+    bash bench/gpu_check.sh --quick          # Qwen3-0.6B only: two steps' cases and decode; at most 5 minutes
     python bench/gpu_check.py --dry-run      # tiny shapes on CPU in a few minutes: the same code path
 
-Nothing is downloaded. The models are randomly initialised Qwen3ForCausalLM with the published shapes (Qwen3-0.6B,
-Qwen3-8B, Qwen3-1.7B, in that order, each when the GPU's memory and the disk allow), saved in bf16 and loaded back
-through from_pretrained exactly as training loads them; the tokenizer is the smoke one. A random network runs the same
-matrix multiplies as a trained one, and it rarely emits its end token, so every completion runs to full length.
+Nothing is downloaded. The models are randomly initialised Qwen3ForCausalLM with the published shapes (Qwen3-8B, the
+default MODEL_NAME, first; then Qwen3-0.6B when time is left; each when the GPU's memory and the disk allow), saved in
+bf16 and loaded back through from_pretrained exactly as training loads them; the tokenizer is the smoke one. A random
+network runs the same matrix multiplies as a trained one, and it rarely emits its end token, so every completion runs
+to full length.
 
 Cases, each in its own process with its own time budget (BUDGETS), under one deadline for the whole run
 (--deadline). A case whose budget is more than the time left is skipped, not started, and reported as skipped; a
 case that outlives its budget is killed and reported as a timeout, which is a failure. The JSON is rewritten after
-every case, so a run cut short keeps what it measured:
-    calibrate      the device's memory bandwidth (a device-to-device copy) and bf16 matmul rate (one large matmul)
+every case, so a run cut short keeps what it measured. Per model, in this order:
     build          the random model folder
-    decode         `generate` at batch 1 (decode-b1) and at the GRPO generation batch (decode-grpo), eager
-    decode-static  the same with a static KV cache and the compiled decode step (decode-static-b1, -grpo)
-    step-generate  real `grpotrainer.py` steps at its default settings, plain `generate`
-    step-cb        the same with USE_TRANSFORMERS_CONTINUOUS_BATCHING=True
-    step-vllm      the same with USE_VLLM=True (only where vllm is installed)
+    step-generate  real `grpotrainer.py` steps at its default settings (evaluation off), plain `generate`
+    decode         `generate` of the LoRA-wrapped model (unmerged, as training generates) at batch 1
+                   (decode-lora-b1) and at the GRPO generation batch (decode-lora-grpo), eager, with the host's cost
+    step-cb        step-generate with USE_TRANSFORMERS_CONTINUOUS_BATCHING=True, then dtype-after-cb: a pass/fail
+                   entry, the LoRA weights and rotary inv_freq buffers fp32 at every step's end
+    step-large     step-generate with 64 completions per step, all decoded by one generate call
+    decode-static  decode with CACHE_IMPLEMENTATION=static: the static KV cache and the compiled decode step; the
+                   compile (the warm-up call) reported apart from the timed repeats
+    step-vllm      step-generate with USE_VLLM=True (only where vllm is installed)
+calibrate (the device's memory bandwidth and bf16 matmul rate) runs first, once.
 
-Figures (every case has all keys; null where a case does not measure it):
-    step_seconds          wall time of one whole optimiser step (callback to callback, CUDA synchronised), the last
-                          of --steps steps; the first pays the warm-up
+Figures (every case has all keys; null where a case does not measure it); each is the median over repeats (the
+steps after the first, or DECODE_REPEATS generate calls), with the repeats beside it:
+    step_seconds          wall time of one whole optimiser step (callback to callback, CUDA synchronised); the
+                          first of --steps steps pays the warm-up and is left out
     generation_share      the part of that step spent generating (TRL's own generate timing, synchronised)
     decode_tokens_per_s   completion tokens per second of generation
     bandwidth_fraction    bytes a decode step must read (weights + KV cache) / decode step time / measured bandwidth
     peak_memory_gib       torch.cuda.max_memory_allocated of the case (null on CPU); peak_memory_no_kv_gib beside it
                           is the same outside generation (steps) or before it (decode): without the KV cache
     matmul_efficiency     step cases: the step's matmul FLOPs outside generation / that time / measured matmul rate
+`host` names the CPU and its cores, and from the first decode case its CPU seconds and kernel launches per token.
 """
 
 import argparse
@@ -37,6 +44,7 @@ import ast
 import datetime
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -44,6 +52,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: grpo/profiles.py, grpotrainer.py, data/
 FIXTURE = ROOT / "data" / "smoke_gsm8k.jsonl"
@@ -52,50 +61,61 @@ GIB = 2**30
 # Shapes from each model's config.json on the Hub. Complete on purpose: profiles.build_model starts from
 # profiles.TINY_QWEN3, whose values (initializer_range 0.2, ...) must not leak into a real shape.
 _QWEN3 = dict(head_dim=128, num_key_value_heads=8, vocab_size=151936, max_position_embeddings=40960)
-SHAPES = {  # in the order they run: the smallest first, then the default MODEL_NAME (8B), then 1.7B if time is left
-    "qwen3-0.6b": dict(_QWEN3, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                       tie_word_embeddings=True, initializer_range=0.02),
+SHAPES = {  # the default MODEL_NAME (8B) first; the small ones run after it when time is left, or alone in --quick
     "qwen3-8b": dict(_QWEN3, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
                      tie_word_embeddings=False, initializer_range=0.02),
+    "qwen3-0.6b": dict(_QWEN3, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       tie_word_embeddings=True, initializer_range=0.02),
     "qwen3-1.7b": dict(_QWEN3, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
                        tie_word_embeddings=True, initializer_range=0.02),
 }  # fmt: skip
-# --dry-run: grpo/profiles.py's tiny Qwen3, untied like Qwen3-8B, with a vocabulary 8x its tokenizer's so that ids the
-# tokenizer does not know are exercised (the real models have 151936 against 512). The "deep" shapes keep the tiny
-# width at the real models' depth: on the CPU their times are Python's and the kernel launches' share of a step,
-# which is what bounds eager decoding on a GPU (the budgets below are built from them, see bench/README.md).
+DEFAULT_MODELS = ["qwen3-8b", "qwen3-0.6b"]  # the plan of the default call (1.7B only with --models)
+# --dry-run: grpo/profiles.py's tiny Qwen3 under the real names (qwen3-8b untied, qwen3-0.6b tied, as the real ones),
+# with a vocabulary 8x its tokenizer's so that ids the tokenizer does not know are exercised (the real models have
+# 151936 against 512). The "deep" shapes keep the tiny width at the real models' depth: on the CPU their times are
+# Python's and the kernel launches' share of a step, which is what bounds eager decoding on a GPU (the budgets below
+# are built from them, see bench/README.md).
 DRY_SHAPES = {
-    "tiny": dict(vocab_size=4096, tie_word_embeddings=False),
+    "qwen3-8b": dict(vocab_size=4096, tie_word_embeddings=False),
+    "qwen3-0.6b": dict(vocab_size=4096, tie_word_embeddings=True),
     "tiny-28-layers": dict(vocab_size=4096, tie_word_embeddings=False, num_hidden_layers=28),
     "tiny-36-layers": dict(vocab_size=4096, tie_word_embeddings=False, num_hidden_layers=36),
 }
-DRY_MODELS = ["tiny"]  # what --dry-run runs unless --models says otherwise
+DRY_MODELS = ["qwen3-8b"]  # what --dry-run runs unless --models says otherwise: the default plan's first model
 # --dry-run: grpotrainer.py's own batch layout and activation checkpointing over --smoke's (which trains 4
 # completions in one micro-batch), so that the CPU runs every micro-batch a GPU step runs
 DRY_LAYOUT = {"PER_DEVICE_TRAIN_BATCH_SIZE": 1, "GRADIENT_ACCUMULATION_STEPS": 8, "ACTIVATION_CHECKPOINTING": "true"}
-# --quick: a second try in what is left of the GPU machine's window
-QUICK = dict(models=["qwen3-0.6b"], cases=["decode", "step-generate"], deadline=270)
-DEADLINE = 360  # seconds for the whole run (gpu_check.sh passes what its install left); the dry run gets 900
-# Seconds each case may take on an H200, per model: an estimate x 1.5, rounded up. The estimates add the
+# --quick: a second try in what is left of the GPU machine's window, on the small model
+QUICK = dict(models=["qwen3-0.6b"], cases=["step-generate", "decode", "step-cb"], deadline=300)
+DEADLINE = 470  # seconds for the whole run, install included (gpu_check.sh passes what it spent); the dry run 1200
+# Seconds each case may take on an H200, per model: an estimate x 1.25, rounded up to 5 s. The estimates add the
 # CPU-simulated image's measured times at the real depth (process start and imports, and eager decoding, which is
 # launch-bound on a GPU: Python and kernel launches per token, not bandwidth) to the GPU's own work at its datasheet
 # rates; the compile time of decode-static could not be measured at depth on the CPU and is the least certain.
-# bench/README.md gives the measurements, the command and the sums. The dry run gives every case DRY_BUDGET.
+# bench/README.md gives the measurements and the sums. The dry run gives every case DRY_BUDGET.
 BUDGETS = {
-    "calibrate": 25,
-    "build": {"qwen3-0.6b": 40, "qwen3-1.7b": 55, "qwen3-8b": 110},
-    "decode": {"qwen3-0.6b": 65, "qwen3-1.7b": 70, "qwen3-8b": 95},
-    "decode-static": {"qwen3-0.6b": 180, "qwen3-1.7b": 190, "qwen3-8b": 220},
-    "step": {"qwen3-0.6b": 110, "qwen3-1.7b": 115, "qwen3-8b": 160},
+    "calibrate": 20,
+    "build": {"qwen3-8b": 60, "qwen3-0.6b": 20, "qwen3-1.7b": 25},
+    "decode": {"qwen3-8b": 90, "qwen3-0.6b": 70, "qwen3-1.7b": 75},
+    "decode-static": {"qwen3-8b": 155, "qwen3-0.6b": 140, "qwen3-1.7b": 145},
+    "step": {"qwen3-8b": 175, "qwen3-0.6b": 135, "qwen3-1.7b": 140},
+    "step-large": {"qwen3-8b": 185, "qwen3-0.6b": 140, "qwen3-1.7b": 145},
 }
-DRY_BUDGET = 240
-STEP_CASES = {  # case -> grpotrainer.py overrides on top of its defaults
-    "step-generate": [],
-    "step-cb": ["--USE_TRANSFORMERS_CONTINUOUS_BATCHING=true"],
-    "step-vllm": ["--USE_VLLM=true"],
+DRY_BUDGET = 450  # decode-static's cold compile of the LoRA model on 2 shared cores: up to ~5 min
+EVAL_OFF = {"EVAL_STEPS": 0, "EVAL_BEFORE": 0, "EVAL_AFTER": 0}  # step cases time training alone
+# the larger layout: 64 completions per step, 8 per micro-batch, all decoded by one generate call per step
+LARGE_LAYOUT = {"PER_DEVICE_TRAIN_BATCH_SIZE": 8, "GRADIENT_ACCUMULATION_STEPS": 8, "STEPS_PER_GENERATION": 8}
+STEP_CASES = {  # case -> grpotrainer.py overrides on top of its defaults (and EVAL_OFF)
+    "step-generate": {},
+    "step-cb": {"USE_TRANSFORMERS_CONTINUOUS_BATCHING": "true"},
+    "step-large": LARGE_LAYOUT,
+    "step-vllm": {"USE_VLLM": "true"},
 }
 DECODE_CASES = ("decode", "decode-static")
-CASES = ("decode", "step-generate", "decode-static", "step-cb", "step-vllm")  # after each build, in this order
+# after each build, in this order: the default step first, then what matters most if time runs out
+CASES = ("step-generate", "decode", "step-cb", "step-large", "decode-static", "step-vllm")
+DECODE_REPEATS = 3  # timed generate calls per batch size after the warm-up (the compile for decode-static)
+PROFILED_TOKENS = 8  # decode steps the profiler counts kernel launches (CPU: aten ops) over
 # On the CPU, TRL's continuous-batching default (half the free memory as paged KV cache) means gigabytes of RAM
 # allocated per generation round; the tiny model needs 16 blocks of 256 tokens.
 DRY_CB_CONFIG = '--transformers_continuous_batching_config={"num_blocks": 16, "max_batch_tokens": 256}'
@@ -154,10 +174,10 @@ def script_defaults(path, names):
     return found
 
 
-def grpo_defaults():
-    """grpotrainer.py's defaults that size the measurements."""
+def grpo_defaults(**overrides):
+    """grpotrainer.py's defaults that size the measurements, with a case's `overrides` (its layout) on top."""
     names = ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "STEPS_PER_GENERATION", "BETA")
-    d = script_defaults(ROOT / "grpotrainer.py", names + ("MAX_COMPLETION_LENGTH",))
+    d = {**script_defaults(ROOT / "grpotrainer.py", names + ("MAX_COMPLETION_LENGTH",)), **overrides}
     steps_per_generation = d["STEPS_PER_GENERATION"] or d["GRADIENT_ACCUMULATION_STEPS"]
     return {
         "generation_batch": d["PER_DEVICE_TRAIN_BATCH_SIZE"] * steps_per_generation,
@@ -188,20 +208,57 @@ def sync():
         torch.cuda.synchronize()
 
 
-def best_time(fn, repeats):
-    """The fastest of `repeats` timed calls of fn(), after one untimed warm-up call; and the warm-up's time."""
+def timed(fn):
+    """(wall seconds, process CPU seconds) of one call of fn(), CUDA synchronised at both ends."""
     sync()
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     fn()
     sync()
-    warmup = time.perf_counter() - start
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def repeat_times(fn, repeats):
+    """The wall seconds of `repeats` timed calls of fn() after one untimed warm-up call, and the warm-up's."""
+    warmup, _ = timed(fn)
+    return [timed(fn)[0] for _ in range(repeats)], warmup
+
+
+def medians(repeats):
+    """Each figure's median over the repeats, a list of dicts with the same keys.
+
+    >>> medians([{"s": 1.0, "share": 0.5}, {"s": 3.0, "share": 0.1}, {"s": 2.0, "share": 0.2}])
+    {'s': 2.0, 'share': 0.2}
+    """
+    return {key: median([repeat[key] for repeat in repeats]) for key in repeats[0]}
+
+
+def host_facts():
+    """The machine that drives the GPU: eager decoding is bound by its Python and kernel launches, not the GPU's."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
+    return {
+        "cpu_model": names[0] if names else platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
+
+
+def launches(fn, cuda):
+    """Kernel launches during fn() (torch.profiler): CUDA kernel launches (cudaLaunchKernel and friends, CUDA graph
+    launches) on a GPU; aten ops, what would each launch a kernel there, on the CPU."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return min(times), warmup
+    names = [event.name for event in prof.events()]
+    if cuda:
+        return sum(1 for n in names if "LaunchKernel" in n or n.startswith("cudaGraphLaunch"))
+    return sum(1 for n in names if n.startswith("aten::"))
 
 
 def run_calibrate(args):
@@ -212,10 +269,10 @@ def run_calibrate(args):
     n_bytes, n = (64 * 2**20, 512) if args.dry_run else (2 * GIB, 8192)
     src = torch.empty(n_bytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    copy_s, _ = best_time(lambda: dst.copy_(src), 5 if args.dry_run else 20)
+    copy_s = median(repeat_times(lambda: dst.copy_(src), 5 if args.dry_run else 20)[0])
     a = torch.randn(n, n, dtype=dtype, device=device)
     b = torch.randn(n, n, dtype=dtype, device=device)
-    matmul_s, _ = best_time(lambda: a @ b, 3 if args.dry_run else 10)
+    matmul_s = median(repeat_times(lambda: a @ b, 3 if args.dry_run else 10)[0])
     return {
         "bandwidth_bytes_per_s": 2 * n_bytes / copy_s,
         "matmul_flops_per_s": 2 * n**3 / matmul_s,
@@ -279,37 +336,57 @@ def decode_options(case, dry_run):
     return options
 
 
+def with_lora(model):
+    """The model wrapped as training generates with it: grpotrainer.py's own LoRA config (its defaults) through
+    peft.get_peft_model, as TRL wraps it; the adapter stays unmerged, so every targeted linear layer adds its two
+    small matmuls (and their launches) to each decode step."""
+    from peft import get_peft_model
+
+    import grpotrainer
+
+    names = ("LORA_R", "LORA_ALPHA", "LORA_DROPOUT", "LORA_TARGET_MODULES")
+    return get_peft_model(model, grpotrainer.build_peft_config(script_defaults(ROOT / "grpotrainer.py", names)))
+
+
 def run_decode(args):
-    """`generate` at batch 1 and at the GRPO generation batch on one GSM8K-style chat prompt: decode tokens/s, and
-    how close a decode step comes to the bandwidth bound. Prefill is taken out by timing 1 and N new tokens."""
+    """`generate` of the LoRA-wrapped model at batch 1 and at the GRPO generation batch on one GSM8K-style chat
+    prompt: decode tokens/s, how close a decode step comes to the bandwidth bound, and what it costs the host (CPU
+    seconds and kernel launches per token). Prefill is taken out by timing 1 and N new tokens; each is timed
+    DECODE_REPEATS times after a warm-up (for decode-static: the compile, reported apart as warmup_seconds)."""
     import torch
 
     model, tokenizer, attn = load_model(args)
+    model = with_lora(model).eval()
     weights_gib = memory_allocated_gib()
     question = json.loads(FIXTURE.read_text().splitlines()[0])["question"]
     messages = [{"role": "user", "content": question}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     prompt_ids = prompt["input_ids"].to(model.device)
     defaults = grpo_defaults()
-    new_tokens = 16 if args.dry_run else defaults["completion_tokens"]
+    new_tokens = 16 if args.dry_run else 32  # decode-bound per token at any length: the KV cache is in the bound
     bandwidth = args.calibration["bandwidth_bytes_per_s"]
     shape, dtype_bytes = shape_of(args), model.dtype.itemsize
     options = decode_options(args.case, args.dry_run)
-    prefix = "decode-static" if options else "decode"
+    prefix = "decode-static" if options else "decode-lora"
     records = []
     for suffix, batch in (("b1", 1), ("grpo", defaults["generation_batch"])):
         ids = prompt_ids.expand(batch, -1)
 
         def generate(n, ids=ids):
             with torch.no_grad():
-                model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=0.7,
+                model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=0.7,
                                max_new_tokens=n, min_new_tokens=n, pad_token_id=tokenizer.pad_token_id,
                                **options)  # fmt: skip
 
         reset_peak_memory()
-        full_s, warmup_s = best_time(lambda n=new_tokens: generate(n), 1)  # the warm-up compiles (decode-static)
-        prefill_s, _ = best_time(lambda: generate(1), 1)
-        step_s = (full_s - prefill_s) / (new_tokens - 1)
+        full, warmup_s = repeat_times(lambda n=new_tokens: generate(n), DECODE_REPEATS)  # warm-up: the compile
+        prefill, _ = repeat_times(lambda: generate(1), DECODE_REPEATS)
+        steps = [(f - median(prefill)) / (new_tokens - 1) for f in full]  # each repeat's decode step
+        step_s = median(steps)
+        # the host's share, over the same difference: CPU seconds and kernel launches of N - 1 decode steps
+        cpu_s = timed(lambda n=new_tokens: generate(n))[1] - timed(lambda: generate(1))[1]
+        profiled = [launches(lambda n=n: generate(n), not args.dry_run) for n in (PROFILED_TOKENS + 1, 1)]
+        step_launches = (profiled[0] - profiled[1]) / PROFILED_TOKENS
         step_bytes = decode_step_bytes(shape, dtype_bytes, batch, prompt_ids.shape[1], new_tokens)
         records.append(
             case_record(
@@ -321,10 +398,16 @@ def run_decode(args):
                 peak_memory_no_kv_gib=weights_gib,  # the loaded model alone, before any generation
                 kv_cache_gib=kv_bytes_per_token(shape, dtype_bytes) * batch * (prompt_ids.shape[1] + new_tokens) / GIB,
                 batch=batch,
+                lora=True,
                 prompt_tokens=prompt_ids.shape[1],
                 new_tokens=new_tokens,
-                decode_step_seconds=step_s,
+                decode_step_seconds=step_s,  # the median of the repeats below
+                decode_step_seconds_repeats=steps,
                 warmup_seconds=warmup_s,  # the first full generate: kernel warm-up, and compilation when static
+                cpu_seconds_per_token=cpu_s / (new_tokens - 1) / batch,  # process CPU time / tokens decoded
+                cpu_seconds_per_decode_step=cpu_s / (new_tokens - 1),
+                launches_per_decode_step=step_launches,  # GPU: kernel launches; CPU dry run: aten ops
+                launches_per_token=step_launches / batch,
                 roofline_tokens_per_s=batch * bandwidth / step_bytes,
                 attn_implementation=attn,
                 cache_implementation=options.get("cache_implementation", "dynamic"),
@@ -352,10 +435,10 @@ def peak_memory_gib():
     return torch.cuda.max_memory_allocated() / GIB if torch.cuda.is_initialized() else None
 
 
-def instrument_trainer(events, memory):
+def instrument_trainer(events, memory, *callbacks):
     """In the measuring process only: append TRL's own timings (generation, weight sync, rewards ...) to `events` as
-    {name, seconds, step}, keep the peak CUDA memory inside and outside generation in `memory`, and return the step
-    timer (its `seconds`) that joins the GRPOTrainer grpotrainer.py builds.
+    {name, seconds, cpu_seconds, step}, keep the peak CUDA memory inside and outside generation in `memory`, and
+    return the step timer (its `seconds`) that joins, with `callbacks`, the GRPOTrainer grpotrainer.py builds.
 
     TRL times each generation call with trl.extras.profiling.ProfilingContext but sends the figure only to wandb,
     mlflow or trackio, none of which the GPU machine has, and reads the clock without waiting for the GPU; its
@@ -391,7 +474,7 @@ def instrument_trainer(events, memory):
         if self.name.split(".", 1)[-1] in GENERATION_NAMES:  # peak so far: training, without the KV cache
             memory["outside"] = max(memory.get("outside") or 0, peak_memory_gib() or 0) or None
             reset_peak_memory()
-        self._start_time = time.perf_counter()
+        self._start_time, self._cpu_start = time.perf_counter(), time.process_time()
         return self
 
     def exit(self, *exc):
@@ -399,7 +482,8 @@ def instrument_trainer(events, memory):
         duration = time.perf_counter() - self._start_time
         self._start_time = None  # the original __exit__ below must not log a second, unsynchronised figure
         name = self.name.split(".", 1)[-1]
-        events.append({"name": name, "seconds": duration, "step": self.step})
+        cpu = time.process_time() - self._cpu_start
+        events.append({"name": name, "seconds": duration, "cpu_seconds": cpu, "step": self.step})
         if name in GENERATION_NAMES:
             memory["generation"] = max(memory.get("generation") or 0, peak_memory_gib() or 0) or None
             reset_peak_memory()
@@ -407,7 +491,8 @@ def instrument_trainer(events, memory):
         return original_exit(self, *exc)
 
     def train(self, *args, **kwargs):
-        self.add_callback(timer)
+        for callback in (timer, *callbacks):
+            self.add_callback(callback)
         return original_train(self, *args, **kwargs)
 
     profiling.ProfilingContext.__enter__, profiling.ProfilingContext.__exit__ = enter, exit
@@ -415,26 +500,46 @@ def instrument_trainer(events, memory):
     return timer
 
 
+def step_settings(args):
+    """grpotrainer.py's settings a step case changes: evaluation off (it would run inside the timed steps), the dry
+    run's layout, then the case's own."""
+    return {**EVAL_OFF, **(DRY_LAYOUT if args.dry_run else {}), **STEP_CASES[args.case]}
+
+
 def step_arguments(args, output_dir):
     """grpotrainer.py's command line for a step case: its defaults, on the saved model and the local fixture."""
     common = [f"--MODEL_NAME={args.model_dir}", f"--DATASET={FIXTURE}", f"--OUTPUT_DIR={output_dir}"]
     common += [f"--MAX_STEPS={args.steps}", f"--SAVE_STEPS={args.steps + 1}"]  # no checkpoint inside the timed steps
-    extra = STEP_CASES[args.case]
+    settings = [f"--{name}={value}" for name, value in step_settings(args).items()]
     if args.dry_run:  # --smoke: CPU, fp32 (preflight refuses a real run without CUDA), 32 tokens per completion
         # ... in the default layout: micro-batches of 1 over 8 accumulation steps, activation checkpointing on
-        layout = [f"--{name}={value}" for name, value in DRY_LAYOUT.items()]
-        return ["--smoke", *common, *layout, *extra, *([DRY_CB_CONFIG] if args.case == "step-cb" else [])]
-    return [*common, *extra]
+        return ["--smoke", *common, *settings, *([DRY_CB_CONFIG] if args.case == "step-cb" else [])]
+    return [*common, *settings]
+
+
+def fp32_check(model):
+    """The dtypes training sees (at each step's end, after the loss and the optimizer): the LoRA weights and the
+    rotary inv_freq buffers, which must stay fp32 (grpo/guards.py, KeepFp32, under continuous batching in bf16)."""
+    lora = {str(p.dtype).removeprefix("torch.") for name, p in model.named_parameters() if "lora_" in name}
+    inv_freq = {str(b.dtype).removeprefix("torch.") for name, b in model.named_buffers() if name.endswith("inv_freq")}
+    return {"lora": sorted(lora), "inv_freq": sorted(inv_freq)}
 
 
 def run_step(args):
-    """Run grpotrainer.py (unchanged, as __main__) in this process for --steps steps; report the last step."""
+    """Run grpotrainer.py (unchanged, as __main__) in this process for --steps steps; report the median of the
+    steps after the first (the warm-up), and each step."""
     import runpy
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import TrainerCallback
 
-    events, memory = [], {}
-    timer = instrument_trainer(events, memory)
+    events, memory, dtypes = [], {}, []
+
+    class DtypeCheck(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            dtypes.append(fp32_check(model))
+
+    timer = instrument_trainer(events, memory, DtypeCheck())
     output_dir = Path(args.work) / f"{args.model}-{args.case}"
     argv = step_arguments(args, output_dir)
     sys.argv = [str(ROOT / "grpotrainer.py"), *argv]
@@ -448,44 +553,52 @@ def run_step(args):
     acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
     acc.Reload()
     scalars = {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-    step_s = timer.seconds[-1]
-    tokens = scalars["train/num_tokens"][-1] - scalars["train/num_tokens"][-2]  # prompt + completion, this step
-    last = args.steps - 1  # global_step while the last step ran
-    gen_s = sum(e["seconds"] for e in events if e["step"] == last and e["name"] in GENERATION_NAMES)
-    sync_s = sum(e["seconds"] for e in events if e["step"] == last and e["name"] == "sync_weights")
-    defaults = grpo_defaults()
+    defaults = grpo_defaults(**step_settings(args))
     shape, dtype_bytes = shape_of(args), 4 if args.dry_run else 2
     batch = defaults["generation_batch"]  # completions per optimiser step (the dry run keeps the layout)
-    completion_tokens = scalars["train/completions/mean_length"][-1] * batch
-    longest = scalars["train/completions/max_length"][-1]  # decode steps of the generation round
-    prompt_tokens = (tokens - completion_tokens) / batch
-    step_bytes = decode_step_bytes(shape, dtype_bytes, batch, prompt_tokens, longest)
-    train_s = step_s - gen_s - sync_s
-    flops = tokens * training_flops_per_token(shape, defaults["beta"])
+    steps = []
+    for i in range(1, args.steps):  # global_step i while step i + 1 ran; the first step is the warm-up
+        step_s = timer.seconds[i]
+        tokens = scalars["train/num_tokens"][i] - scalars["train/num_tokens"][i - 1]  # prompt + completion
+        gen = [e for e in events if e["step"] == i and e["name"] in GENERATION_NAMES]
+        gen_s, gen_cpu_s = sum(e["seconds"] for e in gen), sum(e["cpu_seconds"] for e in gen)
+        sync_s = sum(e["seconds"] for e in events if e["step"] == i and e["name"] == "sync_weights")
+        completion_tokens = scalars["train/completions/mean_length"][i] * batch
+        longest = scalars["train/completions/max_length"][i]  # decode steps of the generation round
+        step_bytes = decode_step_bytes(shape, dtype_bytes, batch, (tokens - completion_tokens) / batch, longest)
+        flops = tokens * training_flops_per_token(shape, defaults["beta"])
+        steps.append({
+            "step_seconds": step_s,
+            "generation_share": gen_s / step_s,
+            "decode_tokens_per_s": completion_tokens / gen_s,
+            "bandwidth_fraction": step_bytes * longest / gen_s / args.calibration["bandwidth_bytes_per_s"],
+            "matmul_efficiency": flops / (step_s - gen_s - sync_s) / args.calibration["matmul_flops_per_s"],
+            "generation_seconds": gen_s,
+            "weight_sync_seconds": sync_s,
+            "cpu_seconds_per_token": gen_cpu_s / completion_tokens,  # generation's process CPU time / tokens
+            "tokens": tokens,
+            "completion_tokens": completion_tokens,
+        })  # fmt: skip
     peaks = [m for m in (memory.get("outside"), memory.get("generation")) if m is not None]
-    return {
-        "records": [
-            case_record(
-                args.case,
-                args.model,
-                step_seconds=step_s,
-                generation_share=gen_s / step_s,
-                decode_tokens_per_s=completion_tokens / gen_s,
-                bandwidth_fraction=step_bytes * longest / gen_s / args.calibration["bandwidth_bytes_per_s"],
-                peak_memory_gib=max(peaks) if peaks else None,
-                peak_memory_no_kv_gib=memory.get("outside"),  # outside generation: no KV cache, paged or not
-                matmul_efficiency=flops / train_s / args.calibration["matmul_flops_per_s"],
-                generation_seconds=gen_s,
-                weight_sync_seconds=sync_s,
-                tokens=tokens,
-                completions=batch,
-                completion_tokens=completion_tokens,
-                steps_seconds=timer.seconds,
-                trl_step_time=scalars["train/step_time"],  # TRL's own figure: training_step calls, unsynchronised
-                grpotrainer_args=argv,
-            )
-        ]
-    }
+    record = case_record(
+        args.case,
+        args.model,
+        **medians(steps),  # of the timed steps
+        peak_memory_gib=max(peaks) if peaks else None,
+        peak_memory_no_kv_gib=memory.get("outside"),  # outside generation: no KV cache, paged or not
+        completions=batch,
+        timed_steps=steps,  # each timed step's figures
+        steps_seconds=timer.seconds,  # every step, the warm-up first
+        trl_step_time=scalars["train/step_time"],  # TRL's own figure: training_step calls, unsynchronised
+        dtypes=dtypes[-1],
+        grpotrainer_args=argv,
+    )
+    if args.case != "step-cb":
+        return {"records": [record]}
+    # after continuous batching (TRL casts the model to bf16 before each generate_batch), at every step's end
+    passed = all(d[kind] == ["float32"] for d in dtypes for kind in ("lora", "inv_freq"))
+    check = case_record("dtype-after-cb", args.model, passed=passed, dtypes_per_step=dtypes)
+    return {"records": [record, check]}
 
 
 def shape_of(args):
@@ -597,6 +710,8 @@ def main(argv=None):
         "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
         "deadline_s": args.deadline,
         "versions": environment(),
+        "host": host_facts(),
+        "plan": [f"{model} {case}" for model in args.models for case in ("build", *args.cases)],
         "calibration": None,
         "cases": [],
         "failed": [],
@@ -614,7 +729,10 @@ def main(argv=None):
         import torch
 
         if not torch.cuda.is_available():
-            sys.exit("error: no CUDA GPU is visible; `bash bench/gpu_check.sh --dry-run` checks the code path on CPU.")
+            why = "no CUDA GPU is visible; `bash bench/gpu_check.sh --dry-run` checks the code path on CPU"
+            report["cases"].append(case_record("calibrate", None, status="error", reason=why))
+            save(f"error: {why}")
+            return report
     budget = (lambda kind, model=None: DRY_BUDGET) if args.dry_run else budget_of
     calibration, status, reason, seconds = in_child(args, "calibrate", budget("calibrate"), deadline)
     report["cases"].append(case_record("calibrate", None, status=status, reason=reason, seconds=seconds))
@@ -639,11 +757,15 @@ def summarise(report):
     report["failed"] = [name for name, status in named if status in FAILED]
     report["skipped"] = [name for name, status in named if status == "skipped"]
     report["complete"] = any(status == "ok" for _, status in named) and not report["failed"]
+    decode = [c for c in report["cases"] if c["case"] == "decode-lora-b1" and c.get("status") == "ok"]
+    if decode and "host" in report:  # what eager decoding costs the host, from the first model's decode at batch 1
+        keys = ("cpu_seconds_per_token", "launches_per_token")
+        report["host"].update({"decode_model": decode[0]["model"], **{k: decode[0].get(k) for k in keys}})
     return report
 
 
 def budget_of(kind, model=None):
-    value = BUDGETS["step" if kind in STEP_CASES else kind]
+    value = BUDGETS[kind if kind in BUDGETS else "step" if kind in STEP_CASES else kind]
     return value[model] if model else value
 
 
@@ -675,7 +797,10 @@ def run_model(args, model, calibration, budget, deadline):
             args, case, budget(case, model), deadline, model, model_dir=model_dir, calibration=calib
         )
         for record in result["records"] if result else [case_record(case, model)]:
-            yield {**record, "status": status, "reason": reason, "seconds": seconds, "budget_s": budget(case, model)}
+            failed = record.get("passed") is False  # a check that ran and found what it checks wrong
+            why = f"failed: {json.dumps(record.get('dtypes_per_step'))}" if failed else reason
+            yield {**record, "status": "error" if failed else status, "reason": why, "seconds": seconds,
+                   "budget_s": budget(case, model)}  # fmt: skip
 
 
 def summary(record):
@@ -683,7 +808,8 @@ def summary(record):
     if record.get("status") != "ok":
         return f"{record['model']} {record['case']}: {record.get('status')}: {record.get('reason')}"
     shown = {k: record[k] for k in (*KEYS, "matmul_efficiency", "seconds") if record.get(k) is not None}
-    return f"{record['model']} {record['case']}: " + ", ".join(f"{k} {v:.3g}" for k, v in shown.items())
+    passed = [f"passed {record['passed']}"] if "passed" in record else []
+    return f"{record['model']} {record['case']}: " + ", ".join(passed + [f"{k} {v:.3g}" for k, v in shown.items()])
 
 
 def parse_args(argv):
@@ -692,7 +818,7 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="Qwen3-0.6B: calibrate, build, decode, step-generate")
     p.add_argument("--models", help=f"comma list of {', '.join(SHAPES)} (dry run: {', '.join(DRY_SHAPES)})")
     p.add_argument("--cases", help=f"cases to run after each build (default: {', '.join(CASES)})")
-    p.add_argument("--steps", type=int, default=2, help="optimiser steps per step case; the last is reported")
+    p.add_argument("--steps", type=int, default=3, help="optimiser steps per step case; the median after the first")
     p.add_argument("--deadline", type=float, default=None, help=f"seconds for the whole run ({DEADLINE})")
     p.add_argument("--work", help="folder for the models and runs (default: a new temporary folder)")
     p.add_argument("--spent", type=float, default=0.0, help=argparse.SUPPRESS)  # seconds gpu_check.sh used
@@ -701,7 +827,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     known = DRY_SHAPES if args.dry_run else SHAPES
     quick = QUICK if args.quick else {}
-    default_models = DRY_MODELS if args.dry_run else quick.get("models", list(SHAPES))
+    default_models = DRY_MODELS if args.dry_run else quick.get("models", DEFAULT_MODELS)
     args.models = args.models.split(",") if args.models else default_models
     cases = args.cases.split(",") if args.cases else quick.get("cases", CASES)
     if bad := [m for m in args.models if m not in known] + [c for c in cases if c not in CASES]:
@@ -709,7 +835,7 @@ def parse_args(argv):
     args.cases = [c for c in CASES if c in cases]
     if args.steps < 2:
         p.error("--steps must be at least 2: the first step is warm-up")
-    args.deadline = (args.deadline or (900 if args.dry_run else quick.get("deadline", DEADLINE))) - args.spent
+    args.deadline = (args.deadline or (1200 if args.dry_run else quick.get("deadline", DEADLINE))) - args.spent
     return args
 
 

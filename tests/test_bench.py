@@ -2,11 +2,13 @@
 short overhead benchmark; plus the sizes and rooflines the GPU check's figures are computed from.
 
     pytest tests/test_bench.py -m "not slow"     # seconds
-    pytest tests/test_bench.py                   # + the dry run, ~1-2 min on 2 shared cores
+    pytest tests/test_bench.py                   # + the dry run, ~3-6 min on 2 shared cores
 """
 
+import importlib.util
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -66,32 +68,139 @@ def test_script_defaults_reads_literals_only_of_the_names_asked(tmp_path):
 
 @pytest.mark.slow
 def test_gpu_check_dry_run(tmp_path):
-    out = tmp_path / "gpu.json"
-    env = {"GPU_CHECK_OUT": str(out), "PYTHON": os.environ.get("PYTHON", sys.executable)}
+    env = {"OUT": str(tmp_path / "out"), "PYTHON": os.environ.get("PYTHON", sys.executable)}
     env["GPU_CHECK_VENV"] = str(tmp_path / "venv")  # its own, seeing this environment's packages
+    env["GPU_CHECK_OUT"] = ""  # the default: under $OUT, as on the GPU machine
     result = run_script_bash("bench/gpu_check.sh", "--dry-run", "--work", str(tmp_path / "work"), env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = tmp_path / "out" / "gpu_check.json"
     report = json.loads(out.read_text())
     assert (report["dry_run"], report["complete"]) == (True, True)
-    assert (report["failed"], report["skipped"]) == ([], ["tiny step-vllm"])
+    assert (report["failed"], report["skipped"]) == ([], ["qwen3-8b step-vllm"])
+    assert report["plan"][0] == "qwen3-8b build"  # the default model first (tiny shapes in a dry run)
     cases = {c["case"]: c for c in report["cases"]}
-    names = ["calibrate", "build", "decode-b1", "decode-grpo", "step-generate", "decode-static-b1"]
-    assert list(cases) == [*names, "decode-static-grpo", "step-cb", "step-vllm"]  # CASES' order: core cases first
+    names = ["calibrate", "build", "step-generate", "decode-lora-b1", "decode-lora-grpo", "step-cb", "dtype-after-cb"]
+    assert list(cases) == [*names, "step-large", "decode-static-b1", "decode-static-grpo", "step-vllm"]  # CASES' order
     assert {k: c["status"] for k, c in cases.items()} == {**dict.fromkeys(cases, "ok"), "step-vllm": "skipped"}
-    assert (cases["decode-b1"]["cache_implementation"], cases["decode-static-b1"]["cache_implementation"]) == (
+    assert {c["model"] for c in report["cases"][1:]} == {"qwen3-8b"}
+    assert (out.parent / "gpu_check-logs" / "qwen3-8b-decode-static.log").is_file()  # the logs lie beside the JSON
+    for case in report["cases"]:  # the keys the issue asks every case to carry, measured or not
+        assert set(gpu_check.KEYS) <= set(case), case["case"]
+    for name in ("decode-lora-b1", "decode-lora-grpo", "decode-static-b1", "decode-static-grpo"):
+        decode = cases[name]
+        assert decode["lora"] is True and len(decode["decode_step_seconds_repeats"]) == gpu_check.DECODE_REPEATS
+        assert decode["decode_step_seconds"] == gpu_check.median(decode["decode_step_seconds_repeats"])
+        assert decode["cpu_seconds_per_token"] > 0 and decode["launches_per_token"] > 0
+    assert (cases["decode-lora-b1"]["cache_implementation"], cases["decode-static-b1"]["cache_implementation"]) == (
         "dynamic",
         "static",
     )
-    assert (out.parent / "gpu_check-logs" / "tiny-decode-static.log").is_file()  # the logs lie beside the JSON
-    for case in report["cases"]:  # the keys the issue asks every case to carry, measured or not
-        assert set(gpu_check.KEYS) <= set(case), case["case"]
-    assert (cases["decode-b1"]["batch"], cases["decode-grpo"]["batch"]) == (1, 8)  # grpotrainer's generation batch
-    for name in ("step-generate", "step-cb"):
+    assert cases["decode-static-b1"]["warmup_seconds"] > 0  # the compile, apart from the timed repeats
+    assert (cases["decode-lora-b1"]["batch"], cases["decode-lora-grpo"]["batch"]) == (1, 8)  # the generation batch
+    for name, completions in (("step-generate", 8), ("step-cb", 8), ("step-large", 64)):
         step = cases[name]
-        assert step["completions"] == 8 and len(step["steps_seconds"]) == 2  # one warm-up step, one measured
+        assert step["completions"] == completions and len(step["steps_seconds"]) == 3  # one warm-up step, two timed
+        assert step["step_seconds"] == gpu_check.median(step["steps_seconds"][1:])
         assert 0 < step["generation_share"] < 1 and step["step_seconds"] > 0 and step["matmul_efficiency"] > 0
+        assert {"--EVAL_STEPS=0", "--EVAL_BEFORE=0", "--EVAL_AFTER=0"} <= set(step["grpotrainer_args"])
         assert step["peak_memory_gib"] is None  # CPU: no CUDA allocator to ask
+    dtype_check = cases["dtype-after-cb"]
+    assert dtype_check["passed"] is True and dtype_check["dtypes_per_step"][-1] == {
+        "lora": ["float32"],
+        "inv_freq": ["float32"],
+    }
+    host = report["host"]
+    assert host["cpu_count"] == os.cpu_count() and host["cpu_model"]
+    assert host["cpu_seconds_per_token"] > 0 and host["launches_per_token"] > 0
     assert report["calibration"]["bandwidth_bytes_per_s"] > 0 and report["calibration"]["matmul_flops_per_s"] > 0
+
+
+def test_an_install_that_fails_still_leaves_a_json_with_the_step_and_the_log(tmp_path):
+    # a machine without trl, and a wheel folder without its wheels: pip cannot install, and says so in the JSON
+    venv, pip_only = tmp_path / "venv", tmp_path / "pip-only"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    pip_only.mkdir()
+    (pip_only / "pip").symlink_to(Path(importlib.util.find_spec("pip").origin).parent)
+    purelib = subprocess.run(
+        [venv / "bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    (Path(purelib) / "pip-only.pth").write_text(f"{pip_only}\n")  # pip, and no trl, no datasets
+    (tmp_path / "no-wheels").mkdir()
+    env = {"OUT": str(tmp_path / "out"), "GPU_CHECK_OUT": "", "GPU_CHECK_VENV": str(venv)}
+    env["GPU_CHECK_WHEELS"] = str(tmp_path / "no-wheels")
+    result = run_script_bash("bench/gpu_check.sh", "--dry-run", env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert (report["failed_step"], report["failed"], report["complete"]) == ("install", ["install"], False)
+    assert "trl" in report["log_tail"] and Path(report["log"]).is_file()
+    assert "install" in result.stderr  # the same said on the terminal
+
+
+def test_default_plan_measures_qwen3_8b_first_and_the_small_model_after_or_in_quick():
+    args = gpu_check.parse_args([])
+    assert args.models == ["qwen3-8b", "qwen3-0.6b"] and args.cases[0] == "step-generate"
+    assert args.cases.index("decode") < args.cases.index("decode-static")
+    assert gpu_check.parse_args(["--quick"]).models == ["qwen3-0.6b"]
+    assert gpu_check.parse_args(["--dry-run"]).models == ["qwen3-8b"]
+
+
+def test_default_call_fits_8_minutes_with_the_install():
+    # the deadline the case budgets are checked against, install included (gpu_check.sh passes what it spent)
+    assert gpu_check.DEADLINE <= 8 * 60
+    args = gpu_check.parse_args(["--spent", "30"])
+    assert args.deadline == gpu_check.DEADLINE - 30
+
+
+@pytest.mark.parametrize("case", gpu_check.STEP_CASES)
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_step_cases_run_with_evaluation_off(case, dry_run, tmp_path):
+    flags = ["--dry-run"] if dry_run else []
+    args = gpu_check.parse_args([*flags, "--cases", case])
+    args.case, args.model_dir = case, str(tmp_path / "m")
+    argv = gpu_check.step_arguments(args, tmp_path / "run")
+    assert {"--EVAL_STEPS=0", "--EVAL_BEFORE=0", "--EVAL_AFTER=0"} <= set(argv)
+    assert len({a.split("=")[0] for a in argv}) == len(argv)  # each setting given once
+
+
+def test_the_large_layout_decodes_64_completions_in_one_generate_call():
+    large = gpu_check.grpo_defaults(**gpu_check.LARGE_LAYOUT)
+    default = gpu_check.grpo_defaults()
+    assert (default["generation_batch"], large["generation_batch"]) == (8, 64)
+
+
+def test_host_facts_name_the_cpu_and_its_cores():
+    host = gpu_check.host_facts()
+    assert host["cpu_count"] == os.cpu_count() and 1 <= host["usable_cpus"] <= os.cpu_count()
+    assert isinstance(host["cpu_model"], str) and host["cpu_model"]
+
+
+def test_a_step_case_reports_each_figure_as_the_median_of_the_timed_steps():
+    steps = [{"step_seconds": 9.0, "generation_share": 0.2}, {"step_seconds": 5.0, "generation_share": 0.6}]
+    steps.append({"step_seconds": 6.0, "generation_share": 0.4})
+    assert gpu_check.medians(steps) == {"step_seconds": 6.0, "generation_share": 0.4}  # not one step's pair
+    assert gpu_check.medians(steps[:2]) == {"step_seconds": 7.0, "generation_share": 0.4}
+
+
+def test_repeats_leave_the_warm_up_out_and_launches_count_ops():
+    calls = []
+    times, warmup = gpu_check.repeat_times(lambda: calls.append(1), 3)
+    assert len(times) == 3 and len(calls) == 4 and warmup >= 0  # the warm-up call is not among the repeats
+    # on the CPU every aten op counts (what would each launch a kernel on a GPU): 3 adds, 3 more than 0
+    x = torch.ones(4)
+    assert gpu_check.launches(lambda: x + x + x + x, cuda=False) - gpu_check.launches(lambda: None, cuda=False) >= 3
+
+
+def test_fp32_check_sees_a_bf16_rotary_buffer_and_adapter():
+    from peft import LoraConfig, get_peft_model
+
+    from grpo import profiles
+
+    model = profiles.build_model(profiles.build_tokenizer())
+    model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))
+    assert gpu_check.fp32_check(model) == {"lora": ["float32"], "inv_freq": ["float32"]}
+    model.to(torch.bfloat16)  # what TRL does before continuous batching, without the guard
+    assert gpu_check.fp32_check(model) == {"lora": ["bfloat16"], "inv_freq": ["bfloat16"]}
 
 
 def test_a_case_whose_budget_exceeds_the_time_left_is_skipped_not_started(tmp_path):
@@ -110,6 +219,7 @@ def test_a_tiny_deadline_skips_every_case_reports_it_and_exits_0(tmp_path, monke
     report = gpu_check.main(["--dry-run", "--deadline", "1", "--work", str(tmp_path / "work")])
     # calibrate's budget (DRY_BUDGET) is more than 1 s: skipped, and nothing after it can run without it
     assert [(c["case"], c["status"]) for c in report["cases"]] == [("calibrate", "skipped")]
+    assert report["plan"][:2] == ["qwen3-8b build", "qwen3-8b step-generate"]  # the default model's cases first
     assert (report["failed"], report["skipped"], report["complete"]) == ([], ["device calibrate"], False)
     assert gpu_check.exit_status(report) == 0  # nothing failed
     assert json.loads((tmp_path / "out" / "gpu_check.json").read_text())["cases"] == report["cases"]
@@ -130,7 +240,9 @@ class FakeCase:
     """subprocess.Popen for gpu_check's children on a fake clock: each case "takes" SECONDS[case] and writes the
     result a real child would (in shape); one that takes longer than its timeout raises as the real wait does."""
 
-    SECONDS = {"calibrate": 10, "build": 10, "decode": 10, "step-generate": 10, "decode-static": 150, "step-cb": 10}
+    SECONDS = dict.fromkeys(("calibrate", "build", "step-generate", "decode", "step-cb", "step-large"), 10)
+    SECONDS["decode-static"] = 10
+    DTYPES_PASS = True  # what step-cb's dtype check finds
 
     def __init__(self, cmd, clock, **kwargs):
         self.case, self.result, self.clock, self.pid = (
@@ -152,14 +264,18 @@ class FakeCase:
             raise subprocess.TimeoutExpired(self.case, timeout)
         self.clock[0] += took
         calibration = {"bandwidth_bytes_per_s": 1.0, "matmul_flops_per_s": 1.0, "matmul_dtype": "float32"}
-        names = {"decode": ["decode-b1", "decode-grpo"], "decode-static": ["decode-static-b1", "decode-static-grpo"]}
-        records = [gpu_check.case_record(name, "tiny") for name in names.get(self.case, [self.case])]
+        names = {"decode": ["decode-lora-b1", "decode-lora-grpo"], "step-cb": ["step-cb", "dtype-after-cb"]}
+        names["decode-static"] = ["decode-static-b1", "decode-static-grpo"]
+        records = [gpu_check.case_record(name, "qwen3-8b") for name in names.get(self.case, [self.case])]
+        if self.case == "step-cb":
+            records[1]["passed"] = self.DTYPES_PASS
         result = {"calibrate": calibration, "build": {"params": 1}}.get(self.case, {"records": records})
         Path(self.result).write_text(json.dumps(result))
         return 0
 
 
-def test_skipped_when_the_budget_exceeds_the_time_left_timed_out_past_its_own(tmp_path, monkeypatch):
+def run_faked(tmp_path, monkeypatch, deadline):
+    """gpu_check.main's dry run with FakeCase children on a fake clock, every budget DRY_BUDGET = 100 s."""
     from types import SimpleNamespace
 
     clock = [0.0]
@@ -168,28 +284,47 @@ def test_skipped_when_the_budget_exceeds_the_time_left_timed_out_past_its_own(tm
     monkeypatch.setattr(gpu_check.os, "killpg", lambda pid, sig: None)
     monkeypatch.setattr(gpu_check, "DRY_BUDGET", 100)
     monkeypatch.setenv("GPU_CHECK_OUT", str(tmp_path / "gpu.json"))
-    report = gpu_check.main(["--dry-run", "--deadline", "230", "--work", str(tmp_path / "work")])
+    return gpu_check.main(["--dry-run", "--deadline", str(deadline), "--work", str(tmp_path / "work")])
+
+
+def test_skipped_when_the_budget_exceeds_the_time_left_timed_out_past_its_own(tmp_path, monkeypatch):
+    monkeypatch.setitem(FakeCase.SECONDS, "step-large", 150)
+    report = run_faked(tmp_path, monkeypatch, 240)
     statuses = [(c["case"], c["status"]) for c in report["cases"]]
-    # 4 cases of 10 s leave 190 s: decode-static (budget 100) starts, and is killed at its budget, 150 > 100;
-    # 90 s are left, less than step-cb's budget of 100: skipped, not started and cut off by the deadline
+    # 5 cases of 10 s leave 190 s: step-large (budget 100) starts, and is killed at its budget, 150 > 100;
+    # 90 s are left, less than decode-static's budget of 100: skipped, not started and cut off by the deadline
     assert statuses == [
         ("calibrate", "ok"),
         ("build", "ok"),
-        ("decode-b1", "ok"),
-        ("decode-grpo", "ok"),
         ("step-generate", "ok"),
-        ("decode-static", "timeout"),
-        ("step-cb", "skipped"),
+        ("decode-lora-b1", "ok"),
+        ("decode-lora-grpo", "ok"),
+        ("step-cb", "ok"),
+        ("dtype-after-cb", "ok"),
+        ("step-large", "timeout"),
+        ("decode-static", "skipped"),
         ("step-vllm", "skipped"),
     ]
     assert report["cases"][-2]["reason"] == "its budget of 100 s is more than the 90 s left"
-    assert (report["failed"], report["complete"], gpu_check.exit_status(report)) == (["tiny decode-static"], False, 1)
+    assert (report["failed"], report["complete"], gpu_check.exit_status(report)) == (
+        ["qwen3-8b step-large"],
+        False,
+        1,
+    )
 
 
-def test_quick_runs_the_small_model_decode_and_two_steps():
+def test_a_dtype_check_that_finds_bf16_is_a_failure(tmp_path, monkeypatch):
+    monkeypatch.setattr(FakeCase, "DTYPES_PASS", False)
+    report = run_faked(tmp_path, monkeypatch, 1000)
+    check = next(c for c in report["cases"] if c["case"] == "dtype-after-cb")
+    assert (check["status"], check["passed"]) == ("error", False)
+    assert (report["failed"], gpu_check.exit_status(report)) == (["qwen3-8b dtype-after-cb"], 1)
+
+
+def test_quick_runs_the_small_model_alone_in_its_own_deadline():
     args = gpu_check.parse_args(["--quick"])
-    assert (args.models, args.cases, args.steps) == (["qwen3-0.6b"], ["decode", "step-generate"], 2)
-    assert args.deadline == gpu_check.QUICK["deadline"] == 270
+    assert (args.models, args.cases) == (["qwen3-0.6b"], gpu_check.QUICK["cases"])
+    assert args.deadline == gpu_check.QUICK["deadline"] < gpu_check.DEADLINE
 
 
 def run_script_bash(*args, env):
@@ -211,3 +346,18 @@ def test_overhead_bench_runs_and_times_the_same_work(tmp_path):
     assert report["same_tokens"] is True  # same seed, model, prompts: both sides sampled the same completions
     assert report["timed_steps"] == 2  # 4 steps: 3 step-to-step intervals, the first dropped as warm-up
     assert report["ratio"] > 0 and report["ratio_q1"] <= report["ratio"] <= report["ratio_q3"]
+
+
+def test_fetch_wheels_finds_python_312_past_a_failing_shim(tmp_path):
+    # python3.12 on PATH is a pyenv shim that fails; the pyenv version behind it is found and used
+    shims, version = tmp_path / "shims", tmp_path / "pyenv" / "versions" / "3.12.9" / "bin"
+    shims.mkdir()
+    version.mkdir(parents=True)
+    (shims / "python3.12").write_text("#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n")
+    (version / "python3.12").write_text("#!/bin/sh\nexit 0\n")  # stands in for a Python 3.12: the check passes
+    for script in (shims / "python3.12", version / "python3.12"):
+        script.chmod(0o755)
+    finder = 'source <(sed -n "/^find_python312()/,/^}/p" bench/fetch_wheels.sh) && find_python312'
+    env = {"PATH": f"{shims}:/usr/bin:/bin", "PYENV_ROOT": str(tmp_path / "pyenv"), "PYTHON": ""}
+    result = run_script_bash("-c", finder, env=env)
+    assert (result.returncode, result.stdout.strip()) == (0, str(version / "python3.12")), result.stderr
