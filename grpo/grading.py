@@ -42,7 +42,7 @@ An answer that is an expression (`#### 9*2`) is no answer unless it states its r
 never evaluated. Every scan is linear in the length of the text, and nothing here raises on any text.
 
 Run the examples in the docstrings and the tests:
-    python -m pytest tests/test_grading.py tests/test_rewards_gsm8k.py grpo/grading.py -q
+    python -m pytest tests/test_grading.py tests/test_rewards.py grpo/grading.py -q
 """
 
 import re
