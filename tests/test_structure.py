@@ -132,3 +132,40 @@ def test_the_cycle_check_sees_a_function_level_circle():
 def test_errors_is_the_lowest_module():
     # ConfigError lives where every module can import it without importing anything back
     assert _project_graph()["grpo.errors"] == set()
+
+
+# Libraries whose import costs seconds or memory, which a module may defer into the function that needs them; the
+# project's modules that import one at their top count as heavy too (guards, monitor: transformers' callbacks).
+HEAVY = {"torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm", "safetensors", "huggingface_hub"}
+HEAVY |= {"tokenizers", "tensorboard", "pyarrow", "tqdm", "numpy", "bitsandbytes", "deepspeed", "kernels"}
+
+
+def _heavy_project_modules():
+    heavy = set()
+    for path in PACKAGE.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = [alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names]
+        top += [node.module or "" for node in tree.body if isinstance(node, ast.ImportFrom)]
+        if {name.partition(".")[0] for name in top} & HEAVY:
+            heavy.add(path.stem)
+    return heavy
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(REPO)))
+def test_function_level_imports_only_defer_a_heavy_library(path):
+    heavy_here = _heavy_project_modules()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for function in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
+        for node in ast.walk(function):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+                if node.module == "grpo":  # from grpo import guards: heavy when the module is
+                    names = [f"grpo.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for name in names:
+                top = name.partition(".")[0]
+                project_heavy = name.startswith("grpo.") and name.removeprefix("grpo.") in heavy_here
+                assert top in HEAVY or project_heavy, f"{path.name}:{node.lineno} imports {name} inside a function"
