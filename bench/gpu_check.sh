@@ -6,7 +6,7 @@
 #   bash bench/gpu_check.sh --dry-run    # the same code on CPU with tiny shapes, in a few minutes
 #   GPU_CHECK_OUT=/tmp/gpu.json bash bench/gpu_check.sh --models qwen3-0.6b   # gpu_check.py options pass through
 #
-# The check runs in its own virtual environment ($GPU_CHECK_VENV, default /tmp/gpu-check-venv; kept for a rerun)
+# The check runs in its own virtual environment ($GPU_CHECK_VENV, default one per Python under /tmp; kept for a rerun)
 # that sees the machine's installed packages through a .pth file and holds only what the check adds: trl,
 # datasets and what they need beyond the machine's own, installed from the wheels bench/fetch_wheels.sh put in
 # .whl/ ($GPU_CHECK_WHEELS), with --no-index (nothing is downloaded) and every installed package held at its
@@ -21,8 +21,12 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 start=$SECONDS
+# the checkout's own environment when there is one (make install: the dry run on a development machine), else the
+# machine's python3 (the GPU machine's preinstalled torch and transformers)
+if [[ -z ${PYTHON:-} && -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; fi
 PYTHON=${PYTHON:-python3}
-VENV=${GPU_CHECK_VENV:-${TMPDIR:-/tmp}/gpu-check-venv}
+# one venv per interpreter, kept for a rerun: a venv made over another Python would not see this one's packages
+VENV=${GPU_CHECK_VENV:-${TMPDIR:-/tmp}/gpu-check-venv-$(realpath "$(command -v "$PYTHON")" 2>/dev/null | cksum | cut -d' ' -f1)}
 WHEELS=${GPU_CHECK_WHEELS:-.whl}
 if [[ -n ${GPU_CHECK_OUT:-} ]]; then out=$GPU_CHECK_OUT
 elif [[ -n ${OUT:-} ]]; then out=$OUT/gpu_check.json
