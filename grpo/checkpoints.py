@@ -16,13 +16,12 @@ module level: evaluate.py, export.py, preflight and the trainer all need these c
 import json
 import logging
 import math
-import re
 import time
 import zipfile
 from pathlib import Path
 
-from grpo.errors import ConfigError, first_line, is_load_error
-from grpo.files import SETTINGS_FILE, atomic_write, checkpoint_step, read_json_object
+from grpo.errors import ConfigError, is_load_error
+from grpo.files import SETTINGS_FILE, atomic_write, checkpoint_dirs, read_json_object
 
 log = logging.getLogger("grpotrainer")
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
@@ -32,12 +31,6 @@ TORCH_FILES = (".pt", ".pth", ".bin")  # torch.save writes zip archives under th
 
 # ---------------------------------------------------------------------------------------------------------------
 # checkpoints
-
-
-def checkpoints(output_dir):
-    """The checkpoint-N folders Trainer wrote in output_dir, oldest (lowest N) first, intact or not."""
-    found = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and checkpoint_step(p) is not None]
-    return sorted(found, key=checkpoint_step)
 
 
 def checkpoint_problem(checkpoint_dir):
@@ -164,7 +157,7 @@ def resume_checkpoint(
     checkpoint's run was given is read back from OUTPUT_DIR/run_settings.json (see `adapter_mismatch`).
     """
     output_dir = Path(output_dir)
-    found = checkpoints(output_dir)
+    found = checkpoint_dirs(output_dir)
     if not resume and (found or (output_dir / FINISHED_NAME).is_file()):
         held = f"{len(found)} checkpoint(s)" if found else "a finished adapter"
         raise ConfigError(
@@ -282,58 +275,40 @@ def adapter_problem(adapter):
     )
 
 
-def shape_problems(model, adapter):
-    """The adapter's LoRA matrices that do not fit a layer of `model`: a layer missing, or in/out sizes differing."""
+def apply_adapter(model, adapter, model_name):
+    """The base `model` (MODEL_NAME) with the LoRA adapter at `adapter` applied through peft; refused in one message
+    when it does not fit (`misfit_problem`)."""
+    from peft import PeftModel
+
+    try:
+        loaded = PeftModel.from_pretrained(model, adapter)
+    except Exception as err:  # peft's size mismatch or absent target modules is the user's to fix; a bug goes on
+        if not is_load_error(err):
+            raise
+        raise ConfigError(misfit_problem(adapter, model_name, " ".join(str(err).split())[:300])) from None
+    if unused := unused_weights(loaded, adapter):
+        raise ConfigError(misfit_problem(adapter, model_name, f"{unused[0]}: no such layer in the base model"))
+    return loaded
+
+
+def unused_weights(loaded, adapter):
+    """The adapter's saved weights that peft put nowhere. peft loads with strict=False and raises only on a size
+    mismatch: weights of layers the base lacks (a deeper model's adapter) are dropped without a word."""
+    from peft import get_peft_model_state_dict
     from safetensors import safe_open
 
     weights = Path(adapter) / "adapter_model.safetensors"
     if not weights.is_file():
-        return []  # an adapter_model.bin: peft's own size check reports it when it loads
-    layers = dict(model.named_modules())
-    problems = []
-    with safe_open(str(weights), framework="pt") as f:
-        for key in f.keys():  # noqa: SIM118 (safe_open has keys() but is not iterable)
-            match = re.fullmatch(r"base_model\.model\.(.+)\.lora_(A|B)\.weight", key)
-            if not match:
-                continue
-            name, which = match.groups()
-            shape = tuple(f.get_slice(key).get_shape())
-            layer = layers.get(name)
-            if layer is None:
-                problems.append(f"{name}: no such layer in the base model")
-            elif which == "A" and getattr(layer, "in_features", shape[1]) != shape[1]:
-                problems.append(f"{name}: adapter input size {shape[1]}, layer {layer.in_features}")
-            elif which == "B" and getattr(layer, "out_features", shape[0]) != shape[0]:
-                problems.append(f"{name}: adapter output size {shape[0]}, layer {layer.out_features}")
-    return problems
+        return []  # an older peft's adapter_model.bin
+    with safe_open(weights, "pt") as f:
+        saved = set(f.keys())
+    return sorted(saved - set(get_peft_model_state_dict(loaded)))
 
 
-def apply_adapter(model, adapter, model_name):
-    """The loaded base `model` (MODEL_NAME) with the LoRA adapter at `adapter` applied through peft; refused with one
-    message when the adapter does not fit it (`misfit_problem`, or an error peft raises while loading)."""
-    from peft import PeftModel
-
-    if problem := misfit_problem(model, adapter, model_name):
-        raise ConfigError(problem)
-    try:
-        return PeftModel.from_pretrained(model, adapter)
-    except Exception as err:  # sizes or layers peft cannot match (misfit_problem names most); a bug goes on
-        if not is_load_error(err):
-            raise
-        raise ConfigError(
-            f"ADAPTER={adapter} does not load onto MODEL_NAME={model_name} ({first_line(err)}).\n"
-            "Leave MODEL_NAME unset to use the run's base model, or give the one it was trained on."
-        ) from None
-
-
-def misfit_problem(model, adapter, model_name):
-    """The message refusing ADAPTER on the loaded base `model` (MODEL_NAME) when its LoRA matrices do not fit the
-    layers (`shape_problems`), or None: peft would fail on mismatched sizes, or load and compute nonsense."""
-    if not (problems := shape_problems(model, adapter)):
-        return None
-    shown = "; ".join(problems[:3]) + (f"; ... ({len(problems)} in all)" if len(problems) > 3 else "")
+def misfit_problem(adapter, model_name, detail):
+    """The one message refusing ADAPTER on MODEL_NAME, with `detail` naming what does not fit."""
     return (
-        f"ADAPTER={adapter} does not fit MODEL_NAME={model_name} ({shown}): it was trained on another model.\n"
+        f"ADAPTER={adapter} does not fit MODEL_NAME={model_name} ({detail}): it was trained on another model.\n"
         "Leave MODEL_NAME unset to use the run's base model (run_settings.json), or give the one it was trained on."
     )
 
