@@ -256,7 +256,9 @@ def apply_adapter(model, adapter, model_name):
     except Exception as err:  # peft's size mismatch or absent target modules is the user's to fix; a bug goes on
         if not is_load_error(err):
             raise
-        raise ConfigError(misfit_problem(adapter, model_name, " ".join(str(err).split())[:300])) from None
+        # torch's size mismatch lists one layer a line after its header: quote the header and the first
+        quoted = " ".join(line.strip() for line in str(err).splitlines()[:2])
+        raise ConfigError(misfit_problem(adapter, model_name, quoted)) from None
     if unused := unused_weights(loaded, adapter):
         raise ConfigError(misfit_problem(adapter, model_name, f"{unused[0]}: no such layer in the base model"))
     return loaded
