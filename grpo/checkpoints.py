@@ -1,28 +1,23 @@
 """Checkpoint file checks: the checkpoints a run can resume from, adapters that fit their base, finished runs.
 
-Reads headers and directories only, never tensors, so every check costs milliseconds. No `transformers` import at
-module level: evaluate.py, export.py, preflight and the trainer all need these checks.
+Reads headers and directories only, never tensors, so every check costs milliseconds; no `transformers` import at
+module level, since evaluate.py, export.py, preflight and the trainer all need these checks.
 
-    pytest tests/test_runguard.py                  # the fault-injection tests
-
-- `resume_checkpoint`: resuming from a checkpoint cut by a kill or a full disk. The newest intact checkpoint is
-  chosen (`checkpoint_problem`); broken ones are moved to OUTPUT_DIR/broken/, never deleted.
-- `finished`: rerunning a finished run, which would train one step past MAX_STEPS and rotate checkpoints away.
-  The script writes OUTPUT_DIR/run_finished.json (`mark_finished`) after the final adapter is saved.
-- `adapter_problem`, `shape_problems`, `apply_adapter`: an adapter handed to evaluate.py or export.py that cannot
-  load onto its base, named before (files) and right after (shapes) the base loads.
+- `resume_checkpoint`: the newest intact checkpoint; broken ones (a kill, a full disk) are moved to
+  OUTPUT_DIR/broken/, never deleted.
+- `finished`: a rerun of a finished run, which would train one step past MAX_STEPS and rotate checkpoints away.
+- `adapter_problem`, `apply_adapter`: an adapter handed to evaluate.py or export.py that cannot load onto its base.
 """
 
 import json
 import logging
 import math
-import re
 import time
 import zipfile
 from pathlib import Path
 
-from grpo.errors import ConfigError, first_line, is_load_error
-from grpo.files import SETTINGS_FILE, atomic_write, checkpoint_step, read_json_object
+from grpo.errors import ConfigError, is_load_error
+from grpo.files import SETTINGS_FILE, atomic_write, checkpoint_dirs, read_json_object
 
 log = logging.getLogger("grpotrainer")
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
@@ -34,20 +29,10 @@ TORCH_FILES = (".pt", ".pth", ".bin")  # torch.save writes zip archives under th
 # checkpoints
 
 
-def checkpoints(output_dir):
-    """The checkpoint-N folders Trainer wrote in output_dir, oldest (lowest N) first, intact or not."""
-    found = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and checkpoint_step(p) is not None]
-    return sorted(found, key=checkpoint_step)
-
-
 def checkpoint_problem(checkpoint_dir):
     """None when the checkpoint folder can be resumed from, else the reason it cannot (one short phrase).
 
-    Reads only headers and directories, never tensors, so it costs milliseconds even for large checkpoints:
-    trainer_state.json parses and has a global_step; adapter_config.json parses; adapter_model.safetensors has a
-    whole header whose tensor byte ranges end exactly at the end of the file (safetensors' own rule); every torch
-    file (optimizer.pt, scheduler.pt, rng_state*.pth, ...) is a zip archive whose members fit in the file. A file
-    cut anywhere loses the zip's central directory at its end, so a cut torch file fails that test.
+    A torch file cut anywhere loses the zip's central directory at its end, so the zip test catches every cut.
 
     >>> checkpoint_problem("/nonexistent/checkpoint-5")
     'trainer_state.json is missing'
@@ -74,10 +59,7 @@ def checkpoint_problem(checkpoint_dir):
 
 
 def safetensors_problem(path):
-    """None when the safetensors file's header is whole and its tensors fill the file exactly; else the reason.
-
-    safetensors.safe_open validates the header and that the tensors cover the file to its last byte, so a cut or
-    padded file raises SafetensorError."""
+    """None when the safetensors file is whole, else the reason: safe_open raises on a cut or padded file."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -105,12 +87,8 @@ def torch_file_problem(path):
 
 
 def optimizer_problem(folder):
-    """The optimizer, scheduler and RNG files Trainer saves beside the adapter: present and whole.
-
-    Plain and DDP runs write optimizer.pt, scheduler.pt and rng_state.pth (rng_state_<rank>.pth per process).
-    DeepSpeed writes its optimizer under the folder named in `latest` instead, and FSDP writes optimizer_0*; their
-    torch files are checked the same way.
-    """
+    """The optimizer, scheduler and RNG files Trainer saves beside the adapter: present and whole. DeepSpeed keeps
+    its optimizer under the folder named in `latest`, FSDP as optimizer_0*."""
     if (folder / "latest").is_file():  # DeepSpeed: `latest` names the global_stepN folder holding its states
         tag = (folder / "latest").read_text().strip()
         files = list((folder / tag).glob("*.pt")) if tag else []
@@ -131,10 +109,8 @@ def optimizer_problem(folder):
 
 
 def unsafe_pickle_problem(path):
-    """Why torch.load(weights_only=True), which Trainer uses to resume, would refuse the torch file `path`: the
-    pickle names functions or classes outside torch's allow-list and the numpy types Trainer adds (a file someone
-    crafted, or one not written by Trainer). Read statically, never unpickled. training_args.bin is skipped: it is
-    a pickle of the whole config, which Trainer writes but never loads."""
+    """Why torch.load(weights_only=True), which Trainer resumes with, would refuse the torch file `path` (a pickle
+    naming code outside torch's and Trainer's allow-list), read statically. training_args.bin is never loaded."""
     if path.name == "training_args.bin":
         return None
     import torch
@@ -150,21 +126,15 @@ def unsafe_pickle_problem(path):
 def resume_checkpoint(
     output_dir, resume, model_name, lora_r, lora_alpha, target_modules, *, main_process=True, now=time.time
 ):
-    """The checkpoint to resume from (None for a fresh start), after checking that resuming or not is safe.
+    """The newest intact checkpoint to resume from (None for a fresh start), after checking that resuming is safe.
 
-    The newest intact checkpoint (`checkpoint_problem`) is chosen. Every broken one is named in the log and moved to
-    OUTPUT_DIR/broken/ by the main process (only one process of a torchrun job may move files); the others leave
-    them. Moving, not skipping: Trainer would otherwise rotate the intact ones away (SAVE_TOTAL_LIMIT counts every
-    checkpoint-N folder) and later write into the broken folder's name.
-
-    Refused with ConfigError, before any weights load: RESUME=False over an earlier run's checkpoints or finished
-    adapter (they would be overwritten or rotated away), and a checkpoint trained on another base model or with
-    another LoRA shape (r, alpha, target modules), which would fail on mismatched weights or train a different
-    adapter. `target_modules` is LORA_TARGET_MODULES as given: "all-linear" or a comma list (or a list); what the
-    checkpoint's run was given is read back from OUTPUT_DIR/run_settings.json (see `adapter_mismatch`).
+    Broken ones are moved aside by the main process, not skipped: Trainer would otherwise rotate the intact ones away
+    (SAVE_TOTAL_LIMIT counts every checkpoint-N folder) and later write into the broken folder's name. Refused with
+    ConfigError before any weights load: RESUME=False over an earlier run's files, and a checkpoint of another base
+    model or LoRA shape (`adapter_mismatch`).
     """
     output_dir = Path(output_dir)
-    found = checkpoints(output_dir)
+    found = checkpoint_dirs(output_dir)
     if not resume and (found or (output_dir / FINISHED_NAME).is_file()):
         held = f"{len(found)} checkpoint(s)" if found else "a finished adapter"
         raise ConfigError(
@@ -204,9 +174,8 @@ def put_aside(folder, reason, output_dir, main_process, now=time.time):
 
 
 def other_base_model(config, model_name):
-    """The base model an adapter_config.json (a dict, or the adapter folder) names, when it is not `model_name`.
-
-    Compared by folder name, so a Hub id and its local copy match.
+    """The base model an adapter_config.json (a dict, or the adapter folder) names, when it is not `model_name`;
+    compared by folder name, so a Hub id and its local copy match.
 
     >>> other_base_model({"base_model_name_or_path": "Qwen/Qwen3-8B"}, "/models/Qwen3-8B") is None
     True
@@ -221,11 +190,8 @@ def other_base_model(config, model_name):
 def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, trained_with=None):
     """What differs between a saved adapter_config.json and this run's MODEL_NAME and LoRA settings, or None.
 
-    The base model compares by folder name, so a Hub id and its local copy match. PEFT saves "all-linear" expanded
-    to the adapted modules, as full paths (model.layers.0.self_attn.q_proj, ...) when there are fewer than 20 and
-    as the shortest names that select them (q_proj, ...) when there are more, as in every real model; a given list
-    is saved as given. So an adapter of "all-linear" is known by its dotted paths or by `trained_with`, the
-    LORA_TARGET_MODULES its run recorded in run_settings.json; lists compare by their last name component.
+    PEFT saves "all-linear" expanded: as full paths under 20 modules, else as the short names (q_proj, ...) of every
+    real model. So "all-linear" is known by dotted paths or by `trained_with` (the run's recorded setting).
 
     >>> cfg = {"base_model_name_or_path": "/m/Qwen3-8B", "r": 16, "lora_alpha": 32, "target_modules": ["q_proj"]}
     >>> adapter_mismatch(cfg, "Qwen/Qwen3-8B", 8, 32, "q_proj")
@@ -257,14 +223,12 @@ def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, tra
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# adapters handed to evaluate.py and export.py: checked before (weights) and right after (shapes) the base loads
+# adapters handed to evaluate.py and export.py
 
 
 def adapter_problem(adapter):
-    """Why the adapter folder `adapter` (which has an adapter_config.json) cannot load, or None: the config is not
-    a JSON object, or adapter_model.safetensors is missing or cut short (its header read, no tensors). An older
-    peft's adapter_model.bin is left to peft. The message names ADAPTER and the fix, for evaluate.py and export.py.
-    """
+    """Why the adapter folder `adapter` cannot load (its config or weights file), or None; named before the base
+    model loads. An older peft's adapter_model.bin is left to peft."""
     folder = Path(adapter)
     try:
         config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
@@ -282,58 +246,42 @@ def adapter_problem(adapter):
     )
 
 
-def shape_problems(model, adapter):
-    """The adapter's LoRA matrices that do not fit a layer of `model`: a layer missing, or in/out sizes differing."""
+def apply_adapter(model, adapter, model_name):
+    """The base `model` (MODEL_NAME) with the LoRA adapter at `adapter` applied through peft; refused in one message
+    when it does not fit (`misfit_problem`)."""
+    from peft import PeftModel
+
+    try:
+        loaded = PeftModel.from_pretrained(model, adapter)
+    except Exception as err:  # peft's size mismatch or absent target modules is the user's to fix; a bug goes on
+        if not is_load_error(err):
+            raise
+        # torch's size mismatch lists one layer a line after its header: quote the header and the first
+        quoted = " ".join(line.strip() for line in str(err).splitlines()[:2])
+        raise ConfigError(misfit_problem(adapter, model_name, quoted)) from None
+    if unused := unused_weights(loaded, adapter):
+        raise ConfigError(misfit_problem(adapter, model_name, f"{unused[0]}: no such layer in the base model"))
+    return loaded
+
+
+def unused_weights(loaded, adapter):
+    """The adapter's saved weights that peft put nowhere. peft loads with strict=False and raises only on a size
+    mismatch: weights of layers the base lacks (a deeper model's adapter) are dropped without a word."""
+    from peft import get_peft_model_state_dict
     from safetensors import safe_open
 
     weights = Path(adapter) / "adapter_model.safetensors"
     if not weights.is_file():
-        return []  # an adapter_model.bin: peft's own size check reports it when it loads
-    layers = dict(model.named_modules())
-    problems = []
-    with safe_open(str(weights), framework="pt") as f:
-        for key in f.keys():  # noqa: SIM118 (safe_open has keys() but is not iterable)
-            match = re.fullmatch(r"base_model\.model\.(.+)\.lora_(A|B)\.weight", key)
-            if not match:
-                continue
-            name, which = match.groups()
-            shape = tuple(f.get_slice(key).get_shape())
-            layer = layers.get(name)
-            if layer is None:
-                problems.append(f"{name}: no such layer in the base model")
-            elif which == "A" and getattr(layer, "in_features", shape[1]) != shape[1]:
-                problems.append(f"{name}: adapter input size {shape[1]}, layer {layer.in_features}")
-            elif which == "B" and getattr(layer, "out_features", shape[0]) != shape[0]:
-                problems.append(f"{name}: adapter output size {shape[0]}, layer {layer.out_features}")
-    return problems
+        return []  # an older peft's adapter_model.bin
+    with safe_open(weights, "pt") as f:
+        saved = set(f.keys())
+    return sorted(saved - set(get_peft_model_state_dict(loaded)))
 
 
-def apply_adapter(model, adapter, model_name):
-    """The loaded base `model` (MODEL_NAME) with the LoRA adapter at `adapter` applied through peft; refused with one
-    message when the adapter does not fit it (`misfit_problem`, or an error peft raises while loading)."""
-    from peft import PeftModel
-
-    if problem := misfit_problem(model, adapter, model_name):
-        raise ConfigError(problem)
-    try:
-        return PeftModel.from_pretrained(model, adapter)
-    except Exception as err:  # sizes or layers peft cannot match (misfit_problem names most); a bug goes on
-        if not is_load_error(err):
-            raise
-        raise ConfigError(
-            f"ADAPTER={adapter} does not load onto MODEL_NAME={model_name} ({first_line(err)}).\n"
-            "Leave MODEL_NAME unset to use the run's base model, or give the one it was trained on."
-        ) from None
-
-
-def misfit_problem(model, adapter, model_name):
-    """The message refusing ADAPTER on the loaded base `model` (MODEL_NAME) when its LoRA matrices do not fit the
-    layers (`shape_problems`), or None: peft would fail on mismatched sizes, or load and compute nonsense."""
-    if not (problems := shape_problems(model, adapter)):
-        return None
-    shown = "; ".join(problems[:3]) + (f"; ... ({len(problems)} in all)" if len(problems) > 3 else "")
+def misfit_problem(adapter, model_name, detail):
+    """The one message refusing ADAPTER on MODEL_NAME, with `detail` naming what does not fit."""
     return (
-        f"ADAPTER={adapter} does not fit MODEL_NAME={model_name} ({shown}): it was trained on another model.\n"
+        f"ADAPTER={adapter} does not fit MODEL_NAME={model_name} ({detail}): it was trained on another model.\n"
         "Leave MODEL_NAME unset to use the run's base model (run_settings.json), or give the one it was trained on."
     )
 
@@ -343,8 +291,7 @@ def misfit_problem(model, adapter, model_name):
 
 
 def mark_finished(output_dir, global_step, epoch, max_steps, num_train_epochs):
-    """Write OUTPUT_DIR/run_finished.json atomically (temporary file, fsync, rename): call it on the main process
-    as the very last write of a run that trained to the end and saved its final adapter."""
+    """Write OUTPUT_DIR/run_finished.json durably: the main process's last write, after the final adapter."""
     output_dir = Path(output_dir)
     record = {
         "global_step": global_step,
@@ -359,12 +306,8 @@ def mark_finished(output_dir, global_step, epoch, max_steps, num_train_epochs):
 
 
 def finished(output_dir, max_steps, num_train_epochs):
-    """A one-line message when OUTPUT_DIR holds a run that already trained as far as asked, else None. Reads only.
-
-    Finished means: run_finished.json is there (written after the final adapter), the final adapter is whole, and
-    the marker's run went as far as asked: with MAX_STEPS > 0, global_step >= MAX_STEPS; with MAX_STEPS = -1, the
-    marker's run was also epoch-based and had at least NUM_TRAIN_EPOCHS. So raising MAX_STEPS or
-    NUM_TRAIN_EPOCHS continues the run from its last checkpoint, as Trainer's resume does.
+    """A one-line message when OUTPUT_DIR holds a run that already trained as far as asked, else None: the marker
+    is there, the final adapter is whole, and its steps (or epochs) reach this run's. Raising them continues the run.
 
     >>> finished("/nonexistent", 100, 3) is None
     True
@@ -390,9 +333,8 @@ def finished(output_dir, max_steps, num_train_epochs):
 
 
 def reached(checkpoint, max_steps, num_train_epochs):
-    """Whether a checkpoint already holds as many steps as the run asks for: a run killed after its last checkpoint
-    but before run_finished.json. Resuming it would train one step past the end (Trainer runs a step before it
-    checks), rotate a checkpoint away and overwrite the adapter; `restore` finishes it without training."""
+    """Whether a checkpoint already holds the steps asked for (a run killed before its marker). Resuming it would
+    train one step past the end, rotate a checkpoint away and overwrite the adapter; `restore` finishes it."""
     state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
     if max_steps > 0:
         return state["global_step"] >= max_steps

@@ -1,18 +1,10 @@
-"""Process guards for a training run: one run per folder, SIGTERM and Ctrl-C, full disks and stalls.
+"""Process guards for a training run, in the order grpotrainer.py uses them. Training only: imports transformers.
 
-What each piece guards against, in the order grpotrainer.py uses them:
-
-- `output_lock`: two runs writing into one OUTPUT_DIR. Global rank 0 holds an flock on OUTPUT_DIR/run.lock (the OS
-  releases it when the process dies, even by kill -9); run.lock.json names the holder's pid and host for the message.
-- `StopOnSignal`: SIGTERM (a scheduler's preemption notice) and Ctrl-C. The current step finishes, a checkpoint is
-  saved and the run exits with one line; all torchrun ranks stop at the same step.
-- `faults`: a full disk or a distributed stall, reported as a message that names the setting and what to check.
-- `generation_guards`: TRL's cast of the whole model to bf16 before continuous-batching generation, which would
-  leave the LoRA weights and the rotary buffers in bf16 (KeepFp32), and its GenerationConfig that never compiles
-  (CompileDecode, for CACHE_IMPLEMENTATION=static); `adapter_in_fp32`: the same for QLoRA's adapter.
-
-Training only: this module imports transformers (for `TrainerCallback`); checkpoint file checks live in
-grpo/checkpoints.py.
+- `output_lock`: two runs writing into one OUTPUT_DIR (filelock's flock, which the OS releases even on kill -9).
+- `StopOnSignal`: SIGTERM (a scheduler's preemption notice) and Ctrl-C: all ranks finish the step and save.
+- `faults`: a full disk, a distributed stall or NaN sampling, told by type and where raised, as one message.
+- `generation_guards`, `adapter_in_fp32`: undo TRL's casts of the adapter to bf16, and its generation that never
+  compiles.
 """
 
 import contextlib
@@ -20,6 +12,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import time
@@ -42,8 +35,8 @@ TORCH_DISTRIBUTED = ("/torch/distributed/", "/torch/nn/parallel/")  # where a co
 
 
 def any_rank(flag, device=None):
-    """True when `flag` is true on any process: an all-reduce (max) when torch.distributed is initialised with
-    more than one process, else `flag` itself. Every process must call it at the same point."""
+    """True when `flag` is true on any process (an all-reduce of max). Every process must call it at the same
+    point."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
@@ -68,13 +61,8 @@ def read_holder(path):
 
 
 def take_lock(output_dir):
-    """Lock OUTPUT_DIR for this process: return (the held FileLock, None), or (None, why it is refused).
-
-    filelock's flock on OUTPUT_DIR/run.lock: the OS releases it when the holder dies, so a lock left by a killed
-    run is simply taken over (and logged); filelock re-locks when a releasing holder unlinked the file in between,
-    and falls back to a pid marker on filesystems without flock. The holder's pid, host and time live in
-    run.lock.json beside it, written only while holding the lock (filelock owns the lock file's contents).
-    """
+    """Lock OUTPUT_DIR for this process: (the held FileLock, None), or (None, why it is refused). A killed run's
+    lock is taken over; the holder's pid, host and time go to run.lock.json, since filelock owns the lock file."""
     output_dir = Path(output_dir)
     lock = FileLock(output_dir / LOCK_NAME, timeout=0, thread_local=False)
     try:
@@ -107,14 +95,10 @@ def holder_message(output_dir, holder):
 
 @contextlib.contextmanager
 def output_lock(output_dir, rank0):
-    """Hold OUTPUT_DIR for one run while the block runs; refuse with ConfigError (exit 2) when another run has it.
+    """Hold OUTPUT_DIR for one run while the block runs; refuse with ConfigError when another run has it.
 
-    Under torchrun only global rank 0 (`rank0`) takes the lock, and every rank learns the outcome through
-    `any_rank`, so all ranks of a refused run stop at once, before writing anything. That needs the process group,
-    which building the GRPOConfig starts: enter this after build_config(). The lock file is removed on exit.
-
-        with guards.output_lock(OUTPUT_DIR, rank0=config.process_index == 0):
-            ...  # resume choice, training, saves
+    Only global rank 0 takes the lock and every rank learns the outcome (`any_rank`), so all ranks of a refused run
+    stop before writing anything. That needs the process group: enter this after build_config().
     """
     lock, refusal = take_lock(output_dir) if rank0 else (None, None)
     if any_rank(refusal is not None):
@@ -135,17 +119,10 @@ def output_lock(output_dir, rank0):
 class StopOnSignal(TrainerCallback):
     """On SIGTERM or SIGINT, finish the current optimiser step, save a checkpoint and stop training.
 
-    Schedulers send SIGTERM before preemption (Slurm, Kubernetes), torchrun forwards it to every process, and a
-    terminal sends Ctrl-C's SIGINT to all of them. The handlers only record the signal; at each step end the
-    processes agree (`any_rank`) so that all stop at the same step, and Trainer then saves as if SAVE_STEPS had
-    come. Later signals are ignored, so a second Ctrl-C (or torchrun forwarding the terminal's) cannot cut the
-    save, and each says what the run is doing: still in the step, saving, or ending (Ctrl-\\ or kill -9 still end
-    the process at once). Handlers are installed when training begins and restored when it ends.
-
-    After train() returns, `signal_name` is set when a signal stopped it, and `message()` and `exit_code`
-    say so: 128 + the signal number (143 for SIGTERM, 130 for Ctrl-C), the shell's convention for "ended by
-    this signal". Not 0: a Kubernetes Job, a torchrun restart policy or a `until python grpotrainer.py; do`
-    loop must see that the run is not done, and rerunning the same command resumes it.
+    The handlers only record the signal; at each step end the processes agree (`any_rank`), so all stop at the same
+    step. Later signals are ignored, so a second Ctrl-C (or torchrun forwarding the terminal's) cannot cut the save.
+    `exit_code` is 128 + the signal number, not 0: a Job, a restart policy or an `until` loop must see that the run
+    is not done, and rerunning the same command resumes it.
     """
 
     def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), resuming=None):
@@ -224,15 +201,11 @@ class StopOnSignal(TrainerCallback):
 class KeepFp32(TrainerCallback):
     """Keep what the model holds in fp32 in fp32 under USE_TRANSFORMERS_CONTINUOUS_BATCHING with BF16.
 
-    TRL 1.16 casts the whole model to bf16 right before `generate_batch` (GRPOTrainer._generate_single_turn) and
-    never back: the LoRA weights, which would then train in bf16, where an Adam step of 1e-5 rounds away for any
-    weight above ~3e-3, and the float buffers, such as the rotary `inv_freq` (a 0.37 % error: 0.35 rad of phase at
-    position 300 for Qwen3-8B), in the policy and the reference alike. Generation runs in bf16 as TRL intends; right
-    after it this puts back every tensor that was fp32 before, so the training passes and the optimizer see the
-    model as it was loaded. No copy is made: torch's cast swaps each Parameter's `.data` and each module's buffer
-    for a new tensor, so the fp32 originals held here stay intact (and Adam's in-place updates land on them).
-    There is no public hook between generation and the loss, so `generate_batch` is wrapped on the model TRL unwraps
-    for generation (the PeftModel itself, without DDP's wrapper).
+    TRL 1.16 casts the whole model to bf16 right before `generate_batch` and never back: the LoRA weights would then
+    train in bf16 (an Adam step of 1e-5 rounds away above ~3e-3), and the rotary `inv_freq` drifts 0.35 rad of phase
+    at position 300. Right after generation this puts back every fp32 tensor held here (torch's cast swaps `.data`
+    for a new tensor, so the originals stay intact). No public hook sits between generation and the loss, so
+    `generate_batch` is wrapped on the PeftModel TRL generates with.
     """
 
     def __init__(self, model):
@@ -271,12 +244,8 @@ class KeepFp32(TrainerCallback):
 
 
 def adapter_in_fp32(model):
-    """Put the trainable (LoRA) weights of a 4-bit model back in fp32, before the optimizer is built.
-
-    For quantized models TRL 1.16 casts them to bf16 (GRPOTrainer.__init__, after QLoRA's paper), where at
-    LEARNING_RATE=1e-5 most of an update is below half a bf16 ulp and rounds away (measured on peft's initialisation:
-    75 % of q_proj's lora_A entries never move). peft's 4-bit LoRA layers cast their input to the adapter's dtype, so
-    an fp32 adapter computes in fp32 over the bf16 base, as peft does for unquantized models."""
+    """Put the trainable (LoRA) weights of a 4-bit model back in fp32, before the optimizer is built: TRL 1.16 casts
+    them to bf16, where at LEARNING_RATE=1e-5 75 % of q_proj's lora_A entries never move (updates round away)."""
     import torch
 
     for param in model.parameters():
@@ -285,11 +254,8 @@ def adapter_in_fp32(model):
 
 
 class CompileDecode(TrainerCallback):
-    """CACHE_IMPLEMENTATION=static in training. GRPOConfig(cache_implementation="static") gives TRL's generate() the
-    static cache, but TRL 1.16 builds its GenerationConfig with disable_compile=True (GRPOTrainer.__init__), so the
-    decode step would never compile. When training begins this turns compilation back on, with decode_options'
-    compile config, on the GenerationConfig TRL passes to every generate() call (trainer.generation_config; no
-    public hook sets it)."""
+    """CACHE_IMPLEMENTATION=static in training: TRL 1.16 builds its GenerationConfig with disable_compile=True, so
+    the decode step would never compile. This turns it back on, on trainer.generation_config (no public hook)."""
 
     def __init__(self, generation_config):
         self.generation_config = generation_config
@@ -300,9 +266,7 @@ class CompileDecode(TrainerCallback):
 
 
 def generation_guards(trainer):
-    """The callbacks that undo two choices TRL 1.16 makes for generation: it never compiles (CompileDecode), which
-    CACHE_IMPLEMENTATION=static needs; and under continuous batching in bf16 it casts the adapter and the float
-    buffers to bf16 (KeepFp32)."""
+    """The callbacks undoing TRL 1.16's generation choices that this run's settings meet (CompileDecode, KeepFp32)."""
     callbacks = []
     if trainer.args.cache_implementation == "static":
         callbacks.append(CompileDecode(trainer.generation_config))
@@ -341,12 +305,8 @@ def writer_failed(e):
 
 
 def disk_full_error(err, output_dir):
-    """A ConfigError naming the full disk and OUTPUT_DIR when `err` (or its cause) is one, else None.
-
-    An OSError with ENOSPC or EDQUOT; or a checkpoint writer's error that keeps no errno (`writer_failed`) while
-    the disk holding OUTPUT_DIR has under 64 MiB free. The checkpoint it was writing is then cut
-    (`checkpoint_problem` rejects it); the next run moves it aside and resumes from the one before.
-    """
+    """A ConfigError naming the full disk and OUTPUT_DIR when `err` (or its cause) is ENOSPC/EDQUOT, or a checkpoint
+    writer's error without errno (`writer_failed`) under 64 MiB free; the next run sets the cut checkpoint aside."""
     free = free_bytes(output_dir)
     for e in chain(err):
         full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
@@ -360,9 +320,8 @@ def disk_full_error(err, output_dir):
 
 
 def stall_error(err, ddp_timeout):
-    """A ConfigError naming DDP_TIMEOUT and what to check when `err` is a torch.distributed error (DistError: a
-    backend, store or network timeout or abort; or a RuntimeError raised inside torch.distributed's collectives,
-    as gloo's timeout is), else None. Any other error, whatever its text, is not a stall."""
+    """A ConfigError naming DDP_TIMEOUT when `err` is torch's DistError or a RuntimeError raised inside
+    torch.distributed (gloo's timeout), else None. Any other error, whatever its text, is not a stall."""
     import torch.distributed as dist
 
     for e in chain(err):
@@ -392,10 +351,8 @@ def faults(output_dir, ddp_timeout):
 
 
 def nonfinite_error(err):
-    """A ConfigError when sampling met NaN or inf probabilities: the model's weights hold them (a damaged or
-    badly converted MODEL_NAME, when it happens before the first step), or the run diverged. Recognised by where
-    and on what it was raised: a RuntimeError from transformers' generation whose innermost frame holds a `probs`
-    tensor with NaN, inf or a negative value (torch.multinomial refuses those)."""
+    """A ConfigError when sampling met NaN or inf probabilities (damaged weights, or a diverged run): a RuntimeError
+    from transformers' generation whose innermost frame holds a `probs` tensor torch.multinomial refuses."""
     import torch
 
     for e in chain(err):
@@ -416,8 +373,6 @@ def nonfinite_error(err):
 
 def free_bytes(path):
     """Free bytes on the filesystem holding `path` (or its nearest existing parent); None if unknown."""
-    import shutil
-
     path = Path(path).resolve()
     while not path.exists() and path != path.parent:
         path = path.parent

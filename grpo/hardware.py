@@ -1,21 +1,16 @@
-"""What this machine can run: CUDA, bf16, installed packages, and the attention kernel to load the model with.
+"""The machine's facts (CUDA, bf16, GPUs, installed packages, processes) and the model-loading arguments derived
+from them: the attention kernel, the dtype, 4-bit quantization, decode compilation, vLLM's LoRA rank.
 
-preflight.py and grpotrainer.py ask here instead of importing torch themselves. `pick_attention` is a pure function of
-what was found, so its choice is tested without a GPU:
+preflight.py and grpotrainer.py ask here instead of importing torch themselves; nothing here compiles anything.
 
     python -m grpo.hardware     # prints what this machine offers and what ATTN_IMPLEMENTATION=auto picks
-
-Nothing here compiles anything: flash-attn is used when a prebuilt wheel is installed, a Hub kernel (the `kernels`
-package) when it is already in the local cache, and PyTorch's own sdpa otherwise.
 """
 
+import datetime
 import importlib.util
 import os
 import re
-from pathlib import Path
 
-# ATTN_IMPLEMENTATION values transformers 5.17 loads for Qwen3, besides a Hub kernel "org/repo" (see HUB_KERNEL).
-# The paged|... variants are left out: continuous batching switches to them by itself while generating.
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the --max-lora-rank values vLLM accepts
 
 
@@ -28,49 +23,12 @@ def vllm_lora_rank(rank):
     return next((r for r in VLLM_LORA_RANKS if r >= rank), rank)
 
 
+# ATTN_IMPLEMENTATION values transformers 5.17 loads for Qwen3, besides a Hub kernel "org/repo" (see HUB_KERNEL).
+# The paged|... variants are left out: continuous batching switches to them by itself while generating.
 ATTENTION = ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 # A Hub kernel repository, as transformers' integrations.hub_kernels.is_kernel matches it: org/name[@rev][:function]
 HUB_KERNEL = re.compile(r"^[^/:]+/[^/:]+(?:@[^/:]+)?(?::[^/:]+)?$")
-# The prebuilt Hub kernels transformers 5.17 itself falls back to for flash_attention_2/3 (FLASH_ATTN_KERNEL_FALLBACK)
-FA2_KERNEL = "kernels-community/flash-attn2"
-FA3_KERNEL = "kernels-community/vllm-flash-attn3"
-
-
-def pick_attention(requested, *, cuda, bf16, importable, capability=(0, 0), cached_kernels=()):
-    """The attn_implementation to load the model with: `requested` itself unless it is "auto".
-
-    auto picks the fastest kernel that needs no compiling, on CUDA in bf16 (flash kernels have no fp32 path):
-    flash_attention_3 (the flash-attn-3 wheel, module flash_attn_interface) on Hopper or newer, else
-    flash_attention_2 (the flash-attn wheel), else a prebuilt Hub kernel already in the local cache (the `kernels`
-    package; never a download at run time), else PyTorch's sdpa, which is also the answer on CPU and in fp32.
-
-    Args:
-        requested: the ATTN_IMPLEMENTATION setting.
-        cuda: whether the run computes on a CUDA GPU.
-        bf16: whether it trains in bfloat16.
-        importable: a function telling whether a Python module can be imported (`importable` below).
-        capability: the GPU's CUDA compute capability (9, 0) for Hopper; (0, 0) when unknown or no GPU.
-        cached_kernels: the Hub kernel repositories present in the local cache (`cached_kernels` below).
-
-    >>> pick_attention("auto", cuda=True, bf16=True, importable={"flash_attn"}.__contains__)
-    'flash_attention_2'
-    >>> pick_attention("auto", cuda=False, bf16=False, importable={"flash_attn"}.__contains__)
-    'sdpa'
-    """
-    if requested != "auto":
-        return requested
-    if not (cuda and bf16):
-        return "sdpa"
-    hopper = tuple(capability) >= (9, 0)
-    if hopper and importable("flash_attn_interface"):
-        return "flash_attention_3"
-    if importable("flash_attn"):
-        return "flash_attention_2"
-    if importable("kernels"):
-        for kernel in (FA3_KERNEL, FA2_KERNEL) if hopper else (FA2_KERNEL,):
-            if kernel in cached_kernels:
-                return kernel
-    return "sdpa"
+FA2_KERNEL = "kernels-community/flash-attn2"  # transformers' fallback for flash_attention_2, named in messages
 
 
 def attention_problem(requested, *, cuda, bf16, importable):
@@ -147,31 +105,26 @@ def importable(package):
         return False
 
 
-def cached_kernels(repos=(FA2_KERNEL, FA3_KERNEL)):
-    """Those of `repos` already in the local cache the `kernels` package reads ($KERNELS_CACHE, else the Hugging Face
-    Hub cache), in either of its layouts ("kernels--org--name", or the older "models--org--name")."""
-    from huggingface_hub import constants
+def flash_versions(hopper):
+    """The flash attention versions transformers loads here without compiling: its wheel, or else the prebuilt Hub
+    kernel transformers itself falls back to (FLASH_ATTN_KERNEL_FALLBACK, through the `kernels` package). That
+    check loads the kernel: from the local cache, or downloaded only when the Hub is reachable; HF_HUB_OFFLINE
+    never downloads, so an uncached kernel then counts as absent. FA3 only on Hopper or newer, where it runs."""
+    from transformers.utils import is_flash_attn_2_available, is_flash_attn_3_available
 
-    cache = Path(os.environ.get("KERNELS_CACHE") or constants.HF_HUB_CACHE)
-    found = []
-    for repo in repos:
-        folders = [cache / f"{kind}--{repo.replace('/', '--')}" / "snapshots" for kind in ("kernels", "models")]
-        if any(folder.is_dir() and any(folder.iterdir()) for folder in folders):
-            found.append(repo)
-    return tuple(found)
+    found = [2] if is_flash_attn_2_available(kernels_fallback_ok=True) else []
+    if hopper and is_flash_attn_3_available(kernels_fallback_ok=True):
+        found.append(3)
+    return found
 
 
 def auto_attention(cpu_only, bf16):
-    """pick_attention("auto", ...) for this machine."""
-    gpu = on_gpu(cpu_only)
-    return pick_attention(
-        "auto",
-        cuda=gpu,
-        bf16=bf16,
-        importable=importable,
-        capability=capability() if gpu else (0, 0),
-        cached_kernels=cached_kernels() if gpu and importable("kernels") else (),
-    )
+    """ATTN_IMPLEMENTATION=auto: the newest flash attention that loads here without compiling (`flash_versions`) on
+    CUDA in bf16, since flash kernels have no fp32 path; sdpa otherwise."""
+    if not (on_gpu(cpu_only) and bf16):
+        return "sdpa"
+    flash = flash_versions(hopper=capability() >= (9, 0))
+    return f"flash_attention_{max(flash)}" if flash else "sdpa"
 
 
 def one_cpu_thread():
@@ -187,12 +140,8 @@ def init_cpu_process_group(timeout_s):
     """Under torchrun on the CPU, start the gloo process group with DDP_TIMEOUT before transformers does: its CPU
     branch leaves ddp_timeout out, so a stalled process would wait torch's default 30 minutes. No-op otherwise.
 
-    It also names the device plain "cpu" (accelerate's ACCELERATE_TORCH_DEVICE): accelerate's MULTI_CPU branch
-    would make it cpu:0 (`PartialState.set_device`), which Trainer then passes to torch.load as map_location for
-    the optimizer state when world_size > 1, and torch's CPU deserializer accepts only "cpu": every resume of a
-    two-process CPU run failed with "don't know how to restore data location ... (tagged with cpu:0)"."""
-    import datetime
-
+    The device is named plain "cpu" (ACCELERATE_TORCH_DEVICE): accelerate would make it cpu:0, which Trainer passes
+    to torch.load as map_location, and torch's CPU deserializer refused every two-process CPU resume."""
     import torch.distributed as dist
 
     if world_size() > 1:
@@ -212,12 +161,10 @@ def model_init_kwargs(attn, bf16, cpu_only):
 
 
 def decode_options(cache_implementation):
-    """generate()'s keyword arguments for CACHE_IMPLEMENTATION: {} for "dynamic" (transformers' default: a dynamic KV
-    cache, eager), or for "static" its static KV cache with a compile config, with which generate() compiles the
-    decode step (torch.compile, inductor, mode "reduce-overhead": CUDA graphs) where transformers compiles, on CUDA;
-    on the CPU the static cache alone. Prefill stays eager. dynamic=True: one compilation for every batch size and
-    cache length (transformers grows the static cache to the longest prompt seen), not one per shape. The first
-    call compiles, about a minute.
+    """generate()'s keyword arguments for CACHE_IMPLEMENTATION: {} for "dynamic" (transformers' default), or for
+    "static" the static KV cache and a compile config for the decode step (CUDA graphs on CUDA; prefill stays eager).
+    dynamic=True compiles once for every batch size and cache length, not once per shape; the first call takes a
+    minute.
 
     >>> decode_options("dynamic"), decode_options("static")["cache_implementation"]
     ({}, 'static')
@@ -249,6 +196,5 @@ def quantization_config(load_in_4bit, bf16):
 if __name__ == "__main__":
     cuda = cuda_available()
     print(f"cuda {cuda}, gpus {gpu_count()}, capability {capability()}, bf16 {cuda and bf16_gpu()}")
-    print("importable:", {name: importable(name) for name in ("flash_attn", "flash_attn_interface", "kernels")})
-    print("cached Hub kernels:", cached_kernels())
+    print("flash attention without compiling:", flash_versions(capability() >= (9, 0)) if cuda else [])
     print("ATTN_IMPLEMENTATION=auto ->", auto_attention(cpu_only=False, bf16=cuda and bf16_gpu()))

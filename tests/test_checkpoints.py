@@ -301,3 +301,31 @@ def test_a_cut_or_padded_safetensors_file_is_named(tmp_path, damage):
 
 def test_a_missing_safetensors_file_is_named(tmp_path):
     assert checkpoints.safetensors_problem(tmp_path / "model.safetensors") == "model.safetensors is missing"
+
+
+@pytest.mark.parametrize(
+    ("layer", "targets", "named"),
+    [
+        (0, ["q_proj"], None),  # fits: peft applies it
+        (7, ["q_proj"], "layers.7.self_attn.q_proj.lora_A.weight: no such layer"),  # peft would drop it silently
+        (0, ["zz_proj"], "zz_proj"),  # peft raises: no such target module
+    ],
+)
+def test_an_adapter_that_does_not_fit_its_base_is_refused_in_one_message(tmp_path, tiny_model, layer, targets, named):
+    from transformers import AutoModelForCausalLM
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    config = {"base_model_name_or_path": "smoke-model", "peft_type": "LORA", "r": 2, "lora_alpha": 4}
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "target_modules": targets}))
+    prefix = f"base_model.model.model.layers.{layer}.self_attn.q_proj"  # the tiny model has layers 0 and 1
+    tensors = {f"{prefix}.lora_A.weight": torch.zeros(2, 32), f"{prefix}.lora_B.weight": torch.zeros(32, 2)}
+    save_file(tensors, adapter / "adapter_model.safetensors")
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    if named is None:
+        assert checkpoints.apply_adapter(base, str(adapter), tiny_model).peft_config  # a PeftModel
+        return
+    with pytest.raises(ConfigError) as err:
+        checkpoints.apply_adapter(base, str(adapter), tiny_model)
+    assert str(err.value).startswith(f"ADAPTER={adapter} does not fit MODEL_NAME={tiny_model} (")
+    assert named in str(err.value) and len(str(err.value).splitlines()) == 2

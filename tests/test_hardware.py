@@ -7,41 +7,42 @@ import pytest
 
 from grpo import hardware
 
-FA2, FA3 = hardware.FA2_KERNEL, hardware.FA3_KERNEL
-
-
+FA2 = hardware.FA2_KERNEL
 HOPPER, AMPERE = (9, 0), (8, 0)
 
 
 @pytest.mark.parametrize(
-    ("cuda", "bf16", "modules", "capability", "cached", "expected"),
+    ("cuda", "bf16", "capability", "loadable", "expected"),
     [
-        # FA3 only on Hopper or newer, where its wheel's kernels run; FA2 otherwise
-        (True, True, {"flash_attn_interface", "flash_attn"}, HOPPER, (), "flash_attention_3"),
-        (True, True, {"flash_attn_interface", "flash_attn"}, AMPERE, (), "flash_attention_2"),
-        (True, True, {"flash_attn"}, HOPPER, (), "flash_attention_2"),
-        # no wheel: a Hub kernel, but only one already in the local cache (auto never downloads)
-        (True, True, {"kernels"}, HOPPER, (FA2, FA3), FA3),
-        (True, True, {"kernels"}, AMPERE, (FA2, FA3), FA2),
-        (True, True, {"kernels"}, HOPPER, (FA2,), FA2),
-        (True, True, {"kernels"}, HOPPER, (), "sdpa"),
-        (True, True, set(), HOPPER, (FA2,), "sdpa"),  # cached but `kernels` missing: nothing can load it
+        # FA3 only on Hopper or newer, where its wheel or Hub kernel runs; FA2 otherwise
+        (True, True, HOPPER, {2, 3}, "flash_attention_3"),
+        (True, True, AMPERE, {2, 3}, "flash_attention_2"),
+        (True, True, HOPPER, {2}, "flash_attention_2"),
+        # nothing loads without compiling (no wheel, no cached or reachable Hub kernel): sdpa
+        (True, True, HOPPER, set(), "sdpa"),
         # flash kernels have no fp32 path, and none runs on the CPU
-        (True, False, {"flash_attn_interface", "flash_attn", "kernels"}, HOPPER, (FA2,), "sdpa"),
-        (False, True, {"flash_attn", "kernels"}, (0, 0), (FA2,), "sdpa"),
+        (True, False, HOPPER, {2, 3}, "sdpa"),
+        (False, True, (0, 0), {2, 3}, "sdpa"),
     ],
 )
-def test_auto_picks_the_fastest_available_kernel(cuda, bf16, modules, capability, cached, expected):
-    picked = hardware.pick_attention(
-        "auto", cuda=cuda, bf16=bf16, importable=modules.__contains__, capability=capability, cached_kernels=cached
-    )
-    assert picked == expected
+def test_auto_picks_the_newest_flash_kernel_that_loads(gpu, monkeypatch, cuda, bf16, capability, loadable, expected):
+    gpu(count=int(cuda))
+    monkeypatch.setattr(hardware, "capability", lambda: capability)
+    # transformers' is_flash_attn_*_available(kernels_fallback_ok=True): the wheel, else its Hub kernel fallback
+    monkeypatch.setattr(hardware, "flash_versions", lambda hopper: sorted(v for v in loadable if v == 2 or hopper))
+    assert hardware.model_init_kwargs("auto", bf16, cpu_only=False)["attn_implementation"] == expected
 
 
 @pytest.mark.parametrize("requested", ["sdpa", "eager", "flash_attention_2", FA2])
 def test_an_explicit_choice_is_kept(requested):
-    # the user's choice wins even where it cannot load: attention_problem reports that, pick_attention never hides it
-    assert hardware.pick_attention(requested, cuda=False, bf16=False, importable=set().__contains__) == requested
+    # the user's choice wins even where it cannot load: attention_problem reports that, auto never hides it
+    assert hardware.model_init_kwargs(requested, False, cpu_only=True)["attn_implementation"] == requested
+
+
+def test_without_cuda_no_flash_kernel_is_looked_for(monkeypatch):
+    # on the CPU, auto answers sdpa without asking transformers (which may load a Hub kernel to check)
+    monkeypatch.setattr(hardware, "flash_versions", lambda hopper: pytest.fail("asked for a flash kernel"))
+    assert hardware.auto_attention(cpu_only=True, bf16=True) == "sdpa"
 
 
 @pytest.mark.parametrize(
@@ -67,24 +68,19 @@ def test_attention_problem(requested, cuda, bf16, modules, problem):
     assert found is None if problem is None else problem in found
 
 
-def test_cached_kernels_reads_both_cache_layouts(tmp_path, monkeypatch):
-    # kernels >= 0.16 stores repositories as "kernels--org--name", older caches as "models--org--name"
-    (tmp_path / "kernels--kernels-community--flash-attn2" / "snapshots" / "abc").mkdir(parents=True)
-    (tmp_path / "models--kernels-community--vllm-flash-attn3" / "snapshots").mkdir(parents=True)  # empty: no files
-    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path))
-    assert hardware.cached_kernels() == (FA2,)
-
-
 @pytest.mark.parametrize(("name", "expected"), [("json", True), ("no_such_module_xyz", False), ("no_such.sub", False)])
 def test_importable(name, expected):
     # a missing parent package is "not importable", not an exception
     assert hardware.importable(name) is expected
 
 
-def test_flash_attention_only_in_bf16_on_cuda(gpu):
-    gpu(packages={"flash_attn"})
-    assert hardware.model_init_kwargs("auto", True, cpu_only=False)["attn_implementation"] == "flash_attention_2"
-    # flash-attn kernels run only in 16-bit: fp32 (e.g. on a V100) must fall back to sdpa
-    kwargs = hardware.model_init_kwargs("auto", False, cpu_only=False)
-    assert kwargs == {"dtype": "float32", "attn_implementation": "sdpa"}
-    assert hardware.model_init_kwargs("auto", True, cpu_only=True)["attn_implementation"] == "sdpa"
+def test_flash_versions_asks_transformers_with_its_hub_kernel_fallback(monkeypatch):
+    import transformers.utils
+
+    asked = []
+    for version in (2, 3):
+        answer = lambda kernels_fallback_ok=False, v=version: asked.append((v, kernels_fallback_ok)) or True  # noqa: E731
+        monkeypatch.setattr(transformers.utils, f"is_flash_attn_{version}_available", answer)
+    assert hardware.flash_versions(hopper=False) == [2]
+    assert asked == [(2, True)]  # off Hopper the FA3 kernel is not even loaded
+    assert hardware.flash_versions(hopper=True) == [2, 3]
