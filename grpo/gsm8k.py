@@ -1,26 +1,12 @@
-"""The GSM8K task, shared by training (grpotrainer.py) and evaluation (evaluate.py): prompts, data, grading.
+"""The GSM8K task, shared by training (grpotrainer.py) and evaluation (evaluate.py): prompts, data, scoring.
 
 Both scripts import this module and never each other, so a before/after accuracy is measured with exactly the prompt,
-chat template and grader that training used. Every function takes its settings as parameters; a run writes the
-settings it used to OUTPUT_DIR/run_settings.json (grpo/files.py) and evaluate.py reads them back.
-
-    load(dataset, split, system_prompt=...)     rows with prompt (chat messages), answer and solution (gold), question
-    evaluate(dataset, generate, batch_size)     generate for every problem and score: (metrics, predictions)
-    hf_generator / vllm_generator               a `generate(prompts)` from a transformers model or from vLLM
-    sample_all / sampled_metrics                k sampled completions per problem and their mean correctness
-
-Grading is grading.grade, training's own rule: a completion whose thinking never closed (`<think>` without
-`</think>`, or thinking mode on and no `</think>`) gets no credit, and one cut off at the token limit gets none
-from the last-number fallback. Metrics (`KEYS`): strict_accuracy (the number after the last '####', GSM8K's
-official format, equals the gold), lenient_accuracy (grading.extract_answer: '####', \\boxed{}, 'the answer is',
-a final sentence), format_rate (a readable '#### N'), mean_completion_tokens (the end-of-turn token included),
-truncated_rate (completions cut off at the token limit) and seconds. A lenient accuracy far above the strict one
-means the model solves the problems but ignores the asked format.
-
-Sampled accuracy (`SAMPLED_KEYS`, when asked for): k completions per problem sampled at a temperature, graded
-like the greedy one; sampled_accuracy is the mean lenient correctness over all k x n completions (c/k per problem,
-the unbiased pass@1 estimate from k samples, averaged over problems) and sampled_strict_accuracy the same for the
-strict grade. sampled_accuracy at training's TEMPERATURE is what GRPO's correctness reward pays on average.
+chat template and grader that training used (grpo/grading.py's `grade`: no credit for thinking that never closed,
+none from the last-number fallback for a cut-off completion). Metrics (`KEYS`): strict_accuracy (the last '####'
+number), lenient_accuracy (any answer form the grader reads), format_rate, mean_completion_tokens, truncated_rate; a
+lenient accuracy far above the strict one means the model solves the problems but ignores the asked format.
+Sampled accuracy (`SAMPLED_KEYS`): k completions per problem at a temperature, c/k per problem (pass@1 estimated
+from k) averaged over problems: at training's TEMPERATURE, what GRPO's correctness reward pays on average.
 """
 
 import contextlib
@@ -392,19 +378,12 @@ def eos_ids(model, tokenizer):
 def hf_generator(
     model, tokenizer, max_new_tokens, enable_thinking=False, temperature=0.0, cache_implementation="dynamic", eos=None
 ):
-    """A `generate(prompts, temperature=temperature)` for `generate_all` on a transformers model: chat template,
-    left padding, greedy at temperature 0, else sampled from the full distribution at that temperature (no top-k or
-    top-p, as GRPOTrainer samples by default).
-
-    Prompts are rendered with the same chat template and `enable_thinking` as training, left-padded so that every
-    prompt ends right where generation starts, and decoded. Each completion's tokens are counted up to and
-    including the first end-of-turn token (the rest is padding), as TRL counts them; its text is decoded without
-    special tokens, as TRL decodes it for the rewards. A completion without an end-of-turn token was cut off.
-    `cache_implementation`: CACHE_IMPLEMENTATION; "static" decodes with a static KV cache and the compiled decode
-    step (grpo/hardware.py, decode_options).
-    The end-of-turn tokens are `eos` (a trainer's own `eos_token_ids`) or else `eos_ids`. A tokenizer without a pad
-    token (Llama-family ones ship without) is given the first of them, as GRPOTrainer gives it its EOS.
-    """
+    """A `generate(prompts, temperature=temperature)` for `generate_all` on a transformers model, as training
+    generates: its chat template and `enable_thinking`, left padding, greedy at temperature 0 else sampled from the
+    full distribution (no top-k or top-p, GRPOTrainer's default). Tokens are counted up to and including the first
+    end-of-turn token (`eos`, a trainer's `eos_token_ids`, else `eos_ids`) and the text decoded without special
+    tokens, as TRL does for the rewards; no end-of-turn token means cut off. A tokenizer without a pad token is
+    given the first end-of-turn token, as GRPOTrainer does."""
     import torch
     from transformers import GenerationConfig
 
