@@ -1,10 +1,8 @@
 """Command-line plumbing for the scripts (grpotrainer.py, evaluate.py, export.py): settings in, clean exits out.
 
-A script's settings are its UPPERCASE module-level constants. `parse` returns them as a plain dict, with a profile
-(`--smoke`) and `--KEY=value` overrides applied, each checked against the type of its default; the module itself is
-never changed. Lower-case `--field=value` arguments name fields of a config dataclass (TRL's GRPOConfig): they are
-typed by transformers' own argument parser and handed to the config unchanged, so every GRPOConfig option can be set
-without editing code:
+A script's settings are its UPPERCASE constants: `parse` returns them as a dict with a profile (`--smoke`) and
+`--KEY=value` overrides applied, each typed like its default. Lower-case `--field=value` arguments are GRPOConfig
+fields, typed by transformers' own argument parser:
 
     python grpotrainer.py --LEARNING_RATE=2e-5 --REWARD_FUNCS=correctness_reward,format_reward --top_p=0.9
     python grpotrainer.py --help          # every constant with its comment
@@ -43,7 +41,6 @@ def constants(namespace):
 
 
 def _coerce(key, raw, default):
-    """Turn the text `raw` into a value of the same type as `default`, or raise ConfigError naming `key`."""
     want = type(default).__name__
     try:
         if isinstance(default, bool):  # before int: bool is a subclass of int
@@ -96,11 +93,8 @@ def _split(arg):
 
 
 def config_fields(args, config_class, owned, settings):
-    """Lower-case `--field=value` arguments as a dict typed for `config_class`, checked against its fields.
-
-    A field that a constant sets (LEARNING_RATE sets learning_rate; `owned` maps the others) is refused with the
-    constant's name, so that one setting never has two values.
-    """
+    """Lower-case `--field=value` arguments typed for `config_class`. A field that a constant sets (LEARNING_RATE
+    sets learning_rate; `owned` maps the others) is refused with the constant's name: one setting, one value."""
     if isinstance(config_class, str):  # "module:Class": its field names read from the source, without importing it
         module, _, class_name = config_class.partition(":")
         known = source_fields(module, class_name)
@@ -144,12 +138,8 @@ def _import(config_class):
 
 
 def source_fields(module, class_name):
-    """The init fields of the dataclass `module:class_name` and its bases, read from their source files with `ast`
-    (no import: trl and transformers cost seconds of CPU), or None where the source cannot be followed.
-
-    A base is followed through the module's `from X import Base` (relative or absolute); a package that re-exports
-    it lazily (transformers' __init__) is searched for the file that defines it.
-    """
+    """The init fields of the dataclass `module:class_name` and its bases, read from source with `ast` (importing
+    trl costs seconds), or None where the source cannot be followed (bases through `from X import Base`)."""
     import ast
     import importlib.util
 
@@ -207,12 +197,8 @@ def source_fields(module, class_name):
 
 
 def parse(settings, argv, profiles=None, config_class=None, owned=None, source=None):
-    """Resolve a script's settings from its constants and command line; return `Args`.
-
-    settings: the script's constants (`constants(globals())`); profiles: {"smoke": {...}} applied by `--smoke`;
-    config_class/owned: where lower-case `--field=value` go (see `config_fields`); source: the script file,
-    whose constants block `--help` prints. A `~` in a path setting is expanded here (`files.expand_paths`).
-    """
+    """Resolve a script's settings from its constants (`constants(globals())`), profiles ({"smoke": {...}}) and
+    command line; return `Args`. `source`: the script file, whose constants block `--help` prints."""
     if "--help" in argv or "-h" in argv:
         print(help_text(source, settings, profiles, fields=config_class is not None), flush=True)
         sys.exit(0)
@@ -243,14 +229,7 @@ def parse(settings, argv, profiles=None, config_class=None, owned=None, source=N
 
 
 def read_recipe(argv):
-    """`--config recipe.yaml` (or `--config=recipe.yaml`) taken out of `argv`: (the rest, (path, its arguments)), or
-    (argv, None) without one. The YAML's UPPERCASE keys become `--KEY=value`, its lower-case keys `--field=value`,
-    placed before the command line's own, so that the command line wins.
-
-        MAX_STEPS: 200                 # a constant
-        REWARD_FUNCS: [correctness_reward, format_reward]
-        top_p: 0.9                     # a GRPOConfig field
-    """
+    """`--config recipe.yaml` taken out of `argv`: (the rest, (path, its keys as `--key=value`)), or (argv, None)."""
     at = next((i for i, arg in enumerate(argv) if arg == "--config" or arg.startswith("--config=")), None)
     if at is None:
         return list(argv), None
@@ -272,7 +251,6 @@ def read_recipe(argv):
 
 
 def _yaml_value(value):
-    """A YAML value as the command line writes it: a list as a,b, a boolean as true, a mapping as JSON."""
     if isinstance(value, dict):
         import json
 
@@ -298,8 +276,8 @@ def _shown(value, limit=60):
 
 
 def help_text(source, settings=None, profiles=None, fields=False):
-    """`--help`: the script's summary and run commands, its constants block as `--KEY=value` in command-line syntax
-    with each comment, and what each profile (`--smoke`, `--demo`) sets."""
+    """`--help`: the script's summary and run commands, its constants block as `--KEY=value` with each comment,
+    and what each profile sets."""
     if source is None:
         return "usage: --KEY=value overrides"
     lines = Path(source).read_text(encoding="utf-8").splitlines()
@@ -329,9 +307,8 @@ def help_text(source, settings=None, profiles=None, fields=False):
 
 
 class Interrupted(BaseException):
-    """SIGTERM or Ctrl-C outside training (where guards.StopOnSignal checkpoints instead): unwinds the script, so that
-    every `finally` and `with` on the way (the output lock, a half-filled publish_dir) is undone, then `run` says
-    where it stopped. A BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it."""
+    """SIGTERM or Ctrl-C outside training: unwinds the script through every `finally` (the lock, a publish_dir).
+    A BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it."""
 
     def __init__(self, signum, message):
         super().__init__(signum, message)
@@ -344,8 +321,7 @@ _phase = ["starting", NOTHING_WRITTEN]
 
 
 def set_phase(doing, outcome=None):
-    """From now on the script does `doing` ("loading the model"), and a SIGTERM or Ctrl-C leaves `outcome` ("the
-    same command resumes from checkpoint-4"; None keeps the current one): the line `run` prints on a stop."""
+    """What the script does now and what a stop leaves (None keeps the current outcome), for `run`'s message."""
     _phase[:] = [doing, _phase[1] if outcome is None else outcome]
 
 
@@ -362,7 +338,6 @@ def phase(doing, outcome=None):
 
 def stop_message(signum):
     """The one line for a signal `signum` in the current phase.
-
     >>> with phase("loading the model", "nothing was written"):
     ...     stop_message(signal.SIGTERM)
     'stopped by SIGTERM while loading the model: nothing was written'
@@ -375,13 +350,8 @@ def _interrupt(signum, frame):
 
 
 def run(main):
-    """Call `main(argv)`; print a ConfigError as one paragraph and exit 2 instead of showing a traceback.
-
-    From the first line, SIGTERM (a scheduler's stop) and Ctrl-C raise `Interrupted`: the script unwinds and ends
-    with one line saying where it stopped and what the same command does next (`phase`), exit 128 + the signal
-    (143, 130). Training installs its own handlers (guards.StopOnSignal: a checkpoint at the step's end) and puts
-    these back after.
-    """
+    """Call `main(argv)`: a ConfigError ends as one paragraph and exit 2; SIGTERM and Ctrl-C as one line saying
+    where it stopped (`phase`), exit 128 + the signal. Training installs its own handlers meanwhile."""
     set_phase("starting", NOTHING_WRITTEN)
     previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -402,11 +372,9 @@ def run(main):
 
 
 def setup_logging(prefix, rank0=True):
-    """Log the project's records (the "grpotrainer" logger and its children) to stderr as "[prefix] message".
+    """Log the "grpotrainer" loggers to stderr as "[prefix] message". The root logger stays unconfigured: a
+    library with its own handler (huggingface_hub) would otherwise print every message twice."""
 
-    The root logger stays unconfigured: libraries that attach their own handler (huggingface_hub does) would
-    otherwise print every message twice, once through theirs and once through the root's.
-    """
     import logging
 
     logger = logging.getLogger("grpotrainer")

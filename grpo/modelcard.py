@@ -1,15 +1,8 @@
 """The model card (OUTPUT_DIR/README.md) of a trained adapter or a merged model: what was trained, on what, how
-well, and how to load it.
+well, and how to load it. It replaces TRL's and PEFT's card (which name no dataset and no accuracy).
 
-TRL writes a card of its own at every checkpoint, and PEFT rewrites it in `save_pretrained`; for a local base model
-it reads "fine-tuned version of [None]" and names no dataset and no accuracy. This card replaces it, so it must be
-written after the last `trainer.save_model(...)` (see `write_card`). Everything it shows comes in as values: the
-run's settings dict (the UPPERCASE constants of grpotrainer.py, as in run_settings.json), the metrics of the
-in-training evaluation (eval_test_before.json / eval_test_after.json), the steps trained and the dataset sizes.
-
-Text that came from the user (paths, reward names, the system prompt) is shown in code spans or fenced blocks
-that it cannot break out of, and YAML front matter is written by huggingface_hub, so no value can change the card's
-structure.
+User text (paths, reward names, the system prompt) goes into code spans or fences it cannot break out of, and
+huggingface_hub writes the YAML front matter, so no value can change the card's structure.
 """
 
 import json
@@ -68,24 +61,11 @@ def write_card(
     repo_id="",
     adapter_dir=None,
 ):
-    """Write OUTPUT_DIR/README.md, replacing TRL's and PEFT's card; return its path.
+    """Write OUTPUT_DIR/README.md from the run's settings dict (as in run_settings.json); return its path.
 
-    Args:
-        output_dir: the folder the card describes: a run's OUTPUT_DIR (adapter) or an export.py folder (merged).
-        settings: the run's settings dict (UPPERCASE constant -> value, as in run_settings.json); missing keys are
-            shown as "not recorded".
-        library_name: "peft" for a LoRA adapter folder, "transformers" for a merged, standalone model.
-        metrics_before, metrics_after: evaluate.py metrics dicts (n, strict_accuracy, lenient_accuracy, ...), or
-            None when that evaluation was not run.
-        steps: optimiser steps trained (trainer.state.global_step), or None.
-        dataset_sizes: rows per split actually used, e.g. {"train": 7473, "test": 200}; None = the settings'
-            "dataset_sizes" (run_settings.json records them), if any.
-        repo_id: the Hub repo the folder is pushed to; the snippets load from it instead of the local folder.
-        adapter_dir: where the LoRA adapter lives (for a merged card's peft and vLLM --enable-lora snippets);
-            defaults to output_dir for an adapter card.
-
-    Call it after the last `trainer.save_model(...)`: PEFT's save_pretrained rewrites README.md (tags, base_model),
-    and GRPOTrainer writes TRL's card at every checkpoint, i.e. during `train()`.
+    `library_name`: "peft" (adapter) or "transformers" (merged); `repo_id`: the Hub repo the snippets load from
+    instead of the folder; `adapter_dir`: the adapter a merged model came from. Call it after the last
+    `save_model`: PEFT's save_pretrained and TRL's checkpoints rewrite README.md.
     """
     output_dir = Path(output_dir)
     text = render_card(
@@ -325,7 +305,6 @@ def licence_section(base):
 
 def hub_model_id(model_name):
     """The Hub id of a base model: itself for a Hub id, `org/name` for a folder in the Hub cache, else None.
-
     >>> hub_model_id("Qwen/Qwen3-8B"), hub_model_id("/data/hub/models--Qwen--Qwen3-8B/snapshots/abc123")
     ('Qwen/Qwen3-8B', 'Qwen/Qwen3-8B')
     >>> hub_model_id("outputs/smoke/smoke-model") is None
@@ -341,8 +320,8 @@ def hub_model_id(model_name):
 
 
 def finish_run(state, output_dir, record, metrics, resumed, max_steps, num_train_epochs):
-    """A run's last writes, on the main process after its final save: our card (over TRL's, with the baseline of
-    the run's first part when `resumed`), then run_finished.json. `metrics`: (before, after). Returns the baseline."""
+    """After the final save, on rank 0: our card (with the first part's baseline when `resumed`), then
+    run_finished.json. `metrics`: (before, after). Returns the baseline."""
     from grpo import checkpoints
 
     before, after = metrics
@@ -384,7 +363,6 @@ def framework_versions():
 
 
 def valid_repo_id(name):
-    """Whether `name` is a well-formed Hub repo id (`org/name` or `name`)."""
     return bool(re.fullmatch(r"(?:[\w.-]+/)?[\w.-]+", name)) and ".." not in name and not name.startswith(("-", "."))
 
 
@@ -399,8 +377,7 @@ def reward_name(func):
 
 
 def escape(text):
-    r"""Plain text with the markdown characters that could start markup backslash-escaped, on one line.
-
+    r"""Plain text on one line, with the markdown characters that could start markup backslash-escaped.
     >>> escape("my_run *v2* [x]|<b>")
     'my\\_run \\*v2\\* \\[x\\]\\|\\<b\\>'
     """
@@ -409,7 +386,6 @@ def escape(text):
 
 def code(text):
     """An inline code span holding `text` on one line, whatever backticks it contains.
-
     >>> code("q_proj,v_proj"), code("a`b")
     ('`q_proj,v_proj`', '``a`b``')
     """
@@ -427,7 +403,7 @@ def cell(value):
 
 
 def q(text):
-    """A Python string literal for `text` (JSON's escaping is valid Python)."""
+    """A Python string literal (JSON's escaping is valid Python)."""
     return json.dumps(str(text), ensure_ascii=False)
 
 
