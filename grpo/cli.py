@@ -11,9 +11,14 @@ fields, typed by transformers' own argument parser:
 Values are parsed as plain data (numbers, booleans, comma-separated lists), never evaluated as code.
 """
 
+import ast
 import contextlib
 import dataclasses
 import difflib
+import importlib
+import importlib.util
+import json
+import logging
 import re
 import signal
 import sys
@@ -131,8 +136,6 @@ def config_fields(args, config_class, owned, settings):
 def _import(config_class):
     if not isinstance(config_class, str):
         return config_class
-    import importlib
-
     module, _, name = config_class.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -140,19 +143,17 @@ def _import(config_class):
 def source_fields(module, class_name):
     """The init fields of the dataclass `module:class_name` and its bases, read from source with `ast` (importing
     trl costs seconds), or None where the source cannot be followed (bases through `from X import Base`)."""
-    import ast
-    import importlib.util
 
     def source(dotted):
         top, _, rest = dotted.partition(".")
         spec = importlib.util.find_spec(top)  # a top-level name: finds its folder without running its __init__
         if spec is None or not spec.submodule_search_locations:
             return None
-        path = Path(next(iter(spec.submodule_search_locations)), *rest.split(".")) if rest else None
-        path = path or Path(next(iter(spec.submodule_search_locations)))
+        path = Path(next(iter(spec.submodule_search_locations))).joinpath(*rest.split("."))  # "" joins nothing
         return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
-    def fields(path, name, depth=0):
+    def fields(dotted, name, depth=0):
+        path = source(dotted)
         if path is None or not path.is_file() or depth > 8:
             return None
         text = path.read_text(encoding="utf-8")
@@ -161,7 +162,8 @@ def source_fields(module, class_name):
         if node is None:  # a package's lazy re-export: the file in it that defines the class
             marker = re.compile(rf"^class {re.escape(name)}\b", re.M)
             found = [p for p in sorted(path.parent.glob("*.py")) if p != path and marker.search(p.read_text("utf-8"))]
-            return fields(found[0], name, depth + 1) if path.name == "__init__.py" and found else None
+            lazy = f"{dotted}.{found[0].stem}" if found else ""
+            return fields(lazy, name, depth + 1) if path.name == "__init__.py" and found else None
         names = set()
         for base in node.bases:
             if not isinstance(base, ast.Name):
@@ -171,10 +173,8 @@ def source_fields(module, class_name):
             )
             if origin is None:
                 return None
-            package = ".".join(module_of[path].split(".")[: -origin.level or None]) if origin.level else ""
-            dotted = ".".join(p for p in (package, origin.module or "") if p)
-            module_of[source(dotted)] = dotted
-            inherited = fields(source(dotted), base.id, depth + 1)
+            package = ".".join(dotted.split(".")[: -origin.level]) if origin.level else ""
+            inherited = fields(".".join(p for p in (package, origin.module or "") if p), base.id, depth + 1)
             if inherited is None:
                 return None
             names |= inherited
@@ -187,11 +187,9 @@ def source_fields(module, class_name):
                 (names.discard if no_init else names.add)(item.target.id)
         return names
 
-    module_of = {}
-    start = source(module)
-    module_of[start] = module
     try:
-        return fields(start, class_name)
+        return fields(module, class_name)
+
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
 
@@ -252,8 +250,6 @@ def read_recipe(argv):
 
 def _yaml_value(value):
     if isinstance(value, dict):
-        import json
-
         return json.dumps(value)
     if isinstance(value, list):
         return ",".join(str(item) for item in value)
@@ -375,8 +371,6 @@ def setup_logging(prefix, rank0=True):
     """Log the "grpotrainer" loggers to stderr as "[prefix] message". The root logger stays unconfigured: a
     library with its own handler (huggingface_hub) would otherwise print every message twice."""
 
-    import logging
-
     logger = logging.getLogger("grpotrainer")
     if not logger.handlers:
         logger.addHandler(logging.StreamHandler())
@@ -388,8 +382,6 @@ def setup_logging(prefix, rank0=True):
 
 def require(packages, script):
     """Refuse to start, with the command that fixes it, when this Python lacks a package the script needs."""
-    import importlib.util
-
     if missing := [p for p in packages if importlib.util.find_spec(p) is None]:
         raise ConfigError(
             f"this Python ({sys.executable}) lacks {', '.join(missing)}.\n"

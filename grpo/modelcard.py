@@ -9,9 +9,10 @@ import json
 import os
 import re
 import shlex
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from grpo import hardware, hub
+from grpo import checkpoints, hardware, hub
 
 TAGS = ["grpo", "trl", "gsm8k", "lora"]  # front-matter tags; the Hub lists the model under each
 GSM8K_HUB_ID = "openai/gsm8k"
@@ -236,29 +237,28 @@ def usage_section(settings, library_name, location, adapter_dir):
         'print(tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))'
     )
     parts = ["## How to use", "", "Prompt it as it was trained: the same system prompt and thinking setting."]
+
+    def add(title, text, lang):
+        parts.extend(["", f"### {title}", "", fence(text, lang)])
+
     if library_name == "transformers":
-        parts += ["", "### transformers", "", fence(transformers_snippet(location, generate), "python")]
-        parts += ["", "### vLLM", "", fence(f"vllm serve {shlex.quote(location)}", "bash")]
+        add("transformers", transformers_snippet(location, generate), "python")
+        add("vLLM", f"vllm serve {shlex.quote(location)}", "bash")
     if adapter_dir:
-        rank = int(settings.get("LORA_R") or 16)
-        lora_rank = hardware.vllm_lora_rank(rank)
+        lora_rank = hardware.vllm_lora_rank(int(settings.get("LORA_R") or 16))
         adapter = location if library_name == "peft" else adapter_dir
         if library_name == "transformers":
             parts += ["", f"The LoRA adapter it was merged from is {code(adapter_dir)}; it can be served on its own:"]
-        parts += [
-            "",
-            "### peft (the adapter on its base model)",
-            "",
-            fence(peft_snippet(base, adapter, generate), "python"),
-        ]
+        add("peft (the adapter on its base model)", peft_snippet(base, adapter, generate), "python")
         serve = (
             f"vllm serve {shlex.quote(base)} --enable-lora --lora-modules gsm8k={shlex.quote(adapter)} "
             f"--max-lora-rank {lora_rank}"
         )
-        parts += ["", "### vLLM with the adapter (`--enable-lora`)", "", fence(serve, "bash"), ""]
+        add("vLLM with the adapter (`--enable-lora`)", serve, "bash")
         parts += [
+            "",
             "Then ask for the model `gsm8k` and pass the thinking setting to the chat template: "
-            f'`"chat_template_kwargs": {{"enable_thinking": {json.dumps(thinking)}}}`.'
+            f'`"chat_template_kwargs": {{"enable_thinking": {json.dumps(thinking)}}}`.',
         ]
     if library_name == "peft":
         parts += ["", "To merge it into a standalone model: `python export.py --ADAPTER=<this folder>`."]
@@ -322,8 +322,6 @@ def hub_model_id(model_name):
 def finish_run(state, output_dir, record, metrics, resumed, max_steps, num_train_epochs):
     """After the final save, on rank 0: our card (with the first part's baseline when `resumed`), then
     run_finished.json. `metrics`: (before, after). Returns the baseline."""
-    from grpo import checkpoints
-
     before, after = metrics
     before = read_metrics(output_dir)[0] if resumed else before
     write_card(output_dir, record, metrics_before=before, metrics_after=after, steps=state.global_step)
@@ -347,8 +345,6 @@ def read_metrics(run_dir):
 
 
 def framework_versions():
-    from importlib.metadata import PackageNotFoundError, version
-
     found = {}
     for package in ("trl", "transformers", "peft", "torch"):
         try:

@@ -380,11 +380,9 @@ class HeldOutEval(TrainerCallback):
         self.trainer, self.every, self.subset, self.final, self.scoring = trainer, every, subset, final, scoring
         self.metrics = {}  # step -> metrics, on rank 0
 
-    def interval(self, max_steps):
-        return 0 if not self.every else self.every if self.every > 0 else max(1, round(max_steps / 10))
-
     def on_step_end(self, args, state, control, **kwargs):
-        every, step = self.interval(state.max_steps), state.global_step
+        every = self.every if self.every >= 0 else max(1, round(state.max_steps / 10))
+        step = state.global_step
         if not every or step % every or (self.final and step >= state.max_steps):
             return
         metrics = evaluate_trainer(self.trainer, "during", limit=self.subset, **self.scoring)
@@ -497,8 +495,7 @@ def md(text, max_chars=None):
 
 def tensorboard_writer(trainer):
     """The SummaryWriter of the trainer's TensorBoardCallback, or None: text lands in the run's own event file."""
-    callback = tensorboard_callback(trainer)
-    return None if callback is None else callback.tb_writer
+    return getattr(tensorboard_callback(trainer), "tb_writer", None)
 
 
 def tensorboard_callback(trainer):
