@@ -69,7 +69,6 @@ def main(argv=()):
             metrics_before=before,
             metrics_after=after,
             steps=c["STEP"] or None,
-            dataset_sizes=run.get("dataset_sizes"),
             repo_id=c["PUSH_TO_HUB"],
             adapter_dir=c["ADAPTER"],
         )

@@ -2,13 +2,8 @@
 
 A script's settings are its UPPERCASE constants: `parse` returns them as a dict with a profile (`--smoke`) and
 `--KEY=value` overrides applied, each typed like its default. Lower-case `--field=value` arguments are GRPOConfig
-fields, typed by transformers' own argument parser:
-
-    python grpotrainer.py --LEARNING_RATE=2e-5 --REWARD_FUNCS=correctness_reward,format_reward --top_p=0.9
-    python grpotrainer.py --help          # every constant with its comment
-    python grpotrainer.py --config configs/gsm8k.yaml --MAX_STEPS=50   # a YAML recipe; the command line wins
-
-Values are parsed as plain data (numbers, booleans, comma-separated lists), never evaluated as code.
+fields, typed by transformers' own argument parser; `--config recipe.yaml` adds a recipe's keys before the command
+line's (README.md shows the commands). Values are parsed as plain data, never evaluated as code.
 """
 
 import ast

@@ -50,36 +50,24 @@ EXAMPLE_QUESTION = (
 )
 
 
-def write_card(
-    output_dir,
-    settings,
-    *,
-    library_name="peft",
-    metrics_before=None,
-    metrics_after=None,
-    steps=None,
-    dataset_sizes=None,
-    repo_id="",
-    adapter_dir=None,
-):
+def write_card(output_dir, settings, *, library_name="peft", repo_id="", adapter_dir=None, **shown):
     """Write OUTPUT_DIR/README.md from the run's settings dict (as in run_settings.json); return its path.
 
     `library_name`: "peft" (adapter) or "transformers" (merged); `repo_id`: the Hub repo the snippets load from
-    instead of the folder; `adapter_dir`: the adapter a merged model came from. Call it after the last
-    `save_model`: PEFT's save_pretrained and TRL's checkpoints rewrite README.md.
+    instead of the folder; `adapter_dir`: the adapter a merged model came from; `shown`: render_card's metrics,
+    steps and dataset_sizes. Call it after the last `save_model`: PEFT and TRL's checkpoints rewrite README.md.
     """
     output_dir = Path(output_dir)
+    if shown.get("dataset_sizes") is None:
+        shown["dataset_sizes"] = settings.get("dataset_sizes")  # run_settings.json records them
     text = render_card(
         settings,
         name=repo_id.split("/")[-1] if repo_id else output_dir.resolve().name,
         location=repo_id or str(output_dir),
         library_name=library_name,
-        metrics_before=metrics_before,
-        metrics_after=metrics_after,
-        steps=steps,
-        dataset_sizes=dataset_sizes if dataset_sizes is not None else settings.get("dataset_sizes"),
         adapter_dir=str(adapter_dir or (output_dir if library_name == "peft" else "")),
         versions=framework_versions(),
+        **shown,
     )
     path = output_dir / "README.md"
     path.write_text(text, encoding="utf-8")
@@ -149,11 +137,8 @@ def data_section(settings, dataset_sizes):
         source = f"the local GSM8K-format file {code(dataset)}"
     else:
         config = settings.get("DATASET_CONFIG")
-        source = (
-            f"[{escape(dataset)}](https://huggingface.co/datasets/{dataset})"
-            if valid_repo_id(dataset)
-            else code(dataset)
-        )
+        link = f"[{escape(dataset)}](https://huggingface.co/datasets/{dataset})"
+        source = link if valid_repo_id(dataset) else code(dataset)
         source += f" (config {code(config)})" if config else ""
     sizes = ", ".join(f"{escape(str(split))} {n:,}" for split, n in (dataset_sizes or {}).items()) or "not recorded"
     lines = [
@@ -188,8 +173,8 @@ def settings_section(settings, steps):
     extra = settings.get("grpo_config") or {}
     lines = ["## Training settings", "", "| setting | value |", "| --- | --- |", *rows]
     if extra:
-        lines += ["", "Other GRPOConfig fields given on the command line: "]
-        lines[-1] += ", ".join(code(f"{k}={v}") for k, v in extra.items()) + "."
+        given = ", ".join(code(f"{k}={v}") for k, v in extra.items())
+        lines += ["", f"Other GRPOConfig fields given on the command line: {given}."]
     return "\n".join(lines)
 
 

@@ -1,16 +1,9 @@
 """Watching a GRPO run from TensorBoard: sample completions (CompletionSamples), and advice that names the constant
 to change when training goes wrong (HealthMonitor, whose decisions are the Advisor's, on plain log dicts).
 
-The signals and their thresholds (constants in grpotrainer.py, --KEY=value as usual):
-    kl > KL_WARN (warn), > KL_ACT (act)         the policy drifts from the reference: raise BETA, lower LEARNING_RATE
-    frac_tied_groups >= ZERO_STD_FRAC           for ZERO_STD_LOGS logs in a row: most groups' rewards are all equal
-                                                (our own count: TRL's frac_reward_zero_std misses float32 ties)
-    reward flat over REWARD_FLAT_WINDOW logs    its mean moved less than REWARD_FLAT_DELTA between the window's halves
-                                                while most groups told their completions apart
-    completions/clipped_ratio > CLIPPED_RATIO_MAX   completions are cut at MAX_COMPLETION_LENGTH
-    grad_norm > GRAD_NORM_MAX, or entropy pinned  divergence without a NaN: lower LEARNING_RATE
-      near log(vocab) after starting below it
-    loss, grad_norm, kl or reward NaN or inf    stop; the last checkpoint stays as it was, the final save is skipped
+The signals, their thresholds (constants in grpotrainer.py) and the advice are tabled in docs/troubleshooting.md.
+Groups are counted tied by our own `tied_fraction`: TRL's frac_reward_zero_std misses float32 ties. A NaN or inf
+loss, grad_norm, kl or reward stops training; the last checkpoint stays as it was and the final save is skipped.
 """
 
 import contextlib
@@ -540,7 +533,6 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
         tokenizer, length, cache = trainer.processing_class, args.max_completion_length, args.cache_implementation
         # training's own end-of-turn tokens: Trainer may have rewritten the generation config's to the tokenizer's
         eos = trainer.eos_token_ids
-        # as training generates: its prompts, chat template kwargs, completion length and cache
         generate = gsm8k.hf_generator(model, tokenizer, length, thinking, cache_implementation=cache, eos=eos)
         rows = gsm8k.generate_all(shard, generate, batch_size, desc, acc.is_main_process)
         sampler = functools.partial(generate, temperature=args.temperature)
