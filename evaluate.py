@@ -7,13 +7,10 @@
     python evaluate.py --SAMPLES=8                           # also the accuracy of 8 sampled answers per problem
     python evaluate.py --help                                # every constant with its comment
 
-With --ADAPTER, the run's own settings (OUTPUT_DIR/run_settings.json, written by grpotrainer.py) replace the
-defaults below for the base model, system prompt, thinking mode, completion length and data; a --KEY=value given
-here still wins. Prompts, chat template and grader are training's own (grpo/gsm8k.py); decoding is greedy, and with
-SAMPLES > 0 also sampled at SAMPLE_TEMPERATURE (the run's TEMPERATURE with --ADAPTER) for sampled_accuracy. Metrics and
-their meaning: see grpo/gsm8k.py. Results go to OUTPUT_DIR/eval_<SPLIT>.json (with the settings scored with), every
-prediction to eval_<SPLIT>_predictions.jsonl, and the eval/gsm8k_* scalars to a TensorBoard run in OUTPUT_DIR/runs/.
-For a checkpoint-N, OUTPUT_DIR defaults to eval-checkpoint-N beside it: the trainer deletes old checkpoints whole.
+With --ADAPTER, the run's run_settings.json replaces the defaults below for the base model, prompt, thinking mode,
+completion length and data (a --KEY=value here still wins). Prompts and grader are training's own (grpo/gsm8k.py,
+which defines the metrics). Results: OUTPUT_DIR/eval_<SPLIT>.json, eval_<SPLIT>_predictions.jsonl and a
+TensorBoard run in OUTPUT_DIR/runs/.
 """
 
 import functools
@@ -83,11 +80,8 @@ def resolve(argv):
 
 
 def default_output_dir(adapter, model_name):
-    """Where results go when OUTPUT_DIR is "": beside what they score, so that no two scorings share a file.
-
-    A run's adapter: its folder. A checkpoint-N: eval-checkpoint-N in the run folder, since the trainer's rotation
-    (SAVE_TOTAL_LIMIT) deletes checkpoint-N folders whole. The base model alone: outputs/eval/<model>.
-
+    """Where results go when OUTPUT_DIR is "": beside what they score. Not inside a checkpoint-N: the trainer's
+    rotation (SAVE_TOTAL_LIMIT) deletes checkpoint-N folders whole.
     >>> default_output_dir("runs/a/checkpoint-4", "m"), default_output_dir("", "Qwen/Qwen3-8B")
     ('runs/a/eval-checkpoint-4', 'outputs/eval/Qwen3-8B')
     """
@@ -98,8 +92,7 @@ def default_output_dir(adapter, model_name):
 
 
 def check(s, cpu_only=False):
-    """Settings that would fail once the model has loaded, or after the generation, reported at once before any
-    weights load, naming the constant to change."""
+    """Settings that would fail after the model has loaded, reported before any weights load."""
     problems = []
     if s["ADAPTER"] and not (Path(s["ADAPTER"]) / "adapter_config.json").is_file():
         problems.append(

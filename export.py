@@ -5,18 +5,10 @@
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --OUTPUT_DIR=outputs/qwen3-8b-gsm8k
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --PUSH_TO_HUB=you/qwen3-8b-gsm8k-grpo   # private repo
 
-The folder holds safetensors weights in the run's dtype (no adapter files: plain transformers loads it without
-peft, and `vllm serve <folder>` serves it), the tokenizer, the chat template with the run's thinking default (so a
-caller who never passes `enable_thinking` is prompted as in training), the base model's generation config, a model
-card (README.md) and export_settings.json, which records what was merged. Greedy generation from it equals the base
-model plus the adapter (exactly in fp32; to rounding in bf16, which merging rounds once more).
-
-What the run was is read from the run's own records, not assumed: run_settings.json (the run's OUTPUT_DIR; for a
-checkpoint-N, its parent) gives the base model, BF16 and ENABLE_THINKING, and adapter_config.json the base model
-when that file is missing. An adapter on a base model it was not trained from is refused. An OUTPUT_DIR that exists
-is only replaced when an earlier export.py wrote it and holds only the files that export wrote (export_settings.json
-lists them); a file anyone added there stops the script instead. With PUSH_TO_HUB, a missing token (`hf auth login`)
-or HF_HUB_OFFLINE=1 stops the script before any work.
+The folder loads with plain transformers or `vllm serve <folder>`: weights in the run's dtype, the tokenizer, a chat
+template defaulting to the run's thinking mode, a model card and export_settings.json (what was merged). The base
+model, BF16 and ENABLE_THINKING are read from the run's run_settings.json. An existing OUTPUT_DIR is replaced only
+when an earlier export wrote it and it holds nothing else.
 """
 
 import json
@@ -77,7 +69,6 @@ def main(argv=()):
             metrics_before=before,
             metrics_after=after,
             steps=c["STEP"] or None,
-            dataset_sizes=run.get("dataset_sizes"),
             repo_id=c["PUSH_TO_HUB"],
             adapter_dir=c["ADAPTER"],
         )
@@ -98,9 +89,8 @@ def run_dir(adapter):
 
 
 def resolve(c, given=frozenset()):
-    """Fill in the settings left "" from the run's records (in place: MODEL_NAME, DTYPE, OUTPUT_DIR, and STEP,
-    the step the adapter was saved at), and ENABLE_THINKING unless `given` on the command line; return the run's
-    settings dict for the model card."""
+    """Fill in, in place, the settings left "" (and STEP, and ENABLE_THINKING unless `given`) from the run's
+    records; return the run's settings dict for the model card."""
     adapter = c["ADAPTER"]
     if not adapter:
         raise ConfigError("give the adapter to merge: --ADAPTER=<a run's OUTPUT_DIR or a checkpoint-N in it>.")
@@ -191,8 +181,8 @@ def check_push(repo_id):
 
 
 def check_output_dir(out):
-    """OUTPUT_DIR must be writable (so is its parent: the export is built beside it, then moved in), and new, empty,
-    or an earlier export holding only the files that export wrote (it is then replaced whole); never other data."""
+    """OUTPUT_DIR (and its parent, where the export is built) writable, and new, empty, or an earlier export
+    holding only the files that export wrote."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"OUTPUT_DIR={out} is a file; give a folder path.")
     if problem := preflight.output_dir_problem(out) or preflight.output_dir_problem(out.parent):
@@ -238,8 +228,7 @@ def merged_model(model_name, adapter, dtype, trust_remote_code=False):
 
 
 def load_tokenizer(adapter, model_name, enable_thinking, trust_remote_code=False):
-    """The run's tokenizer (trainer.save_model wrote one beside the adapter; else the base's), its chat template
-    defaulting to the run's thinking mode."""
+    """The run's tokenizer (beside the adapter, else the base's), its chat template defaulting to its thinking."""
     from transformers import AutoTokenizer
 
     source = adapter if (Path(adapter) / "tokenizer_config.json").is_file() else model_name
@@ -253,12 +242,8 @@ def load_tokenizer(adapter, model_name, enable_thinking, trust_remote_code=False
 
 
 def with_thinking_default(template, enable_thinking):
-    """`template` with enable_thinking defaulting to the run's value when the caller does not pass it.
-
-    Qwen3's template reads `enable_thinking` and thinks when it is undefined; a run trained without thinking would
-    then be served in a mode it never learnt. A caller's explicit value still wins. Applying it twice changes
-    nothing but the value. A template that never reads enable_thinking (Llama's, SmolLM2's) is left as it is.
-
+    """`template` with enable_thinking defaulting to the run's value: Qwen3's thinks when it is undefined, a mode
+    a run trained without thinking never learnt. A caller's explicit value still wins.
     >>> t = with_thinking_default("{{ enable_thinking }}", False)
     >>> t == with_thinking_default(with_thinking_default("{{ enable_thinking }}", True), False)
     True
@@ -288,12 +273,9 @@ def licence_files(model_name):
 
 
 def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
-    """Write the model, tokenizer, extra files and marker into a hidden sibling folder, then move it into place
-    (`files.publish_dir`), so OUTPUT_DIR never holds half an export, an earlier export is replaced whole (no stale
-    weight shards) and restored if the swap fails, and what a killed export left beside it is cleaned up.
+    """Write the export beside `out`, then move it into place (`files.publish_dir`): never half an export, never
+    stale shards. The marker lists every name written, with `later` (the card), for `check_output_dir`."""
 
-    marker records, under "files", every name written, with `later` (what the caller writes into `out` after this,
-    the model card): a re-export checks against it that the folder holds nothing else (`check_output_dir`)."""
     if out.exists():
         log.info("replacing the earlier export in %s", out)
     with files.publish_dir(out, replace=True) as partial:

@@ -1,21 +1,19 @@
 """Command-line plumbing for the scripts (grpotrainer.py, evaluate.py, export.py): settings in, clean exits out.
 
-A script's settings are its UPPERCASE module-level constants. `parse` returns them as a plain dict, with a profile
-(`--smoke`) and `--KEY=value` overrides applied, each checked against the type of its default; the module itself is
-never changed. Lower-case `--field=value` arguments name fields of a config dataclass (TRL's GRPOConfig): they are
-typed by transformers' own argument parser and handed to the config unchanged, so every GRPOConfig option can be set
-without editing code:
-
-    python grpotrainer.py --LEARNING_RATE=2e-5 --REWARD_FUNCS=correctness_reward,format_reward --top_p=0.9
-    python grpotrainer.py --help          # every constant with its comment
-    python grpotrainer.py --config configs/gsm8k.yaml --MAX_STEPS=50   # a YAML recipe; the command line wins
-
-Values are parsed as plain data (numbers, booleans, comma-separated lists), never evaluated as code.
+A script's settings are its UPPERCASE constants: `parse` returns them as a dict with a profile (`--smoke`) and
+`--KEY=value` overrides applied, each typed like its default. Lower-case `--field=value` arguments are GRPOConfig
+fields, typed by transformers' own argument parser; `--config recipe.yaml` adds a recipe's keys before the command
+line's (README.md shows the commands). Values are parsed as plain data, never evaluated as code.
 """
 
+import ast
 import contextlib
 import dataclasses
 import difflib
+import importlib
+import importlib.util
+import json
+import logging
 import re
 import signal
 import sys
@@ -43,7 +41,6 @@ def constants(namespace):
 
 
 def _coerce(key, raw, default):
-    """Turn the text `raw` into a value of the same type as `default`, or raise ConfigError naming `key`."""
     want = type(default).__name__
     try:
         if isinstance(default, bool):  # before int: bool is a subclass of int
@@ -96,11 +93,8 @@ def _split(arg):
 
 
 def config_fields(args, config_class, owned, settings):
-    """Lower-case `--field=value` arguments as a dict typed for `config_class`, checked against its fields.
-
-    A field that a constant sets (LEARNING_RATE sets learning_rate; `owned` maps the others) is refused with the
-    constant's name, so that one setting never has two values.
-    """
+    """Lower-case `--field=value` arguments typed for `config_class`. A field that a constant sets (LEARNING_RATE
+    sets learning_rate; `owned` maps the others) is refused with the constant's name: one setting, one value."""
     if isinstance(config_class, str):  # "module:Class": its field names read from the source, without importing it
         module, _, class_name = config_class.partition(":")
         known = source_fields(module, class_name)
@@ -137,32 +131,24 @@ def config_fields(args, config_class, owned, settings):
 def _import(config_class):
     if not isinstance(config_class, str):
         return config_class
-    import importlib
-
     module, _, name = config_class.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
 def source_fields(module, class_name):
-    """The init fields of the dataclass `module:class_name` and its bases, read from their source files with `ast`
-    (no import: trl and transformers cost seconds of CPU), or None where the source cannot be followed.
-
-    A base is followed through the module's `from X import Base` (relative or absolute); a package that re-exports
-    it lazily (transformers' __init__) is searched for the file that defines it.
-    """
-    import ast
-    import importlib.util
+    """The init fields of the dataclass `module:class_name` and its bases, read from source with `ast` (importing
+    trl costs seconds), or None where the source cannot be followed (bases through `from X import Base`)."""
 
     def source(dotted):
         top, _, rest = dotted.partition(".")
         spec = importlib.util.find_spec(top)  # a top-level name: finds its folder without running its __init__
         if spec is None or not spec.submodule_search_locations:
             return None
-        path = Path(next(iter(spec.submodule_search_locations)), *rest.split(".")) if rest else None
-        path = path or Path(next(iter(spec.submodule_search_locations)))
+        path = Path(next(iter(spec.submodule_search_locations))).joinpath(*rest.split("."))  # "" joins nothing
         return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
-    def fields(path, name, depth=0):
+    def fields(dotted, name, depth=0):
+        path = source(dotted)
         if path is None or not path.is_file() or depth > 8:
             return None
         text = path.read_text(encoding="utf-8")
@@ -171,7 +157,8 @@ def source_fields(module, class_name):
         if node is None:  # a package's lazy re-export: the file in it that defines the class
             marker = re.compile(rf"^class {re.escape(name)}\b", re.M)
             found = [p for p in sorted(path.parent.glob("*.py")) if p != path and marker.search(p.read_text("utf-8"))]
-            return fields(found[0], name, depth + 1) if path.name == "__init__.py" and found else None
+            lazy = f"{dotted}.{found[0].stem}" if found else ""
+            return fields(lazy, name, depth + 1) if path.name == "__init__.py" and found else None
         names = set()
         for base in node.bases:
             if not isinstance(base, ast.Name):
@@ -181,10 +168,8 @@ def source_fields(module, class_name):
             )
             if origin is None:
                 return None
-            package = ".".join(module_of[path].split(".")[: -origin.level or None]) if origin.level else ""
-            dotted = ".".join(p for p in (package, origin.module or "") if p)
-            module_of[source(dotted)] = dotted
-            inherited = fields(source(dotted), base.id, depth + 1)
+            package = ".".join(dotted.split(".")[: -origin.level]) if origin.level else ""
+            inherited = fields(".".join(p for p in (package, origin.module or "") if p), base.id, depth + 1)
             if inherited is None:
                 return None
             names |= inherited
@@ -197,22 +182,16 @@ def source_fields(module, class_name):
                 (names.discard if no_init else names.add)(item.target.id)
         return names
 
-    module_of = {}
-    start = source(module)
-    module_of[start] = module
     try:
-        return fields(start, class_name)
+        return fields(module, class_name)
+
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
 
 
 def parse(settings, argv, profiles=None, config_class=None, owned=None, source=None):
-    """Resolve a script's settings from its constants and command line; return `Args`.
-
-    settings: the script's constants (`constants(globals())`); profiles: {"smoke": {...}} applied by `--smoke`;
-    config_class/owned: where lower-case `--field=value` go (see `config_fields`); source: the script file,
-    whose constants block `--help` prints. A `~` in a path setting is expanded here (`files.expand_paths`).
-    """
+    """Resolve a script's settings from its constants (`constants(globals())`), profiles ({"smoke": {...}}) and
+    command line; return `Args`. `source`: the script file, whose constants block `--help` prints."""
     if "--help" in argv or "-h" in argv:
         print(help_text(source, settings, profiles, fields=config_class is not None), flush=True)
         sys.exit(0)
@@ -243,14 +222,7 @@ def parse(settings, argv, profiles=None, config_class=None, owned=None, source=N
 
 
 def read_recipe(argv):
-    """`--config recipe.yaml` (or `--config=recipe.yaml`) taken out of `argv`: (the rest, (path, its arguments)), or
-    (argv, None) without one. The YAML's UPPERCASE keys become `--KEY=value`, its lower-case keys `--field=value`,
-    placed before the command line's own, so that the command line wins.
-
-        MAX_STEPS: 200                 # a constant
-        REWARD_FUNCS: [correctness_reward, format_reward]
-        top_p: 0.9                     # a GRPOConfig field
-    """
+    """`--config recipe.yaml` taken out of `argv`: (the rest, (path, its keys as `--key=value`)), or (argv, None)."""
     at = next((i for i, arg in enumerate(argv) if arg == "--config" or arg.startswith("--config=")), None)
     if at is None:
         return list(argv), None
@@ -272,10 +244,7 @@ def read_recipe(argv):
 
 
 def _yaml_value(value):
-    """A YAML value as the command line writes it: a list as a,b, a boolean as true, a mapping as JSON."""
     if isinstance(value, dict):
-        import json
-
         return json.dumps(value)
     if isinstance(value, list):
         return ",".join(str(item) for item in value)
@@ -298,8 +267,8 @@ def _shown(value, limit=60):
 
 
 def help_text(source, settings=None, profiles=None, fields=False):
-    """`--help`: the script's summary and run commands, its constants block as `--KEY=value` in command-line syntax
-    with each comment, and what each profile (`--smoke`, `--demo`) sets."""
+    """`--help`: the script's summary and run commands, its constants block as `--KEY=value` with each comment,
+    and what each profile sets."""
     if source is None:
         return "usage: --KEY=value overrides"
     lines = Path(source).read_text(encoding="utf-8").splitlines()
@@ -329,9 +298,8 @@ def help_text(source, settings=None, profiles=None, fields=False):
 
 
 class Interrupted(BaseException):
-    """SIGTERM or Ctrl-C outside training (where guards.StopOnSignal checkpoints instead): unwinds the script, so that
-    every `finally` and `with` on the way (the output lock, a half-filled publish_dir) is undone, then `run` says
-    where it stopped. A BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it."""
+    """SIGTERM or Ctrl-C outside training: unwinds the script through every `finally` (the lock, a publish_dir).
+    A BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it."""
 
     def __init__(self, signum, message):
         super().__init__(signum, message)
@@ -344,8 +312,7 @@ _phase = ["starting", NOTHING_WRITTEN]
 
 
 def set_phase(doing, outcome=None):
-    """From now on the script does `doing` ("loading the model"), and a SIGTERM or Ctrl-C leaves `outcome` ("the
-    same command resumes from checkpoint-4"; None keeps the current one): the line `run` prints on a stop."""
+    """What the script does now and what a stop leaves (None keeps the current outcome), for `run`'s message."""
     _phase[:] = [doing, _phase[1] if outcome is None else outcome]
 
 
@@ -362,7 +329,6 @@ def phase(doing, outcome=None):
 
 def stop_message(signum):
     """The one line for a signal `signum` in the current phase.
-
     >>> with phase("loading the model", "nothing was written"):
     ...     stop_message(signal.SIGTERM)
     'stopped by SIGTERM while loading the model: nothing was written'
@@ -375,13 +341,8 @@ def _interrupt(signum, frame):
 
 
 def run(main):
-    """Call `main(argv)`; print a ConfigError as one paragraph and exit 2 instead of showing a traceback.
-
-    From the first line, SIGTERM (a scheduler's stop) and Ctrl-C raise `Interrupted`: the script unwinds and ends
-    with one line saying where it stopped and what the same command does next (`phase`), exit 128 + the signal
-    (143, 130). Training installs its own handlers (guards.StopOnSignal: a checkpoint at the step's end) and puts
-    these back after.
-    """
+    """Call `main(argv)`: a ConfigError ends as one paragraph and exit 2; SIGTERM and Ctrl-C as one line saying
+    where it stopped (`phase`), exit 128 + the signal. Training installs its own handlers meanwhile."""
     set_phase("starting", NOTHING_WRITTEN)
     previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -402,12 +363,8 @@ def run(main):
 
 
 def setup_logging(prefix, rank0=True):
-    """Log the project's records (the "grpotrainer" logger and its children) to stderr as "[prefix] message".
-
-    The root logger stays unconfigured: libraries that attach their own handler (huggingface_hub does) would
-    otherwise print every message twice, once through theirs and once through the root's.
-    """
-    import logging
+    """Log the "grpotrainer" loggers to stderr as "[prefix] message". The root logger stays unconfigured: a
+    library with its own handler (huggingface_hub) would otherwise print every message twice."""
 
     logger = logging.getLogger("grpotrainer")
     if not logger.handlers:
@@ -420,8 +377,6 @@ def setup_logging(prefix, rank0=True):
 
 def require(packages, script):
     """Refuse to start, with the command that fixes it, when this Python lacks a package the script needs."""
-    import importlib.util
-
     if missing := [p for p in packages if importlib.util.find_spec(p) is None]:
         raise ConfigError(
             f"this Python ({sys.executable}) lacks {', '.join(missing)}.\n"

@@ -1,24 +1,18 @@
 """The model card (OUTPUT_DIR/README.md) of a trained adapter or a merged model: what was trained, on what, how
-well, and how to load it.
+well, and how to load it. It replaces TRL's and PEFT's card (which name no dataset and no accuracy).
 
-TRL writes a card of its own at every checkpoint, and PEFT rewrites it in `save_pretrained`; for a local base model
-it reads "fine-tuned version of [None]" and names no dataset and no accuracy. This card replaces it, so it must be
-written after the last `trainer.save_model(...)` (see `write_card`). Everything it shows comes in as values: the
-run's settings dict (the UPPERCASE constants of grpotrainer.py, as in run_settings.json), the metrics of the
-in-training evaluation (eval_test_before.json / eval_test_after.json), the steps trained and the dataset sizes.
-
-Text that came from the user (paths, reward names, the system prompt) is shown in code spans or fenced blocks
-that it cannot break out of, and YAML front matter is written by huggingface_hub, so no value can change the card's
-structure.
+User text (paths, reward names, the system prompt) goes into code spans or fences it cannot break out of, and
+huggingface_hub writes the YAML front matter, so no value can change the card's structure.
 """
 
 import json
 import os
 import re
 import shlex
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from grpo import hardware, hub
+from grpo import checkpoints, hardware, hub
 
 TAGS = ["grpo", "trl", "gsm8k", "lora"]  # front-matter tags; the Hub lists the model under each
 GSM8K_HUB_ID = "openai/gsm8k"
@@ -56,49 +50,24 @@ EXAMPLE_QUESTION = (
 )
 
 
-def write_card(
-    output_dir,
-    settings,
-    *,
-    library_name="peft",
-    metrics_before=None,
-    metrics_after=None,
-    steps=None,
-    dataset_sizes=None,
-    repo_id="",
-    adapter_dir=None,
-):
-    """Write OUTPUT_DIR/README.md, replacing TRL's and PEFT's card; return its path.
+def write_card(output_dir, settings, *, library_name="peft", repo_id="", adapter_dir=None, **shown):
+    """Write OUTPUT_DIR/README.md from the run's settings dict (as in run_settings.json); return its path.
 
-    Args:
-        output_dir: the folder the card describes: a run's OUTPUT_DIR (adapter) or an export.py folder (merged).
-        settings: the run's settings dict (UPPERCASE constant -> value, as in run_settings.json); missing keys are
-            shown as "not recorded".
-        library_name: "peft" for a LoRA adapter folder, "transformers" for a merged, standalone model.
-        metrics_before, metrics_after: evaluate.py metrics dicts (n, strict_accuracy, lenient_accuracy, ...), or
-            None when that evaluation was not run.
-        steps: optimiser steps trained (trainer.state.global_step), or None.
-        dataset_sizes: rows per split actually used, e.g. {"train": 7473, "test": 200}; None = the settings'
-            "dataset_sizes" (run_settings.json records them), if any.
-        repo_id: the Hub repo the folder is pushed to; the snippets load from it instead of the local folder.
-        adapter_dir: where the LoRA adapter lives (for a merged card's peft and vLLM --enable-lora snippets);
-            defaults to output_dir for an adapter card.
-
-    Call it after the last `trainer.save_model(...)`: PEFT's save_pretrained rewrites README.md (tags, base_model),
-    and GRPOTrainer writes TRL's card at every checkpoint, i.e. during `train()`.
+    `library_name`: "peft" (adapter) or "transformers" (merged); `repo_id`: the Hub repo the snippets load from
+    instead of the folder; `adapter_dir`: the adapter a merged model came from; `shown`: render_card's metrics,
+    steps and dataset_sizes. Call it after the last `save_model`: PEFT and TRL's checkpoints rewrite README.md.
     """
     output_dir = Path(output_dir)
+    if shown.get("dataset_sizes") is None:
+        shown["dataset_sizes"] = settings.get("dataset_sizes")  # run_settings.json records them
     text = render_card(
         settings,
         name=repo_id.split("/")[-1] if repo_id else output_dir.resolve().name,
         location=repo_id or str(output_dir),
         library_name=library_name,
-        metrics_before=metrics_before,
-        metrics_after=metrics_after,
-        steps=steps,
-        dataset_sizes=dataset_sizes if dataset_sizes is not None else settings.get("dataset_sizes"),
         adapter_dir=str(adapter_dir or (output_dir if library_name == "peft" else "")),
         versions=framework_versions(),
+        **shown,
     )
     path = output_dir / "README.md"
     path.write_text(text, encoding="utf-8")
@@ -168,11 +137,8 @@ def data_section(settings, dataset_sizes):
         source = f"the local GSM8K-format file {code(dataset)}"
     else:
         config = settings.get("DATASET_CONFIG")
-        source = (
-            f"[{escape(dataset)}](https://huggingface.co/datasets/{dataset})"
-            if valid_repo_id(dataset)
-            else code(dataset)
-        )
+        link = f"[{escape(dataset)}](https://huggingface.co/datasets/{dataset})"
+        source = link if valid_repo_id(dataset) else code(dataset)
         source += f" (config {code(config)})" if config else ""
     sizes = ", ".join(f"{escape(str(split))} {n:,}" for split, n in (dataset_sizes or {}).items()) or "not recorded"
     lines = [
@@ -207,8 +173,8 @@ def settings_section(settings, steps):
     extra = settings.get("grpo_config") or {}
     lines = ["## Training settings", "", "| setting | value |", "| --- | --- |", *rows]
     if extra:
-        lines += ["", "Other GRPOConfig fields given on the command line: "]
-        lines[-1] += ", ".join(code(f"{k}={v}") for k, v in extra.items()) + "."
+        given = ", ".join(code(f"{k}={v}") for k, v in extra.items())
+        lines += ["", f"Other GRPOConfig fields given on the command line: {given}."]
     return "\n".join(lines)
 
 
@@ -256,29 +222,28 @@ def usage_section(settings, library_name, location, adapter_dir):
         'print(tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))'
     )
     parts = ["## How to use", "", "Prompt it as it was trained: the same system prompt and thinking setting."]
+
+    def add(title, text, lang):
+        parts.extend(["", f"### {title}", "", fence(text, lang)])
+
     if library_name == "transformers":
-        parts += ["", "### transformers", "", fence(transformers_snippet(location, generate), "python")]
-        parts += ["", "### vLLM", "", fence(f"vllm serve {shlex.quote(location)}", "bash")]
+        add("transformers", transformers_snippet(location, generate), "python")
+        add("vLLM", f"vllm serve {shlex.quote(location)}", "bash")
     if adapter_dir:
-        rank = int(settings.get("LORA_R") or 16)
-        lora_rank = hardware.vllm_lora_rank(rank)
+        lora_rank = hardware.vllm_lora_rank(int(settings.get("LORA_R") or 16))
         adapter = location if library_name == "peft" else adapter_dir
         if library_name == "transformers":
             parts += ["", f"The LoRA adapter it was merged from is {code(adapter_dir)}; it can be served on its own:"]
-        parts += [
-            "",
-            "### peft (the adapter on its base model)",
-            "",
-            fence(peft_snippet(base, adapter, generate), "python"),
-        ]
+        add("peft (the adapter on its base model)", peft_snippet(base, adapter, generate), "python")
         serve = (
             f"vllm serve {shlex.quote(base)} --enable-lora --lora-modules gsm8k={shlex.quote(adapter)} "
             f"--max-lora-rank {lora_rank}"
         )
-        parts += ["", "### vLLM with the adapter (`--enable-lora`)", "", fence(serve, "bash"), ""]
+        add("vLLM with the adapter (`--enable-lora`)", serve, "bash")
         parts += [
+            "",
             "Then ask for the model `gsm8k` and pass the thinking setting to the chat template: "
-            f'`"chat_template_kwargs": {{"enable_thinking": {json.dumps(thinking)}}}`.'
+            f'`"chat_template_kwargs": {{"enable_thinking": {json.dumps(thinking)}}}`.',
         ]
     if library_name == "peft":
         parts += ["", "To merge it into a standalone model: `python export.py --ADAPTER=<this folder>`."]
@@ -325,7 +290,6 @@ def licence_section(base):
 
 def hub_model_id(model_name):
     """The Hub id of a base model: itself for a Hub id, `org/name` for a folder in the Hub cache, else None.
-
     >>> hub_model_id("Qwen/Qwen3-8B"), hub_model_id("/data/hub/models--Qwen--Qwen3-8B/snapshots/abc123")
     ('Qwen/Qwen3-8B', 'Qwen/Qwen3-8B')
     >>> hub_model_id("outputs/smoke/smoke-model") is None
@@ -341,10 +305,8 @@ def hub_model_id(model_name):
 
 
 def finish_run(state, output_dir, record, metrics, resumed, max_steps, num_train_epochs):
-    """A run's last writes, on the main process after its final save: our card (over TRL's, with the baseline of
-    the run's first part when `resumed`), then run_finished.json. `metrics`: (before, after). Returns the baseline."""
-    from grpo import checkpoints
-
+    """After the final save, on rank 0: our card (with the first part's baseline when `resumed`), then
+    run_finished.json. `metrics`: (before, after). Returns the baseline."""
     before, after = metrics
     before = read_metrics(output_dir)[0] if resumed else before
     write_card(output_dir, record, metrics_before=before, metrics_after=after, steps=state.global_step)
@@ -368,8 +330,6 @@ def read_metrics(run_dir):
 
 
 def framework_versions():
-    from importlib.metadata import PackageNotFoundError, version
-
     found = {}
     for package in ("trl", "transformers", "peft", "torch"):
         try:
@@ -384,7 +344,6 @@ def framework_versions():
 
 
 def valid_repo_id(name):
-    """Whether `name` is a well-formed Hub repo id (`org/name` or `name`)."""
     return bool(re.fullmatch(r"(?:[\w.-]+/)?[\w.-]+", name)) and ".." not in name and not name.startswith(("-", "."))
 
 
@@ -399,8 +358,7 @@ def reward_name(func):
 
 
 def escape(text):
-    r"""Plain text with the markdown characters that could start markup backslash-escaped, on one line.
-
+    r"""Plain text on one line, with the markdown characters that could start markup backslash-escaped.
     >>> escape("my_run *v2* [x]|<b>")
     'my\\_run \\*v2\\* \\[x\\]\\|\\<b\\>'
     """
@@ -409,7 +367,6 @@ def escape(text):
 
 def code(text):
     """An inline code span holding `text` on one line, whatever backticks it contains.
-
     >>> code("q_proj,v_proj"), code("a`b")
     ('`q_proj,v_proj`', '``a`b``')
     """
@@ -427,7 +384,7 @@ def cell(value):
 
 
 def q(text):
-    """A Python string literal for `text` (JSON's escaping is valid Python)."""
+    """A Python string literal (JSON's escaping is valid Python)."""
     return json.dumps(str(text), ensure_ascii=False)
 
 

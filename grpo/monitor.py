@@ -1,23 +1,9 @@
-"""Watching a GRPO run from TensorBoard: sample completions in the Text tab, and advice when training goes wrong.
+"""Watching a GRPO run from TensorBoard: sample completions (CompletionSamples), and advice that names the constant
+to change when training goes wrong (HealthMonitor, whose decisions are the Advisor's, on plain log dicts).
 
-    CompletionSamples  at each log, a few prompts of the latest generation batch with their completion, the
-                       extracted and gold answers and every reward's score, as a table (Text tab, completions/samples)
-    HealthMonitor      reads each log; when one of the warning signals below fires it prints a short advisory that
-                       names the constant to change and writes it to TensorBoard (Text tab, health/advice); on a NaN
-                       it stops training cleanly, without checkpointing the broken weights
-    Advisor            the decisions alone, on plain log dicts, with no trainer: what tests/test_monitor.py drives
-
-The signals and their thresholds (constants in grpotrainer.py, --KEY=value as usual):
-    kl > KL_WARN (warn), > KL_ACT (act)         the policy drifts from the reference: raise BETA, lower LEARNING_RATE
-    frac_tied_groups >= ZERO_STD_FRAC           for ZERO_STD_LOGS logs in a row: most groups' rewards are all equal
-                                                (our own tie count, `tied_fraction`: TRL's frac_reward_zero_std
-                                                reads 0 for 8 equal rewards of 1.2, float32 std 1.3e-7 > 1e-8)
-    reward flat over REWARD_FLAT_WINDOW logs    its mean moved less than REWARD_FLAT_DELTA between the window's halves
-                                                while most groups told their completions apart
-    completions/clipped_ratio > CLIPPED_RATIO_MAX   completions are cut at MAX_COMPLETION_LENGTH
-    grad_norm > GRAD_NORM_MAX, or entropy pinned  divergence without a NaN: lower LEARNING_RATE
-      near log(vocab) after starting below it
-    loss, grad_norm, kl or reward NaN or inf    stop; the last checkpoint stays as it was, the final save is skipped
+The signals, their thresholds (constants in grpotrainer.py) and the advice are tabled in docs/troubleshooting.md.
+Groups are counted tied by our own `tied_fraction`: TRL's frac_reward_zero_std misses float32 ties. A NaN or inf
+loss, grad_norm, kl or reward stops training; the last checkpoint stays as it was and the final save is skipped.
 """
 
 import contextlib
@@ -62,7 +48,6 @@ class Thresholds:
 
     @classmethod
     def from_settings(cls, s):
-        """The thresholds from grpotrainer's settings dict (KL_WARN, KL_ACT, ...)."""
         return cls(
             kl_warn=s["KL_WARN"],
             kl_act=s["KL_ACT"],
@@ -86,13 +71,8 @@ class Advice:
 
 
 class Advisor:
-    """Turns a stream of training logs into advisories. Pure: no trainer, no printing.
-
-    `update(logs, step)` takes one log dict as the Trainer passes it to callbacks (keys without the "train/" prefix:
-    kl, frac_reward_zero_std, reward, completions/clipped_ratio, loss, grad_norm) and returns the advisories to show
-    now. A signal that keeps firing is shown again after REPEAT_AFTER logs, or at once when it gets more severe.
-    `settings` holds the values in force (beta, learning_rate, ... as in GRPOConfig) so that advice can quote them.
-    """
+    """Turns a stream of training logs (keys as callbacks get them, without "train/") into advisories; pure.
+    `settings` holds the GRPOConfig values in force (beta, learning_rate, ...) so that advice can quote them."""
 
     def __init__(self, thresholds, settings=None, repeat_after=REPEAT_AFTER, healthy_every=HEALTHY_EVERY):
         self.t = thresholds
@@ -276,12 +256,9 @@ def tie_share(logs):
 
 
 def tied_fraction(rewards, weights, group, tolerance=TIE_TOLERANCE):
-    """The share of groups whose completions all got the same total reward, at any group size.
-
-    `rewards`: one list per reward function, over the batch (groups of `group` consecutive completions, as TRL
-    orders them); `weights`: REWARD_WEIGHTS. A None or NaN reward counts as 0, as TRL's nansum counts it. Tied means
-    the group's range is within `tolerance` times the batch's largest |reward|, so float rounding (TRL's float32 std
-    of eight rewards of 1.2 is 1.3e-7, over its 1e-8 test) does not hide a tie. None for an empty batch.
+    """The share of groups (`group` consecutive completions, as TRL orders them) whose weighted total rewards are
+    all within `tolerance` times the batch's largest |reward|, so float rounding does not hide a tie. A None or NaN
+    reward counts as 0, as TRL's nansum counts it. None for an empty batch.
 
     >>> tied_fraction([[1.0] * 8 + [0.0] * 7 + [1.0]], [1.2], 8)
     0.5
@@ -298,10 +275,8 @@ def tied_fraction(rewards, weights, group, tolerance=TIE_TOLERANCE):
 
 
 def latest_rewards(trainer):
-    """The newest generation batch's rewards, one list per reward function, gathered over all processes.
-
-    GRPOTrainer keeps them in its private `_logs["rewards"]` (for its completion records) and has no public hook
-    for them; read here only, and None when the attribute is missing (another TRL version)."""
+    """The newest batch's rewards, one list per reward function, over all processes. GRPOTrainer keeps them in
+    its private `_logs` and has no public hook: read here only, None when missing (another TRL version)."""
     logs = getattr(trainer, "_logs", None)
     if not isinstance(logs, dict) or "rewards" not in logs:
         return None
@@ -333,12 +308,8 @@ SETTINGS = ("beta", "learning_rate", "num_generations", "temperature", "max_comp
 class HealthMonitor(TrainerCallback):
     """Prints the Advisor's advisories and writes them to TensorBoard (health/advice); stops cleanly on a NaN.
 
-    Every process runs the same Advisor on the same logs (GRPOTrainer averages its metrics over all processes before
-    logging), so on a NaN every rank stops at the same step and none waits for the others; only the main process
-    prints and writes. A stop sets `should_save = False` for the rest of the run, so the checkpoint that step
-    would have written is skipped and the newest checkpoint on disk holds the last good weights. (A step whose
-    NaN is not logged, when LOGGING_STEPS > 1, can still be checkpointed: keep LOGGING_STEPS dividing SAVE_STEPS.)
-    After training, `stopped` says whether to skip the final save; `advice` lists everything shown.
+    Every rank runs the same Advisor on the same (averaged) logs, so all stop at the same step; only rank 0 writes.
+    A stop sets `should_save = False` for the rest of the run, so the newest checkpoint holds the last good weights.
     """
 
     def __init__(self, thresholds, trainer=None, tag="health/advice"):
@@ -383,8 +354,7 @@ class HealthMonitor(TrainerCallback):
             writer.flush()
 
     def install(self, trainer):
-        """Add this callback ahead of the trackers' (TensorBoard, trackio, W&B), so that the frac_tied_groups it adds
-        to a log reaches every one of them; transformers calls callbacks in list order."""
+        """First in the list (transformers calls callbacks in order), so the trackers see frac_tied_groups."""
         trainer.callback_handler.callbacks.insert(0, self)
         return self
 
@@ -397,19 +367,15 @@ class HealthMonitor(TrainerCallback):
 
 class HeldOutEval(TrainerCallback):
     """EVAL_STEPS: every `every` steps (-1: every 10 % of the run), `subset` test problems scored through
-    evaluate_trainer, the code EVAL_BEFORE/EVAL_AFTER use, logged at that step (eval/gsm8k_*). Every process
-    calls it at the same step: each generates its shard and rank 0 gathers. The last step is left to EVAL_AFTER
-    when `final` (it scores the same model), else scored here."""
+    evaluate_trainer. The last step is left to EVAL_AFTER when `final` (it scores the same model)."""
 
     def __init__(self, trainer, every, subset, final=False, **scoring):
         self.trainer, self.every, self.subset, self.final, self.scoring = trainer, every, subset, final, scoring
         self.metrics = {}  # step -> metrics, on rank 0
 
-    def interval(self, max_steps):
-        return 0 if not self.every else self.every if self.every > 0 else max(1, round(max_steps / 10))
-
     def on_step_end(self, args, state, control, **kwargs):
-        every, step = self.interval(state.max_steps), state.global_step
+        every = self.every if self.every >= 0 else max(1, round(state.max_steps / 10))
+        step = state.global_step
         if not every or step % every or (self.final and step >= state.max_steps):
             return
         metrics = evaluate_trainer(self.trainer, "during", limit=self.subset, **self.scoring)
@@ -418,15 +384,9 @@ class HeldOutEval(TrainerCallback):
 
 
 class CompletionSamples(TrainerCallback):
-    """At each log, a table of a few completions of the newest generation batch in TensorBoard's Text tab.
-
-    Columns: question, completion, extracted and gold answers (the `extracted` and `gold` columns correctness_reward
-    logs through TRL's `log_extra`; without them the answer is extracted here and the gold shown as "?"), one column
-    per reward function, and the advantage. The rows come from TRL's own completion records: with
-    `log_completions=True` GRPOTrainer writes every logged batch to OUTPUT_DIR/completions/completions_NNNNN.parquet,
-    right after the callbacks' `on_log`; so the table of a log is written when the next step begins, or when the
-    checkpoint that follows the log is saved (the final step's).
-    """
+    """At each log, a table of a few completions of the newest batch in TensorBoard's Text tab. The rows come from
+    TRL's completion records (completions/completions_NNNNN.parquet), which it writes right after the callbacks'
+    `on_log`: so the table is written when the next step begins, or at the save that follows the log."""
 
     def __init__(self, trainer, num_samples=4, tag="completions/samples"):
         self.trainer = trainer  # for TensorBoard's writer and the reward functions' names
@@ -456,10 +416,8 @@ class CompletionSamples(TrainerCallback):
 
 
 def sample_rows(records, reward_names, n=4):
-    """Up to `n` of TRL's completion records, spread over their prompts: the first completion of each prompt, then
-    the second of each, and so on, so that a batch of one prompt shows its group and a batch of many shows many
-    prompts. Each row: question, completion, extracted, gold, rewards (by function name), advantage.
-    """
+    """Up to `n` of TRL's completion records, round robin over their prompts: a batch of one prompt shows its
+    group, a batch of many shows many prompts."""
     questions = [question_of(r.get("prompt")) for r in records]
     groups = {}  # question -> indices of its completions, in batch order
     for i, question in enumerate(questions):
@@ -515,11 +473,8 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|])")  # what Python-Markdown (T
 
 
 def md(text, max_chars=None):
-    """`text` as literal markdown for one table cell: nothing in it can format, link, add HTML or break the table.
-
-    TensorBoard renders text summaries as markdown and then sanitises the HTML, which would silently drop a
-    model's `<think>` tags; so markdown punctuation is backslash-escaped, `&`, `<` and `>` become entities, and
-    line breaks become `<br>` (a table cell is one line).
+    """`text` as literal markdown for one table cell. TensorBoard sanitises HTML after rendering, which would drop
+    a model's `<think>` tags: so punctuation is escaped, `&<>` become entities and line breaks `<br>`.
 
     >>> md("<think>2*3</think>\\n#### 6 | ok")
     '&lt;think&gt;2\\\\*3&lt;/think&gt;<br>\\\\#\\\\#\\\\#\\\\# 6 \\\\| ok'
@@ -532,16 +487,11 @@ def md(text, max_chars=None):
 
 
 def tensorboard_writer(trainer):
-    """The SummaryWriter of the trainer's TensorBoardCallback (report_to=["tensorboard"]), or None.
-
-    Writing through it keeps the text in the training run's own event file, which live TensorBoard follows.
-    """
-    callback = tensorboard_callback(trainer)
-    return None if callback is None else callback.tb_writer
+    """The SummaryWriter of the trainer's TensorBoardCallback, or None: text lands in the run's own event file."""
+    return getattr(tensorboard_callback(trainer), "tb_writer", None)
 
 
 def tensorboard_callback(trainer):
-    """transformers' TensorBoardCallback among the trainer's callbacks, or None."""
     from transformers.integrations import TensorBoardCallback
 
     callbacks = trainer.callback_handler.callbacks if trainer is not None else []
@@ -553,23 +503,12 @@ def tensorboard_callback(trainer):
 
 
 def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, samples=None):
-    """Score the trainer's model (LoRA adapter active) on the first `limit` test problems; rank 0 gets the metrics.
+    """Score the trainer's model (adapter active) on the first `limit` test problems, with training's prompts and
+    lengths; rank 0 gets the metrics. `when`: "before" (step 0), "during" or "after" (this step); `samples`
+    completions per problem (default NUM_GENERATIONS; 0 = none) give the sampled accuracy.
 
-    Greedy answers give the strict and lenient accuracy; `samples` completions per problem (default: training's
-    NUM_GENERATIONS) sampled at training's temperature give the sampled accuracy, the mean correctness that GRPO's
-    groups see (0 = skip it).
-
-    `when` is "before" (logged at step 0) or "after" (at the final step). The scalars go into the TensorBoard run
-    that training writes, so one run shows the baseline and the final accuracy; the files are
-    OUTPUT_DIR/eval_test_<when>.json and eval_test_<when>_predictions.jsonl. `dataset` is the test split, loaded by
-    the caller before any weights (so a missing file fails early); the prompts, chat template kwargs and completion
-    length are training's own. `settings` is recorded in the json.
-
-    Under torchrun every process generates a contiguous shard of the problems and rank 0 gathers the rows: no rank
-    idles at a barrier while another generates (NCCL would time out on a long evaluation), and N GPUs finish N
-    times sooner. The model is put in eval mode (no LoRA dropout) without activation checkpointing and restored
-    afterwards. DeepSpeed and FSDP shard or wrap the weights differently before and after `train()`, so there this
-    is skipped with a warning: evaluate the saved adapter with evaluate.py instead.
+    Each rank generates a contiguous shard and rank 0 gathers: no rank idles at a barrier (NCCL would time out).
+    Skipped under DeepSpeed/FSDP, which wrap the weights differently around `train()`.
     """
     if not limit:
         return None
@@ -594,7 +533,6 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
         tokenizer, length, cache = trainer.processing_class, args.max_completion_length, args.cache_implementation
         # training's own end-of-turn tokens: Trainer may have rewritten the generation config's to the tokenizer's
         eos = trainer.eos_token_ids
-        # as training generates: its prompts, chat template kwargs, completion length and cache
         generate = gsm8k.hf_generator(model, tokenizer, length, thinking, cache_implementation=cache, eos=eos)
         rows = gsm8k.generate_all(shard, generate, batch_size, desc, acc.is_main_process)
         sampler = functools.partial(generate, temperature=args.temperature)
@@ -613,11 +551,8 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
 
 @contextlib.contextmanager
 def generation_ready(trainer):
-    """The trainer's unwrapped model in eval mode without activation checkpointing, under no_grad; restored after.
-
-    TRL's unwrap_model_for_generation (what GRPOTrainer itself generates under) turns activation checkpointing off
-    and back on; eval mode switches LoRA dropout off for greedy decoding, and the train/eval mode is put back.
-    """
+    """The trainer's unwrapped model in eval mode (no LoRA dropout) without activation checkpointing (TRL's
+    unwrap_model_for_generation), under no_grad; the train/eval mode is put back after."""
     import torch
     from trl.models import unwrap_model_for_generation
 
@@ -638,12 +573,7 @@ def generation_ready(trainer):
 
 
 def training_logdir(trainer):
-    """The folder transformers' TensorBoardCallback writes this run's events to, fixed now if it is not yet; None
-    when the run does not report to TensorBoard.
-
-    The callback picks OUTPUT_DIR/runs/<date>_<host> when training begins unless its `logging_dir` is already set;
-    setting it before `train()` makes the baseline accuracy land in the same run as the training curves.
-    """
+    """The TensorBoard run folder, fixed now if not yet (so the baseline lands in the training run), or None."""
     callback = tensorboard_callback(trainer)
     if callback is None:
         return None

@@ -1,12 +1,8 @@
 """The offline profiles: `--smoke` (the pipeline in seconds) and `--demo` (a run that learns), on the CPU.
 
-Both must run with no access to the Hugging Face Hub, so instead of downloading Qwen they build, once, folders that
-look exactly like downloaded checkpoints, loaded through the same `from_pretrained` path as `Qwen/Qwen3-8B`:
-
-- smoke: a `Qwen3ForCausalLM` with random weights (35k parameters) and a byte-level BPE tokenizer trained on the
-  project's own fixture, with Qwen's ChatML special tokens and a chat template that honours `enable_thinking`;
-- demo: a synthetic GSM8K-format task generated from SEED (`make_task`) and a tiny Qwen3 warm-started on it by
-  two short supervised phases (TRL's SFTTrainer), so that GRPO has something to improve (docs/demo.md).
+With no Hub access, both build once a folder that loads like a downloaded Qwen3 checkpoint: smoke, a random 35k-
+parameter Qwen3 with a BPE tokenizer trained on the fixture and a ChatML template; demo, a synthetic GSM8K-format
+task from SEED and a tiny Qwen3 warm-started on it by TRL's SFTTrainer, so GRPO has something to improve.
 
     python -m grpo.profiles smoke-model outputs/smoke-model   # build the smoke model folder by hand
     python -m grpo.profiles demo-task outputs/demo-task 0      # write the demo task's {train,test}.jsonl for a seed
@@ -79,7 +75,6 @@ VOCAB_SIZE = 512  # 256 byte symbols + special tokens + ~250 merges learnt from 
 
 
 def training_text():
-    """Text the tokenizer is trained on: the fixture's questions and solutions, and the prompt words."""
     yield gsm8k.SYSTEM_PROMPT  # the system prompt's words should tokenise compactly too
     with open(FIXTURE, encoding="utf-8") as f:
         for line in f:
@@ -89,10 +84,8 @@ def training_text():
 
 
 def build_tokenizer(texts=None, split_digits=False):
-    """A byte-level BPE tokenizer trained in a fraction of a second on `texts` (default: the smoke fixture's,
-    `training_text`), wrapped as a transformers tokenizer with Qwen's ChatML special tokens, <|im_end|> as EOS and
-    <|endoftext|> as pad. `split_digits`: one digit per token, as Qwen's tokenizer splits numbers (the demo's
-    arithmetic needs it)."""
+    """A byte-level BPE tokenizer trained on `texts` (default: the fixture) with Qwen's ChatML tokens.
+    `split_digits`: one digit per token, as Qwen's tokenizer splits numbers (the demo's arithmetic needs it)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -138,14 +131,12 @@ def build_model(tokenizer, seed=0, **overrides):
 
 
 def cpu_model(output_dir):
-    """For the CPU profiles: one torch thread unless OMP_NUM_THREADS says otherwise (the tiny model runs fastest on
-    one, and more thrash a shared machine), and the tiny model folder OUTPUT_DIR/smoke-model, built if missing."""
+    """For the CPU profiles: one torch thread (fastest for the tiny model) and OUTPUT_DIR/smoke-model."""
     hardware.one_cpu_thread()
     return ensure_model_dir(Path(output_dir) / "smoke-model")
 
 
 def ensure_model_dir(path):
-    """Build the tiny model folder at `path` unless it is already there; return the path as a string."""
     path = Path(path)
     if not (path / "config.json").exists():
         tokenizer = build_tokenizer()
@@ -231,19 +222,10 @@ def worked(a, b):
     return "\n".join(lines) + f"\n#### {a + b}"
 
 
-def one_shot(a, b):
-    """The answer alone, as a terse model states it.
-
-    >>> one_shot(457, 386)
-    '#### 843'
-    """
-    return f"#### {a + b}"
-
-
 def style(completion):
     """'one-shot' for a completion that starts with its '#### N' answer, else 'worked'.
 
-    >>> style(one_shot(457, 386)), style(worked(457, 386))
+    >>> style("#### 843"), style(worked(457, 386))
     ('one-shot', 'worked')
     """
     return "one-shot" if completion.lstrip().startswith("####") else "worked"
@@ -268,14 +250,13 @@ def make_problems(seed, n=TRAIN_PROBLEMS + TEST_PROBLEMS):
 
 
 def make_task(seed, train=TRAIN_PROBLEMS, test=TEST_PROBLEMS):
-    """The task in GSM8K's format: (train_rows, test_rows) of question and answer, the worked solution as gold.
-    No question is in both splits."""
+    """(train_rows, test_rows) in GSM8K's format, the worked solution as gold; no question in both splits."""
     rows = [{"question": r["question"], "answer": worked(r["a"], r["b"])} for r in make_problems(seed, train + test)]
     return rows[:train], rows[train:]
 
 
 def write_task(folder, seed):
-    """Write make_task(seed) as folder/{train,test}.jsonl (aside, then renamed: never half a folder); return it."""
+    """Write make_task(seed) as folder/{train,test}.jsonl, unless there; return the folder."""
     folder = Path(folder)
     if not (folder / "test.jsonl").is_file():
         with publish_dir(folder) as tmp:
@@ -290,12 +271,13 @@ def warm_start_targets(seed, one_shot_share=ONE_SHOT_SHARE):
     problems = make_problems(seed)[:TRAIN_PROBLEMS]
     rng = random.Random(seed + 1)
     worked_targets = [worked(r["a"], r["b"]) for r in problems]
-    mixed = [one_shot(r["a"], r["b"]) if rng.random() < one_shot_share else worked(r["a"], r["b"]) for r in problems]
+    one_shot = [f"#### {r['a'] + r['b']}" for r in problems]  # the answer alone, as a terse model states it
+    mixed = [o if rng.random() < one_shot_share else w for o, w in zip(one_shot, worked_targets, strict=True)]
     return [r["question"] for r in problems], worked_targets, mixed
 
 
 def _sft(model, tokenizer, data, work, seed, steps, learning_rate, schedule):
-    """One supervised phase with TRL's SFTTrainer (its progress bar shows the ETA); the trained model."""
+    """One supervised phase with TRL's SFTTrainer; the trained model."""
     from trl import SFTConfig, SFTTrainer
 
     config = SFTConfig(
@@ -354,9 +336,8 @@ def warm_start(folder, seed, system_prompt=gsm8k.SYSTEM_PROMPT):
 
 
 def prepare(s, given):
-    """The settings with DATASET and MODEL_NAME pointing at the demo's task and warm-started model in OUTPUT_DIR,
-    each built once per SEED and reused by later runs there, unless given on the command line; one torch thread.
-    The model folder is keyed by SEED only: after changing SYSTEM_PROMPT or this module, use a new OUTPUT_DIR."""
+    """The settings with DATASET and MODEL_NAME (unless given) at the demo's task and model in OUTPUT_DIR, built
+    once per SEED: after changing SYSTEM_PROMPT or this module, use a new OUTPUT_DIR."""
     hardware.one_cpu_thread()  # the warm start, too
     s = dict(s)
     out, seed = Path(s["OUTPUT_DIR"]), s["SEED"]
@@ -385,19 +366,20 @@ def style_stats(predictions):
 
 
 def log_summary(output_dir, profile):
-    """Log `summary` at the end of a --demo run (`profile` "demo"); a run of another profile logs nothing."""
+    """Log `summary` at the end of a --demo run; other profiles log nothing."""
     if profile == "demo":
         log.info(summary(output_dir))
 
 
 def summary(output_dir):
     """The demo's one before -> after line, from OUTPUT_DIR/eval_test_{before,after}.json and their predictions."""
-    parts = {}
-    if not all((Path(output_dir) / f"eval_test_{when}.json").is_file() for when in ("before", "after")):
+    run = Path(output_dir)
+    if not all((run / f"eval_test_{when}.json").is_file() for when in ("before", "after")):
         return "demo: no before -> after line without EVAL_BEFORE and EVAL_AFTER"
+    parts = {}
     for when in ("before", "after"):
-        metrics = json.loads((Path(output_dir) / f"eval_test_{when}.json").read_text(encoding="utf-8"))
-        with open(Path(output_dir) / f"eval_test_{when}_predictions.jsonl", encoding="utf-8") as f:
+        metrics = json.loads((run / f"eval_test_{when}.json").read_text(encoding="utf-8"))
+        with open(run / f"eval_test_{when}_predictions.jsonl", encoding="utf-8") as f:
             metrics |= style_stats([json.loads(line) for line in f])
         parts[when] = metrics
     keys = ("lenient_accuracy", "sampled_accuracy", "worked_share", "mean_completion_tokens")
