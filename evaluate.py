@@ -91,7 +91,7 @@ def default_output_dir(adapter, model_name):
     return str(path.parent / f"eval-{path.name}") if files.checkpoint_step(path) is not None else adapter
 
 
-def check(s, cpu_only=False):
+def refuse_bad_settings(s, cpu_only=False):
     """Settings that would fail after the model has loaded, reported before any weights load."""
     problems = []
     if s["ADAPTER"] and not (Path(s["ADAPTER"]) / "adapter_config.json").is_file():
@@ -128,7 +128,7 @@ def check(s, cpu_only=False):
     )
     problems += [attn] if attn else []
     try:
-        preflight.check_model_folder(s["MODEL_NAME"])  # a local folder's tokenizer and whole weights (headers only)
+        preflight.refuse_torn_model_folder(s["MODEL_NAME"])  # a local folder's tokenizer, whole weights (headers)
     except ConfigError as err:
         problems.append(str(err))
     if problems:
@@ -176,7 +176,7 @@ def main(argv=()):
     s, args = resolve(argv)
     cpu_only = args.profile is not None
     cli.require(("torch", "transformers", "peft", "datasets"), "evaluate.py")
-    check(s, cpu_only)
+    refuse_bad_settings(s, cpu_only)
     if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     load_kwargs = dict(config=s["DATASET_CONFIG"], limit=s["LIMIT"], system_prompt=s["SYSTEM_PROMPT"])

@@ -45,10 +45,10 @@ def main(argv=()):
     c = dict(args.settings)
     cli.setup_logging("export")
     if c["PUSH_TO_HUB"]:
-        check_push(c["PUSH_TO_HUB"])  # before any work: a missing token must not cost a merge first
+        refuse_bad_push(c["PUSH_TO_HUB"])  # before any work: a missing token must not cost a merge first
     run = resolve(c, given=args.given)
     out = Path(c["OUTPUT_DIR"])
-    check_output_dir(out)
+    refuse_foreign_output_dir(out)
     if not hub.is_local(c["MODEL_NAME"]) and (problem := hub.hub_unreachable(c["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)
     log.info("merging %s into %s (%s)", c["ADAPTER"], c["MODEL_NAME"], c["DTYPE"])
@@ -159,7 +159,7 @@ def default_output_dir(adapter):
 # checks that run before any weights load
 
 
-def check_push(repo_id):
+def refuse_bad_push(repo_id):
     """Refuse PUSH_TO_HUB without a Hub token or with the Hub switched off, naming the fix."""
     from huggingface_hub import get_token
     from huggingface_hub.errors import HFValidationError
@@ -180,7 +180,7 @@ def check_push(repo_id):
         )
 
 
-def check_output_dir(out):
+def refuse_foreign_output_dir(out):
     """OUTPUT_DIR (and its parent, where the export is built) writable, and new, empty, or an earlier export
     holding only the files that export wrote."""
     if out.exists() and not out.is_dir():
@@ -274,7 +274,7 @@ def licence_files(model_name):
 
 def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
     """Write the export beside `out`, then move it into place (`files.publish_dir`): never half an export, never
-    stale shards. The marker lists every name written, with `later` (the card), for `check_output_dir`."""
+    stale shards. The marker lists every name written, with `later` (the card), for `refuse_foreign_output_dir`."""
 
     if out.exists():
         log.info("replacing the earlier export in %s", out)

@@ -17,6 +17,7 @@ import logging
 import time
 
 import rewards
+from demo import sums
 from grpo import checkpoints, cli, errors, files, gsm8k, hardware, modelcard, preflight, profiles, reward_guard
 
 # --------------------------------------------------------------------------------------------------
@@ -91,8 +92,8 @@ CLIPPED_RATIO_MAX = 0.2  # advise raising MAX_COMPLETION_LENGTH when more than t
 GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds this (divergence)
 # --------------------------------------------------------------------------------------------------
 
-# The offline profiles, on the CPU in fp32 (grpo/profiles.py): settings over the constants above.
-profile_settings = {"smoke": profiles.SMOKE, "demo": profiles.DEMO}
+# The offline profiles, on the CPU in fp32 (grpo/profiles.py, demo/sums.py): settings over the constants above.
+profile_settings = {"smoke": profiles.SMOKE, "demo": sums.DEMO}
 # GRPOConfig fields a constant or the script sets: a --field=value for one is refused, naming it.
 owned = {
     "chat_template_kwargs": "ENABLE_THINKING",
@@ -260,7 +261,7 @@ def train(s, record, config, reward_funcs, datasets, started):
         if rank0:  # our card over TRL's, then run_finished.json, then the last lines
             ends = {"max_steps": s["MAX_STEPS"], "num_train_epochs": s["NUM_TRAIN_EPOCHS"], "resumed": bool(last)}
             before = modelcard.finish_run(trainer.state, out, record, metrics=(before, after), **ends)
-            profiles.log_summary(out, record["profile"])  # --demo: its one before -> after line
+            sums.log_summary(out, record["profile"])  # --demo: its one before -> after line
             log.info(gsm8k.summary_line(trainer.state.global_step, started, (before, after)))
     trainer.accelerator.wait_for_everyone()  # no rank exits while another uses the process group
     trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end
@@ -288,9 +289,9 @@ def main(argv=()):
     if s["RESUME"] and (done := checkpoints.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])):
         return log.info(done)  # a finished run, run again: said in a second, before TRL or the demo's warm start
     cli.require(("torch", "transformers", "trl", "peft", "datasets", "accelerate"), "grpotrainer.py")
-    preflight.check(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields)  # in seconds
+    preflight.refuse_bad_settings(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields)  # in seconds
     if args.profile == "demo":
-        s = profiles.prepare(s, args.given)  # its task and warm-started Qwen3
+        s = sums.prepare(s, args.given)  # its task and warm-started Qwen3
     train_dataset, eval_dataset = load_data(s)
     reward_funcs = reward_guard.load(
         s["REWARD_FUNCS"],
@@ -303,7 +304,7 @@ def main(argv=()):
         # a tiny Qwen3 in OUTPUT_DIR/smoke-model, built before GRPOConfig starts torch.distributed
         s["MODEL_NAME"] = profiles.cpu_model(s["OUTPUT_DIR"])
     config = build_config(s, args.fields, cpu_only, train_dataset=train_dataset)
-    preflight.check_loaded(
+    preflight.refuse_before_loading(
         s, config, reward_funcs=reward_funcs, train_dataset=train_dataset, answer_blind=rewards.ANSWER_BLIND
     )
     sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # for the model card

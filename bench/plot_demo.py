@@ -5,7 +5,7 @@
     python bench/plot_demo.py outputs/demo-s* --out docs/demo.png --overwrite   # replace the tracked picture
 
 Four panels, one line per seed: greedy lenient and sampled accuracy, the share of greedy answers that are worked
-solutions (grpo.profiles.style) and the mean completion length, each before -> after GRPO (from
+solutions (demo.sums.style) and the mean completion length, each before -> after GRPO (from
 eval_test_{before,after}.json and their predictions), and the correctness reward per GRPO step from the training
 run's own TensorBoard folder (the one holding train/reward, not a later evaluation's). An existing file is never
 replaced without --overwrite.
@@ -58,13 +58,13 @@ def running_mean(values, window=5):
 
 def before_after(output_dir):
     """{metric: (before, after)} of one demo run: lenient and sampled accuracy, worked share, completion tokens."""
-    from grpo import profiles
+    from demo import sums
 
     parts = []
     for when in ("before", "after"):
         metrics = json.loads((Path(output_dir) / f"eval_test_{when}.json").read_text(encoding="utf-8"))
         with open(Path(output_dir) / f"eval_test_{when}_predictions.jsonl", encoding="utf-8") as f:
-            metrics |= profiles.style_stats([json.loads(line) for line in f])
+            metrics |= sums.style_stats([json.loads(line) for line in f])
         parts.append(metrics)
     keys = ("lenient_accuracy", "sampled_accuracy", "worked_share", "mean_completion_tokens")
     return {k: (parts[0][k], parts[1][k]) for k in keys}

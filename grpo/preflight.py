@@ -1,9 +1,9 @@
 """Checks that run in seconds, before any weights load, so that a mistake costs a message rather than a GPU hour.
 
-`check(settings, cpu_only)` takes the resolved settings (a dict of grpotrainer.py's constants) and reports every
-problem at once: each is at most two lines, `CONSTANT=value`, why, and the fix. The rules are data where they can
-be (CHOICES, RANGES); the rest are small functions. `check_rewards` calls every reward function once on real rows
-before training, `check_model` matches the model's config, weights and LoRA settings on the meta device.
+`refuse_bad_settings` reports every problem of the resolved settings at once, each in at most two lines
+(`CONSTANT=value`, why, the fix); the rules are data where they can be (CHOICES, RANGES). `refuse_before_loading`
+runs what needs the data, the GRPOConfig or the model's config: `try_rewards` calls every reward on real rows,
+`refuse_misfit_model` matches the config, weights and LoRA settings on the meta device.
 """
 
 import asyncio
@@ -97,7 +97,7 @@ FSDP2_WARNING = (
 THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
-def check(s, cpu_only=False, known_rewards=(), fields=None):
+def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None):
     """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a run.
 
     `known_rewards`: the registry's names (rewards.REWARDS), against which plain REWARD_FUNCS names are checked;
@@ -239,14 +239,9 @@ PROFILE_FOLDERS = re.compile(r"smoke-model|demo-(sums-)?(data-|model-)?seed\d+(\
 
 
 def run_folder_problem(out):
-    """Why a training run must not write into the folder `out`, or None.
-
-    A run writes README.md, tokenizer files, adapter files and checkpoints into OUTPUT_DIR and rotates checkpoint-N
-    folders away, so it takes only a folder that is missing, empty, or one of its own runs. A run's folder is
-    recognised by what only a run writes (`is_run_folder`): its run_settings.json, or the run.lock.json of one killed
-    before it wrote that, or nothing but the CPU profiles' smoke-model/demo-* folders, built before either. The
-    current folder, the checkout, the home folder and any folder above one of them are refused whatever they hold.
-    """
+    """Why a training run must not write into the folder `out`, or None. A run writes README.md, tokenizer and
+    adapter files and rotates checkpoints there, so it takes only a missing or empty folder or one of its own runs
+    (`is_run_folder`, or only the CPU profiles' folders); never the current folder, the checkout or home, or above."""
     path = Path(out).resolve()
     guarded = (("the current folder", Path.cwd()), ("the checkout", CHECKOUT), ("the home folder", Path.home()))
     for what, folder in guarded:
@@ -267,9 +262,8 @@ def run_folder_problem(out):
 
 
 def is_run_folder(path):
-    """Whether the folder `path` holds a training run's own record: run_settings.json as grpotrainer.py writes it
-    (the settings with "OUTPUT_DIR" and "grpo_config"), or the run.lock.json (pid, host) of a run that holds it or was
-    killed. Reads two small files."""
+    """Whether `path` holds a run's own record: its run_settings.json (with "OUTPUT_DIR" and "grpo_config"), or the
+    run.lock.json (pid, host) of a run that holds it or was killed before writing that."""
 
     for name, keys in (("run_settings.json", ("OUTPUT_DIR", "grpo_config")), ("run.lock.json", ("pid", "host"))):
         try:
@@ -382,8 +376,7 @@ CUDA12_WHEELS = "https://download.pytorch.org/whl/cu128"  # PyTorch's own index 
 
 
 def nvidia_driver():
-    """The NVIDIA driver version nvidia-smi reports ("550.54.15"), or None where there is no nvidia-smi or it finds
-    no driver."""
+    """The NVIDIA driver version nvidia-smi reports ("550.54.15"), or None."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
@@ -398,8 +391,7 @@ def nvidia_driver():
 
 
 def no_gpu_problem(driver):
-    """Why torch sees no GPU, told apart: no NVIDIA driver at all (`driver` None), or a driver that this torch's
-    CUDA build cannot use (a CPU-only torch, or a CUDA 13 torch on a driver older than 580)."""
+    """Why torch sees no GPU: no NVIDIA driver (`driver` None), or one this torch's build cannot use."""
     if driver is None:
         return (
             "no CUDA GPU is visible; a real run needs one (bf16 training of a 1B+ model on a CPU takes weeks).\n"
@@ -429,18 +421,18 @@ def no_gpu_problem(driver):
 # Checks that need the data or the model's config (still before any weights load)
 
 
-def check_loaded(s, config, reward_funcs, train_dataset, answer_blind=()):
+def refuse_before_loading(s, config, reward_funcs, train_dataset, answer_blind=()):
     """The checks that need the data, the built GRPOConfig or the model's config, still before any weights load."""
     if len(train_dataset) == 0:
         raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
-    check_config(config, s, len(train_dataset))
-    check_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"], answer_blind)
+    refuse_bad_grpo_config(config, s, len(train_dataset))
+    try_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"], answer_blind)
     if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
-    check_model_folder(s["MODEL_NAME"])
+    refuse_torn_model_folder(s["MODEL_NAME"])
     if warning := thinking_ignored(s["MODEL_NAME"], s["ENABLE_THINKING"]):
         log.warning(warning)
-    check_model(s)
+    refuse_misfit_model(s)
 
 
 def lora_targets(text):
@@ -453,7 +445,7 @@ def lora_targets(text):
     return "all-linear" if names == ["all-linear"] else names
 
 
-def check_model_folder(model_name):
+def refuse_torn_model_folder(model_name):
     """A local MODEL_NAME folder must hold a tokenizer and whole weights: a copy or download cut short otherwise
     fails after minutes of loading, or at the first step."""
     folder = Path(model_name)
@@ -501,7 +493,7 @@ def chat_template_source(model_name):
         try:
             template = json.loads(config.read_text(encoding="utf-8")).get("chat_template") or ""
         except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            template = ""  # check_model_folder and transformers name a torn file
+            template = ""  # refuse_torn_model_folder and transformers name a torn file
         texts += [
             t if isinstance(t, str) else t.get("template", "")
             for t in (template if isinstance(template, list) else [template])
@@ -510,10 +502,9 @@ def chat_template_source(model_name):
 
 
 def thinking_ignored(model_name, enable_thinking):
-    """The warning for ENABLE_THINKING=True on a local model whose chat template never reads enable_thinking
-    (Llama-family and SmolLM2 templates), or None. With thinking on, an answer counts only after a closed </think>;
-    a model that does not write <think> blocks by itself then scores 0 everywhere. A warning, not an error: some
-    models (DeepSeek-R1 distillations) think without their template asking.
+    """The warning for ENABLE_THINKING=True on a local model whose chat template never reads enable_thinking (an
+    answer then counts only after a </think> the model may never write), or None. A warning: some models think
+    without their template asking.
 
     >>> thinking_ignored("Qwen/Qwen3-8B", True) is None  # a Hub id: its template is not read here
     True
@@ -528,10 +519,10 @@ def thinking_ignored(model_name, enable_thinking):
     )
 
 
-def check_rewards(funcs, names, dataset, max_completion_length, answer_blind=()):
-    """Call every reward through its training guard (`reward_guard.load`'s) as GRPOTrainer will, on three real rows
-    (no batch size a reward could assume by accident, such as 2 or 4): a raise or a bad value stops here. Then warn
-    about one not in `answer_blind` (rewards.ANSWER_BLIND) that scores a right and a wrong answer alike."""
+def try_rewards(funcs, names, dataset, max_completion_length, answer_blind=()):
+    """Call every reward through its training guard as GRPOTrainer will, on three real rows (no batch size a reward
+    could assume, such as 2 or 4): a raise or a bad value stops here. Then warn about one not in `answer_blind` that
+    scores a right and a wrong answer alike."""
 
     from transformers import TrainerState
 
@@ -572,7 +563,7 @@ def _wrong(answer):
         return f"{answer}1"
 
 
-def check_config(config, s, train_size):
+def refuse_bad_grpo_config(config, s, train_size):
     """What the built GRPOConfig implies and GRPOTrainer finds only at its first step: the sampling settings (any
     --top_k, --min_p, ... passed through), the data a generation round needs, and fields this script cannot serve."""
 
@@ -623,9 +614,8 @@ def check_config(config, s, train_size):
 
 
 def _optimizer(config):
-    """The optimizer the run will build, built now on one placeholder weight, as Trainer builds it: torch refuses a
-    --adam_beta1=2 or a negative --adam_epsilon only when the first step creates it. Optimizers that need the model
-    (GaLore and the like) or a package this machine lacks are left to Trainer."""
+    """The optimizer built now on a placeholder weight, as Trainer builds it at the first step, where torch refuses
+    --adam_beta1=2; optimizers that need the model (GaLore) or a missing package are left to Trainer."""
     import torch
     from transformers import Trainer
 
@@ -661,11 +651,10 @@ def _saving(config):
     return problems
 
 
-def check_model(s):
-    """What the model's config decides, with the model built on the meta device (no weights) from a config found
-    without network (a local folder, or the Hub cache): that it is a causal LM, that the weight files fit it, that
-    LORA_TARGET_MODULES names layers LoRA can adapt and LORA_R fits them, and that MAX_COMPLETION_LENGTH fits its
-    positions. A Hub id not downloaded yet is checked by transformers and peft after loading instead."""
+def refuse_misfit_model(s):
+    """What the model's config decides, on the meta device (no weights), from a local folder or the Hub cache: a
+    causal LM whose weight files fit it, LoRA targets and rank that fit its layers, and MAX_COMPLETION_LENGTH that
+    fits its positions."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import parse, run_script
+from conftest import REPO, parse, run_script
 
 import evaluate
 import export
@@ -222,3 +222,37 @@ def test_a_full_line_comment_after_a_constant_is_a_header(tmp_path):
     source.write_text('"""S."""\n# ----\n# one\nA = 1  # a\n# two\nB = 2  # b\n# ----\n')
     text = cli.help_text(source)
     assert "\n one\n  --A=1\n        a\n\n two\n  --B=2\n        b" in text
+
+
+def test_a_recipe_sets_constants_and_fields_and_the_command_line_wins(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("MAX_STEPS: 2\nREWARD_FUNCS: [correctness_reward]\nREWARD_WEIGHTS: [1.0]\ntop_p: 0.9\n")
+    args = parse(["--smoke", "--config", str(recipe)])
+    assert args.settings["MAX_STEPS"] == 2  # the file over --smoke's 4
+    assert args.settings["REWARD_FUNCS"] == ["correctness_reward"] and args.settings["REWARD_WEIGHTS"] == [1.0]
+    assert args.fields == {"top_p": 0.9}  # a lower-case key is a GRPOConfig field, typed by transformers
+    assert "MAX_STEPS" in args.given  # a recipe's constant counts as given, as on the command line
+    args = parse(["--smoke", f"--config={recipe}", "--MAX_STEPS=3", "--top_p=0.8"])
+    assert (args.settings["MAX_STEPS"], args.fields["top_p"]) == (3, 0.8)  # the command line wins
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("MAX_STEP: 2\n", "--config {path}: unknown setting --MAX_STEP. Did you mean MAX_STEPS"),
+        ("top_pp: 0.9\n", "--config {path}: unknown setting --top_pp: not a constant nor a GRPOConfig field. Did you"),
+        ("MAX_STEPS: many\n", "--config {path}: --MAX_STEPS=many is not a valid int"),
+        ("- MAX_STEPS\n", "--config {path}: a recipe is a mapping of KEY: value lines"),
+        ("MAX_STEPS: [\n", "--config {path} is not valid YAML"),
+    ],
+)
+def test_a_bad_recipe_names_the_file_and_the_key(tmp_path, text, message):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(message.format(path=recipe))):
+        parse(["--config", str(recipe)])
+
+
+def test_the_shipped_recipe_parses():
+    args = parse(["--config", str(REPO / "configs" / "gsm8k-qwen3-8b.yaml")])
+    assert args.settings["NUM_GENERATIONS"] == 8 and args.fields == {"warmup_steps": 10}

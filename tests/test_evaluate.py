@@ -46,7 +46,7 @@ def smoke_settings(tmp_path, **overrides):
 )
 def test_check_names_the_constant(tmp_path, setting, value, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        evaluate.check(smoke_settings(tmp_path, **{setting: value}), cpu_only=True)
+        evaluate.refuse_bad_settings(smoke_settings(tmp_path, **{setting: value}), cpu_only=True)
 
 
 @pytest.mark.parametrize(("length", "refused"), [(32, True), (preflight.THINKING_MIN_TOKENS - 1, True), (1024, False)])
@@ -55,9 +55,9 @@ def test_thinking_needs_as_many_tokens_as_training_asks(tmp_path, length, refuse
     s = smoke_settings(tmp_path, ENABLE_THINKING=True, MAX_COMPLETION_LENGTH=length)
     if refused:
         with pytest.raises(ConfigError, match=f"ENABLE_THINKING=True with MAX_COMPLETION_LENGTH={length}: thinking"):
-            evaluate.check(s, cpu_only=True)
+            evaluate.refuse_bad_settings(s, cpu_only=True)
     else:
-        evaluate.check(s, cpu_only=True)
+        evaluate.refuse_bad_settings(s, cpu_only=True)
 
 
 @pytest.mark.parametrize(
@@ -73,7 +73,7 @@ def test_an_output_dir_that_cannot_be_written_is_refused_before_any_weights(tmp_
     (tmp_path / "file").write_text("not a folder")
     s = smoke_settings(tmp_path, OUTPUT_DIR=str(tmp_path / where))
     with pytest.raises(ConfigError, match=re.escape(message.format(tmp=tmp_path))):
-        evaluate.check(s, cpu_only=True)
+        evaluate.refuse_bad_settings(s, cpu_only=True)
 
 
 def broken_copy(tiny_model, path, how):
@@ -104,7 +104,7 @@ def broken_copy(tiny_model, path, how):
 def test_a_broken_model_folder_is_refused_before_loading(tmp_path, tiny_model, how, message):
     folder = broken_copy(tiny_model, tmp_path / "model", how)
     with pytest.raises(ConfigError, match=re.escape(f"MODEL_NAME={folder}")) as err:
-        evaluate.check(smoke_settings(tmp_path, MODEL_NAME=str(folder)), cpu_only=True)
+        evaluate.refuse_bad_settings(smoke_settings(tmp_path, MODEL_NAME=str(folder)), cpu_only=True)
     assert message in str(err.value)
 
 
@@ -143,10 +143,10 @@ def test_an_adapter_with_missing_or_cut_weights_is_refused_before_loading(tmp_pa
         (adapter / "adapter_config.json").write_text("[]")
     s = smoke_settings(tmp_path, ADAPTER=str(adapter))
     if message is None:
-        evaluate.check(s, cpu_only=True)  # a whole adapter passes
+        evaluate.refuse_bad_settings(s, cpu_only=True)  # a whole adapter passes
         return
     with pytest.raises(ConfigError, match=re.escape(f"ADAPTER={adapter}: {message}")):
-        evaluate.check(s, cpu_only=True)
+        evaluate.refuse_bad_settings(s, cpu_only=True)
 
 
 def test_an_adapter_on_a_base_of_other_shapes_is_refused_naming_both(tmp_path):

@@ -165,9 +165,9 @@ def test_check_output_dir(tmp_path, files, refused):
         (tmp_path / name).write_text(text)
     if refused:
         with pytest.raises(ConfigError, match=refused):
-            export.check_output_dir(tmp_path)
+            export.refuse_foreign_output_dir(tmp_path)
     else:
-        export.check_output_dir(tmp_path)
+        export.refuse_foreign_output_dir(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files)  # checking touches nothing
 
 
@@ -183,7 +183,7 @@ def test_an_output_dir_that_cannot_be_written_is_refused(tmp_path, where, messag
     # these once failed after the merge, with a traceback
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match=re.escape(message.format(tmp=tmp_path))):
-        export.check_output_dir(tmp_path / where)
+        export.refuse_foreign_output_dir(tmp_path / where)
 
 
 class FakeSaver:
@@ -207,10 +207,10 @@ def test_an_export_lists_its_files_and_a_reexport_keeps_what_a_user_added(tmp_pa
     record = json.loads((out / export.marker).read_text())
     assert record == {"step": 4, "files": sorted([*(p.name for p in out.iterdir())])}
     assert record["files"] == ["README.md", "config.json", export.marker, "model.safetensors", "tokenizer.json"]
-    export.check_output_dir(out)  # its own export may be replaced
+    export.refuse_foreign_output_dir(out)  # its own export may be replaced
     (out / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError, match="holds notes.txt, which the earlier export there did not write"):
-        export.check_output_dir(out)
+        export.refuse_foreign_output_dir(out)
 
 
 def test_an_unwritable_output_dir_exits_2_before_the_merge(tmp_path):
@@ -256,7 +256,7 @@ def test_push_is_refused_before_any_work(tmp_path, env, message):
 
 def test_push_refuses_a_malformed_repo_id():
     with pytest.raises(ConfigError, match="is not a Hub repo id"):
-        export.check_push("a/b/c")
+        export.refuse_bad_push("a/b/c")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -58,10 +58,10 @@ def test_a_damaged_model_folder_names_the_file(tmp_path, damage, message):
     from grpo import preflight
 
     folder = model_folder(tmp_path)
-    preflight.check_model_folder(str(folder))  # whole: passes
+    preflight.refuse_torn_model_folder(str(folder))  # whole: passes
     damage(folder)
     with pytest.raises(ConfigError, match=re.escape(message)):
-        preflight.check_model_folder(str(folder))
+        preflight.refuse_torn_model_folder(str(folder))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -115,10 +115,10 @@ def test_batch_rule_counts_every_node(smoke_settings, monkeypatch, world_size, g
     s = {**smoke_settings, "PER_DEVICE_TRAIN_BATCH_SIZE": 1, "GRADIENT_ACCUMULATION_STEPS": 1}
     s["NUM_GENERATIONS"] = generations
     if problem is None:
-        preflight.check(s, cpu_only=True)
+        preflight.refuse_bad_settings(s, cpu_only=True)
         return
     with pytest.raises(ConfigError) as err:
-        preflight.check(s, cpu_only=True)
+        preflight.refuse_bad_settings(s, cpu_only=True)
     assert problem in str(err.value)
     assert "(processes count every node)" in str(err.value)
 
@@ -130,7 +130,7 @@ def test_batch_rule_suggests_a_fix_that_counts_every_node(smoke_settings, monkey
     monkeypatch.setenv("WORLD_SIZE", "4")
     s = {**smoke_settings, "PER_DEVICE_TRAIN_BATCH_SIZE": 1, "GRADIENT_ACCUMULATION_STEPS": 1, "NUM_GENERATIONS": 8}
     with pytest.raises(ConfigError) as err:
-        preflight.check(s, cpu_only=True)
+        preflight.refuse_bad_settings(s, cpu_only=True)
     assert "Set GRADIENT_ACCUMULATION_STEPS=2, or NUM_GENERATIONS=4." in str(err.value)  # 1 x 4 x 2 = 8
 
 
@@ -214,13 +214,13 @@ def test_a_runs_own_folder_is_accepted(tmp_path, smoke_settings):
 def test_fields_that_switch_off_saving_or_override_a_constant_are_refused(smoke_settings, fields, message):
     config = grpotrainer.build_config(smoke_settings, fields, cpu_only=True)
     with pytest.raises(ConfigError) as err:
-        preflight.check_config(config, smoke_settings, 32)
+        preflight.refuse_bad_grpo_config(config, smoke_settings, 32)
     assert message in str(err.value)  # refused before the first step, naming the owner and why
 
 
 def test_generation_kwargs_a_constant_does_not_own_pass(smoke_settings):
     config = grpotrainer.build_config(smoke_settings, {"generation_kwargs": {"no_repeat_ngram_size": 3}}, True)
-    preflight.check_config(config, smoke_settings, 32)  # no exception: TRL passes it to generate()
+    preflight.refuse_bad_grpo_config(config, smoke_settings, 32)  # no exception: TRL passes it to generate()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ def test_preflight_bounds_a_hung_reward_too(smoke_settings):
     funcs = reward_guard.load(["test_preflight:hung_reward"], rewards.REWARDS, max_completion_length=32, timeout=0.2)
     dataset = gsm8k.load(smoke_settings["DATASET"], "train", limit=3)
     with pytest.raises(reward_guard.RewardTimeout, match="at training step 0"):
-        preflight.check_rewards(funcs, ["test_preflight:hung_reward"], dataset, 32)
+        preflight.try_rewards(funcs, ["test_preflight:hung_reward"], dataset, 32)
 
 
 FIXTURE = str(gsm8k.FIXTURE)
@@ -303,7 +303,7 @@ def test_preflight_errors(smoke_ok, changes, message):
     import rewards
 
     with pytest.raises(ConfigError, match=re.escape(message)):
-        preflight.check({**smoke_ok, **changes}, cpu_only=True, known_rewards=rewards.REWARDS)
+        preflight.refuse_bad_settings({**smoke_ok, **changes}, cpu_only=True, known_rewards=rewards.REWARDS)
 
 
 @pytest.mark.parametrize(
@@ -338,7 +338,7 @@ def test_preflight_errors(smoke_ok, changes, message):
 )
 def test_settings_that_would_waste_a_run_are_refused(smoke_ok, changes, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        preflight.check({**smoke_ok, **changes}, cpu_only=True)
+        preflight.refuse_bad_settings({**smoke_ok, **changes}, cpu_only=True)
 
 
 @pytest.mark.parametrize("gens", [3, 5, 6, 7, 9, 12])
@@ -348,35 +348,35 @@ def test_the_batch_rule_suggests_only_fixes_that_pass(smoke_ok, gens, per_device
     s = {**smoke_ok, "NUM_GENERATIONS": gens, "PER_DEVICE_TRAIN_BATCH_SIZE": per_device}
     s |= {"GRADIENT_ACCUMULATION_STEPS": gas, "STEPS_PER_GENERATION": spg}
     try:
-        preflight.check(s, cpu_only=True)
+        preflight.refuse_bad_settings(s, cpu_only=True)
         return  # the rule holds already
     except ConfigError as err:
         fixes = re.findall(r"(?:Set |or )([A-Z_]+)=(\d+)", str(err))
     assert fixes
     for name, value in fixes:
-        preflight.check({**s, name: int(value)}, cpu_only=True)  # every suggestion passes on its own
+        preflight.refuse_bad_settings({**s, name: int(value)}, cpu_only=True)  # every suggestion passes on its own
 
 
 def test_a_model_folder_cut_short_is_refused_before_loading(tmp_path):
     from grpo import profiles
 
     model = Path(profiles.ensure_model_dir(tmp_path / "m"))
-    preflight.check_model_folder(str(model))  # whole: fine
+    preflight.refuse_torn_model_folder(str(model))  # whole: fine
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     with pytest.raises(ConfigError, match="model.safetensors is cut short"):
-        preflight.check_model_folder(str(model))
+        preflight.refuse_torn_model_folder(str(model))
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (model / name).unlink()
     with pytest.raises(ConfigError, match="holds no tokenizer files"):
-        preflight.check_model_folder(str(model))
+        preflight.refuse_torn_model_folder(str(model))
 
 
 def test_every_message_is_at_most_two_lines(smoke_ok):
     # many mistakes at once: each problem is one paragraph of at most two lines (constant=value, why, the fix)
     bad = dict(TEMPERATURE=-1.0, LOSS_TYPE="x", REWARD_WEIGHTS=[], LORA_ALPHA=0, BETA=-1.0, SEED=-1, MAX_SAMPLES=-2)
     with pytest.raises(ConfigError) as err:
-        preflight.check({**smoke_ok, **bad, "ENABLE_THINKING": True, "USE_VLLM": True}, cpu_only=True)
+        preflight.refuse_bad_settings({**smoke_ok, **bad, "ENABLE_THINKING": True, "USE_VLLM": True}, cpu_only=True)
     paragraphs = str(err.value).split("\n\n")
     assert len(paragraphs) == 9
     assert all(p.count("\n") <= 1 for p in paragraphs), paragraphs
@@ -386,29 +386,30 @@ def test_preflight_counts_processes(smoke_ok, monkeypatch):
     # torchrun sets WORLD_SIZE; 1 x 2 processes x 1 = 2 completions per round cannot hold a group of 4
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match="1 x 2 x 1 = 2 completions"):
-        preflight.check({**smoke_ok, "PER_DEVICE_TRAIN_BATCH_SIZE": 1}, cpu_only=True)
+        preflight.refuse_bad_settings({**smoke_ok, "PER_DEVICE_TRAIN_BATCH_SIZE": 1}, cpu_only=True)
 
 
 def test_real_run_needs_cuda(settings, gpu):
     gpu(count=0)
     with pytest.raises(ConfigError, match="(?s)no CUDA GPU is visible.*make smoke"):
-        preflight.check(settings, cpu_only=False)
+        preflight.refuse_bad_settings(settings, cpu_only=False)
 
 
 def test_bf16_needs_a_bf16_gpu(settings, gpu):
     gpu(count=1, bf16=False)  # e.g. a T4 or V100
     with pytest.raises(ConfigError, match="this one has no bf16.\nSet BF16=False"):
-        preflight.check(settings, cpu_only=False)
-    preflight.check({**settings, "BF16": False}, cpu_only=False)  # fp32 on that GPU is allowed
+        preflight.refuse_bad_settings(settings, cpu_only=False)
+    preflight.refuse_bad_settings({**settings, "BF16": False}, cpu_only=False)  # fp32 on that GPU is allowed
 
 
 def test_several_gpus_need_one_process_each(settings, gpu, monkeypatch):
     gpu(count=4)
     # TRL refuses nn.DataParallel only after the weights load; preflight says so first, with the launch line
     with pytest.raises(ConfigError, match="(?s)4 GPUs are visible.*torchrun --nproc_per_node 4"):
-        preflight.check(settings, cpu_only=False)
+        preflight.refuse_bad_settings(settings, cpu_only=False)
     monkeypatch.setenv("WORLD_SIZE", "4")
-    preflight.check({**settings, "GRADIENT_ACCUMULATION_STEPS": 1}, cpu_only=False)  # one process per GPU is fine
+    # one process per GPU is fine
+    preflight.refuse_bad_settings({**settings, "GRADIENT_ACCUMULATION_STEPS": 1}, cpu_only=False)
 
 
 @pytest.mark.parametrize(
@@ -422,7 +423,7 @@ def test_several_gpus_need_one_process_each(settings, gpu, monkeypatch):
 def test_missing_packages_are_explained(settings, gpu, changes, message):
     gpu(count=1, packages=set())
     with pytest.raises(ConfigError, match=re.escape(message)):
-        preflight.check({**settings, **changes}, cpu_only=False)
+        preflight.refuse_bad_settings({**settings, **changes}, cpu_only=False)
 
 
 def wrong_length_reward(completions, **kwargs):
@@ -449,7 +450,7 @@ def test_every_reward_is_tried_on_real_rows_before_training(name, message):
     funcs = load_rewards(["correctness_reward", name], 32)
     dataset = gsm8k.load(FIXTURE, limit=4)
     with pytest.raises(ConfigError, match=re.escape(f"REWARD_FUNCS entry {name!r} ") + ".*" + re.escape(message)):
-        preflight.check_rewards(funcs, ["correctness_reward", name], dataset, 32)
+        preflight.try_rewards(funcs, ["correctness_reward", name], dataset, 32)
 
 
 def two_rewards(completions, **kwargs):
@@ -484,13 +485,13 @@ def exits_reward(completions, **kwargs):
 def test_more_reward_faults_are_found_before_training(name, message):
 
     with pytest.raises(ConfigError, match=re.escape(message)):
-        preflight.check_rewards(load_rewards([name], 32), [name], gsm8k.load(FIXTURE, limit=4), 32)
+        preflight.try_rewards(load_rewards([name], 32), [name], gsm8k.load(FIXTURE, limit=4), 32)
 
 
 @pytest.mark.parametrize("name", ["test_preflight:numpy_reward", "test_preflight:async_reward"])
 def test_rewards_that_trl_accepts_pass(name):
 
-    preflight.check_rewards(load_rewards([name], 32), [name], gsm8k.load(FIXTURE, limit=4), 32)
+    preflight.try_rewards(load_rewards([name], 32), [name], gsm8k.load(FIXTURE, limit=4), 32)
 
 
 def _raised_here(excinfo):
@@ -510,7 +511,7 @@ def test_a_reward_that_raises_in_preflight_keeps_its_traceback(name, error, func
 
     funcs = load_rewards(["correctness_reward", name], 32)
     with pytest.raises(error) as excinfo:
-        preflight.check_rewards(funcs, ["correctness_reward", name], gsm8k.load(FIXTURE, limit=4), 32)
+        preflight.try_rewards(funcs, ["correctness_reward", name], gsm8k.load(FIXTURE, limit=4), 32)
     assert not isinstance(excinfo.value, ConfigError)  # a bug, not a setting: cli.run shows its traceback
     assert f"REWARD_FUNCS entry {name!r}" in "\n".join(excinfo.value.__notes__)
     if error is RuntimeError:  # raised from the SystemExit, whose traceback goes into the reward
@@ -544,14 +545,14 @@ def test_a_reward_that_raises_in_preflight_keeps_its_traceback(name, error, func
 def test_passed_through_fields_are_checked_before_training(smoke_ok, fields, message):
     config = grpotrainer.build_config(smoke_ok, fields, cpu_only=True)
     with pytest.raises(ConfigError, match=re.escape(message)):
-        preflight.check_config(config, smoke_ok, 32)
+        preflight.refuse_bad_grpo_config(config, smoke_ok, 32)
 
 
 def test_a_generation_round_larger_than_the_data_is_refused(smoke_ok):
     # once: 0 steps trained, an untrained adapter saved and the run marked finished, exit 0
     config = grpotrainer.build_config({**smoke_ok, "PER_DEVICE_TRAIN_BATCH_SIZE": 256}, {}, cpu_only=True)
     with pytest.raises(ConfigError, match="the training set has 32 problems, but each generation round takes 64"):
-        preflight.check_config(config, smoke_ok, 32)
+        preflight.refuse_bad_grpo_config(config, smoke_ok, 32)
 
 
 @pytest.mark.parametrize(
@@ -569,9 +570,9 @@ def test_the_models_config_decides_before_its_weights_load(smoke_ok, tmp_path, c
     from grpo import profiles
 
     model = profiles.ensure_model_dir(tmp_path / "m")
-    preflight.check_model({**smoke_ok, "MODEL_NAME": model})  # the defaults fit
+    preflight.refuse_misfit_model({**smoke_ok, "MODEL_NAME": model})  # the defaults fit
     with pytest.raises(ConfigError, match=re.escape(message)):
-        preflight.check_model({**smoke_ok, "MODEL_NAME": model, **changes})
+        preflight.refuse_misfit_model({**smoke_ok, "MODEL_NAME": model, **changes})
 
 
 def test_weights_that_do_not_fit_the_config_are_refused(smoke_ok, tmp_path):
@@ -581,14 +582,14 @@ def test_weights_that_do_not_fit_the_config_are_refused(smoke_ok, tmp_path):
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "intermediate_size": 128}))
     with pytest.raises(ConfigError, match=r"mlp.down_proj.weight is \[32, 64\] in model.safetensors, \[32, 128\]"):
-        preflight.check_model({**smoke_ok, "MODEL_NAME": str(model)})
+        preflight.refuse_misfit_model({**smoke_ok, "MODEL_NAME": str(model)})
 
 
 def test_the_registry_passes_the_reward_check():
     import rewards
 
     names = list(rewards.REWARDS)
-    preflight.check_rewards(load_rewards(names, 32), names, gsm8k.load(FIXTURE, limit=4), 32)
+    preflight.try_rewards(load_rewards(names, 32), names, gsm8k.load(FIXTURE, limit=4), 32)
 
 
 # --- vLLM's context, LoRA dropout --------------------------------------------------------------------------------
@@ -599,12 +600,12 @@ def test_lora_dropout_with_vllm_importance_sampling_warns(smoke_ok, tiny_model, 
     data = gsm8k.load(FIXTURE, "train")
     config = grpotrainer.build_config(s, {}, cpu_only=True, train_dataset=data)
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
-        preflight.check_config(config, s, 32)
+        preflight.refuse_bad_grpo_config(config, s, 32)
     assert "LORA_DROPOUT=0.05 with vLLM's importance-sampling correction" in caplog.text  # a warning, not a refusal
     caplog.clear()
     config = grpotrainer.build_config({**s, "LORA_DROPOUT": 0.0}, {}, cpu_only=True, train_dataset=data)
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
-        preflight.check_config(config, {**s, "LORA_DROPOUT": 0.0}, 32)
+        preflight.refuse_bad_grpo_config(config, {**s, "LORA_DROPOUT": 0.0}, 32)
     assert "LORA_DROPOUT" not in caplog.text  # no dropout: nothing to warn about
 
 
@@ -620,7 +621,7 @@ def test_a_reward_blind_to_the_answer_is_warned_about_by_name(caplog):
     names += ["test_preflight:string_length_reward"]
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
         funcs = load_rewards(names, 32)
-        preflight.check_rewards(funcs, names, gsm8k.load(FIXTURE, limit=4), 32, answer_blind=rewards.ANSWER_BLIND)
+        preflight.try_rewards(funcs, names, gsm8k.load(FIXTURE, limit=4), 32, answer_blind=rewards.ANSWER_BLIND)
     warned = [r.getMessage() for r in caplog.records]
     # one warning, not a refusal: the string reward scores 1.0 right or wrong; correctness_reward tells them apart,
     # and the registry's format, reasoning and length rewards are answer-blind by design (rewards.ANSWER_BLIND)

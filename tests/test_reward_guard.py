@@ -70,7 +70,7 @@ def test_preflight_refuses_a_bad_value_with_the_same_message(kind):
     dataset = dataset.add_column("kind", [kind] * len(dataset))
     name = "test_reward_guard:bad_reward"
     with pytest.raises(ConfigError, match=f"entry '{name}' at training step 0 {BAD_VALUES[kind][1]}"):
-        preflight.check_rewards(reward_guard.load([name], {}, max_completion_length=8), [name], dataset, 8)
+        preflight.try_rewards(reward_guard.load([name], {}, max_completion_length=8), [name], dataset, 8)
 
 
 def test_a_reward_raising_a_timeout_keeps_its_own_error_and_traceback_with_the_note():
@@ -159,7 +159,7 @@ def test_preflight_skips_only_the_answer_blind_rewards_it_is_told_of(caplog):
     funcs = reward_guard.load(names, rewards.REWARDS, max_completion_length=32)
     dataset = gsm8k.load(FIXTURE, limit=4)
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
-        preflight.check_rewards(funcs, names, dataset, 32, answer_blind=("format_reward",))
+        preflight.try_rewards(funcs, names, dataset, 32, answer_blind=("format_reward",))
     assert [r.getMessage().split(" scores")[0] for r in caplog.records] == ["REWARD_FUNCS entry 'reasoning_reward'"]
 
 
