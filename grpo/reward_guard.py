@@ -155,10 +155,18 @@ def check_values(values, completions, entry, where):
         raise ConfigError(f"{said} returned {len(values)} values for {len(completions)} completions.\n{fix}")
     for i, value in enumerate(values):
         number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's scalars are Real
-        if value is not None and not (number and math.isfinite(value)):
+        if value is not None and not (number and _finite(value)):
             shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
             raise ConfigError(f"{said} returned {shown} for completion {i}: not a finite number.\n{fix}")
     return values
+
+
+def _finite(value):
+    """math.isfinite, and False for an int too large for a float (10**400), where math.isfinite raises."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 class RewardTimeout(BaseException):

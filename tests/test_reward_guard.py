@@ -333,3 +333,35 @@ def test_rewards_load_wraps_an_async_reward_in_async_guard(tmp_path, monkeypatch
     (func,) = reward_guard.load(["asyncrewards:score"], rewards.REWARDS, max_completion_length=64)
     assert type(func) is reward_guard.AsyncGuard
     assert asyncio.run(func(completions=["a", "b"], trainer_state=State())) == [1.0, 1.0]
+
+
+def none_reward(completions, **kwargs):
+    return None
+
+
+def generator_reward(completions, **kwargs):
+    return (0.0 for _ in completions)
+
+
+def huge_reward(completions, **kwargs):
+    return [10**400 for _ in completions]  # an int too large for a float: not a finite number
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("none_reward", "returned None, not a list of numbers"),
+        ("generator_reward", "returned a generator, not a list of numbers"),
+        ("huge_reward", "for completion 0: not a finite number"),
+    ],
+)
+def test_the_command_line_answers_a_bad_value_in_one_message_exit_2(name, message, tmp_path, capsys, monkeypatch):
+    from conftest import run_in_process
+
+    import grpotrainer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    entry = f"--REWARD_FUNCS=correctness_reward,test_reward_guard:{name}"
+    code, stderr = run_in_process(grpotrainer.main, "--smoke", entry, f"--OUTPUT_DIR={tmp_path}", capsys=capsys)
+    assert code == 2 and message in stderr and "Traceback" not in stderr
+    assert f"entry 'test_reward_guard:{name}' at training step 0" in stderr
