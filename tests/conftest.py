@@ -86,7 +86,15 @@ def run_script(*args, timeout=300, env=None):
 
 
 def train(
-    output_dir, *args, profile="--smoke", launcher=(), env=None, reward_module=None, timeout=300, background=False
+    output_dir,
+    *args,
+    profile="--smoke",
+    launcher=(),
+    env=None,
+    reward_module=None,
+    timeout=300,
+    background=False,
+    **popen,
 ):
     """Launch `python [launcher] grpotrainer.py [profile] --OUTPUT_DIR=output_dir [args]`, offline, one thread.
 
@@ -94,7 +102,8 @@ def train(
     torch.distributed.run ...`, or `-X importtime`); `profile=None` runs without --smoke/--demo and `output_dir=None`
     without --OUTPUT_DIR. `reward_module` is the source of a user's reward module, written as mymod.py beside
     output_dir and importable as `mymod`. Returns the CompletedProcess (text output), or with `background=True` the
-    Popen at once, its stdout and stderr in `<output_dir>.log`."""
+    Popen at once, its stdout and stderr in `<output_dir>.log` unless `popen` says otherwise (Popen's arguments:
+    stdout, stderr, start_new_session, ...)."""
     cmd = [*launcher, "grpotrainer.py"]
     cmd += [profile] if profile else []
     cmd += [f"--OUTPUT_DIR={output_dir}"] if output_dir is not None else []
@@ -106,11 +115,10 @@ def train(
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH")) if p)
     if not background:
         return run_script(*cmd, timeout=timeout, env=env)
-    log = Path(f"{output_dir}.log")
     full_env = {**os.environ, **BASE_ENV, **env}
-    return subprocess.Popen(
-        [sys.executable, *cmd], cwd=REPO, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT
-    )
+    if "stdout" not in popen:
+        popen |= {"stdout": Path(f"{output_dir}.log").open("w"), "stderr": subprocess.STDOUT}  # noqa: SIM115
+    return subprocess.Popen([sys.executable, *cmd], cwd=REPO, env=full_env, **popen)
 
 
 def run_in_process(main, *args, capsys):

@@ -11,7 +11,7 @@ the gloo backend, and the Trainer wraps the model in DistributedDataParallel. `a
 import json
 
 import pytest
-from conftest import REPO, event_dirs, read_scalars, run_script, train
+from conftest import REPO, event_dirs, read_scalars, train
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]  # = torchrun, in this venv
 
@@ -120,10 +120,10 @@ def test_ddp_config_launches_two_processes_on_cpu(tmp_path):
 @pytest.mark.slow
 def test_a_two_process_cpu_run_resumes(tmp_path):
     # accelerate named the device cpu:0, which torch.load's map_location for the optimizer state refused
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "grpotrainer.py", "--smoke"]
-    first = run_script(*torchrun, f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=2")
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    first = train(tmp_path, "--MAX_STEPS=2", launcher=torchrun)
     assert first.returncode == 0, first.stderr[-3000:]
-    again = run_script(*torchrun, f"--OUTPUT_DIR={tmp_path}", "--MAX_STEPS=4")
+    again = train(tmp_path, "--MAX_STEPS=4", launcher=torchrun)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {tmp_path / 'checkpoint-2'}" in again.stderr
     assert json.loads((tmp_path / "run_finished.json").read_text())["global_step"] == 4

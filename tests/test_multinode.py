@@ -20,7 +20,7 @@ import sys
 import time
 
 import pytest
-from conftest import BASE_ENV, REPO
+from conftest import REPO, train
 
 from grpo import cli
 
@@ -54,13 +54,18 @@ def free_port():
 
 def start_node(rank, port, output_dir, logs, *overrides, umask=0o022):
     """One loopback node: its own torchrun agent in its own session, output to logs/node{rank}.{out,err}."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(rank)]
-    cmd += ["--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port)]
-    cmd += ["grpotrainer.py", "--smoke", f"--OUTPUT_DIR={output_dir}", *overrides]
-    env = {**os.environ, **BASE_ENV}
+    torchrun = ["-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(rank), "--nproc_per_node", "1"]
+    torchrun += ["--master_addr", "127.0.0.1", "--master_port", str(port)]
     out, err = open(logs / f"node{rank}.out", "w"), open(logs / f"node{rank}.err", "w")  # noqa: SIM115
-    return subprocess.Popen(
-        cmd, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True, preexec_fn=lambda: os.umask(umask)
+    return train(
+        output_dir,
+        *overrides,
+        launcher=torchrun,
+        background=True,
+        stdout=out,
+        stderr=err,
+        start_new_session=True,
+        preexec_fn=lambda: os.umask(umask),
     )
 
 
