@@ -67,7 +67,7 @@ def optimizer_steps(train_size, num_generations, per_device_batch, accumulation,
     >>> optimizer_steps(7473, 4, 1, 8, 8, 1, -1, 3)  # the issue's old defaults
     11208
     """
-    if max_steps > 0:
+    if max_steps >= 0:  # Trainer counts in epochs only when max_steps < 0
         return max_steps
     generation_batch = per_device_batch * world_size * steps_per_generation
     chunks = train_size // (generation_batch // num_generations)
@@ -95,6 +95,8 @@ def checkpoint_steps(save_steps, max_steps):
     >>> checkpoint_steps(50, 120)
     [50, 100, 120]
     """
+    if 0 < save_steps < 1:  # transformers reads a float below 1 as a share of the run
+        save_steps = math.ceil(max_steps * save_steps)
     steps = list(range(save_steps, max_steps + 1, save_steps)) if save_steps > 0 else []
     return steps if max_steps in steps or max_steps <= 0 else steps + [max_steps]
 
@@ -280,7 +282,7 @@ def format_plan(plan):
         ("checkpoints", f"steps {_steps(plan['checkpoints'])}" if plan["checkpoints"] else "none"),
     ]  # fmt: skip
     if plan["estimates"]:
-        rows.append(("time (estimate)", f"{plan['params'] / 1e9:.2f} B params, {plan['layers']} layers; per step"))
+        rows.append(("time (estimate)", f"{_params(plan['params'])} params, {plan['layers']} layers; per step"))
         for name, e in plan["estimates"].items():
             rows.append((
                 f"  {name}",
@@ -297,6 +299,10 @@ def _steps(steps, shown=6):
     """A list of steps, shortened in the middle when long."""
     text = [f"{step:,}" for step in steps]
     return ", ".join(text if len(text) <= shown else text[:3] + ["..."] + text[-2:])
+
+
+def _params(params):
+    return f"{params / 1e9:.2f} B" if params >= 1e9 else f"{params / 1e6:.1f} M"
 
 
 def _stderr(stderr):

@@ -185,7 +185,8 @@ def test_eval_steps(every, steps, final, expected):
 
 
 @pytest.mark.parametrize(
-    ("save", "steps", "expected"), [(50, 120, [50, 100, 120]), (50, 100, [50, 100]), (500, 120, [120]), (0, 7, [7])]
+    ("save", "steps", "expected"),
+    [(50, 120, [50, 100, 120]), (50, 100, [50, 100]), (500, 120, [120]), (0, 7, [7]), (0.25, 10, [3, 6, 9, 10])],
 )
 def test_checkpoints_each_save_steps_and_the_last(save, steps, expected):
     assert plan.checkpoint_steps(save, steps) == expected
