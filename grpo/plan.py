@@ -15,7 +15,7 @@ import math
 import os
 from pathlib import Path
 
-from grpo import hub
+from grpo import errors, hub
 
 # --------------------------------------------------------------------------------------------------
 # hardware: per-GPU memory bandwidth (GB/s), dense bf16 tensor-core TFLOP/s (no sparsity), memory (GB).
@@ -151,10 +151,11 @@ def estimate_times(shape, sequences_per_call, calls_per_step, completions_per_st
     return table
 
 
-def make_plan(s, train_size, test_size, world_size=1, model_config=None):
+def make_plan(s, train_size, test_size, world_size=1, model_config=None, model_source=None):
     """What the run with the settings `s` (grpotrainer.py's constants) will do, as a JSON-serialisable dict, for
     `train_size` training and `test_size` test problems on `world_size` processes. `model_config` (a transformers
-    config or a dict) enables the time estimates; without it they are omitted and `estimates_omitted` says why."""
+    config or a dict) enables the time estimates (`model_source`: where it was read); without it they are omitted
+    and `estimates_omitted` says why."""
     group = s["NUM_GENERATIONS"]
     per_device = s["PER_DEVICE_TRAIN_BATCH_SIZE"]
     accumulation = s["GRADIENT_ACCUMULATION_STEPS"]
@@ -178,6 +179,7 @@ def make_plan(s, train_size, test_size, world_size=1, model_config=None):
     points += [{"step": steps, "problems": final, "kind": "after"}] if final else []
     plan = {
         "model": s["MODEL_NAME"],
+        "model_config_source": model_source if model_config is not None else None,
         "world_size": world_size,
         "train_problems": used,
         "test_problems": test_size,
@@ -200,7 +202,7 @@ def make_plan(s, train_size, test_size, world_size=1, model_config=None):
         "checkpoints": checkpoint_steps(s["SAVE_STEPS"], steps),
         "generation": "vLLM" if s["USE_VLLM"] else "HF generate",
         "estimates": None,
-        "estimates_omitted": "the model's config could not be read",
+        "estimates_omitted": model_source or "the model's config could not be read",
     }
     if model_config is not None:
         shape = model_shape(model_config)
@@ -268,7 +270,7 @@ def format_plan(plan):
         f"{len(held_out)} x {plan['eval_subset']} problems at steps {_steps(held_out)}" if held_out else "off"
     )
     rows = [
-        ("model", plan["model"]),
+        ("model", plan["model"] + (f" (config: {source})" if (source := plan.get("model_config_source")) else "")),
         ("optimiser steps", f"{plan['optimizer_steps']:,}"),
         ("per step", f"{plan['prompts_per_step']:g} prompts x group {plan['group_size']} "
                      f"= {plan['completions_per_step']} completions"),
@@ -352,3 +354,68 @@ def generation_advice(generation_share, use_vllm=False, sequences_per_call=None)
     if use_vllm:
         return f"{share}; {more}"
     return f"{share}; set USE_VLLM=True (requirements-vllm.txt) to generate with vLLM, or {more}"
+
+
+def take_flag(argv):
+    """(`argv` without --plan / --plan=json, None or "text" or "json"): the plan alone, printed, then exit 0.
+
+    >>> take_flag(["--smoke", "--plan=json"])
+    (['--smoke'], 'json')
+    """
+    flags = [arg for arg in argv if arg == "--plan" or arg.startswith("--plan=")]
+    if not flags:
+        return list(argv), None
+    mode = flags[-1].partition("=")[2] or "text"
+    if mode not in ("text", "json"):
+        raise errors.ConfigError(f"{flags[-1]}: write --plan (the block) or --plan=json (one JSON object).")
+    return [arg for arg in argv if arg not in flags], mode
+
+
+truthy, falsy = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate"):
+    """(USE_VLLM as a bool, a one-line note saying which generation runs and why, or None when chosen by hand).
+
+    >>> generation_choice("auto", cuda=False, vllm_installed=True)
+    (False, 'USE_VLLM=auto: HF generate, as no CUDA GPU is visible')
+    """
+    value = use_vllm.lower() if isinstance(use_vllm, str) else use_vllm
+    if isinstance(value, bool) or value in truthy or value in falsy:
+        return value is True or value in truthy, None
+    if value != "auto":
+        raise errors.ConfigError(f"USE_VLLM={use_vllm!r} is not one of auto, True, False.")
+    if cuda and vllm_installed:
+        return True, f"USE_VLLM=auto: vLLM ({mode}), as vllm imports and a CUDA GPU is visible"
+    why = "no CUDA GPU is visible" if not cuda else "vllm is not installed (requirements-vllm.txt adds it)"
+    return False, f"USE_VLLM=auto: HF generate, as {why}"
+
+
+vllm_overhead_gb = 3.0  # vLLM's CUDA graphs, activations and allocator slack besides weights and KV cache
+vllm_share_bounds = (0.1, 0.9)  # the automatic share stays within these
+vllm_share_fallback = 0.3  # ... and is this when the model's config or the card's memory is unknown
+
+
+def vllm_memory_share(value, model_config, card_gb, sequences, tokens):
+    """VLLM_GPU_MEMORY_UTILIZATION: a number as given, or for "auto" (bf16 weights + twice the KV cache of one
+    generation call's `sequences` of `tokens` + vllm_overhead_gb) / the card's memory, within vllm_share_bounds.
+
+    >>> vllm_memory_share("auto", None, 80, 64, 406), vllm_memory_share("0.5", None, 80, 64, 406)
+    (0.3, 0.5)
+    """
+    if value != "auto":
+        try:
+            return float(value)
+        except ValueError:
+            raise errors.ConfigError(
+                f"VLLM_GPU_MEMORY_UTILIZATION={value!r} is not auto nor a share such as 0.3."
+            ) from None
+    if model_config is None or not card_gb:
+        return vllm_share_fallback
+    c = model_config if isinstance(model_config, dict) else model_config.to_dict()
+    heads = c["num_attention_heads"]
+    head_dim = c.get("head_dim") or c["hidden_size"] // heads
+    kv_bytes_per_token = 2 * c["num_hidden_layers"] * (c.get("num_key_value_heads") or heads) * head_dim * 2
+    need_gb = model_shape(c)["params"] * 2 / 1e9 + 2 * kv_bytes_per_token * sequences * tokens / 1e9
+    low, high = vllm_share_bounds
+    return round(min(max((need_gb + vllm_overhead_gb) / card_gb, low), high), 2)

@@ -41,6 +41,15 @@ SMOKE = dict(
     BF16=False,
     ACTIVATION_CHECKPOINTING=False,
     EVAL_STEPS=0,  # the smoke run checks the pipeline; --EVAL_STEPS=2 --EVAL_SUBSET=8 tries the held-out curve
+    # the values it always ran with, where the GPU defaults (sized for Qwen3-8B) differ
+    NUM_GENERATIONS=4,
+    BETA=0.05,
+    WARMUP_STEPS=0,
+    EVAL_AFTER=0,
+    EVAL_SUBSET=64,
+    EVAL_BATCH_SIZE=64,
+    USE_VLLM=False,
+    VLLM_GPU_MEMORY_UTILIZATION=0.3,
 )
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -212,6 +221,11 @@ DEMO = dict(
     EVAL_BATCH_SIZE=128,
     EVAL_SAMPLES=4,
     EVAL_STEPS=0,  # off until docs/demo.md's wall times are measured with a held-out curve
+    EVAL_SUBSET=64,
+    BETA=0.05,  # the values it always ran with, where the GPU defaults (sized for Qwen3-8B) differ
+    WARMUP_STEPS=0,
+    USE_VLLM=False,
+    VLLM_GPU_MEMORY_UTILIZATION=0.3,
     BF16=False,
     ACTIVATION_CHECKPOINTING=False,
 )
@@ -353,10 +367,11 @@ def warm_start(folder, seed, system_prompt=gsm8k.SYSTEM_PROMPT):
     return str(folder)
 
 
-def prepare(s, given):
+def prepare(s, given, build=True):
     """The settings with DATASET and MODEL_NAME pointing at the demo's task and warm-started model in OUTPUT_DIR,
     each built once per SEED and reused by later runs there, unless given on the command line; one torch thread.
-    The model folder is keyed by SEED only: after changing SYSTEM_PROMPT or this module, use a new OUTPUT_DIR."""
+    The model folder is keyed by SEED only: after changing SYSTEM_PROMPT or this module, use a new OUTPUT_DIR.
+    `build=False` (--plan) names the model folder without warm-starting it."""
     hardware.one_cpu_thread()  # the warm start, too
     s = dict(s)
     out, seed = Path(s["OUTPUT_DIR"]), s["SEED"]
@@ -364,7 +379,7 @@ def prepare(s, given):
         s["DATASET"] = write_task(out / f"demo-sums-seed{seed}", seed)
     if "MODEL_NAME" not in given:
         model_dir = out / f"demo-sums-model-seed{seed}"
-        if not (model_dir / "config.json").is_file():
+        if build and not (model_dir / "config.json").is_file():
             log.info("warm-starting the demo model in %s (a few minutes; cached for later runs)", model_dir)
             warm_start(model_dir, seed, s["SYSTEM_PROMPT"])
         s["MODEL_NAME"] = str(model_dir)
