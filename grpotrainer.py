@@ -15,9 +15,10 @@ rewards.py. Watch a run with `tensorboard --logdir outputs` (see README).
 
 import logging
 import time
+from pathlib import Path
 
 import rewards
-from grpo import checkpoints, cli, errors, files, gsm8k, hardware, modelcard, preflight, profiles, reward_guard
+from grpo import checkpoints, cli, errors, files, gsm8k, hardware, modelcard, plan, preflight, profiles, reward_guard
 
 # --------------------------------------------------------------------------------------------------
 # model
@@ -223,7 +224,7 @@ def load_data(s):
     return train_dataset, eval_dataset
 
 
-def train(s, record, config, reward_funcs, datasets, started):
+def train(s, record, config, reward_funcs, datasets, started, run_plan):
     """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark it finished, say so in a line."""
     train_dataset, eval_dataset = datasets
     from grpo import guards, monitor  # transformers' callbacks: imported once the settings are known good
@@ -246,7 +247,11 @@ def train(s, record, config, reward_funcs, datasets, started):
     scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
     health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer).install(trainer)
     held_out = monitor.HeldOutEval(trainer, s["EVAL_STEPS"], s["EVAL_SUBSET"], final=bool(s["EVAL_AFTER"]), **scoring)
-    for callback in (stopper, held_out, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer)):
+    # the measured pace after the first steps: generation's time through its one private method (see time_generation)
+    sequences = run_plan["sequences_per_generation_call"]
+    perf = monitor.PerfMonitor(trainer, monitor.time_generation(trainer), s["USE_VLLM"], sequences)
+    callbacks = (stopper, held_out, perf, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer))
+    for callback in callbacks:
         trainer.add_callback(callback)
     files.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
     before = monitor.evaluate_trainer(
@@ -277,7 +282,18 @@ def train(s, record, config, reward_funcs, datasets, started):
     return trainer
 
 
+def build_plan(s, datasets, cpu_only, note):
+    """(settings, plan): what the run will do (grpo/plan.py), from the model's config read without its weights;
+    VLLM_GPU_MEMORY_UTILIZATION=auto sized from it and this GPU's memory."""
+    model_config, source = plan.read_model_config(s["MODEL_NAME"])
+    s, _ = plan.resolve_generation(s, hardware.on_gpu(cpu_only), hardware.importable("vllm"), model_config or {})
+    sizes = [len(data or []) for data in datasets]
+    run_plan = plan.make_plan(s, *sizes, hardware.world_size(), model_config=model_config, model_source=source)
+    return s, {**run_plan, "generation_note": note}
+
+
 def main(argv=()):
+    argv, show_plan = plan.take_flag(argv)  # --plan or --plan=json: print what the run will do, and stop
     args = cli.parse(
         cli.constants(globals()),
         argv,
@@ -290,13 +306,23 @@ def main(argv=()):
     s = dict(args.settings)
     cpu_only = args.profile is not None
     cli.setup_logging("grpotrainer", hardware.is_main_process())
-    if s["RESUME"] and (done := checkpoints.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])):
+    done = s["RESUME"] and checkpoints.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])
+    if done and not show_plan:
         return log.info(done)  # a finished run, run again: said in a second, before TRL or the demo's warm start
     cli.require(("torch", "transformers", "trl", "peft", "datasets", "accelerate"), "grpotrainer.py")
-    preflight.check(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields)  # in seconds
+    s, note = plan.resolve_generation(s, hardware.on_gpu(cpu_only), hardware.importable("vllm"))  # USE_VLLM=auto
+    # in seconds; --plan skips what only training needs from this machine (a GPU, bf16, kernels)
+    preflight.check(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields, machine=not show_plan)
     if args.profile == "demo":
-        s = profiles.prepare(s, args.given)  # its task and warm-started Qwen3
-    train_dataset, eval_dataset = load_data(s)
+        s = profiles.prepare(s, args.given, build=not show_plan)  # its task and warm-started Qwen3 (--plan: named)
+    if args.profile == "smoke" and "MODEL_NAME" not in args.given:
+        s["MODEL_NAME"] = str(Path(s["OUTPUT_DIR"]) / "smoke-model")  # the tiny Qwen3 profiles.cpu_model builds
+    datasets = load_data(s)
+    s, run_plan = build_plan(s, datasets, cpu_only, note)
+    if show_plan:
+        return print(plan.plan_json(run_plan) if show_plan == "json" else plan.format_plan(run_plan), flush=True)
+    log.info(plan.format_plan(run_plan))
+    train_dataset, eval_dataset = datasets
     reward_funcs = reward_guard.load(
         s["REWARD_FUNCS"],
         rewards.REWARDS,
@@ -305,8 +331,7 @@ def main(argv=()):
         timeout=s["REWARD_TIMEOUT"],
     )
     if args.profile == "smoke" and "MODEL_NAME" not in args.given:
-        # a tiny Qwen3 in OUTPUT_DIR/smoke-model, built before GRPOConfig starts torch.distributed
-        s["MODEL_NAME"] = profiles.cpu_model(s["OUTPUT_DIR"])
+        profiles.cpu_model(s["OUTPUT_DIR"])  # built before GRPOConfig starts torch.distributed
     config = build_config(s, args.fields, cpu_only, train_dataset=train_dataset)
     preflight.check_loaded(
         s, config, reward_funcs=reward_funcs, train_dataset=train_dataset, answer_blind=rewards.ANSWER_BLIND
@@ -317,8 +342,9 @@ def main(argv=()):
 
     lock = guards.output_lock(s["OUTPUT_DIR"], config.process_index == 0)
     with lock, guards.faults(s["OUTPUT_DIR"], s["DDP_TIMEOUT"]):
-        datasets = (train_dataset, eval_dataset)
-        return train(s, record, config, reward_funcs=reward_funcs, datasets=datasets, started=started)
+        return train(
+            s, record, config, reward_funcs=reward_funcs, datasets=datasets, started=started, run_plan=run_plan
+        )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ The signals and their thresholds (constants in grpotrainer.py, --KEY=value as us
 import contextlib
 import functools
 import html
+import json
 import logging
 import math
 import re
@@ -608,6 +609,7 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     title = f"GSM8K test {when} training (step {step})"
     logdir = training_logdir(trainer)
     gsm8k.report(metrics, predictions, args.output_dir, f"eval_test_{when}", logdir, step, title, settings)
+    append_eval_point(args.output_dir, when, step, metrics)
     return metrics
 
 
@@ -649,3 +651,80 @@ def training_logdir(trainer):
         return None
     callback.logging_dir = callback.logging_dir or gsm8k.new_logdir(trainer.args.output_dir)
     return callback.logging_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# issue 27: the measured pace after the first steps, and every evaluation point kept
+
+
+def time_generation(trainer):
+    """Wrap `trainer._generate` so that its wall seconds add up in the returned dict's "seconds"; return the dict.
+
+    TRL 1.16 has no public hook around generation: GRPOTrainer._generate is the one method through which every
+    generation round goes (HF generate, paged batching or vLLM), prompts in, completion ids out, so the time spent in
+    it is generation's share of a step. Rewards and log-probs are computed outside it."""
+    original = trainer._generate
+    clock = {"seconds": 0.0, "calls": 0}
+
+    @functools.wraps(original)
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            clock["seconds"] += time.perf_counter() - start
+            clock["calls"] += 1
+
+    trainer._generate = timed
+    return clock
+
+
+class PerfMonitor(TrainerCallback):
+    """After the first steps and at every tenth of the run: the measured seconds per step, the ETA and generation's
+    share of the step (plan.progress_line), printed and written to TensorBoard as perf/seconds_per_step,
+    perf/eta_hours and perf/generation_share; when generation dominates, plan.generation_advice's lever goes to the
+    log and the Text tab (perf/advice). The first step (compilation, allocator warm-up) is left out of the pace."""
+
+    def __init__(self, trainer, clock, use_vllm, sequences_per_call):
+        self.trainer, self.clock, self.use_vllm, self.sequences = trainer, clock, use_vllm, sequences_per_call
+        self.start = None  # (step, time, generation seconds) at the end of the first step
+        self.advised = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        from grpo import plan
+
+        now = time.perf_counter()
+        if self.start is None:
+            self.start = (state.global_step, now, self.clock["seconds"])
+            return
+        step0, t0, g0 = self.start
+        steps = state.global_step - step0
+        report_every = max(1, round(state.max_steps / 10))
+        if steps < 2 or not (steps == 2 or state.global_step % report_every == 0):
+            return
+        per_step = (now - t0) / steps
+        share = min(1.0, (self.clock["seconds"] - g0) / max(now - t0, 1e-9))
+        if not state.is_world_process_zero:
+            return
+        log.info(plan.progress_line(state.global_step, state.max_steps, per_step, share))
+        advice = None if self.advised else plan.generation_advice(share, self.use_vllm, self.sequences)
+        if advice:
+            log.warning("perf %s", advice)
+            self.advised = True
+        writer = tensorboard_writer(self.trainer)
+        if writer is not None:
+            eta_hours = (state.max_steps - state.global_step) * per_step / 3600
+            scalars = {"seconds_per_step": per_step, "generation_share": share, "eta_hours": eta_hours}
+            for name, value in scalars.items():
+                writer.add_scalar(f"perf/{name}", value, state.global_step)
+            if advice:
+                writer.add_text("perf/advice", md(advice), state.global_step)
+            writer.flush()
+
+
+def append_eval_point(output_dir, when, step, metrics):
+    """Append one evaluation point to OUTPUT_DIR/eval_test.jsonl (before, each held-out point, after): every point
+    of a run is kept, where eval_test_<when>.json holds the latest of each kind."""
+    record = {"step": step, "when": when, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "metrics": metrics}
+    with open(Path(output_dir) / "eval_test.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, default=str) + "\n")

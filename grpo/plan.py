@@ -224,15 +224,27 @@ def assumptions():
     return {name: globals()[name] for name in names}
 
 
+# Hub configs (config.json) of the Qwen3 models the recipes use, for a plan on a machine without the Hub
+qwen3 = dict(num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True)
+known_configs = {
+    "Qwen/Qwen3-0.6B": {**qwen3, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28},
+    "Qwen/Qwen3-1.7B": {**qwen3, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28},
+    "Qwen/Qwen3-4B": {**qwen3, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
+                      "num_attention_heads": 32},
+    "Qwen/Qwen3-8B": {**qwen3, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+                      "num_attention_heads": 32, "tie_word_embeddings": False},
+}  # fmt: skip
+
+
 def read_model_config(model_name):
     """(config dict, where it was read) for MODEL_NAME without loading weights, or (None, why not): a local folder's
-    config.json, else transformers' AutoConfig from the local cache, else from the Hub when it is reachable. Never
-    runs a repository's code (trust_remote_code stays off)."""
+    config.json, else transformers' AutoConfig from the local cache, else from the Hub when it is reachable, else
+    for a Qwen3 of `known_configs` this module's copy. Never runs a repository's code (trust_remote_code stays off)."""
     folder = Path(os.path.expanduser(str(model_name)))
     if (folder / "config.json").is_file():
         return json.loads((folder / "config.json").read_text()), f"{folder}/config.json"
-    if hub.is_local(model_name):
-        return None, f"{folder} holds no config.json"
+    if hub.is_local(model_name) or str(model_name).count("/") > 1:  # a Hub id is owner/name
+        return None, f"{folder} holds no config.json (yet: --smoke and --demo build theirs on the first run)"
     from transformers import AutoConfig
 
     try:
@@ -240,6 +252,8 @@ def read_model_config(model_name):
     except (OSError, ValueError) as err:
         cache_miss = f"{model_name} is not in the Hugging Face cache ({type(err).__name__})"
     unreachable = hub.hub_unreachable(model_name, "MODEL_NAME")
+    if unreachable and model_name in known_configs:
+        return known_configs[model_name], "grpo/plan.py's copy of its config.json (not cached; the Hub unreachable)"
     if unreachable:
         return None, cache_miss
     try:
@@ -278,6 +292,7 @@ def format_plan(plan):
         ("generation", f"{plan['generation']}: {plan['generation_calls']:,} calls x "
                        f"{plan['sequences_per_generation_call']} sequences (per process), "
                        f"up to {plan['max_completion_length']} tokens"),
+        *([("", plan["generation_note"])] if plan.get("generation_note") else []),
         ("held-out eval", held_out_text + _stderr(plan["eval_subset_stderr"]) if held_out else held_out_text),
         ("eval before", _eval(points, "before")),
         ("final eval", _eval(points, "after")),
@@ -396,6 +411,24 @@ vllm_share_bounds = (0.1, 0.9)  # the automatic share stays within these
 vllm_share_fallback = 0.3  # ... and is this when the model's config or the card's memory is unknown
 
 
+def resolve_generation(s, cuda, vllm_installed, model_config=None):
+    """(settings, note): USE_VLLM as True or False for this machine (see generation_choice), and
+    VLLM_GPU_MEMORY_UTILIZATION as a number (see vllm_memory_share; "auto" stays "auto" until `model_config` is
+    given: the first call, before preflight, checks the values; the second, with the config, sizes the share)."""
+    use_vllm, note = generation_choice(s["USE_VLLM"], cuda, vllm_installed, s["VLLM_MODE"])
+    share = s["VLLM_GPU_MEMORY_UTILIZATION"]
+    if share != "auto" or model_config is not None:
+        card_gb = 0
+        if share == "auto" and use_vllm and cuda:
+            import torch
+
+            card_gb = torch.cuda.get_device_properties(0).total_memory / 1e9
+        sequences = s["PER_DEVICE_TRAIN_BATCH_SIZE"] * (s["STEPS_PER_GENERATION"] or s["GRADIENT_ACCUMULATION_STEPS"])
+        tokens = prompt_tokens + s["MAX_COMPLETION_LENGTH"]
+        share = vllm_memory_share(share, model_config, card_gb, sequences, tokens)
+    return {**s, "USE_VLLM": use_vllm, "VLLM_GPU_MEMORY_UTILIZATION": share}, note
+
+
 def vllm_memory_share(value, model_config, card_gb, sequences, tokens):
     """VLLM_GPU_MEMORY_UTILIZATION: a number as given, or for "auto" (bf16 weights + twice the KV cache of one
     generation call's `sequences` of `tokens` + vllm_overhead_gb) / the card's memory, within vllm_share_bounds.
@@ -410,7 +443,7 @@ def vllm_memory_share(value, model_config, card_gb, sequences, tokens):
             raise errors.ConfigError(
                 f"VLLM_GPU_MEMORY_UTILIZATION={value!r} is not auto nor a share such as 0.3."
             ) from None
-    if model_config is None or not card_gb:
+    if not model_config or not card_gb:
         return vllm_share_fallback
     c = model_config if isinstance(model_config, dict) else model_config.to_dict()
     heads = c["num_attention_heads"]
