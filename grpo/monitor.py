@@ -42,6 +42,7 @@ TIE_TOLERANCE = 1e-5  # a group is tied when its rewards differ by less than thi
 REPEAT_AFTER = 20  # logs before an advisory that keeps firing is shown again (at once if it gets more severe)
 LEVELS = {"ok": 0, "warn": 1, "act": 2, "stop": 3}
 HEALTH_KEYS = ("reward", "kl", "frac_tied_groups", "grad_norm")  # quoted by the "healthy" line
+SOLVED_MOST = 0.8  # correctness above which tied groups are mostly all right (levers: a larger group, harder data)
 FLAT_NEEDS_SIGNAL = 0.5  # the flat-reward advice needs frac_reward_zero_std below this, on average over its window
 log = logging.getLogger("grpotrainer.monitor")
 
@@ -190,15 +191,22 @@ class Advisor:
         self._zero_std_run = self._zero_std_run + 1 if frac >= self.t.zero_std_frac else 0
         if self._zero_std_run < self.t.zero_std_logs:
             return None
-        n = self._setting("num_generations")
+        n, temperature = self._setting("num_generations"), self._setting("temperature")
+        solved = logs.get("rewards/correctness_reward/mean")
+        fix = (
+            f"The model already solves {solved:.0%} of its problems, so most groups are all right: raise "
+            f"NUM_GENERATIONS (now {n}) so more groups hold a wrong answer, TEMPERATURE (now {temperature}) for more "
+            "varied ones, or train on a harder subset (DATASET: the problems evaluate.py's predictions get wrong)."
+            if isinstance(solved, (int, float)) and solved >= SOLVED_MOST
+            else "Check that the reward tells the responses apart (see completions/samples in the Text tab), or "
+            f"raise NUM_GENERATIONS (now {n}) or TEMPERATURE (now {temperature}) for more varied groups."
+        )
         return Advice(
             "zero_std",
             "warn",
             f"in {frac:.0%} of groups all {n} completions got the same reward, for {self._zero_std_run} logs in a "
             f"row (frac_tied_groups >= ZERO_STD_FRAC={self.t.zero_std_frac:g} for ZERO_STD_LOGS="
-            f"{self.t.zero_std_logs}): such groups have zero advantage and teach nothing. Check that the reward "
-            "tells the responses apart (see completions/samples in the Text tab), or raise NUM_GENERATIONS "
-            f"(now {n}) or TEMPERATURE (now {self._setting('temperature')}) for more varied groups.",
+            f"{self.t.zero_std_logs}): such groups have zero advantage and teach nothing. {fix}",
         )
 
     def _flat_reward(self, logs):

@@ -165,3 +165,13 @@ def test_a_smoke_run_logs_its_plan_and_pace(tmp_path):
     # every held-out point kept, where eval_test_during.json holds the last
     rows = [json.loads(line) for line in (tmp_path / "eval_test.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [2, 4, 6]
+
+
+@pytest.mark.parametrize(("solved", "lever"), [(0.95, "harder subset"), (0.3, "tells the responses apart")])
+def test_tied_groups_advice_names_the_levers_for_a_model_that_already_solves_most(solved, lever):
+    thresholds = monitor.Thresholds(10.0, 20.0, 0.9, 2, 0, 0.02, 0.2, 50.0)
+    advisor = monitor.Advisor(thresholds, {"num_generations": 8, "temperature": 0.7})
+    logs = {"frac_tied_groups": 0.95, "rewards/correctness_reward/mean": solved}
+    (shown,) = [advisor.update(logs, step) for step in (1, 2)][-1]
+    # mostly solved: the groups are all right, so the levers are a larger group, TEMPERATURE and harder data
+    assert shown.signal == "zero_std" and lever in shown.message and "NUM_GENERATIONS (now 8)" in shown.message
