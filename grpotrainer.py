@@ -3,6 +3,7 @@
     python grpotrainer.py                          # train with the constants below (CUDA GPU, bf16)
     python grpotrainer.py --smoke                  # the same pipeline offline on the CPU in seconds
     python grpotrainer.py --demo                   # a run that learns, on the CPU (docs/demo.md)
+    python grpotrainer.py --plan                   # what the run will do and its time, without a GPU (or =json)
     python grpotrainer.py --LEARNING_RATE=2e-5     # a constant as --KEY=value (--help lists them)
     python grpotrainer.py --top_p=0.9              # any other GRPOConfig field, lower case
     torchrun --nproc_per_node 4 grpotrainer.py     # data-parallel; DeepSpeed, FSDP: docs/launch.md
@@ -39,17 +40,14 @@ MAX_SAMPLES = 0  # use only the first N training problems; 0 = all
 SKIP_BAD_ROWS = False  # drop rows whose answer lacks a parseable "#### N" instead of stopping
 SYSTEM_PROMPT = gsm8k.SYSTEM_PROMPT  # the instruction before every problem; asks for "#### <number>"
 # generation / GRPO
-NUM_GENERATIONS = 8  # completions per prompt (the "group"), >= 2; 8-16 (TRL, Unsloth, open-r1): at 90 % solved,
-# a group of 4 ties (no gradient) 66 % of the time, a group of 8 43 %
+NUM_GENERATIONS = 8  # the group per prompt; 8-16 (TRL, open-r1): at 90 % solved 43 % of groups tie (of 4: 66 %)
 MAX_COMPLETION_LENGTH = 256  # tokens per completion; GSM8K solutions need ~100-250
 TEMPERATURE = 0.7  # sampling temperature, > 0; higher = more diverse groups
-BETA = 0.0  # KL coefficient against the base model; 0 (TRL, DAPO, Dr. GRPO) skips the reference forward;
-# 0.001-0.04 (verl, older TRL) if the policy drifts (train/kl is logged only when BETA > 0)
+BETA = 0.0  # KL coefficient; 0 (TRL, DAPO) = no reference forward; 0.001-0.04 (verl) if the policy drifts
 LOSS_TYPE = "dapo"  # grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo; dapo has no length bias
 SCALE_REWARDS = "group"  # group, batch or none (Dr. GRPO: none removes the difficulty bias)
 NUM_ITERATIONS = 1  # optimisation passes per generated batch (GRPO's mu); > 1 reuses generations
-STEPS_PER_GENERATION = 0  # micro-batches per generation round; 0 = GRADIENT_ACCUMULATION_STEPS: one call
-# decodes PER_DEVICE_TRAIN_BATCH_SIZE x this many sequences, and many at once make decoding bandwidth-bound
+STEPS_PER_GENERATION = 0  # micro-batches per generation call (0 = accumulation); more = faster decoding per token
 MASK_TRUNCATED_COMPLETIONS = False  # leave completions cut at MAX_COMPLETION_LENGTH out of the loss
 REWARD_FUNCS = ["correctness_reward", "format_reward"]  # rewards.REWARDS names, or "module:function"
 REWARD_WEIGHTS = [1.0, 0.2]  # one weight per reward function; correctness should dominate
@@ -224,7 +222,7 @@ def load_data(s):
     return train_dataset, eval_dataset
 
 
-def train(s, record, config, reward_funcs, datasets, started, run_plan):
+def train(s, record, config, reward_funcs, datasets, started):
     """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark it finished, say so in a line."""
     train_dataset, eval_dataset = datasets
     from grpo import guards, monitor  # transformers' callbacks: imported once the settings are known good
@@ -247,16 +245,11 @@ def train(s, record, config, reward_funcs, datasets, started, run_plan):
     scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
     health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer).install(trainer)
     held_out = monitor.HeldOutEval(trainer, s["EVAL_STEPS"], s["EVAL_SUBSET"], final=bool(s["EVAL_AFTER"]), **scoring)
-    # the measured pace after the first steps: generation's time through its one private method (see time_generation)
-    sequences = run_plan["sequences_per_generation_call"]
-    perf = monitor.PerfMonitor(trainer, monitor.time_generation(trainer), s["USE_VLLM"], sequences)
-    callbacks = (stopper, held_out, perf, monitor.CompletionSamples(trainer), *guards.generation_guards(trainer))
-    for callback in callbacks:
+    callbacks = [stopper, held_out, monitor.PerfMonitor(trainer), monitor.CompletionSamples(trainer)]
+    for callback in callbacks + guards.generation_guards(trainer):
         trainer.add_callback(callback)
     files.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
-    before = monitor.evaluate_trainer(
-        trainer, "before", limit=0 if last else s["EVAL_BEFORE"], **scoring
-    )  # resumed: 0
+    before = monitor.evaluate_trainer(trainer, "before", limit=0 if last else s["EVAL_BEFORE"], **scoring)
     try:
         if last and checkpoints.reached(last, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]):
             checkpoints.restore(trainer, last)  # cut after its last checkpoint: finish, no step
@@ -282,18 +275,25 @@ def train(s, record, config, reward_funcs, datasets, started, run_plan):
     return trainer
 
 
-def build_plan(s, datasets, cpu_only, note):
-    """(settings, plan): what the run will do (grpo/plan.py), from the model's config read without its weights;
-    VLLM_GPU_MEMORY_UTILIZATION=auto sized from it and this GPU's memory."""
-    model_config, source = plan.read_model_config(s["MODEL_NAME"])
-    s, _ = plan.resolve_generation(s, hardware.on_gpu(cpu_only), hardware.importable("vllm"), model_config or {})
-    sizes = [len(data or []) for data in datasets]
-    run_plan = plan.make_plan(s, *sizes, hardware.world_size(), model_config=model_config, model_source=source)
-    return s, {**run_plan, "generation_note": note}
+def check_and_plan(s, args, cpu_only, machine=True):
+    """(settings, datasets, plan): USE_VLLM=auto chosen, the settings checked in seconds (without `machine`, for
+    --plan, not what only training needs of this machine: a GPU, bf16, kernels), the data loaded and the plan made
+    from the model's config alone. The profiles' models are named here, built later (never for --plan)."""
+    s, note = plan.resolve_generation(s, hardware.on_gpu(cpu_only), hardware.importable("vllm"))
+    preflight.check(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields, machine=machine)
+    if args.profile == "demo":
+        s = profiles.prepare(s, args.given, build=machine)  # its task and warm-started Qwen3
+    if args.profile == "smoke" and "MODEL_NAME" not in args.given:  # a tiny Qwen3, before torch.distributed starts
+        model = profiles.cpu_model(s["OUTPUT_DIR"]) if machine else Path(s["OUTPUT_DIR"]) / "smoke-model"
+        s["MODEL_NAME"] = str(model)
+    train_dataset, eval_dataset = load_data(s)
+    sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}
+    s, run_plan = plan.for_run(s, sizes, hardware.world_size(), note=note, cuda=hardware.on_gpu(cpu_only))
+    return s, (train_dataset, eval_dataset), run_plan
 
 
 def main(argv=()):
-    argv, show_plan = plan.take_flag(argv)  # --plan or --plan=json: print what the run will do, and stop
+    argv, show_plan = plan.take_flag(argv)
     args = cli.parse(
         cli.constants(globals()),
         argv,
@@ -310,19 +310,10 @@ def main(argv=()):
     if done and not show_plan:
         return log.info(done)  # a finished run, run again: said in a second, before TRL or the demo's warm start
     cli.require(("torch", "transformers", "trl", "peft", "datasets", "accelerate"), "grpotrainer.py")
-    s, note = plan.resolve_generation(s, hardware.on_gpu(cpu_only), hardware.importable("vllm"))  # USE_VLLM=auto
-    # in seconds; --plan skips what only training needs from this machine (a GPU, bf16, kernels)
-    preflight.check(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields, machine=not show_plan)
-    if args.profile == "demo":
-        s = profiles.prepare(s, args.given, build=not show_plan)  # its task and warm-started Qwen3 (--plan: named)
-    if args.profile == "smoke" and "MODEL_NAME" not in args.given:
-        s["MODEL_NAME"] = str(Path(s["OUTPUT_DIR"]) / "smoke-model")  # the tiny Qwen3 profiles.cpu_model builds
-    datasets = load_data(s)
-    s, run_plan = build_plan(s, datasets, cpu_only, note)
-    if show_plan:
+    s, datasets, run_plan = check_and_plan(s, args, cpu_only, machine=not show_plan)
+    if show_plan:  # --plan or --plan=json: what the run will do, and nothing more
         return print(plan.plan_json(run_plan) if show_plan == "json" else plan.format_plan(run_plan), flush=True)
     log.info(plan.format_plan(run_plan))
-    train_dataset, eval_dataset = datasets
     reward_funcs = reward_guard.load(
         s["REWARD_FUNCS"],
         rewards.REWARDS,
@@ -330,21 +321,17 @@ def main(argv=()):
         enable_thinking=s["ENABLE_THINKING"],
         timeout=s["REWARD_TIMEOUT"],
     )
-    if args.profile == "smoke" and "MODEL_NAME" not in args.given:
-        profiles.cpu_model(s["OUTPUT_DIR"])  # built before GRPOConfig starts torch.distributed
-    config = build_config(s, args.fields, cpu_only, train_dataset=train_dataset)
+    config = build_config(s, args.fields, cpu_only, train_dataset=datasets[0])
     preflight.check_loaded(
-        s, config, reward_funcs=reward_funcs, train_dataset=train_dataset, answer_blind=rewards.ANSWER_BLIND
+        s, config, reward_funcs=reward_funcs, train_dataset=datasets[0], answer_blind=rewards.ANSWER_BLIND
     )
-    sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}  # for the model card
+    sizes = {"train": run_plan["train_problems"], "test": run_plan["test_problems"]}  # for the model card
     record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}
     from grpo import guards
 
     lock = guards.output_lock(s["OUTPUT_DIR"], config.process_index == 0)
     with lock, guards.faults(s["OUTPUT_DIR"], s["DDP_TIMEOUT"]):
-        return train(
-            s, record, config, reward_funcs=reward_funcs, datasets=datasets, started=started, run_plan=run_plan
-        )
+        return train(s, record, config, reward_funcs=reward_funcs, datasets=datasets, started=started)
 
 
 if __name__ == "__main__":

@@ -693,8 +693,9 @@ class PerfMonitor(TrainerCallback):
     perf/eta_hours and perf/generation_share; when generation dominates, plan.generation_advice's lever goes to the
     log and the Text tab (perf/advice). The first step (compilation, allocator warm-up) is left out of the pace."""
 
-    def __init__(self, trainer, clock, use_vllm, sequences_per_call):
-        self.trainer, self.clock, self.use_vllm, self.sequences = trainer, clock, use_vllm, sequences_per_call
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.clock = time_generation(trainer)
         self.start = None  # (step, time, generation seconds) at the end of the first step
         self.advised = False
 
@@ -715,7 +716,8 @@ class PerfMonitor(TrainerCallback):
         if not state.is_world_process_zero:
             return
         log.info(plan.progress_line(state.global_step, state.max_steps, per_step, share))
-        advice = None if self.advised else plan.generation_advice(share, self.use_vllm, self.sequences)
+        sequences = args.per_device_train_batch_size * args.steps_per_generation  # one call's, as plan.py counts
+        advice = None if self.advised else plan.generation_advice(share, args.use_vllm, sequences)
         if advice:
             log.warning("perf %s", advice)
             self.advised = True

@@ -452,3 +452,13 @@ def vllm_memory_share(value, model_config, card_gb, sequences, tokens):
     need_gb = model_shape(c)["params"] * 2 / 1e9 + 2 * kv_bytes_per_token * sequences * tokens / 1e9
     low, high = vllm_share_bounds
     return round(min(max((need_gb + vllm_overhead_gb) / card_gb, low), high), 2)
+
+
+def for_run(s, sizes, world_size, note, cuda):
+    """(settings, plan) for grpotrainer.py: the model's config read without its weights (read_model_config),
+    VLLM_GPU_MEMORY_UTILIZATION=auto sized from it and this GPU's memory, and the plan for `sizes` ({"train": n,
+    "test": n}) with `note`, USE_VLLM's choice, beside the generation row."""
+    model_config, source = read_model_config(s["MODEL_NAME"])
+    s, _ = resolve_generation(s, cuda, vllm_installed=False, model_config=model_config or {})  # USE_VLLM: chosen
+    run_plan = make_plan(s, sizes["train"], sizes["test"], world_size, model_config=model_config, model_source=source)
+    return s, {**run_plan, "generation_note": note}
