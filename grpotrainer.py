@@ -111,7 +111,7 @@ def build_config(s, fields, cpu_only, train_dataset=None):
     """The GRPOConfig for the settings `s` and the command line's lower-case `fields`, checked by TRL."""
     from trl import GRPOConfig
 
-    if s["USE_VLLM"]:  # vLLM's context, bound as in evaluation (gsm8k.context_length)
+    if s["USE_VLLM"] is True:  # vLLM's context, bound as in evaluation (gsm8k.context_length); auto: main chose
         tok = {"enable_thinking": s["ENABLE_THINKING"], "trust_remote_code": s["TRUST_REMOTE_CODE"]}
         prompts = gsm8k.longest_prompt(train_dataset, s["MODEL_NAME"], **tok)
         fields = {"vllm_max_model_length": gsm8k.context_length(prompts, s["MAX_COMPLETION_LENGTH"]), **fields}
@@ -138,9 +138,9 @@ def build_config(s, fields, cpu_only, train_dataset=None):
             reward_weights=s["REWARD_WEIGHTS"],
             use_transformers_continuous_batching=s["USE_TRANSFORMERS_CONTINUOUS_BATCHING"],
             cache_implementation=s["CACHE_IMPLEMENTATION"],
-            use_vllm=s["USE_VLLM"],
+            use_vllm=s["USE_VLLM"] is True,
             vllm_mode=s["VLLM_MODE"],
-            vllm_gpu_memory_utilization=s["VLLM_GPU_MEMORY_UTILIZATION"],
+            vllm_gpu_memory_utilization=plan.vllm_memory_share(s["VLLM_GPU_MEMORY_UTILIZATION"], None, 0, 0, 0),
             vllm_enable_sleep_mode=s["VLLM_ENABLE_SLEEP_MODE"],
             vllm_server_base_url=s["VLLM_SERVER_BASE_URL"] or None,
             learning_rate=s["LEARNING_RATE"],

@@ -175,3 +175,18 @@ def test_tied_groups_advice_names_the_levers_for_a_model_that_already_solves_mos
     (shown,) = [advisor.update(logs, step) for step in (1, 2)][-1]
     # mostly solved: the groups are all right, so the levers are a larger group, TEMPERATURE and harder data
     assert shown.signal == "zero_std" and lever in shown.message and "NUM_GENERATIONS (now 8)" in shown.message
+
+
+def test_perf_monitor_logs_the_pace_and_names_the_lever(caplog):
+    trainer = SimpleNamespace(_generate=lambda prompts: prompts, callback_handler=SimpleNamespace(callbacks=[]))
+    perf = monitor.PerfMonitor(trainer)
+    args = SimpleNamespace(per_device_train_batch_size=8, steps_per_generation=8, use_vllm=False)
+    state = SimpleNamespace(global_step=1, max_steps=100, is_world_process_zero=True)
+    with caplog.at_level("INFO", logger="grpotrainer.monitor"):
+        for step in (1, 2, 3):
+            state.global_step = step
+            perf.clock["seconds"] += 5.0  # a step that is nearly all generation, as HF generate makes it
+            perf.on_step_end(args, state, None)
+    # the first step is left out; two steps later the pace, then the lever: vLLM and a call's 64 sequences
+    assert "step 3/100:" in caplog.text and "generation 100 % of the step" in caplog.text
+    assert "USE_VLLM" in caplog.text and "(now 64)" in caplog.text

@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, run_in_process, run_script
 
 import grpotrainer
-from grpo import cli, gsm8k, hardware, preflight, reward_guard
+from grpo import cli, gsm8k, hardware, plan, preflight, reward_guard
 from grpo.errors import ConfigError
 
 FIXTURE = str(gsm8k.FIXTURE)
@@ -28,24 +28,27 @@ def test_import_is_light():
 
 def test_config_maps_constants_to_grpo_config(settings):
     settings["BF16"] = False  # a CPU machine cannot build a bf16 config; everything else keeps the defaults
-    config = grpotrainer.build_config(settings, {}, cpu_only=True)
+    s, _ = plan.resolve_generation(settings, cuda=False, vllm_installed=False)  # USE_VLLM=auto, as main resolves it
+    config = grpotrainer.build_config(s, {}, cpu_only=True)
     # the tutorial's names translated to TRL 1.16: kl_coef -> beta, max_new_tokens -> max_completion_length
-    assert config.beta == 0.05
-    assert config.max_completion_length == 256
-    assert config.num_generations == 4
-    assert config.temperature == 0.7
-    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (1, 8)
-    assert config.num_train_epochs == 3 and config.max_steps == -1
+    assert config.beta == s["BETA"]
+    assert config.max_completion_length == s["MAX_COMPLETION_LENGTH"]
+    assert config.num_generations == s["NUM_GENERATIONS"]
+    assert config.temperature == s["TEMPERATURE"]
+    batch, accumulation = s["PER_DEVICE_TRAIN_BATCH_SIZE"], s["GRADIENT_ACCUMULATION_STEPS"]
+    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (batch, accumulation)
+    assert config.num_train_epochs == s["NUM_TRAIN_EPOCHS"] and config.max_steps == s["MAX_STEPS"]
+    assert config.warmup_steps == s["WARMUP_STEPS"] and config.use_vllm is False
     assert config.gradient_checkpointing is True
-    assert config.learning_rate == 1e-5
+    assert config.learning_rate == s["LEARNING_RATE"]
     assert config.reward_weights == [1.0, 0.2]
     assert config.report_to == ["tensorboard"]
     assert config.logging_steps == 1
     assert config.chat_template_kwargs == {"enable_thinking": False}
     assert config.trust_remote_code is False
     assert config.ddp_timeout == settings["DDP_TIMEOUT"]
-    # STEPS_PER_GENERATION=0 means "one generation round per optimiser step": 1 x 1 process x 8 micro-batches
-    assert (config.steps_per_generation, config.generation_batch_size) == (8, 8)
+    # STEPS_PER_GENERATION=0 means "one generation round per optimiser step": batch x 1 process x accumulation
+    assert (config.steps_per_generation, config.generation_batch_size) == (accumulation, batch * accumulation)
     assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "sdpa"}
     assert config.cache_implementation == "dynamic"  # transformers' default KV cache, eager decoding
 
@@ -76,7 +79,7 @@ def test_settings_are_values_not_module_state(settings):
     before = cli.constants(grpotrainer)
     a = grpotrainer.build_config({**settings, "BF16": False, "LEARNING_RATE": 3e-5}, {}, cpu_only=True)
     b = grpotrainer.build_config({**settings, "BF16": False}, {}, cpu_only=True)
-    assert (a.learning_rate, b.learning_rate) == (3e-5, 1e-5)
+    assert (a.learning_rate, b.learning_rate) == (3e-5, settings["LEARNING_RATE"])
     assert cli.constants(grpotrainer) == before
 
 
