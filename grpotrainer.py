@@ -283,10 +283,10 @@ def check_and_plan(s, args, cpu_only, machine=True):
     preflight.check(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields, machine=machine)
     if args.profile == "demo":
         s = profiles.prepare(s, args.given, build=machine)  # its task and warm-started Qwen3
+    train_dataset, eval_dataset = load_data(s)
     if args.profile == "smoke" and "MODEL_NAME" not in args.given:  # a tiny Qwen3, before torch.distributed starts
         model = profiles.cpu_model(s["OUTPUT_DIR"]) if machine else Path(s["OUTPUT_DIR"]) / "smoke-model"
         s["MODEL_NAME"] = str(model)
-    train_dataset, eval_dataset = load_data(s)
     sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}
     s, run_plan = plan.for_run(s, sizes, hardware.world_size(), note=note, cuda=hardware.on_gpu(cpu_only))
     return s, (train_dataset, eval_dataset), run_plan
