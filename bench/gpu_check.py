@@ -104,7 +104,7 @@ BUDGETS = {
 DRY_BUDGET = 450  # decode-static's cold compile of the LoRA model on 2 shared cores: up to ~5 min
 EVAL_OFF = {"EVAL_STEPS": 0, "EVAL_BEFORE": 0, "EVAL_AFTER": 0}  # step cases time training alone
 # the larger layout: 64 completions per step, 8 per micro-batch, all decoded by one generate call per step
-LARGE_LAYOUT = {"PER_DEVICE_TRAIN_BATCH_SIZE": 8, "GRADIENT_ACCUMULATION_STEPS": 8, "STEPS_PER_GENERATION": 8}
+LARGE_LAYOUT = {"PER_DEVICE_TRAIN_BATCH_SIZE": 16, "GRADIENT_ACCUMULATION_STEPS": 16, "STEPS_PER_GENERATION": 16}
 STEP_CASES = {  # case -> grpotrainer.py overrides on top of its defaults (and EVAL_OFF)
     "step-generate": {},
     "step-cb": {"USE_TRANSFORMERS_CONTINUOUS_BATCHING": "true"},

@@ -369,6 +369,7 @@ def setup_logging(prefix, rank0=True):
     logger = logging.getLogger("grpotrainer")
     if not logger.handlers:
         logger.addHandler(logging.StreamHandler())
+    logger.handlers[0].stream = sys.stderr  # today's (setStream would flush a closed one: a test's capture)
     logger.handlers[0].setFormatter(logging.Formatter(f"[{prefix}] %(message)s"))
     logger.setLevel(logging.INFO if rank0 else logging.WARNING)
     logger.propagate = False

@@ -9,6 +9,7 @@ loss, grad_norm, kl or reward stops training; the last checkpoint stays as it wa
 import contextlib
 import functools
 import html
+import json
 import logging
 import math
 import re
@@ -20,13 +21,14 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from grpo import cli, grading, gsm8k
+from grpo import cli, grading, gsm8k, plan
 
 HEALTHY_EVERY = 25  # logs between "healthy" lines while no advice fires: silence must not read as a dead monitor
 TIE_TOLERANCE = 1e-5  # a group is tied when its rewards differ by less than this share of the batch's reward scale
 REPEAT_AFTER = 20  # logs before an advisory that keeps firing is shown again (at once if it gets more severe)
 LEVELS = {"ok": 0, "warn": 1, "act": 2, "stop": 3}
 HEALTH_KEYS = ("reward", "kl", "frac_tied_groups", "grad_norm")  # quoted by the "healthy" line
+SOLVED_MOST = 0.8  # correctness above which tied groups are mostly all right (levers: a larger group, harder data)
 FLAT_NEEDS_SIGNAL = 0.5  # the flat-reward advice needs frac_reward_zero_std below this, on average over its window
 log = logging.getLogger("grpotrainer.monitor")
 
@@ -169,15 +171,22 @@ class Advisor:
         self._zero_std_run = self._zero_std_run + 1 if frac >= self.t.zero_std_frac else 0
         if self._zero_std_run < self.t.zero_std_logs:
             return None
-        n = self._setting("num_generations")
+        n, temperature = self._setting("num_generations"), self._setting("temperature")
+        solved = logs.get("rewards/correctness_reward/mean")
+        fix = (
+            f"The model already solves {solved:.0%} of its problems, so most groups are all right: raise "
+            f"NUM_GENERATIONS (now {n}) so more groups hold a wrong answer, TEMPERATURE (now {temperature}) for more "
+            "varied ones, or train on a harder subset (DATASET: the problems evaluate.py's predictions get wrong)."
+            if isinstance(solved, (int, float)) and solved >= SOLVED_MOST
+            else "Check that the reward tells the responses apart (see completions/samples in the Text tab), or "
+            f"raise NUM_GENERATIONS (now {n}) or TEMPERATURE (now {temperature}) for more varied groups."
+        )
         return Advice(
             "zero_std",
             "warn",
             f"in {frac:.0%} of groups all {n} completions got the same reward, for {self._zero_std_run} logs in a "
             f"row (frac_tied_groups >= ZERO_STD_FRAC={self.t.zero_std_frac:g} for ZERO_STD_LOGS="
-            f"{self.t.zero_std_logs}): such groups have zero advantage and teach nothing. Check that the reward "
-            "tells the responses apart (see completions/samples in the Text tab), or raise NUM_GENERATIONS "
-            f"(now {n}) or TEMPERATURE (now {self._setting('temperature')}) for more varied groups.",
+            f"{self.t.zero_std_logs}): such groups have zero advantage and teach nothing. {fix}",
         )
 
     def _flat_reward(self, logs):
@@ -546,6 +555,7 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     title = f"GSM8K test {when} training (step {step})"
     logdir = training_logdir(trainer)
     gsm8k.report(metrics, predictions, args.output_dir, f"eval_test_{when}", logdir, step, title, settings)
+    append_eval_point(args.output_dir, when, step, metrics)
     return metrics
 
 
@@ -579,3 +589,80 @@ def training_logdir(trainer):
         return None
     callback.logging_dir = callback.logging_dir or gsm8k.new_logdir(trainer.args.output_dir)
     return callback.logging_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# issue 27: the measured pace after the first steps, and every evaluation point kept
+
+
+def time_generation(trainer):
+    """Wrap `trainer._generate` so that its wall seconds add up in the returned dict's "seconds"; return the dict.
+
+    TRL 1.16 has no public hook around generation: GRPOTrainer._generate is the one method through which every
+    generation round goes (HF generate, paged batching or vLLM), prompts in, completion ids out, so the time spent in
+    it is generation's share of a step. Rewards and log-probs are computed outside it."""
+    original = trainer._generate
+    clock = {"seconds": 0.0, "calls": 0}
+
+    @functools.wraps(original)
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            clock["seconds"] += time.perf_counter() - start
+            clock["calls"] += 1
+
+    trainer._generate = timed
+    return clock
+
+
+class PerfMonitor(TrainerCallback):
+    """After the first steps and at every tenth of the run: the measured seconds per step, the ETA and generation's
+    share of the step (plan.progress_line), printed and written to TensorBoard as perf/seconds_per_step,
+    perf/eta_hours and perf/generation_share; when generation dominates, plan.generation_advice's lever goes to the
+    log and the Text tab (perf/advice). The first step (compilation, allocator warm-up) is left out of the pace."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.clock = time_generation(trainer)
+        self.start = None  # (step, time, generation seconds) at the end of the first step
+        self.advised = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.perf_counter()
+        if self.start is None:
+            self.start = (state.global_step, now, self.clock["seconds"])
+            return
+        step0, t0, g0 = self.start
+        steps = state.global_step - step0
+        report_every = max(1, round(state.max_steps / 10))
+        if steps < 2 or not (steps == 2 or state.global_step % report_every == 0):
+            return
+        per_step = (now - t0) / steps
+        share = min(1.0, (self.clock["seconds"] - g0) / max(now - t0, 1e-9))
+        if not state.is_world_process_zero:
+            return
+        log.info(plan.progress_line(state.global_step, state.max_steps, per_step, share))
+        sequences = args.per_device_train_batch_size * args.steps_per_generation  # one call's, as plan.py counts
+        advice = None if self.advised else plan.generation_advice(share, args.use_vllm, sequences)
+        if advice:
+            log.warning("perf %s", advice)
+            self.advised = True
+        writer = tensorboard_writer(self.trainer)
+        if writer is not None:
+            eta_hours = (state.max_steps - state.global_step) * per_step / 3600
+            scalars = {"seconds_per_step": per_step, "generation_share": share, "eta_hours": eta_hours}
+            for name, value in scalars.items():
+                writer.add_scalar(f"perf/{name}", value, state.global_step)
+            if advice:
+                writer.add_text("perf/advice", md(advice), state.global_step)
+            writer.flush()
+
+
+def append_eval_point(output_dir, when, step, metrics):
+    """Append one evaluation point to OUTPUT_DIR/eval_test.jsonl (before, each held-out point, after): every point
+    of a run is kept, where eval_test_<when>.json holds the latest of each kind."""
+    record = {"step": step, "when": when, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "metrics": metrics}
+    with open(Path(output_dir) / "eval_test.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, default=str) + "\n")

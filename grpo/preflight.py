@@ -47,11 +47,12 @@ RANGES = {
     "BETA": (0, 10, True, True, "0 = no reference model; 0.01-0.1 is usual"),
     "NUM_ITERATIONS": (1, INF, True, True, "1 is usual"),
     "STEPS_PER_GENERATION": (0, INF, True, True, "0 = GRADIENT_ACCUMULATION_STEPS"),
-    "VLLM_GPU_MEMORY_UTILIZATION": (0, 1, False, True, "0.3 is usual when colocated"),
+    "VLLM_GPU_MEMORY_UTILIZATION": (0, 1, False, True, "auto, or 0.3 is usual when colocated"),
     "LEARNING_RATE": (0, 1, False, True, "1e-5 to 5e-5 for LoRA; a step size above 1 destroys the weights"),
     "PER_DEVICE_TRAIN_BATCH_SIZE": (1, INF, True, True, "lower it on out-of-memory"),
     "GRADIENT_ACCUMULATION_STEPS": (1, INF, True, True, "8 is the default"),
     "NUM_TRAIN_EPOCHS": (0, INF, True, False, "used when MAX_STEPS=-1"),
+    "WARMUP_STEPS": (0, INF, True, False, "steps, or below 1 a share of the run"),
     "SEED": (0, 2**32 - 1, True, True, "any number from 0 to 2**32-1"),
     "DDP_TIMEOUT": (1, 7 * 86400, True, True, "seconds a process waits for the others"),
     "LOGGING_STEPS": (1, INF, True, True, "1 logs every step"),
@@ -97,17 +98,18 @@ FSDP2_WARNING = (
 THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
-def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None):
+def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machine=True):
     """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a run.
 
     `known_rewards`: the registry's names (rewards.REWARDS), against which plain REWARD_FUNCS names are checked;
-    `fields`: the command line's lower-case GRPOConfig fields."""
+    `fields`: the command line's lower-case GRPOConfig fields; `machine=False` (--plan) skips this machine's checks."""
     problems = [p for name in CHOICES if (p := _choice(name, s[name]))]
-    problems += [p for name in RANGES if name in s and (p := _in_range(name, s[name]))]
+    # "auto" values are resolved for the machine by grpotrainer.py (plan.generation_choice) before the run
+    problems += [p for name in RANGES if s.get(name, "auto") != "auto" and (p := _in_range(name, s[name]))]
     floats = [n for n, v in s.items() if isinstance(v, float) and not math.isfinite(v) and n not in RANGES]
     problems += [f"{n}={s[n]}: a number here must be finite." for n in floats]
     problems += _report_to(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s)
-    problems += hardware_problems(s, cpu_only)
+    problems += hardware_problems(s, cpu_only) if machine else []
     # Trainer's push_to_hub uploads every checkpoint with TRL's card and the run's files; export.py pushes the
     # finished adapter, tokenizer and our card (an allow-list): one way to publish, the one that sends the right thing
     if (fields or {}).get("push_to_hub"):
@@ -339,9 +341,9 @@ def hardware_problems(s, cpu_only):
         ("LOAD_IN_4BIT", "bitsandbytes", "pip install -r requirements-cuda.txt"),
         ("USE_VLLM", "vllm", "pip install -r requirements-vllm.txt (adds vllm to this environment)"),
     ]:
-        if s[flag] and not cuda:
+        if s[flag] is True and not cuda:
             problems.append(f"{flag}=True needs a CUDA GPU; set {flag}=False on this machine.")
-        elif s[flag] and not hardware.importable(package):
+        elif s[flag] is True and not hardware.importable(package):
             problems.append(f"{flag}=True needs the {package} package, which is not installed: {install}")
     for tracker in [t for t in trackers(s["REPORT_TO"]) if t in ("trackio", "wandb")]:
         if not hardware.importable(tracker):
@@ -353,7 +355,7 @@ def hardware_problems(s, cpu_only):
         s["ATTN_IMPLEMENTATION"], cuda=cuda, bf16=s["BF16"], importable=hardware.importable
     )
     problems += [attn] if attn else []
-    if s["USE_VLLM"] and s["LOAD_IN_4BIT"]:
+    if s["USE_VLLM"] is True and s["LOAD_IN_4BIT"]:
         problems.append(
             "USE_VLLM=True with LOAD_IN_4BIT=True: TRL merges LoRA into the base weights for vLLM, lossy in 4-bit.\n"
             "Use vLLM with bf16 LoRA, or QLoRA with transformers generation (TRL issues 3466, 3654)."

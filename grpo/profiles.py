@@ -31,6 +31,15 @@ SMOKE = dict(
     BF16=False,
     ACTIVATION_CHECKPOINTING=False,
     EVAL_STEPS=0,  # the smoke run checks the pipeline; --EVAL_STEPS=2 --EVAL_SUBSET=8 tries the held-out curve
+    # the values it always ran with, where the GPU defaults (sized for Qwen3-8B) differ
+    NUM_GENERATIONS=4,
+    BETA=0.05,
+    WARMUP_STEPS=0,
+    EVAL_AFTER=0,
+    EVAL_SUBSET=64,
+    EVAL_BATCH_SIZE=64,
+    USE_VLLM=False,
+    VLLM_GPU_MEMORY_UTILIZATION=0.3,
 )
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -57,8 +57,13 @@ def test_training_flops_count_the_reference_forward_only_with_beta(beta, passes)
 
 
 def test_grpo_defaults_are_read_from_grpotrainer_without_importing_it():
-    # PER_DEVICE_TRAIN_BATCH_SIZE 1 x GRADIENT_ACCUMULATION_STEPS 8 completions per generation round
-    assert gpu_check.grpo_defaults() == {"generation_batch": 8, "completion_tokens": 256, "beta": 0.05}
+    # the same numbers as the script's constants, read from its source (the check never imports the script)
+    import grpotrainer
+
+    s = grpotrainer.cli.constants(grpotrainer)
+    rounds = s["STEPS_PER_GENERATION"] or s["GRADIENT_ACCUMULATION_STEPS"]
+    expected = {"generation_batch": s["PER_DEVICE_TRAIN_BATCH_SIZE"] * rounds, "beta": s["BETA"]}
+    assert gpu_check.grpo_defaults() == {**expected, "completion_tokens": s["MAX_COMPLETION_LENGTH"]}
 
 
 def test_script_defaults_reads_literals_only_of_the_names_asked(tmp_path):
@@ -163,10 +168,10 @@ def test_step_cases_run_with_evaluation_off(case, dry_run, tmp_path):
     assert len({a.split("=")[0] for a in argv}) == len(argv)  # each setting given once
 
 
-def test_the_large_layout_decodes_64_completions_in_one_generate_call():
+def test_the_large_layout_decodes_four_times_the_default_in_one_generate_call():
     large = gpu_check.grpo_defaults(**gpu_check.LARGE_LAYOUT)
     default = gpu_check.grpo_defaults()
-    assert (default["generation_batch"], large["generation_batch"]) == (8, 64)
+    assert default["generation_batch"] == 64 and large["generation_batch"] == 256  # one call, 4x the default
 
 
 def test_host_facts_name_the_cpu_and_its_cores():

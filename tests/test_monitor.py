@@ -4,7 +4,9 @@ run whose TensorBoard events hold them is in test_smoke.py, the NaN reward run i
     python -m pytest tests/test_monitor.py -q
 """
 
+import json
 import math
+import time
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -296,3 +298,58 @@ def test_a_quiet_run_says_it_is_healthy_every_n_logs():
     # logs 3 and 6: an explicit line, so silence between them is not a monitor that stopped
     assert [[a.level for a in s] for s in shown] == [[], [], ["ok"], [], [], ["ok"]]
     assert str(shown[2][0]).startswith("OK healthy: at step 3 no advice for 3 logs (reward 0.8, kl 0.02")
+
+
+def test_time_generation_counts_the_generation_calls():
+    calls = []
+
+    def generate(prompts):
+        calls.append(prompts)
+        time.sleep(0.01)
+        return ["done"] * len(prompts)
+
+    trainer = SimpleNamespace(_generate=generate)
+    clock = monitor.time_generation(trainer)
+    assert trainer._generate(["a", "b"]) == ["done", "done"]  # what the trainer's own call returns, unchanged
+    assert clock["calls"] == 1 and clock["seconds"] >= 0.01 and calls == [["a", "b"]]
+
+
+def test_time_generation_wraps_trls_own_method():
+    from trl import GRPOTrainer
+
+    # the private method time_generation wraps must still be the one generation goes through
+    assert callable(GRPOTrainer._generate)
+
+
+def test_every_eval_point_is_kept(tmp_path):
+    for step in (2, 4, 6):
+        monitor.append_eval_point(tmp_path, "during", step, {"n": 8, "lenient_accuracy": step / 10})
+    monitor.append_eval_point(tmp_path, "after", 6, {"n": 32})
+    rows = [json.loads(line) for line in (tmp_path / "eval_test.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["when"]) for r in rows] == [(2, "during"), (4, "during"), (6, "during"), (6, "after")]
+    assert rows[1]["metrics"]["lenient_accuracy"] == 0.4
+
+
+@pytest.mark.parametrize(("solved", "lever"), [(0.95, "harder subset"), (0.3, "tells the responses apart")])
+def test_tied_groups_advice_names_the_levers_for_a_model_that_already_solves_most(solved, lever):
+    thresholds = monitor.Thresholds(10.0, 20.0, 0.9, 2, 0, 0.02, 0.2, 50.0)
+    advisor = monitor.Advisor(thresholds, {"num_generations": 8, "temperature": 0.7})
+    logs = {"frac_tied_groups": 0.95, "rewards/correctness_reward/mean": solved}
+    (shown,) = [advisor.update(logs, step) for step in (1, 2)][-1]
+    # mostly solved: the groups are all right, so the levers are a larger group, TEMPERATURE and harder data
+    assert shown.signal == "zero_std" and lever in shown.message and "NUM_GENERATIONS (now 8)" in shown.message
+
+
+def test_perf_monitor_logs_the_pace_and_names_the_lever(caplog):
+    trainer = SimpleNamespace(_generate=lambda prompts: prompts, callback_handler=SimpleNamespace(callbacks=[]))
+    perf = monitor.PerfMonitor(trainer)
+    args = SimpleNamespace(per_device_train_batch_size=8, steps_per_generation=8, use_vllm=False)
+    state = SimpleNamespace(global_step=1, max_steps=100, is_world_process_zero=True)
+    with caplog.at_level("INFO", logger="grpotrainer.monitor"):
+        for step in (1, 2, 3):
+            state.global_step = step
+            perf.clock["seconds"] += 5.0  # a step that is nearly all generation, as HF generate makes it
+            perf.on_step_end(args, state, None)
+    # the first step is left out; two steps later the pace, then the lever: vLLM and a call's 64 sequences
+    assert "step 3/100:" in caplog.text and "generation 100 % of the step" in caplog.text
+    assert "USE_VLLM" in caplog.text and "(now 64)" in caplog.text

@@ -287,7 +287,7 @@ FIXTURE = str(gsm8k.FIXTURE)
         (dict(LOGGING_STEPS=0), "LOGGING_STEPS=0 is outside [1, inf]"),
         (dict(SAVE_STEPS=0), "SAVE_STEPS=0 is outside [1, inf]"),
         (dict(MAX_COMPLETION_LENGTH=0), "MAX_COMPLETION_LENGTH=0 is outside [1, inf]"),
-        (dict(MAX_STEPS=0), "MAX_STEPS=0 with NUM_TRAIN_EPOCHS=3 trains nothing"),
+        (dict(MAX_STEPS=0, NUM_TRAIN_EPOCHS=3), "MAX_STEPS=0 with NUM_TRAIN_EPOCHS=3 trains nothing"),
         (dict(MAX_STEPS=-1, NUM_TRAIN_EPOCHS=0), "MAX_STEPS=-1 with NUM_TRAIN_EPOCHS=0 trains nothing"),
         (dict(LEARNING_RATE=0.0), "LEARNING_RATE=0.0 is outside (0, 1]"),
         (dict(EVAL_BEFORE=-1), "EVAL_BEFORE=-1 is outside [0, inf]"),

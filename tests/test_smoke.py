@@ -8,7 +8,15 @@ import json
 import re
 
 import pytest
-from conftest import REPO, all_finite, event_dirs, read_scalars, read_texts, run_script, train
+from conftest import (
+    REPO,
+    all_finite,
+    event_dirs,
+    read_scalars,
+    read_texts,
+    run_script,
+    train,
+)
 
 
 @pytest.mark.slow
@@ -199,3 +207,21 @@ def test_eval_steps_draw_a_held_out_curve(tmp_path):
     for tag in ("eval/gsm8k_strict_accuracy", "eval/gsm8k_lenient_accuracy", "eval/gsm8k_sampled_accuracy"):
         assert [step for step, _ in scalars[tag]] == [2, 4, 6], tag
     assert json.loads((tmp_path / "eval_test_during.json").read_text())["n"] == 8  # EVAL_SUBSET problems
+
+
+@pytest.mark.slow
+def test_a_smoke_run_logs_its_plan_and_pace(tmp_path):
+    args = ["--smoke", "--MAX_STEPS=6", "--EVAL_STEPS=2", "--EVAL_SUBSET=8", f"--OUTPUT_DIR={tmp_path}"]
+    out = run_script("grpotrainer.py", *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # the plan comes before the weights load, and the measured pace after the first steps
+    assert out.stderr.index("optimiser steps") < out.stderr.index("Loading weights")
+    assert "s/step, ETA" in out.stderr
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    scalars = read_scalars(run)
+    for tag in ("perf/seconds_per_step", "perf/generation_share", "perf/eta_hours"):
+        assert scalars[tag], tag
+    assert all(0 <= share <= 1 for _, share in scalars["perf/generation_share"])
+    # every held-out point kept, where eval_test_during.json holds the last
+    rows = [json.loads(line) for line in (tmp_path / "eval_test.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [2, 4, 6]

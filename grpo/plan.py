@@ -1,0 +1,464 @@
+"""What a run will do, before anything heavy loads: optimiser steps, prompts and completions per step, generation
+calls, evaluation points with their standard error, checkpoints, and (when the model's config can be read) time
+estimates per step and per run on common GPUs from an explicit arithmetic model.
+
+    plan = make_plan(settings, train_size=7473, test_size=1319, model_config=read_model_config(name)[0])
+    print(format_plan(plan))        # the block every run prints before loading weights
+    print(plan_json(plan))          # --plan=json
+
+The step count is TRL 1.16's and transformers 5's own arithmetic (see `optimizer_steps`), checked against a real
+GRPOTrainer in tests/test_plan.py. Every time figure is an estimate and says so.
+"""
+
+import json
+import math
+import os
+from pathlib import Path
+
+from grpo import errors, hub
+
+# --------------------------------------------------------------------------------------------------
+# hardware: per-GPU memory bandwidth (GB/s), dense bf16 tensor-core TFLOP/s (no sparsity), memory (GB).
+# Sources: NVIDIA data sheets: H100 SXM5 80 GB (3.35 TB/s, 989 TFLOPs), H200 SXM 141 GB (4.8 TB/s, 989 TFLOPs),
+# A100 SXM 80 GB (2.039 TB/s, 312 TFLOPs), L40S (864 GB/s, 362 TFLOPs), RTX 4090 (1008 GB/s, 165 TFLOPs bf16 with
+# fp32 accumulation, Ada whitepaper appendix).
+gpus = {
+    "H100": {"bandwidth_gbs": 3350, "bf16_tflops": 989, "memory_gb": 80},
+    "H200": {"bandwidth_gbs": 4800, "bf16_tflops": 989, "memory_gb": 141},
+    "A100-80GB": {"bandwidth_gbs": 2039, "bf16_tflops": 312, "memory_gb": 80},
+    "L40S": {"bandwidth_gbs": 864, "bf16_tflops": 362, "memory_gb": 48},
+    "RTX 4090": {"bandwidth_gbs": 1008, "bf16_tflops": 165, "memory_gb": 24},
+}
+# assumptions of the time model (each an estimate until the GPU check measures it)
+launches_per_token_reference = 4100  # kernel launches per decoded token, HF eager generate on an unmerged-LoRA model
+launches_reference_layers = 36  # ... counted by torch.profiler at Qwen3-8B depth (36 layers); scaled by layer count
+launch_seconds = 10e-6  # host cost per kernel launch (~10 us with Python dispatch): 4,100 x 10 us = ~40 ms/token
+train_launch_factor = 4  # a micro-batch's launches vs one decode token: forward, recompute (checkpointing), backward
+vllm_launch_seconds_per_token = 0.0  # vLLM decodes through CUDA graphs: no per-token host floor
+vllm_sync_seconds_per_gb = 0.1  # colocate: pushing merged weights into vLLM per generation call (~1.6 s at 16 GB)
+prompt_tokens = 150  # GSM8K prompt with system prompt and chat template, tokens (Qwen tokenizer, typical)
+completion_fill = 1.0  # share of MAX_COMPLETION_LENGTH decoded: 1.0 = every call runs to the cap (the upper bound)
+mfu = 0.3  # model FLOPs utilisation of prefill and training (bf16, micro-batches of a few sequences)
+train_flops_per_token = 6  # x params: forward 2 + backward 2 (LoRA: no weight grads) + recompute 2 (checkpointing)
+forward_flops_per_token = 2  # x params: one forward (the reference model's when BETA > 0; old log-probs when reused)
+bytes_per_param = {"bf16": 2.0, "4bit": 0.5}  # weight bytes read per decoded token: params x 2 (bf16), / 4 (NF4)
+# --------------------------------------------------------------------------------------------------
+
+
+def stderr_points(n, p=0.5):
+    """Standard error of an accuracy measured on `n` problems, in accuracy points, at accuracy `p` (0.5: the worst).
+
+    >>> round(stderr_points(1319), 2), stderr_points(64)
+    (1.38, 6.25)
+    """
+    return math.sqrt(p * (1 - p) / n) * 100 if n else None
+
+
+def optimizer_steps(train_size, num_generations, per_device_batch, accumulation, steps_per_generation,
+                    num_iterations, max_steps, epochs, world_size=1):  # fmt: skip
+    """trainer.state.max_steps as TRL 1.16 + transformers 5 compute it.
+
+    TRL's RepeatSampler takes the data in chunks of `generation_batch_size // num_generations` prompts (dropping the
+    last partial chunk) and yields each chunk's prompts num_generations times, the chunk num_iterations x
+    steps_per_generation times; its dataloader batches per_device_batch x steps_per_generation rows per process.
+    So len(dataloader) = chunks x num_iterations x steps_per_generation per process, and Trainer's
+    num_update_steps_per_epoch = max(ceil(len(dataloader) / accumulation), 1), max_steps = ceil(epochs x that).
+
+    >>> optimizer_steps(7473, 4, 1, 8, 8, 1, -1, 3)  # the issue's old defaults
+    11208
+    """
+    if max_steps >= 0:  # Trainer counts in epochs only when max_steps < 0
+        return max_steps
+    generation_batch = per_device_batch * world_size * steps_per_generation
+    chunks = train_size // (generation_batch // num_generations)
+    batches = chunks * num_iterations * steps_per_generation
+    per_epoch = max(math.ceil(batches / accumulation), 1)
+    return math.ceil(epochs * per_epoch)
+
+
+def eval_steps(every, max_steps, final):
+    """The steps monitor.HeldOutEval scores: each `every` (-1: each 10 % of the run), the last left to EVAL_AFTER
+    when `final`.
+
+    >>> eval_steps(-1, 100, final=True)
+    [10, 20, 30, 40, 50, 60, 70, 80, 90]
+    """
+    interval = 0 if not every else every if every > 0 else max(1, round(max_steps / 10))
+    if not interval:
+        return []
+    return [step for step in range(interval, max_steps + 1, interval) if not (final and step >= max_steps)]
+
+
+def checkpoint_steps(save_steps, max_steps):
+    """The steps a checkpoint is written at: each SAVE_STEPS, and the last.
+
+    >>> checkpoint_steps(50, 120)
+    [50, 100, 120]
+    """
+    if 0 < save_steps < 1:  # transformers reads a float below 1 as a share of the run
+        save_steps = math.ceil(max_steps * save_steps)
+    steps = list(range(save_steps, max_steps + 1, save_steps)) if save_steps > 0 else []
+    return steps if max_steps in steps or max_steps <= 0 else steps + [max_steps]
+
+
+def model_shape(config):
+    """Parameters and layers of a decoder from its config (a transformers config or a dict): embeddings, attention
+    (q, k, v, o) and a gated MLP (gate, up, down) per layer, and the LM head unless tied."""
+    c = config if isinstance(config, dict) else config.to_dict()
+    hidden, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+    heads = c["num_attention_heads"]
+    kv_heads = c.get("num_key_value_heads") or heads
+    head_dim = c.get("head_dim") or hidden // heads
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    mlp = 3 * hidden * c["intermediate_size"]
+    embeddings = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
+    return {"params": embeddings + layers * (attention + mlp), "layers": layers}
+
+
+def estimate_times(shape, sequences_per_call, calls_per_step, completions_per_step, steps, s):
+    """Seconds per optimiser step and per run on each GPU in `gpus`, per process; an estimate (see the assumptions).
+
+    Decoding one token for a call's sequences takes the largest of: reading the weights once (bandwidth floor), the
+    host's kernel launches (HF generate; none with vLLM), and the FLOPs of all sequences at `mfu`."""
+    params, layers = shape["params"], shape["layers"]
+    weight_bytes = params * bytes_per_param["4bit" if s.get("LOAD_IN_4BIT") else "bf16"]
+    decoded = math.ceil(s["MAX_COMPLETION_LENGTH"] * completion_fill)
+    launches = launches_per_token_reference * layers / launches_reference_layers
+    host = vllm_launch_seconds_per_token if s["USE_VLLM"] else launches * launch_seconds
+    sync = vllm_sync_seconds_per_gb * weight_bytes / 1e9 if s["USE_VLLM"] else 0.0
+    tokens = prompt_tokens + decoded
+    # a forward of the step's completions: the reference model's when BETA > 0; the old policy's when reused
+    forwards = (s["BETA"] > 0) + (s["NUM_ITERATIONS"] > 1)
+    micro_batches = s["GRADIENT_ACCUMULATION_STEPS"]
+    table = {}
+    for name, gpu in gpus.items():
+        flops = gpu["bf16_tflops"] * 1e12 * mfu
+        bandwidth_floor = weight_bytes / (gpu["bandwidth_gbs"] * 1e9)
+        per_token = max(bandwidth_floor, host, 2 * params * sequences_per_call / flops)
+        prefill = 2 * params * prompt_tokens * sequences_per_call / flops
+        generation = calls_per_step * (decoded * per_token + prefill + sync)
+        train_flops = (train_flops_per_token + forward_flops_per_token * forwards) * params * tokens
+        training = max(completions_per_step * train_flops / flops, micro_batches * train_launch_factor * host)
+        step = generation + training
+        table[name] = {
+            "seconds_per_step": round(step, 2),
+            "generation_seconds_per_step": round(generation, 2),
+            "training_seconds_per_step": round(training, 2),
+            "decode_ms_per_token": round(per_token * 1e3, 1),
+            "bandwidth_floor_ms_per_token": round(bandwidth_floor * 1e3, 1),
+            "hours_per_run": round(step * steps / 3600, 1),
+        }
+    return table
+
+
+def make_plan(s, train_size, test_size, world_size=1, model_config=None, model_source=None):
+    """What the run with the settings `s` (grpotrainer.py's constants) will do, as a JSON-serialisable dict, for
+    `train_size` training and `test_size` test problems on `world_size` processes. `model_config` (a transformers
+    config or a dict) enables the time estimates (`model_source`: where it was read); without it they are omitted
+    and `estimates_omitted` says why."""
+    group = s["NUM_GENERATIONS"]
+    per_device = s["PER_DEVICE_TRAIN_BATCH_SIZE"]
+    accumulation = s["GRADIENT_ACCUMULATION_STEPS"]
+    per_generation = s["STEPS_PER_GENERATION"] or accumulation
+    iterations = s["NUM_ITERATIONS"]
+    used = min(train_size, s["MAX_SAMPLES"]) if s["MAX_SAMPLES"] else train_size
+    steps = optimizer_steps(
+        used, group, per_device, accumulation, per_generation, iterations, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"],
+        world_size,
+    )  # fmt: skip
+    sequences_per_call = per_device * per_generation  # per process: the generation batch's share
+    completions = per_device * accumulation * world_size
+    # a generation round feeds per_generation micro-batches, num_iterations times over
+    calls = math.ceil(steps * accumulation / (per_generation * iterations))
+    prompts_seen = calls * sequences_per_call * world_size / group
+    subset = min(s["EVAL_SUBSET"], test_size) if s["EVAL_STEPS"] else 0
+    final = min(s["EVAL_AFTER"], test_size)
+    before = min(s["EVAL_BEFORE"], test_size)
+    points = [{"step": 0, "problems": before, "kind": "before"}] if before else []
+    points += [{"step": k, "problems": subset, "kind": "held-out"} for k in eval_steps(s["EVAL_STEPS"], steps, final)]
+    points += [{"step": steps, "problems": final, "kind": "after"}] if final else []
+    plan = {
+        "model": s["MODEL_NAME"],
+        "model_config_source": model_source if model_config is not None else None,
+        "world_size": world_size,
+        "train_problems": used,
+        "test_problems": test_size,
+        "optimizer_steps": steps,
+        "group_size": group,
+        "completions_per_step": completions,
+        "prompts_per_step": completions / group,
+        "new_prompts_per_step": completions / group / iterations,
+        "epochs_covered": round(prompts_seen / used, 3) if used else 0.0,
+        "generation_calls": calls,
+        "sequences_per_generation_call": sequences_per_call,
+        "generation_calls_per_step": accumulation / (per_generation * iterations),
+        "max_completion_length": s["MAX_COMPLETION_LENGTH"],
+        "eval_points": points,
+        "eval_subset": subset,
+        "eval_subset_stderr": stderr_points(subset),
+        "eval_samples": s["EVAL_SAMPLES"],
+        "final_eval_problems": final,
+        "final_eval_stderr": stderr_points(final),
+        "checkpoints": checkpoint_steps(s["SAVE_STEPS"], steps),
+        "generation": "vLLM" if s["USE_VLLM"] else "HF generate",
+        "estimates": None,
+        "estimates_omitted": model_source or "the model's config could not be read",
+    }
+    if model_config is not None:
+        shape = model_shape(model_config)
+        plan["params"] = shape["params"]
+        plan["layers"] = shape["layers"]
+        plan["estimates"] = estimate_times(
+            shape, sequences_per_call, plan["generation_calls_per_step"], per_device * accumulation, steps, s
+        )
+        plan["estimates_omitted"] = None
+        plan["assumptions"] = assumptions()
+    return plan
+
+
+def assumptions():
+    """The time model's assumptions, for the plan's JSON."""
+    names = ["launches_per_token_reference", "launches_reference_layers", "launch_seconds", "train_launch_factor",
+             "vllm_sync_seconds_per_gb", "prompt_tokens", "completion_fill", "mfu", "train_flops_per_token",
+             "forward_flops_per_token"]  # fmt: skip
+    return {name: globals()[name] for name in names}
+
+
+# Hub configs (config.json) of the Qwen3 models the recipes use, for a plan on a machine without the Hub
+qwen3 = dict(num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True)
+known_configs = {
+    "Qwen/Qwen3-0.6B": {**qwen3, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28},
+    "Qwen/Qwen3-1.7B": {**qwen3, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28},
+    "Qwen/Qwen3-4B": {**qwen3, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
+                      "num_attention_heads": 32},
+    "Qwen/Qwen3-8B": {**qwen3, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+                      "num_attention_heads": 32, "tie_word_embeddings": False},
+}  # fmt: skip
+
+
+def read_model_config(model_name):
+    """(config dict, where it was read) for MODEL_NAME without loading weights, or (None, why not): a local folder's
+    config.json, else transformers' AutoConfig from the local cache, else from the Hub when it is reachable, else
+    for a Qwen3 of `known_configs` this module's copy. Never runs a repository's code (trust_remote_code stays off)."""
+    folder = Path(os.path.expanduser(str(model_name)))
+    if (folder / "config.json").is_file():
+        return json.loads((folder / "config.json").read_text()), f"{folder}/config.json"
+    if hub.is_local(model_name) or str(model_name).count("/") > 1:  # a Hub id is owner/name
+        return None, f"{folder} holds no config.json (yet: --smoke and --demo build theirs on the first run)"
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(model_name, local_files_only=True).to_dict(), "the Hugging Face cache"
+    except (OSError, ValueError) as err:
+        cache_miss = f"{model_name} is not in the Hugging Face cache ({type(err).__name__})"
+    unreachable = hub.hub_unreachable(model_name, "MODEL_NAME")
+    if unreachable and model_name in known_configs:
+        return known_configs[model_name], "grpo/plan.py's copy of its config.json (not cached; the Hub unreachable)"
+    if unreachable:
+        return None, cache_miss
+    try:
+        return AutoConfig.from_pretrained(model_name).to_dict(), "the Hugging Face Hub"
+    except (OSError, ValueError) as err:
+        return None, f"{model_name}'s config could not be read: {type(err).__name__}"
+
+
+def duration(seconds):
+    """`seconds` as 1h01m, 12m05s or 42s.
+
+    >>> duration(3661), duration(725), duration(42.4)
+    ('1h01m', '12m05s', '42s')
+    """
+    seconds = round(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
+
+
+def format_plan(plan):
+    """The plan as the aligned block every run prints before loading weights; time figures labelled estimates."""
+    points = plan["eval_points"]
+    held_out = [p["step"] for p in points if p["kind"] == "held-out"]
+    held_out_text = (
+        f"{len(held_out)} x {plan['eval_subset']} problems at steps {_steps(held_out)}" if held_out else "off"
+    )
+    rows = [
+        ("model", plan["model"] + (f" (config: {source})" if (source := plan.get("model_config_source")) else "")),
+        ("optimiser steps", f"{plan['optimizer_steps']:,}"),
+        ("per step", f"{plan['prompts_per_step']:g} prompts x group {plan['group_size']} "
+                     f"= {plan['completions_per_step']} completions"),
+        ("data", f"{plan['train_problems']:,} problems, {plan['epochs_covered']:g} epochs covered"),
+        ("generation", f"{plan['generation']}: {plan['generation_calls']:,} calls x "
+                       f"{plan['sequences_per_generation_call']} sequences (per process), "
+                       f"up to {plan['max_completion_length']} tokens"),
+        *([("", plan["generation_note"])] if plan.get("generation_note") else []),
+        ("held-out eval", held_out_text + _stderr(plan["eval_subset_stderr"]) if held_out else held_out_text),
+        ("eval before", _eval(points, "before")),
+        ("final eval", _eval(points, "after")),
+        ("checkpoints", f"steps {_steps(plan['checkpoints'])}" if plan["checkpoints"] else "none"),
+    ]  # fmt: skip
+    if plan["estimates"]:
+        rows.append(("time (estimate)", f"{_params(plan['params'])} params, {plan['layers']} layers; per step"))
+        for name, e in plan["estimates"].items():
+            rows.append((
+                f"  {name}",
+                f"{e['seconds_per_step']:.1f} s/step (generation {e['generation_seconds_per_step']:.1f} s), "
+                f"run {duration(e['hours_per_run'] * 3600)}  estimate",
+            ))  # fmt: skip
+    else:
+        rows.append(("time (estimate)", f"omitted: {plan['estimates_omitted']}"))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(["plan:"] + [f"  {label:<{width}}  {value}" for label, value in rows])
+
+
+def _steps(steps, shown=6):
+    """A list of steps, shortened in the middle when long."""
+    text = [f"{step:,}" for step in steps]
+    return ", ".join(text if len(text) <= shown else text[:3] + ["..."] + text[-2:])
+
+
+def _params(params):
+    return f"{params / 1e9:.2f} B" if params >= 1e9 else f"{params / 1e6:.1f} M"
+
+
+def _stderr(stderr):
+    return f", stderr +-{stderr:.1f} points" if stderr is not None else ""
+
+
+def _eval(points, kind):
+    point = next((p for p in points if p["kind"] == kind), None)
+    if point is None:
+        return "off"
+    return f"{point['problems']:,} problems at step {point['step']:,}" + _stderr(stderr_points(point["problems"]))
+
+
+def plan_json(plan):
+    """The plan as one JSON object, for --plan=json."""
+    return json.dumps(plan, sort_keys=True)
+
+
+def progress_line(step, max_steps, seconds_per_step, generation_share):
+    """The line logged after the first steps: measured seconds per step, the ETA and generation's share.
+
+    >>> progress_line(5, 300, 12.3, 0.78)
+    'step 5/300: 12.3 s/step, ETA 1h00m, generation 78 % of the step'
+    """
+    eta = duration((max_steps - step) * seconds_per_step)
+    share = f"{generation_share * 100:.0f} %"
+    return f"step {step}/{max_steps}: {seconds_per_step:.1f} s/step, ETA {eta}, generation {share} of the step"
+
+
+generation_dominates = 0.6  # share of the step above which generation's lever is named
+
+
+def generation_advice(generation_share, use_vllm=False, sequences_per_call=None):
+    """Advice naming the lever when generation takes more than `generation_dominates` of the step, else None.
+
+    >>> generation_advice(0.4) is None
+    True
+    """
+    if generation_share <= generation_dominates:
+        return None
+    share = f"generation takes {generation_share * 100:.0f} % of each step"
+    batch = f" (now {sequences_per_call})" if sequences_per_call else ""
+    more = (
+        f"decode more sequences per generation call{batch}: raise STEPS_PER_GENERATION or "
+        "PER_DEVICE_TRAIN_BATCH_SIZE, so that decoding reads the weights once for many sequences"
+    )
+    if use_vllm:
+        return f"{share}; {more}"
+    return f"{share}; set USE_VLLM=True (requirements-vllm.txt) to generate with vLLM, or {more}"
+
+
+def take_flag(argv):
+    """(`argv` without --plan / --plan=json, None or "text" or "json"): the plan alone, printed, then exit 0.
+
+    >>> take_flag(["--smoke", "--plan=json"])
+    (['--smoke'], 'json')
+    """
+    flags = [arg for arg in argv if arg == "--plan" or arg.startswith("--plan=")]
+    if not flags:
+        return list(argv), None
+    mode = flags[-1].partition("=")[2] or "text"
+    if mode not in ("text", "json"):
+        raise errors.ConfigError(f"{flags[-1]}: write --plan (the block) or --plan=json (one JSON object).")
+    return [arg for arg in argv if arg not in flags], mode
+
+
+truthy, falsy = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate"):
+    """(USE_VLLM as a bool, a one-line note saying which generation runs and why, or None when chosen by hand).
+
+    >>> generation_choice("auto", cuda=False, vllm_installed=True)
+    (False, 'USE_VLLM=auto: HF generate, as no CUDA GPU is visible')
+    """
+    value = use_vllm.lower() if isinstance(use_vllm, str) else use_vllm
+    if isinstance(value, bool) or value in truthy or value in falsy:
+        return value is True or value in truthy, None
+    if value != "auto":
+        raise errors.ConfigError(f"USE_VLLM={use_vllm!r} is not one of auto, True, False.")
+    if cuda and vllm_installed:
+        return True, f"USE_VLLM=auto: vLLM ({mode}), as vllm imports and a CUDA GPU is visible"
+    why = "no CUDA GPU is visible" if not cuda else "vllm is not installed (requirements-vllm.txt adds it)"
+    return False, f"USE_VLLM=auto: HF generate, as {why}"
+
+
+vllm_overhead_gb = 3.0  # vLLM's CUDA graphs, activations and allocator slack besides weights and KV cache
+vllm_share_bounds = (0.1, 0.9)  # the automatic share stays within these
+vllm_share_fallback = 0.3  # ... and is this when the model's config or the card's memory is unknown
+
+
+def resolve_generation(s, cuda, vllm_installed, model_config=None):
+    """(settings, note): USE_VLLM as True or False for this machine (see generation_choice), and
+    VLLM_GPU_MEMORY_UTILIZATION as a number (see vllm_memory_share; "auto" stays "auto" until `model_config` is
+    given: the first call, before preflight, checks the values; the second, with the config, sizes the share)."""
+    use_vllm, note = generation_choice(s["USE_VLLM"], cuda, vllm_installed, s["VLLM_MODE"])
+    share = s["VLLM_GPU_MEMORY_UTILIZATION"]
+    if share != "auto" or model_config is not None:
+        card_gb = 0
+        if share == "auto" and use_vllm and cuda:
+            import torch
+
+            card_gb = torch.cuda.get_device_properties(0).total_memory / 1e9
+        sequences = s["PER_DEVICE_TRAIN_BATCH_SIZE"] * (s["STEPS_PER_GENERATION"] or s["GRADIENT_ACCUMULATION_STEPS"])
+        tokens = prompt_tokens + s["MAX_COMPLETION_LENGTH"]
+        share = vllm_memory_share(share, model_config, card_gb, sequences, tokens)
+    return {**s, "USE_VLLM": use_vllm, "VLLM_GPU_MEMORY_UTILIZATION": share}, note
+
+
+def vllm_memory_share(value, model_config=None, card_gb=0, sequences=0, tokens=0):
+    """VLLM_GPU_MEMORY_UTILIZATION: a number as given, or for "auto" (bf16 weights + twice the KV cache of one
+    generation call's `sequences` of `tokens` + vllm_overhead_gb) / the card's memory, within vllm_share_bounds.
+
+    >>> vllm_memory_share("auto", None, 80, 64, 406), vllm_memory_share("0.5", None, 80, 64, 406)
+    (0.3, 0.5)
+    """
+    if value != "auto":
+        try:
+            return float(value)
+        except ValueError:
+            raise errors.ConfigError(
+                f"VLLM_GPU_MEMORY_UTILIZATION={value!r} is not auto nor a share such as 0.3."
+            ) from None
+    if not model_config or not card_gb:
+        return vllm_share_fallback
+    c = model_config if isinstance(model_config, dict) else model_config.to_dict()
+    heads = c["num_attention_heads"]
+    head_dim = c.get("head_dim") or c["hidden_size"] // heads
+    kv_bytes_per_token = 2 * c["num_hidden_layers"] * (c.get("num_key_value_heads") or heads) * head_dim * 2
+    need_gb = model_shape(c)["params"] * 2 / 1e9 + 2 * kv_bytes_per_token * sequences * tokens / 1e9
+    low, high = vllm_share_bounds
+    return round(min(max((need_gb + vllm_overhead_gb) / card_gb, low), high), 2)
+
+
+def for_run(s, sizes, world_size, note, cuda):
+    """(settings, plan) for grpotrainer.py: the model's config read without its weights (read_model_config),
+    VLLM_GPU_MEMORY_UTILIZATION=auto sized from it and this GPU's memory, and the plan for `sizes` ({"train": n,
+    "test": n}) with `note`, USE_VLLM's choice, beside the generation row."""
+    model_config, source = read_model_config(s["MODEL_NAME"])
+    s, _ = resolve_generation(s, cuda, vllm_installed=False, model_config=model_config or {})  # USE_VLLM: chosen
+    run_plan = make_plan(s, sizes["train"], sizes["test"], world_size, model_config=model_config, model_source=source)
+    return s, {**run_plan, "generation_note": note}
