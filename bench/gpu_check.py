@@ -20,7 +20,7 @@ every case, so a run cut short keeps what it measured. Per model, in this order:
                    (decode-lora-b1) and at the GRPO generation batch (decode-lora-grpo), eager, with the host's cost
     step-cb        step-generate with USE_TRANSFORMERS_CONTINUOUS_BATCHING=True, then dtype-after-cb: a pass/fail
                    entry, the LoRA weights and rotary inv_freq buffers fp32 at every step's end
-    step-large     step-generate with 64 completions per step, all decoded by one generate call
+    step-large     step-generate with 128 completions per step, all decoded by one generate call
     decode-static  decode with CACHE_IMPLEMENTATION=static: the static KV cache and the compiled decode step; the
                    compile (the warm-up call) reported apart from the timed repeats
     step-vllm      step-generate with USE_VLLM=True (only where vllm is installed)
@@ -82,9 +82,9 @@ DRY_SHAPES = {
     "tiny-36-layers": dict(vocab_size=4096, tie_word_embeddings=False, num_hidden_layers=36),
 }
 DRY_MODELS = ["qwen3-8b"]  # what --dry-run runs unless --models says otherwise: the default plan's first model
-# --dry-run: grpotrainer.py's own batch layout and activation checkpointing over --smoke's (which trains 4
-# completions in one micro-batch), so that the CPU runs every micro-batch a GPU step runs
-DRY_LAYOUT = {"PER_DEVICE_TRAIN_BATCH_SIZE": 1, "GRADIENT_ACCUMULATION_STEPS": 8, "ACTIVATION_CHECKPOINTING": "true"}
+# --dry-run: grpotrainer.py's own batch layout (read from it, `step_settings`) and activation checkpointing over
+# --smoke's (which trains 4 completions in one micro-batch), so that the CPU runs every micro-batch a GPU step runs
+DRY_LAYOUT = ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS")
 # --quick: a second try in what is left of the GPU machine's window, on the small model
 QUICK = dict(models=["qwen3-0.6b"], cases=["step-generate", "decode", "step-cb"], deadline=300)
 DEADLINE = 470  # seconds for the whole run, install included (gpu_check.sh passes what it spent); the dry run 1200
@@ -103,8 +103,8 @@ BUDGETS = {
 }
 DRY_BUDGET = 450  # decode-static's cold compile of the LoRA model on 2 shared cores: up to ~5 min
 EVAL_OFF = {"EVAL_STEPS": 0, "EVAL_BEFORE": 0, "EVAL_AFTER": 0}  # step cases time training alone
-# the larger layout: 64 completions per step, 8 per micro-batch, all decoded by one generate call per step
-LARGE_LAYOUT = {"PER_DEVICE_TRAIN_BATCH_SIZE": 16, "GRADIENT_ACCUMULATION_STEPS": 16, "STEPS_PER_GENERATION": 16}
+# twice the default layout in one generate call; the dry run's 32 fixture problems still hold a round (group 4)
+LARGE_LAYOUT = {"PER_DEVICE_TRAIN_BATCH_SIZE": 16, "GRADIENT_ACCUMULATION_STEPS": 8, "STEPS_PER_GENERATION": 8}
 STEP_CASES = {  # case -> grpotrainer.py overrides on top of its defaults (and EVAL_OFF)
     "step-generate": {},
     "step-cb": {"USE_TRANSFORMERS_CONTINUOUS_BATCHING": "true"},
@@ -503,7 +503,8 @@ def instrument_trainer(events, memory, *callbacks):
 def step_settings(args):
     """grpotrainer.py's settings a step case changes: evaluation off (it would run inside the timed steps), the dry
     run's layout, then the case's own."""
-    return {**EVAL_OFF, **(DRY_LAYOUT if args.dry_run else {}), **STEP_CASES[args.case]}
+    layout = {**script_defaults(ROOT / "grpotrainer.py", DRY_LAYOUT), "ACTIVATION_CHECKPOINTING": "true"}
+    return {**EVAL_OFF, **(layout if args.dry_run else {}), **STEP_CASES[args.case]}
 
 
 def step_arguments(args, output_dir):
@@ -512,7 +513,7 @@ def step_arguments(args, output_dir):
     common += [f"--MAX_STEPS={args.steps}", f"--SAVE_STEPS={args.steps + 1}"]  # no checkpoint inside the timed steps
     settings = [f"--{name}={value}" for name, value in step_settings(args).items()]
     if args.dry_run:  # --smoke: CPU, fp32 (preflight refuses a real run without CUDA), 32 tokens per completion
-        # ... in the default layout: micro-batches of 1 over 8 accumulation steps, activation checkpointing on
+        # ... in the script's own layout, with activation checkpointing on
         return ["--smoke", *common, *settings, *([DRY_CB_CONFIG] if args.case == "step-cb" else [])]
     return [*common, *settings]
 

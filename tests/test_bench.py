@@ -101,8 +101,10 @@ def test_gpu_check_dry_run(tmp_path):
         "static",
     )
     assert cases["decode-static-b1"]["warmup_seconds"] > 0  # the compile, apart from the timed repeats
-    assert (cases["decode-lora-b1"]["batch"], cases["decode-lora-grpo"]["batch"]) == (1, 8)  # the generation batch
-    for name, completions in (("step-generate", 8), ("step-cb", 8), ("step-large", 64)):
+    default = gpu_check.grpo_defaults()["generation_batch"]  # the script's layout: one generate call's sequences
+    large = gpu_check.grpo_defaults(**gpu_check.LARGE_LAYOUT)["generation_batch"]
+    assert (cases["decode-lora-b1"]["batch"], cases["decode-lora-grpo"]["batch"]) == (1, default)
+    for name, completions in (("step-generate", default), ("step-cb", default), ("step-large", large)):
         step = cases[name]
         assert step["completions"] == completions and len(step["steps_seconds"]) == 3  # one warm-up step, two timed
         assert step["step_seconds"] == gpu_check.median(step["steps_seconds"][1:])
@@ -168,10 +170,10 @@ def test_step_cases_run_with_evaluation_off(case, dry_run, tmp_path):
     assert len({a.split("=")[0] for a in argv}) == len(argv)  # each setting given once
 
 
-def test_the_large_layout_decodes_four_times_the_default_in_one_generate_call():
+def test_the_large_layout_decodes_twice_the_default_in_one_generate_call():
     large = gpu_check.grpo_defaults(**gpu_check.LARGE_LAYOUT)
     default = gpu_check.grpo_defaults()
-    assert default["generation_batch"] == 64 and large["generation_batch"] == 256  # one call, 4x the default
+    assert large["generation_batch"] == 2 * default["generation_batch"] == 128  # in one generate call
 
 
 def test_host_facts_name_the_cpu_and_its_cores():

@@ -11,7 +11,7 @@ import pytest
 from conftest import run_script, train
 
 import grpotrainer
-from grpo import cli, gsm8k, guards, hardware, profiles, reward_guard
+from grpo import cli, gsm8k, guards, profiles, reward_guard
 
 
 def completions(output_dir):
@@ -55,30 +55,43 @@ def test_static_cache_scores_the_eager_answers_in_evaluate(tmp_path, tiny_model)
     assert static == eager  # greedy: the same tokens, so the same completions, extractions and grades
 
 
+COMPILED_DECODE = """
+import sys
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from grpo import gsm8k, hardware
+
+original = hardware.decode_options
+
+
+def on_every_device(cache_implementation):
+    options = original(cache_implementation)
+    if options:
+        options["compile_config"]._compile_all_devices = True
+    return options
+
+
+hardware.decode_options = on_every_device
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).eval()
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+prompts = gsm8k.load(str(gsm8k.FIXTURE), "train", limit=4)["prompt"]
+eager = gsm8k.hf_generator(model, tokenizer, 24)(prompts)
+compiled = gsm8k.hf_generator(model, tokenizer, 24, cache_implementation="static")
+assert compiled(prompts) == eager, "the first compiled call"  # (text, tokens, truncated) for each prompt, greedy
+assert hasattr(model, "_compiled_call"), "transformers did not compile the decode step"
+assert compiled(prompts) == eager, "the second call"  # it runs the compiled graph as it is
+"""
+
+
 @pytest.mark.slow
-def test_the_compiled_decode_step_generates_the_eager_tokens(tiny_model, monkeypatch):
-    # transformers compiles only on CUDA; its own test switch compiles on the CPU too (inductor, ~1-2 min)
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    original = hardware.decode_options
-
-    def on_every_device(cache_implementation):
-        options = original(cache_implementation)
-        if options:
-            options["compile_config"]._compile_all_devices = True
-        return options
-
-    monkeypatch.setattr(hardware, "decode_options", on_every_device)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    prompts = gsm8k.load(str(gsm8k.FIXTURE), "train", limit=4)["prompt"]
-    eager = gsm8k.hf_generator(model, tokenizer, 24)(prompts)
-    compiled = gsm8k.hf_generator(model, tokenizer, 24, cache_implementation="static")
-    assert compiled(prompts) == eager  # (text, tokens, truncated) for each prompt, greedy
-    assert hasattr(model, "_compiled_call")  # transformers did compile the decode step
-    assert compiled(prompts) == eager  # the second call runs the compiled graph as it is
+def test_the_compiled_decode_step_generates_the_eager_tokens(tiny_model):
+    # transformers compiles only on CUDA; its own test switch compiles on the CPU too (inductor, ~1-2 min). In a
+    # fresh Python: dynamo's caches and torch's settings are process-wide, and the suite's earlier tests leave theirs
+    out = run_script("-c", COMPILED_DECODE, tiny_model, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
 
 
 def trained_adapter_dtypes(tmp_path, tiny_model):
