@@ -215,8 +215,9 @@ def test_a_smoke_run_logs_its_plan_and_pace(tmp_path):
     out = run_script("grpotrainer.py", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     # the plan comes before the weights load, and the measured pace after the first steps
-    assert out.stderr.index("optimiser steps") < out.stderr.index("Loading weights")
-    assert "s/step, ETA" in out.stderr
+    err = out.stderr
+    assert "optimiser steps" in err and "] model " in err and "s/step, ETA" in err, err[-3000:]
+    assert err.index("optimiser steps") < err.index("] model ")  # logged just before the trainer loads the weights
     (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     scalars = read_scalars(run)
     for tag in ("perf/seconds_per_step", "perf/generation_share", "perf/eta_hours"):
