@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import GSM8K_DIR, read_scalars
+from test_grading import CASES  # the same known grades, scored here as metrics
 
 from grpo import grading, gsm8k
 from grpo.errors import ConfigError
@@ -99,19 +100,6 @@ def test_sampling_is_seeded_and_leaves_the_global_random_state_alone():
     assert before == after  # training's own random stream is untouched by the evaluation
     assert [r["question"] for r in first] == [q for q in dataset["question"] for _ in range(3)]  # problem-major
     assert len({r["completion"] for r in first}) > 1  # sampled, not greedy: a random model's samples differ
-
-
-# Four completions whose grades are known by construction, gold "18" throughout unless noted:
-CASES = [
-    ("9 * 2 = 18\n#### 18", "18", {"extracted": "18", "correct": True, "strict_correct": True, "formatted": True}),
-    (
-        "So she pays \\boxed{18}.",
-        "18",
-        {"extracted": "18", "correct": True, "strict_correct": False, "formatted": False},
-    ),
-    ("#### 17", "18", {"extracted": "17", "correct": False, "strict_correct": False, "formatted": True}),
-    ("I am not sure.", "18", {"extracted": None, "correct": False, "strict_correct": False, "formatted": False}),
-]
 
 
 def test_score_counts_the_known_cases():
