@@ -415,20 +415,9 @@ def test_nan_probabilities_are_found_where_sampling_raised():
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
 
 
-HOLDER = f"""
-import sys, time
-sys.path.insert(0, {str(REPO)!r})
-from grpo import guards
-with guards.output_lock(sys.argv[1], rank0=True):
-    print("locked", flush=True)
-    time.sleep(120)
-"""
-
-
 def test_filelock_refusal_names_the_holder_and_a_killed_holder_is_taken_over(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    holder = start_holder(tmp_path)
     try:
-        assert holder.stdout.readline().strip() == "locked"
         refusal = f"in use by another run \\(pid {holder.pid} on {socket.gethostname()}, since "
         with pytest.raises(ConfigError, match=refusal), guards.output_lock(tmp_path, rank0=True):
             pass
