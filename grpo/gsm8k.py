@@ -6,7 +6,14 @@ none from the last-number fallback for a cut-off completion). Metrics (`KEYS`): 
 number), lenient_accuracy (any answer form the grader reads), format_rate, mean_completion_tokens, truncated_rate; a
 lenient accuracy far above the strict one means the model solves the problems but ignores the asked format.
 Sampled accuracy (`SAMPLED_KEYS`): k completions per problem at a temperature, c/k per problem (pass@1 estimated
-from k) averaged over problems: at training's TEMPERATURE, what GRPO's correctness reward pays on average.
+from k) averaged over problems: at training's TEMPERATURE, what GRPO's correctness reward pays on average; and
+pass_at_k, the unbiased pass@k for k = 1..samples (grpo/stats.py).
+
+How sure: every accuracy has `<key>_ci95`, its 95 % Wilson interval [low, high] over the n problems (the sampled
+one too: a problem's c/k lies in [0, 1], so its variance is at most p(1-p) and the interval errs wide).
+lm_eval_strict_match and lm_eval_flexible_extract grade the same greedy completions as lm-evaluation-harness's gsm8k
+task does (the first `#### N`; the last number), for setting beside a published score (stats.py says what differs).
+`paired` compares two evaluations of the same problems (`compare`): the flips and the exact McNemar p-value.
 """
 
 import contextlib
@@ -17,7 +24,7 @@ import re
 import time
 from pathlib import Path
 
-from grpo import errors, grading, hardware, hub
+from grpo import errors, grading, hardware, hub, stats
 from grpo.errors import ConfigError
 
 # The instruction before every problem; grpotrainer.py and evaluate.py start from this default.
@@ -27,6 +34,14 @@ SYSTEM_PROMPT = (
 )
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "smoke_gsm8k.jsonl"  # our own 32 problems, for --smoke
 KEYS = ("n", "strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens", "truncated_rate")
+KEYS += ("lm_eval_strict_match", "lm_eval_flexible_extract")
+ACCURACIES = {  # metric -> the verdict of one graded completion it counts
+    "strict_accuracy": "strict_correct",
+    "lenient_accuracy": "correct",
+    "lm_eval_strict_match": "lm_eval_strict",
+    "lm_eval_flexible_extract": "lm_eval_flexible",
+}
+INTERVAL = "_ci95"  # `<accuracy>_ci95`: its 95 % Wilson interval [low, high]
 SCALARS = {
     "strict_accuracy": "eval/gsm8k_strict_accuracy",
     "lenient_accuracy": "eval/gsm8k_lenient_accuracy",
@@ -35,7 +50,7 @@ SCALARS = {
     "sampled_strict_accuracy": "eval/gsm8k_sampled_strict_accuracy",
 }
 CONTEXT_MARGIN = 64  # tokens of vLLM context over the longest prompt plus a completion (see `context_length`)
-SAMPLED_KEYS = ("samples", "sample_temperature", "sampled_accuracy", "sampled_strict_accuracy")
+SAMPLED_KEYS = ("samples", "sample_temperature", "sampled_accuracy", "sampled_strict_accuracy", "pass_at_k")
 log = logging.getLogger("grpotrainer.gsm8k")
 
 
@@ -182,68 +197,123 @@ def _read_local(dataset, split, name):
 # Grading and scoring
 
 
+def grade(completion, gold, truncated=False, thinking=False):
+    """The grader's verdicts (grading.grade), `truncated`, and lm-evaluation-harness's two gsm8k verdicts, which
+    read the text as lm-eval does (no rule for cut-off or unclosed thinking).
+
+    >>> v = grade("#### 18\\n#### 19", "19")
+    >>> v["strict_correct"], v["lm_eval_strict"], v["lm_eval_flexible"]
+    (True, False, True)
+    """
+    verdicts = grading.grade(completion, gold, truncated=truncated, thinking=thinking)
+    return {
+        **verdicts,
+        "truncated": truncated,
+        "lm_eval_strict": stats.lm_eval_strict(completion, gold),
+        "lm_eval_flexible": stats.lm_eval_flexible(completion, gold),
+    }
+
+
 def score(golds, completions, completion_tokens=None, truncated=None):
-    """The metrics dict (keys `KEYS`) for completions graded against their gold answers; pure, no model.
+    """The metrics dict (keys `KEYS` and the intervals) for completions graded against their gold answers; pure.
 
     Shares are rounded to 4 decimals, so 1 of 3 is 0.3333.
 
     >>> m = score(["18", "5", "7"], ["#### 18", "The answer is 5.", "#### 8"], [4, 6, 2])
     >>> m["n"], m["strict_accuracy"], m["lenient_accuracy"], m["format_rate"], m["mean_completion_tokens"]
     (3, 0.3333, 0.6667, 0.6667, 4.0)
+    >>> m["strict_accuracy_ci95"], m["lm_eval_flexible_extract"]
+    ([0.0615, 0.7923], 0.6667)
     """
     truncated = truncated or [False] * len(completions)
-    graded = [
-        {**grading.grade(c, g, truncated=t), "truncated": t}
-        for c, g, t in zip(completions, golds, truncated, strict=True)
-    ]
+    graded = [grade(c, g, truncated=t) for c, g, t in zip(completions, golds, truncated, strict=True)]
     return summarize(graded, completion_tokens or [0] * len(graded))
 
 
 def summarize(graded, completion_tokens):
-    """The metrics of already graded completions (dicts from `grade`, with `truncated`) and their token counts."""
+    """The metrics of already graded completions (dicts from `grade`) and their token counts: `KEYS`, and for each
+    accuracy its Wilson interval (`INTERVAL`)."""
     n = len(graded)
 
-    def share(key):
-        return round(sum(bool(g.get(key)) for g in graded) / n, 4) if n else 0.0
+    def count(key):
+        return sum(bool(g.get(key)) for g in graded)
 
-    return {
+    def share(key):
+        return round(count(key) / n, 4) if n else 0.0
+
+    metrics = {
         "n": n,
         "strict_accuracy": share("strict_correct"),
         "lenient_accuracy": share("correct"),
         "format_rate": share("formatted"),
         "mean_completion_tokens": round(sum(completion_tokens) / n, 2) if n else 0.0,
         "truncated_rate": share("truncated"),
+        "lm_eval_strict_match": share("lm_eval_strict"),
+        "lm_eval_flexible_extract": share("lm_eval_flexible"),
     }
+    for key, verdict in ACCURACIES.items():
+        metrics[key + INTERVAL] = interval(count(verdict), n)
+    return metrics
+
+
+def interval(successes, n):
+    """The 95 % Wilson interval of `successes` of `n`, as a JSON list rounded to 4 decimals.
+
+    >>> interval(5, 10), interval(0, 0)
+    ([0.2366, 0.7634], [0.0, 1.0])
+    """
+    return [round(bound, 4) for bound in stats.wilson(successes, n)]
 
 
 def sampled_metrics(golds, completions, samples, temperature, thinking=False, truncated=None):
-    """The sampled-accuracy metrics (keys `SAMPLED_KEYS`) of `samples` completions per problem; pure, no model.
+    """The sampled-accuracy metrics (keys `SAMPLED_KEYS`, intervals) of `samples` completions per problem; pure.
 
     `completions` are problem-major: the first `samples` belong to golds[0], the next to golds[1], ... For one
     problem with c correct of k, c/k is the unbiased estimate of the chance that one sample is correct (pass@1);
-    sampled_accuracy is its mean over the problems, rounded to 4 decimals.
+    sampled_accuracy is its mean over the problems, rounded to 4 decimals. pass_at_k maps k (as text, JSON's keys)
+    to the mean unbiased pass@k over the problems.
 
-    >>> sampled_metrics(["18", "5"], ["#### 18", "The answer is 18.", "#### 4", "#### 5"], 2, 1.0)
-    {'samples': 2, 'sample_temperature': 1.0, 'sampled_accuracy': 0.75, 'sampled_strict_accuracy': 0.5}
+    >>> m = sampled_metrics(["18", "5"], ["#### 18", "The answer is 18.", "#### 4", "#### 5"], 2, 1.0)
+    >>> m["sampled_accuracy"], m["sampled_strict_accuracy"], m["pass_at_k"], m["sampled_accuracy_ci95"]
+    (0.75, 0.5, {'1': 0.75, '2': 1.0}, [0.1979, 0.9733])
     """
     if len(completions) != len(golds) * samples:
         raise ValueError(f"{len(completions)} completions for {len(golds)} problems x {samples} samples")
+    return sampled_summary(sampled_counts(golds, completions, samples, thinking, truncated), samples, temperature)
+
+
+def sampled_summary(counts, samples, temperature):
+    """`sampled_metrics` from the per-problem counts of `sampled_counts`."""
+    n = len(counts)
+    right = sum(c["correct"] for c in counts) / samples  # the expected number right of one sample per problem
+    strict = sum(c["strict_correct"] for c in counts) / samples
+    pass_at = stats.pass_at_ks([c["correct"] for c in counts], samples) if n else {}
+    return {
+        "samples": samples,
+        "sample_temperature": temperature,
+        "sampled_accuracy": round(right / n, 4) if n else 0.0,
+        "sampled_strict_accuracy": round(strict / n, 4) if n else 0.0,
+        "pass_at_k": {str(k): round(value, 4) for k, value in pass_at.items()},
+        "sampled_accuracy" + INTERVAL: interval(right, n),
+        "sampled_strict_accuracy" + INTERVAL: interval(strict, n),
+    }
+
+
+def sampled_counts(golds, completions, samples, thinking=False, truncated=None):
+    """Per problem, how many of its `samples` completions were right: [{"correct": c, "strict_correct": c'}, ...].
+
+    >>> sampled_counts(["3"], ["#### 3", "The answer is 3.", "#### 4"], 3)
+    [{'correct': 2, 'strict_correct': 1}]
+    """
     truncated = truncated or [False] * len(completions)
     graded = [
         grading.grade(c, golds[i // samples], truncated=truncated[i], thinking=thinking)
         for i, c in enumerate(completions)
     ]
-
-    def mean_per_problem(key):
-        per_problem = [sum(g[key] for g in graded[i : i + samples]) / samples for i in range(0, len(graded), samples)]
-        return round(sum(per_problem) / len(per_problem), 4) if per_problem else 0.0
-
-    return {
-        "samples": samples,
-        "sample_temperature": temperature,
-        "sampled_accuracy": mean_per_problem("correct"),
-        "sampled_strict_accuracy": mean_per_problem("strict_correct"),
-    }
+    return [
+        {key: sum(bool(g[key]) for g in graded[i : i + samples]) for key in ("correct", "strict_correct")}
+        for i in range(0, len(graded), samples)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -303,16 +373,18 @@ def seeded(seed):
 
 
 def results(rows, seconds, thinking=False, sampled_rows=(), samples=0, temperature=0.0):
-    """The metrics and the prediction records (question, gold, completion, extracted, correct, ...) of `rows`;
-    with `sampled_rows` (from `sample_all`) the sampled-accuracy metrics too."""
-    predictions = [
-        {**r, **grading.grade(r["completion"], r["gold"], truncated=r["truncated"], thinking=thinking)} for r in rows
-    ]
+    """The metrics and the prediction records (question, gold, completion, extracted, correct, lm-eval's verdicts,
+    ...) of `rows`; with `sampled_rows` (from `sample_all`) the sampled-accuracy metrics too, and in each record
+    `sampled_correct`, how many of its samples were right."""
+    predictions = [{**r, **grade(r["completion"], r["gold"], r["truncated"], thinking)} for r in rows]
     metrics = summarize(predictions, [r["completion_tokens"] for r in rows])
     if samples:
         golds, completions = [r["gold"] for r in sampled_rows[::samples]], [r["completion"] for r in sampled_rows]
         cut = [r["truncated"] for r in sampled_rows]
-        metrics |= sampled_metrics(golds, completions, samples, temperature, thinking, cut)
+        counts = sampled_counts(golds, completions, samples, thinking, cut)
+        metrics |= sampled_summary(counts, samples, temperature)
+        for prediction, count in zip(predictions, counts, strict=True):  # per problem, for paired comparisons
+            prediction["sampled_correct"] = count["correct"]
     return {**metrics, "seconds": round(seconds, 2)}, predictions
 
 
@@ -330,7 +402,8 @@ def evaluate(dataset, generate, batch_size, desc="GSM8K", thinking=False, *, sam
 
 def report(metrics, predictions, output_dir, stem, logdir=None, step=0, title="GSM8K", settings=None):
     """Print the table; write <stem>.json (the metrics and, under "settings", what they were measured with) and
-    <stem>_predictions.jsonl; log the TensorBoard scalars at `step` when `logdir` is given."""
+    <stem>_predictions.jsonl; log the TensorBoard scalars (and the paired test as text) at `step` when `logdir` is
+    given."""
     print(format_table(metrics, title), flush=True)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -346,15 +419,149 @@ def report(metrics, predictions, output_dir, stem, logdir=None, step=0, title="G
             for key, tag in SCALARS.items():
                 if key in metrics:  # the sampled accuracy only when it was measured
                     writer.add_scalar(tag, metrics[key], step)
+            if lines := paired_lines(metrics.get("paired")):  # the Text tab; two spaces end a markdown line
+                writer.add_text("eval/paired", "  \n".join(lines), step)
     log.info(
         "wrote %s/%s.json and %s_predictions.jsonl%s", out, stem, stem, f"; TensorBoard: {logdir}" if logdir else ""
     )
 
 
 def format_table(metrics, title="GSM8K"):
-    """The metrics as a small aligned text table."""
-    lines = [title, *(f"  {key:<24}{value:>10}" for key, value in metrics.items())]
-    return "\n".join(lines)
+    """The metrics as a small aligned text table: each accuracy with its interval, pass@k on one row, and the
+    paired test's lines when there is one.
+
+    >>> print(format_table({"n": 10, "strict_accuracy": 0.5, "strict_accuracy_ci95": [0.2366, 0.7634]}, "T"))
+    T
+      n                                     10
+      strict_accuracy     0.500 [0.237, 0.763]
+    """
+    lines = [title]
+    for key, value in metrics.items():
+        if key.endswith(INTERVAL) or key == "paired":
+            continue
+        if key + INTERVAL in metrics:
+            value = stats.format_interval(value, *metrics[key + INTERVAL])
+        elif key == "pass_at_k":
+            value = ", ".join(f"@{k} {v:.3f}" for k, v in value.items())
+        lines.append(f"  {key:<20}{value:>20}")
+    return "\n".join(lines + [f"  {line}" for line in paired_lines(metrics.get("paired"))])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Two evaluations of the same problems: the paired test
+
+
+def compare(baseline, predictions, name=""):
+    """The paired exact test of two evaluations' greedy verdicts, problem by problem, when `predictions` covers the
+    first problems of `baseline` (the same question texts in the same order): a held-out point of EVAL_SUBSET
+    problems pairs with an EVAL_BEFORE of as many or more. None when the problems differ.
+
+    Returns {"baseline": name, "strict": stats.paired(...), "lenient": stats.paired(...)}: n, the flips up (wrong
+    -> right) and down, both_right, both_wrong, the exact McNemar p_value and the difference in accuracy.
+
+    >>> before = [{"question": q, "correct": c, "strict_correct": c} for q, c in zip("abc", (0, 0, 1))]
+    >>> after = [{"question": q, "correct": c, "strict_correct": 0} for q, c in zip("ab", (1, 1))]
+    >>> paired = compare(before, after, "before.json")
+    >>> paired["lenient"]["up"], paired["lenient"]["p_value"], paired["strict"]["up"]
+    (2, 0.5, 0)
+    >>> compare(before, after[::-1]) is None
+    True
+    """
+    head = baseline[: len(predictions)]
+    if not predictions or [b["question"] for b in head] != [p["question"] for p in predictions]:
+        return None
+    return {
+        "baseline": name,
+        **{
+            label: stats.paired([bool(b[key]) for b in head], [bool(p[key]) for p in predictions])
+            for label, key in (("strict", "strict_correct"), ("lenient", "correct"))
+        },
+    }
+
+
+def paired_lines(paired):
+    """The paired test as text, one line per accuracy: both accuracies on the shared problems, the change, the
+    flips and the p-value.
+
+    >>> paired_lines({"baseline": "b.json", "strict": stats.paired([0, 0, 1, 1], [1, 1, 1, 0])})
+    ['paired with b.json on 4 problems (exact McNemar test):', 'strict: 0.500 -> 0.750 (+0.250; 2 up / 1 down, p = 1)']
+    """
+    if not paired:
+        return []
+    tests = {label: test for label, test in paired.items() if label != "baseline"}
+    n = next(iter(tests.values()))["n"]
+    lines = [f"paired with {paired['baseline']} on {n} problems (exact McNemar test):"]
+    for label, test in tests.items():
+        before = (test["both_right"] + test["down"]) / n
+        after = (test["both_right"] + test["up"]) / n
+        lines.append(f"{label}: {stats.describe_pair(before, after, test)}")
+    return lines
+
+
+def flip_lines(baseline, predictions, width=60):
+    """One line per problem whose strict or lenient verdict flipped: its index, both flips, its question's start.
+
+    >>> before = [{"question": "How many apples?", "correct": 0, "strict_correct": 0}]
+    >>> flip_lines(before, [{"question": "How many apples?", "correct": 1, "strict_correct": 0}])
+    ['#0   strict -     lenient up    How many apples?']
+    """
+    lines = []
+    for i, (b, p) in enumerate(zip(baseline, predictions, strict=True)):
+        flips = {
+            label: ("up" if p[key] else "down") if bool(b[key]) != bool(p[key]) else "-"
+            for label, key in (("strict", "strict_correct"), ("lenient", "correct"))
+        }
+        if set(flips.values()) != {"-"}:
+            question = " ".join(p["question"].split())
+            question = question if len(question) <= width else question[: width - 3] + "..."
+            lines.append(f"#{i:<3} strict {flips['strict']:<5} lenient {flips['lenient']:<5} {question}")
+    return lines
+
+
+def load_evaluation(path, split="test", name="BASELINE"):
+    """(metrics, predictions, file) of an evaluation that `report` wrote: `path` is its .json, or a folder holding
+    eval_<split>.json (evaluate.py's) or else eval_<split>_after.json (a training run's EVAL_AFTER). Anything else
+    is a ConfigError naming `name`."""
+    path = Path(path)
+    if path.is_dir():
+        path = next(
+            (path / f for f in (f"eval_{split}.json", f"eval_{split}_after.json") if (path / f).is_file()), path
+        )
+    predictions_path = path.with_name(path.stem + "_predictions.jsonl")
+    problem = f"{name}={path} is not an evaluation that evaluate.py or a training run wrote"
+    fix = f"Give an eval_<split>.json with its _predictions.jsonl beside it, or a folder holding eval_{split}.json."
+    if not path.is_file() or not predictions_path.is_file():
+        missing = predictions_path.name if path.is_file() else f"no eval_{split}.json or eval_{split}_after.json"
+        raise ConfigError(f"{problem} ({missing} there).\n{fix}")
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+        with open(predictions_path, encoding="utf-8") as f:
+            predictions = [json.loads(line) for line in f if line.strip()]
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{problem} ({type(err).__name__}: {err}).\n{fix}") from None
+    keys = {"question", "correct", "strict_correct"}
+    if not (
+        isinstance(metrics, dict)
+        and {"n", "strict_accuracy", "lenient_accuracy"} <= set(metrics)
+        and all(isinstance(p, dict) and keys <= set(p) for p in predictions)
+        and len(predictions) == metrics["n"]
+    ):
+        raise ConfigError(f"{problem} (it lacks the metrics or the per-problem verdicts).\n{fix}")
+    return metrics, predictions, path
+
+
+def paired_with_before(output_dir, predictions):
+    """`compare` against the run's EVAL_BEFORE (OUTPUT_DIR/eval_test_before.json) when there is one on the same
+    problems, else None. A before file that cannot be read is warned about and skipped: it must not stop a run."""
+    path = Path(output_dir) / "eval_test_before.json"
+    if not path.is_file():
+        return None
+    try:
+        _, before, _ = load_evaluation(path, name="the run's EVAL_BEFORE")
+    except ConfigError as err:
+        log.warning("no paired test: %s", errors.first_line(err))
+        return None
+    return compare(before, predictions, path.name)
 
 
 def eos_ids(model, tokenizer):
@@ -489,8 +696,9 @@ def vllm_generator(
 
 
 def summary_line(steps, started, metrics=(None, None), now=time.monotonic):
-    """The one line a run ends with: its steps, its wall time since `started`, and the strict accuracy before ->
-    after training when both were scored (`metrics`: before, after).
+    """The one line a run ends with: its steps, its wall time since `started`, and the strict and lenient accuracy
+    before -> after training when both were scored (`metrics`: before, after), with the paired test when `after`
+    holds one (the accuracies then on the problems both scored).
 
     >>> scored = ({"strict_accuracy": 0.25, "n": 64}, {"strict_accuracy": 0.5, "n": 64})
     >>> summary_line(50, 0.0, scored, now=lambda: 754.0)
@@ -499,7 +707,10 @@ def summary_line(steps, started, metrics=(None, None), now=time.monotonic):
     before, after = metrics
     minutes, seconds = divmod(round(now() - started), 60)
     line = f"finished: {steps} steps in {minutes}m{seconds:02d}s"
-    if before and after:
+    if before and after and after.get("paired"):
+        n = after["paired"]["strict"]["n"]
+        line += f"; GSM8K on {n} test problems (exact McNemar test), " + "; ".join(paired_lines(after["paired"])[1:])
+    elif before and after:
         line += f"; GSM8K strict accuracy {before['strict_accuracy']:.3f} -> {after['strict_accuracy']:.3f}"
         line += f" ({after['n']} test problems)"
     elif after:

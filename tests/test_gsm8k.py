@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import GSM8K_DIR, read_scalars
+from conftest import GSM8K_DIR, read_scalars, read_texts
 from test_grading import CASES  # the same known grades, scored here as metrics
 
 from grpo import grading, gsm8k
@@ -29,12 +29,25 @@ from grpo.errors import ConfigError
 def test_sampled_accuracy_is_the_mean_per_problem_share_of_correct_samples(completions, samples, accuracy, strict):
     golds = ["3", "4"]
     metrics = gsm8k.sampled_metrics(golds, completions, samples, 0.7)
-    assert metrics == {
+    assert {
+        k: metrics[k] for k in ("samples", "sample_temperature", "sampled_accuracy", "sampled_strict_accuracy")
+    } == {
         "samples": samples,
         "sample_temperature": 0.7,
         "sampled_accuracy": round(accuracy, 4),
         "sampled_strict_accuracy": round(strict, 4),
     }
+
+
+def test_pass_at_k_and_the_sampled_interval_follow_their_formulas():
+    # Problem 0 is right in 1 of 3 samples, problem 1 in all 3. pass@k = 1 - C(n-c, k) / C(n, k) per problem:
+    # k=1: 1/3 and 1 -> 2/3; k=2: 1 - C(2,2)/C(3,2) = 2/3 and 1 -> 5/6; k=3: 1 and 1 -> 1.
+    completions = ["#### 3", "#### 9", "#### 9", "#### 4", "#### 4", "#### 4"]
+    metrics = gsm8k.sampled_metrics(["3", "4"], completions, 3, 0.7)
+    assert metrics["pass_at_k"] == {"1": 0.6667, "2": 0.8333, "3": 1.0}
+    # Wilson over the 2 problems with 4/3 expected right: p = 2/3, z^2 = 3.841459, 1 + z^2/n = 2.920729,
+    # centre (0.666667 + 0.960365) / 2.920729 = 0.557065, half 0.671054 * sqrt(0.111111 + 0.240091) = 0.397683.
+    assert metrics["sampled_accuracy_ci95"] == [0.1594, 0.9547]
 
 
 def test_sampled_metrics_refuse_a_wrong_number_of_completions():
@@ -70,7 +83,10 @@ def test_evaluate_reports_sampled_accuracy_beside_the_greedy_one():
         "sample_temperature": 1.0,
         "sampled_accuracy": 0.375,
         "sampled_strict_accuracy": 0.375,
+        # c = 0..3 of 4. k=2: 0, 1 - C(3,2)/C(4,2) = 1/2, 1 - C(2,2)/6 = 5/6, 1 -> 0.5833; k=3: 0, 3/4, 1, 1.
+        "pass_at_k": {"1": 0.375, "2": 0.5833, "3": 0.6875, "4": 0.75},
     }
+    assert [p["sampled_correct"] for p in predictions] == [0, 1, 2, 3]  # kept per problem
     assert metrics["strict_accuracy"] == 0.5 and len(predictions) == 4  # the greedy part as before: 0 and 2
     assert list(metrics)[-1] == "seconds"
 
@@ -78,7 +94,8 @@ def test_evaluate_reports_sampled_accuracy_beside_the_greedy_one():
 def test_without_samples_the_metrics_are_the_greedy_ones_only():
 
     metrics, _ = gsm8k.evaluate(problems(2), StubGenerator(), 2)
-    assert tuple(metrics) == (*gsm8k.KEYS, "seconds")  # the files of earlier runs keep their keys
+    assert tuple(metrics)[: len(gsm8k.KEYS)] == gsm8k.KEYS  # the files of earlier runs keep their keys
+    assert not set(gsm8k.SAMPLED_KEYS) & set(metrics)
 
 
 def test_sampling_is_seeded_and_leaves_the_global_random_state_alone():
@@ -114,8 +131,24 @@ def test_score_counts_the_known_cases():
         "format_rate": 0.5,
         "mean_completion_tokens": 25.0,
         "truncated_rate": 0.25,
+        # lm-eval: the first '####' (case 1), the last number (cases 1 and 2: "18" of "\\boxed{18}").
+        "lm_eval_strict_match": 0.25,
+        "lm_eval_flexible_extract": 0.5,
+        # Wilson, 1 of 4: centre (0.25 + 0.4802) / 1.9604 = 0.3725, half 0.9998 * sqrt(0.0469 + 0.0600) = 0.3269;
+        # 2 of 4: centre 0.5, half 0.9998 * sqrt(0.0625 + 0.0600) = 0.3500.
+        "strict_accuracy_ci95": [0.0456, 0.6994],
+        "lenient_accuracy_ci95": [0.15, 0.85],
+        "lm_eval_strict_match_ci95": [0.0456, 0.6994],
+        "lm_eval_flexible_extract_ci95": [0.15, 0.85],
     }
-    assert tuple(metrics) == gsm8k.KEYS  # the JSON file's keys, in this order
+    assert tuple(metrics)[: len(gsm8k.KEYS)] == gsm8k.KEYS  # the JSON file's keys, in this order
+
+
+def test_lm_eval_strict_reads_the_first_answer_line_where_ours_reads_the_last():
+    metrics = gsm8k.score(["72", "72"], ["#### 72\n#### 73", "#### 73\n#### 72"])
+    assert (metrics["strict_accuracy"], metrics["lm_eval_strict_match"]) == (0.5, 0.5)
+    per_problem = [gsm8k.grade(c, "72") for c in ("#### 72\n#### 73", "#### 73\n#### 72")]
+    assert [(g["strict_correct"], g["lm_eval_strict"]) for g in per_problem] == [(False, True), (True, False)]
 
 
 def test_score_compares_by_value_not_by_text():
@@ -125,7 +158,8 @@ def test_score_compares_by_value_not_by_text():
 
 
 def test_score_of_nothing_is_zero_not_an_error():
-    assert gsm8k.score([], []) == dict.fromkeys(gsm8k.KEYS, 0) | {"n": 0}
+    intervals = {key + gsm8k.INTERVAL: [0.0, 1.0] for key in gsm8k.ACCURACIES}  # no problems: no information
+    assert gsm8k.score([], []) == dict.fromkeys(gsm8k.KEYS, 0) | {"n": 0} | intervals
 
 
 @pytest.mark.gsm8k
@@ -192,6 +226,8 @@ def test_evaluate_with_a_stub_generator():
         "format_rate": 0.8571,
         "mean_completion_tokens": 4.0,
         "truncated_rate": 0.1429,
+        "lm_eval_strict_match": 0.5714,  # the same four '#### i'
+        "lm_eval_flexible_extract": 0.7143,  # and the last number of "\\boxed{1}"
     }
     assert predictions[3] == {
         "question": "What is 3 plus zero?",
@@ -203,6 +239,8 @@ def test_evaluate_with_a_stub_generator():
         "correct": False,
         "strict_correct": False,
         "formatted": True,
+        "lm_eval_strict": False,
+        "lm_eval_flexible": False,
     }
     assert [p["gold"] for p in predictions] == [str(i) for i in range(7)]  # in dataset order
 
@@ -228,6 +266,137 @@ def test_report_writes_the_files_and_the_tensorboard_scalars(tmp_path, capsys):
         "eval/gsm8k_format_rate": [(7, 0.5)],
     }
     assert "strict_accuracy" in capsys.readouterr().out  # the table is printed
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Two evaluations of the same problems
+
+
+def verdicts(questions, lenient, strict=None):
+    """Prediction records as `results` writes them, with only what the paired test reads."""
+    strict = lenient if strict is None else strict
+    return [
+        {"question": q, "correct": bool(c), "strict_correct": bool(s)}
+        for q, c, s in zip(questions, lenient, strict, strict=True)
+    ]
+
+
+QUESTIONS = [f"Problem {i}: how many?" for i in range(8)]
+
+
+def test_compare_counts_the_flips_and_tests_them_exactly():
+    # Lenient: 5 up (0..4), 0 down: p = 2 * (1/2)^5 = 0.0625. Strict: 1 up (5), 2 down (6, 7): p = 2 * P[X <= 1]
+    # of binomial(3, 1/2) = 2 * 4/8 = 1.
+    before = verdicts(QUESTIONS, [0, 0, 0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1])
+    after = verdicts(QUESTIONS, [1, 1, 1, 1, 1, 0, 1, 1], [0, 0, 0, 0, 0, 1, 0, 0])
+    paired = gsm8k.compare(before, after, "eval_test_before.json")
+    assert paired["baseline"] == "eval_test_before.json"
+    assert {k: paired["lenient"][k] for k in ("n", "up", "down", "both_right", "both_wrong")} == {
+        "n": 8,
+        "up": 5,
+        "down": 0,
+        "both_right": 2,
+        "both_wrong": 1,
+    }
+    assert paired["lenient"]["p_value"] == 0.0625
+    assert (paired["strict"]["up"], paired["strict"]["down"], paired["strict"]["p_value"]) == (1, 2, 1.0)
+
+
+def test_a_held_out_point_pairs_with_the_first_problems_of_a_longer_before():
+    before = verdicts(QUESTIONS, [0] * 8)
+    paired = gsm8k.compare(before, verdicts(QUESTIONS[:4], [1] * 4))
+    assert paired["lenient"]["n"] == 4 and paired["lenient"]["up"] == 4  # 4 up: p = 2 / 16
+    assert paired["lenient"]["p_value"] == 0.125
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        verdicts(QUESTIONS[1:5], [1] * 4),  # other problems
+        verdicts(QUESTIONS[::-1], [1] * 8),  # the same ones in another order
+        verdicts([*QUESTIONS, "one more"], [1] * 9),  # more problems than the baseline scored
+        [],
+    ],
+)
+def test_evaluations_of_other_problems_are_not_paired(after):
+    assert gsm8k.compare(verdicts(QUESTIONS, [0] * 8), after) is None
+
+
+def test_flip_lines_name_each_flipped_problem_and_only_those():
+    before = verdicts(QUESTIONS[:3], [0, 1, 1], [0, 1, 0])
+    after = verdicts(QUESTIONS[:3], [1, 1, 0], [0, 1, 0])
+    assert gsm8k.flip_lines(before, after) == [
+        "#0   strict -     lenient up    Problem 0: how many?",
+        "#2   strict -     lenient down  Problem 2: how many?",
+    ]
+
+
+def test_report_writes_the_paired_test_to_the_json_table_and_tensorboard_text(tmp_path, capsys):
+    before = verdicts(QUESTIONS, [0] * 8)
+    predictions = verdicts(QUESTIONS, [1] * 6 + [0] * 2, [1] * 2 + [0] * 6)
+    metrics = {"n": 8, "strict_accuracy": 0.25, "lenient_accuracy": 0.75}
+    metrics["paired"] = gsm8k.compare(before, predictions, "eval_test_before.json")
+    gsm8k.report(metrics, predictions, tmp_path, "eval_test_after", tmp_path / "runs" / "x", 5)
+
+    written = json.loads((tmp_path / "eval_test_after.json").read_text())
+    assert (written["paired"]["lenient"]["up"], written["paired"]["lenient"]["p_value"]) == (6, 0.03125)  # 2/2^6
+    # both tests, as the table prints them and the Text tab shows them
+    lines = [
+        "paired with eval_test_before.json on 8 problems (exact McNemar test):",
+        "strict: 0.000 -> 0.250 (+0.250; 2 up / 0 down, p = 0.5)",
+        "lenient: 0.000 -> 0.750 (+0.750; 6 up / 0 down, p = 0.031)",
+    ]
+    assert capsys.readouterr().out.splitlines()[-3:] == [f"  {line}" for line in lines]
+    assert read_texts(tmp_path / "runs" / "x") == {"eval/paired": [(5, "  \n".join(lines))]}
+
+
+def test_an_evaluation_reads_back_from_its_file_or_folder(tmp_path):
+    metrics = gsm8k.score(["1", "2"], ["#### 1", "#### 3"])
+    predictions = verdicts(QUESTIONS[:2], [1, 0])
+    gsm8k.report(metrics, predictions, tmp_path / "run", "eval_test_after")
+    for given in (tmp_path / "run", tmp_path / "run" / "eval_test_after.json"):  # a run folder: its EVAL_AFTER
+        read, back, path = gsm8k.load_evaluation(given)
+        assert (read["strict_accuracy"], back, path.name) == (0.5, predictions, "eval_test_after.json")
+    gsm8k.report(metrics, predictions, tmp_path / "run", "eval_test")
+    assert gsm8k.load_evaluation(tmp_path / "run")[2].name == "eval_test.json"  # evaluate.py's own comes first
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({}, "no eval_test.json or eval_test_after.json there"),
+        ({"eval_test.json": '{"n": 1}'}, "eval_test_predictions.jsonl there"),
+        ({"eval_test.json": "not json", "eval_test_predictions.jsonl": ""}, "JSONDecodeError"),
+        ({"eval_test.json": '{"n": 1}', "eval_test_predictions.jsonl": ""}, "lacks the metrics"),
+        (
+            {
+                "eval_test.json": '{"n": 2, "strict_accuracy": 0, "lenient_accuracy": 0}',
+                "eval_test_predictions.jsonl": '{"question": "q", "correct": false, "strict_correct": false}\n',
+            },
+            "lacks the metrics or the per-problem verdicts",  # 1 verdict for n = 2
+        ),
+    ],
+)
+def test_what_is_not_an_evaluation_is_refused_naming_the_setting(tmp_path, files, message):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match=f"BASELINE={re.escape(str(tmp_path))}.*{re.escape(message)}"):
+        gsm8k.load_evaluation(tmp_path)
+
+
+def test_the_runs_last_line_carries_the_paired_test():
+    before = verdicts(QUESTIONS, [0] * 8)
+    after = {
+        "strict_accuracy": 0.25,
+        "n": 8,
+        "paired": gsm8k.compare(before, verdicts(QUESTIONS, [1] * 8, [1, 1] + [0] * 6)),
+    }
+    line = gsm8k.summary_line(3, 0.0, ({"strict_accuracy": 0.0, "n": 8}, after), now=lambda: 61.0)
+    assert line == (
+        "finished: 3 steps in 1m01s; GSM8K on 8 test problems (exact McNemar test), "
+        "strict: 0.000 -> 0.250 (+0.250; 2 up / 0 down, p = 0.5); "
+        "lenient: 0.000 -> 1.000 (+1.000; 8 up / 0 down, p = 0.0078)"
+    )
 
 
 def test_hf_generator_pads_on_the_left_so_batching_does_not_change_greedy_output(tmp_path):
