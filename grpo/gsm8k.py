@@ -491,11 +491,14 @@ def paired_lines(paired):
     tests = {label: test for label, test in paired.items() if label != "baseline"}
     n = next(iter(tests.values()))["n"]
     lines = [f"paired with {paired['baseline']} on {n} problems (exact McNemar test):"]
-    for label, test in tests.items():
-        before = (test["both_right"] + test["down"]) / n
-        after = (test["both_right"] + test["up"]) / n
-        lines.append(f"{label}: {stats.describe_pair(before, after, test)}")
-    return lines
+    return lines + [f"{label}: {pair_text(test)}" for label, test in tests.items()]
+
+
+def pair_text(test):
+    """One paired test (stats.paired's dict) as text, with both accuracies on the problems it pairs."""
+    before = (test["both_right"] + test["down"]) / test["n"]
+    after = (test["both_right"] + test["up"]) / test["n"]
+    return stats.describe_pair(before, after, test)
 
 
 def flip_lines(baseline, predictions, width=60):
@@ -707,9 +710,10 @@ def summary_line(steps, started, metrics=(None, None), now=time.monotonic):
     before, after = metrics
     minutes, seconds = divmod(round(now() - started), 60)
     line = f"finished: {steps} steps in {minutes}m{seconds:02d}s"
-    if before and after and after.get("paired"):
-        n = after["paired"]["strict"]["n"]
-        line += f"; GSM8K on {n} test problems (exact McNemar test), " + "; ".join(paired_lines(after["paired"])[1:])
+    if before and after and "paired" in after:
+        strict, lenient = after["paired"]["strict"], after["paired"]["lenient"]
+        line += f"; GSM8K strict accuracy {pair_text(strict)}, lenient {pair_text(lenient)}"
+        line += f", paired exact test ({strict['n']} test problems)"
     elif before and after:
         line += f"; GSM8K strict accuracy {before['strict_accuracy']:.3f} -> {after['strict_accuracy']:.3f}"
         line += f" ({after['n']} test problems)"

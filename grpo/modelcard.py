@@ -12,17 +12,21 @@ import shlex
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from grpo import checkpoints, hardware, hub
+from grpo import checkpoints, gsm8k, hardware, hub
 
 TAGS = ["grpo", "trl", "gsm8k", "lora"]  # front-matter tags; the Hub lists the model under each
 GSM8K_HUB_ID = "openai/gsm8k"
-METRICS = (  # (key in eval_test_*.json, label, format)
+METRICS = (  # (key in eval_test_*.json, label, format); an accuracy's 95 % interval is shown beside it
     ("strict_accuracy", "strict accuracy (`#### N` equals the gold answer)", "{:.1%}"),
     ("lenient_accuracy", "lenient accuracy (any final-answer form equals the gold)", "{:.1%}"),
+    ("lm_eval_strict_match", "lm-evaluation-harness strict-match (the first `#### N`)", "{:.1%}"),
+    ("lm_eval_flexible_extract", "lm-evaluation-harness flexible-extract (the last number)", "{:.1%}"),
+    ("sampled_accuracy", "sampled accuracy (mean over the samples, at the training temperature)", "{:.1%}"),
     ("format_rate", "format rate (a readable `#### N`)", "{:.1%}"),
     ("mean_completion_tokens", "mean completion tokens", "{:.1f}"),
     ("n", "test problems scored", "{}"),
 )
+CORE = ("strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens", "n")  # rows always shown
 SETTINGS = (  # (settings key, label) in the "Training settings" table, in this order
     ("LEARNING_RATE", "learning rate"),
     ("LORA_R", "LoRA rank r"),
@@ -92,7 +96,7 @@ def render_card(
         raise ValueError(f"library_name must be peft or transformers, not {library_name!r}")
     base = str(settings.get("MODEL_NAME", ""))
     sections = [
-        front_matter(base, settings.get("DATASET", ""), library_name),
+        front_matter(base, settings.get("DATASET", ""), library_name, eval_results(name, settings, metrics_after)),
         f"# {escape(name)}\n\n{summary(base, library_name)}",
         data_section(settings, dataset_sizes),
         rewards_section(settings),
@@ -106,12 +110,15 @@ def render_card(
     return "\n\n".join(sections) + "\n"
 
 
-def front_matter(base, dataset, library_name):
-    """YAML front matter the Hub reads: base_model (only a Hub id), library, datasets, tags."""
+def front_matter(base, dataset, library_name, results=None):
+    """YAML front matter the Hub reads: base_model (only a Hub id), library, datasets, tags, and the model-index
+    of `results` (`eval_results`) when there are any."""
     from huggingface_hub import ModelCardData
 
     base_id = hub_model_id(base)
     data = ModelCardData(
+        model_name=results[0] if results else None,
+        eval_results=results[1] if results else None,
         base_model=base_id,
         library_name=library_name,
         datasets=[dataset] if dataset and not hub.is_local(dataset) else None,  # a local path is no Hub dataset
@@ -119,6 +126,46 @@ def front_matter(base, dataset, library_name):
         pipeline_tag="text-generation",
     )
     return f"---\n{data.to_yaml()}\n---"
+
+
+def eval_results(name, settings, metrics):
+    """(name, [huggingface_hub EvalResult]) of the after-training accuracies for the model-index, or None: each with
+    its value, its 95 % Wilson interval in its name and in args (ci95, n), and for strict and lenient the paired
+    test against the before-training evaluation (before, flips up and down, p_value) when there is one."""
+    from huggingface_hub import EvalResult
+
+    if not metrics:
+        return None
+    dataset = str(settings.get("DATASET", ""))
+    local = not dataset or hub.is_local(dataset)
+    where = dict(
+        task_type="text-generation",
+        dataset_type="json" if local else dataset,  # a local file loads with datasets' json builder
+        dataset_name="GSM8K" if dataset == GSM8K_HUB_ID else (Path(dataset).name if local else dataset),
+        dataset_config=None if local else settings.get("DATASET_CONFIG"),
+        dataset_split="test",
+    )
+    paired = metrics.get("paired") or {}
+    results = []
+    for key, label, _ in METRICS:
+        if key not in metrics or key + gsm8k.INTERVAL not in metrics:  # accuracies only (they have an interval)
+            continue
+        low, high = metrics[key + gsm8k.INTERVAL]
+        args = {"ci95": [low, high], "n": metrics["n"]}
+        test = paired.get({"strict_accuracy": "strict", "lenient_accuracy": "lenient"}.get(key))
+        if test:
+            before = (test["both_right"] + test["down"]) / test["n"]
+            args |= {"before": round(before, 4), "up": test["up"], "down": test["down"], "p_value": test["p_value"]}
+        results.append(
+            EvalResult(
+                **where,
+                metric_type=key,
+                metric_name=f"{label.split(' (')[0]}, 95% CI [{low:.3f}, {high:.3f}]",
+                metric_value=metrics[key],
+                metric_args=args,
+            )
+        )
+    return (name, results) if results else None
 
 
 def summary(base, library_name):
@@ -186,23 +233,39 @@ def metrics_section(before, after, settings):
         )
 
     def value(metrics, key, fmt):
-        return fmt.format(metrics[key]) if metrics and key in metrics else "not measured"
+        if not metrics or key not in metrics:
+            return "not measured"
+        low_high = metrics.get(key + gsm8k.INTERVAL)
+        return fmt.format(metrics[key]) + (f" ({low_high[0]:.1%}-{low_high[1]:.1%})" if low_high else "")
 
-    rows = [f"| {label} | {value(before, k, f)} | {value(after, k, f)} |" for k, label, f in METRICS]
+    shown = [m for m in METRICS if (before and m[0] in before) or (after and m[0] in after) or m[0] in CORE]
+    rows = [f"| {label} | {value(before, k, f)} | {value(after, k, f)} |" for k, label, f in shown]
     thinking = bool(settings.get("ENABLE_THINKING", False))
-    return "\n".join(
-        [
-            "## GSM8K test accuracy",
+    lines = [
+        "## GSM8K test accuracy",
+        "",
+        "| | before training | after training |",
+        "| --- | ---: | ---: |",
+        *rows,
+        "",
+        "Greedy decoding (the sampled row: sampling) on the first problems of the test split, with the training "
+        f"prompt and `enable_thinking={thinking}`, scored by grpotrainer's `evaluate.py`; in parentheses the 95 % "
+        "Wilson interval. A lenient accuracy far above the strict one means the model solves problems but ignores "
+        "the asked format. The lm-evaluation-harness rows grade the same completions as its `gsm8k` task does; its "
+        "prompt differs (5-shot plain text where this is the chat template with the system prompt above).",
+    ]
+    if paired := (after or {}).get("paired"):
+        n = paired["strict"]["n"]
+        lines += [
             "",
-            "| | before training | after training |",
-            "| --- | ---: | ---: |",
-            *rows,
+            f"Before -> after on the same {n} problems, with the exact McNemar test on the greedy flips:",
             "",
-            "Greedy decoding on the first problems of the test split, with the training prompt and "
-            f"`enable_thinking={thinking}`, scored by grpotrainer's `evaluate.py`. A lenient accuracy far above the "
-            "strict one means the model solves problems but ignores the asked format.",
         ]
-    )
+        lines += [f"- {line}" for line in gsm8k.paired_lines(paired)[1:]]
+    if pass_at := (after or {}).get("pass_at_k"):
+        at = ", ".join(f"pass@{k} {v:.1%}" for k, v in pass_at.items())
+        lines += ["", f"After training, of {after.get('samples')} samples per problem (unbiased estimator): {at}."]
+    return "\n".join(lines)
 
 
 def usage_section(settings, library_name, location, adapter_dir):

@@ -514,7 +514,8 @@ def tensorboard_callback(trainer):
 def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, samples=None):
     """Score the trainer's model (adapter active) on the first `limit` test problems, with training's prompts and
     lengths; rank 0 gets the metrics. `when`: "before" (step 0), "during" or "after" (this step); `samples`
-    completions per problem (default NUM_GENERATIONS; 0 = none) give the sampled accuracy.
+    completions per problem (default NUM_GENERATIONS; 0 = none) give the sampled accuracy. A "during" or "after"
+    point on problems the run's EVAL_BEFORE scored carries the paired test against it (`gsm8k.compare`).
 
     Each rank generates a contiguous shard and rank 0 gathers: no rank idles at a barrier (NCCL would time out).
     Skipped under DeepSpeed/FSDP, which wrap the weights differently around `train()`.
@@ -551,6 +552,8 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
         return None
     seconds = time.perf_counter() - start
     metrics, predictions = gsm8k.results(rows, seconds, thinking, sampled, samples, args.temperature)
+    if when != "before" and (paired := gsm8k.paired_with_before(args.output_dir, predictions)):
+        metrics["paired"] = paired  # the flips since EVAL_BEFORE on the same problems, and their exact test
     step = 0 if when == "before" else trainer.state.global_step  # "during" (EVAL_STEPS) and "after": this step
     title = f"GSM8K test {when} training (step {step})"
     logdir = training_logdir(trainer)

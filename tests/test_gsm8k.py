@@ -393,9 +393,8 @@ def test_the_runs_last_line_carries_the_paired_test():
     }
     line = gsm8k.summary_line(3, 0.0, ({"strict_accuracy": 0.0, "n": 8}, after), now=lambda: 61.0)
     assert line == (
-        "finished: 3 steps in 1m01s; GSM8K on 8 test problems (exact McNemar test), "
-        "strict: 0.000 -> 0.250 (+0.250; 2 up / 0 down, p = 0.5); "
-        "lenient: 0.000 -> 1.000 (+1.000; 8 up / 0 down, p = 0.0078)"
+        "finished: 3 steps in 1m01s; GSM8K strict accuracy 0.000 -> 0.250 (+0.250; 2 up / 0 down, p = 0.5), "
+        "lenient 0.000 -> 1.000 (+1.000; 8 up / 0 down, p = 0.0078), paired exact test (8 test problems)"
     )
 
 

@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from grpo import modelcard
+from grpo import gsm8k, modelcard
 
 SETTINGS = {  # a run's settings as run_settings.json holds them (the keys the card reads, plus others it ignores)
     "MODEL_NAME": "Qwen/Qwen3-8B",
@@ -98,6 +98,71 @@ def test_card_names_base_data_rewards_settings_and_steps():
     ):
         assert line in card.splitlines(), line
     assert "Other GRPOConfig fields given on the command line: `warmup_ratio=0.1`." in card
+
+
+def scored_pair():
+    """(before, after) metrics as a run writes them: 8 problems, 6 flips up and none down in lenient."""
+    questions = [f"q{i}" for i in range(8)]
+    before = [{"question": q, "correct": i < 2, "strict_correct": i < 1} for i, q in enumerate(questions)]
+    after = [{"question": q, "correct": True, "strict_correct": i < 2} for i, q in enumerate(questions)]
+    metrics = [gsm8k.summarize(p, [10] * 8) for p in (before, after)]
+    metrics[1] |= gsm8k.sampled_summary([{"correct": c, "strict_correct": 0} for c in (0, 1, 2, 2) * 2], 2, 0.7)
+    metrics[1]["paired"] = gsm8k.compare(before, after, "eval_test_before.json")
+    return metrics
+
+
+def test_the_model_index_carries_the_results_with_their_intervals_and_the_paired_test():
+    before, after = scored_pair()
+    meta = front_matter(render(metrics_before=before, metrics_after=after))
+    (index,) = meta["model-index"]
+    (result,) = index["results"]
+    assert index["name"] == "qwen3-gsm8k-grpo" and result["task"] == {"type": "text-generation"}
+    assert result["dataset"] == {"name": "GSM8K", "type": "openai/gsm8k", "config": "main", "split": "test"}
+    metrics = {m["type"]: m for m in result["metrics"]}
+    assert list(metrics) == [
+        "strict_accuracy",
+        "lenient_accuracy",
+        "lm_eval_strict_match",
+        "lm_eval_flexible_extract",
+        "sampled_accuracy",
+    ]
+    # lenient: 8 of 8 after (Wilson [0.6756, 1]), 2 of 8 before, 6 up and 0 down: p = 2 / 2^6
+    assert metrics["lenient_accuracy"]["value"] == 1.0
+    assert metrics["lenient_accuracy"]["name"] == "lenient accuracy, 95% CI [0.676, 1.000]"
+    assert metrics["lenient_accuracy"]["args"] == {
+        "ci95": [0.6756, 1.0],
+        "n": 8,
+        "before": 0.25,
+        "up": 6,
+        "down": 0,
+        "p_value": 0.03125,
+    }
+    assert "p_value" not in metrics["sampled_accuracy"]["args"]  # the paired test is the greedy verdicts'
+    # read back by huggingface_hub as the Hub does
+    from huggingface_hub import ModelCard
+
+    card = ModelCard(render(metrics_before=before, metrics_after=after))
+    assert [r.metric_value for r in card.data.eval_results][:2] == [0.25, 1.0]
+
+
+def test_the_card_shows_intervals_the_paired_test_and_pass_at_k():
+    before, after = scored_pair()
+    lines = render(metrics_before=before, metrics_after=after).splitlines()
+    for line in (
+        # strict 1 of 8 -> 2 of 8; Wilson of 1/8 is [0.0224, 0.4709], of 2/8 [0.0709, 0.5907]
+        "| strict accuracy (`#### N` equals the gold answer) | 12.5% (2.2%-47.1%) | 25.0% (7.1%-59.1%) |",
+        "| sampled accuracy (mean over the samples, at the training temperature) | not measured "
+        "| 62.5% (30.6%-86.3%) |",
+        "- strict: 0.125 -> 0.250 (+0.125; 1 up / 0 down, p = 1)",
+        "- lenient: 0.250 -> 1.000 (+0.750; 6 up / 0 down, p = 0.031)",
+        # per problem c = 0, 1, 2, 2 of 2: pass@1 = (0 + 1/2 + 1 + 1) / 4, pass@2 = (0 + 1 + 1 + 1) / 4
+        "After training, of 2 samples per problem (unbiased estimator): pass@1 62.5%, pass@2 75.0%.",
+    ):
+        assert line in lines, line
+
+
+def test_a_card_without_results_has_no_model_index():
+    assert "model-index" not in front_matter(render(metrics_before=BEFORE))
 
 
 @pytest.mark.parametrize(
