@@ -5,6 +5,7 @@
     python evaluate.py --LIMIT=200                           # a quick subset: the first 200 problems
     python evaluate.py --smoke                               # tiny model and fixture, offline on CPU, in seconds
     python evaluate.py --SAMPLES=8                           # also the accuracy of 8 sampled answers per problem
+    python evaluate.py --ADAPTER=outputs/run --BASELINE=outputs/eval/Qwen3-8B   # what changed, problem by problem
     python evaluate.py --help                                # every constant with its comment
 
 With --ADAPTER, the run's run_settings.json replaces the defaults below for the base model, prompt, thinking mode,
@@ -35,6 +36,7 @@ DATASET_CONFIG = "main"  # Hub config name; ignored for local files
 SYSTEM_PROMPT = gsm8k.SYSTEM_PROMPT  # the instruction before every problem, as in training
 SPLIT = "test"  # test (1319 problems) or train
 LIMIT = 0  # score only the first N problems; 0 = all
+BASELINE = ""  # an earlier evaluation of the same problems (eval_<SPLIT>.json, or its folder): flips and exact test
 # generation
 BATCH_SIZE = 64  # prompts per generate() call with transformers; lower it on out-of-memory
 MAX_COMPLETION_LENGTH = 256  # new tokens per answer; as in training, so numbers compare
@@ -182,6 +184,7 @@ def main(argv=()):
     load_kwargs = dict(config=s["DATASET_CONFIG"], limit=s["LIMIT"], system_prompt=s["SYSTEM_PROMPT"])
     with cli.phase("loading the data"):
         dataset = gsm8k.load(s["DATASET"], s["SPLIT"], **load_kwargs)
+        baseline = gsm8k.load_baseline(s["BASELINE"], s["SPLIT"], dataset["question"]) if s["BASELINE"] else None
     vllm = s["USE_VLLM"] and hardware.on_gpu(cpu_only) and hardware.importable("vllm")
     if vllm:
         prompt_tokens = gsm8k.longest_prompt(dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"])
@@ -197,6 +200,8 @@ def main(argv=()):
         )
         batch_size = len(dataset)  # vLLM schedules its own batches
     else:
+        if not hardware.on_gpu(cpu_only):
+            hardware.one_cpu_thread()  # as training on the CPU: one thread (8 problems: 20.7 s, not 350.7 s on two)
         with cli.phase("loading the model"):
             model, tokenizer = load_model(s, cpu_only)
         generate = gsm8k.hf_generator(
@@ -222,6 +227,11 @@ def main(argv=()):
             samples=s["SAMPLES"],
             temperature=s["SAMPLE_TEMPERATURE"],
         )
+    if baseline:  # the problems that flipped since BASELINE; the table below ends with the paired test
+        _, before, where = baseline
+        metrics["paired"] = gsm8k.compare(before, predictions, str(where))
+        flips = gsm8k.flip_lines(before, predictions)
+        print(f"flips against {where} ({len(flips)} problems):", *flips, sep="\n  ", flush=True)
     logdir = gsm8k.new_logdir(s["OUTPUT_DIR"], suffix=f"_eval-{split}")
     step, title = files.adapter_step(s["ADAPTER"]), f"{name}, GSM8K {split}"
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"

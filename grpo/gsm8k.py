@@ -17,6 +17,7 @@ task does (the first `#### N`; the last number), for setting beside a published 
 """
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -550,6 +551,21 @@ def load_evaluation(path, split="test", name="BASELINE"):
         and len(predictions) == metrics["n"]
     ):
         raise ConfigError(f"{problem} (it lacks the metrics or the per-problem verdicts).\n{fix}")
+    return metrics, predictions, path
+
+
+def load_baseline(path, split, questions, name="BASELINE"):
+    """`load_evaluation` of an evaluation that scored exactly `questions` (the same texts in the same order), or
+    a ConfigError naming the first problem that differs."""
+    metrics, predictions, path = load_evaluation(path, split, name)
+    scored = [p["question"] for p in predictions]
+    if scored != list(questions):
+        i = next(i for i, (a, b) in enumerate(itertools.zip_longest(scored, questions)) if a != b)
+        first = " ".join((scored[i] if i < len(scored) else "(none)").split())[:60]
+        raise ConfigError(
+            f"{name}={path} scored other problems ({len(scored)} there, {len(questions)} here; the first that "
+            f"differs: #{i}, {first!r}).\nA paired comparison needs the same DATASET, SPLIT and LIMIT as {path.name}."
+        )
     return metrics, predictions, path
 
 

@@ -15,7 +15,7 @@ from conftest import REPO, read_scalars, run_script, train
 
 import evaluate
 import export
-from grpo import checkpoints, cli, files, grading, gsm8k, preflight
+from grpo import checkpoints, cli, files, grading, gsm8k, preflight, stats
 from grpo.errors import ConfigError
 
 
@@ -209,12 +209,65 @@ def test_an_unwritable_output_dir_exits_2_before_generating(tmp_path):
     assert "GSM8K test" not in result.stderr + result.stdout  # no progress bar: nothing was generated
 
 
+def fixture_questions(n):
+    return [json.loads(line)["question"] for line in gsm8k.FIXTURE.read_text().splitlines()[:n]]
+
+
+def write_baseline(folder, questions, right):
+    """An evaluation as evaluate.py writes it, of `questions`, every verdict `right`."""
+    predictions = [{"question": q, "correct": right, "strict_correct": right} for q in questions]
+    metrics = gsm8k.summarize(predictions, [1] * len(predictions))
+    gsm8k.report(metrics, predictions, folder, "eval_test")
+    return folder / "eval_test.json"
+
+
+def test_baseline_lists_the_flips_and_tests_them_on_one_cpu_thread(tmp_path, tiny_model, monkeypatch, capsys):
+    import torch
+
+    threads = []
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)  # what evaluate.py asks of torch, not applied
+    baseline = write_baseline(tmp_path / "base", fixture_questions(4), right=True)
+    args = ["--smoke", f"--MODEL_NAME={tiny_model}", "--LIMIT=4", f"--OUTPUT_DIR={tmp_path / 'out'}"]
+    metrics = evaluate.main([*args, f"--BASELINE={baseline}"])
+    assert threads == [1]  # as training on the CPU: torch's default (one per core) thrashes, 350.7 s against 20.7 s
+
+    # The baseline was right everywhere, so each problem the tiny model gets wrong is one flip down, none up.
+    predictions = [json.loads(line) for line in (tmp_path / "out" / "eval_test_predictions.jsonl").open()]
+    wrong = [i for i, p in enumerate(predictions) if not p["correct"]]
+    strict_wrong = [i for i, p in enumerate(predictions) if not p["strict_correct"]]
+    written = json.loads((tmp_path / "out" / "eval_test.json").read_text())["paired"]
+    assert written == metrics["paired"] and written["baseline"] == str(baseline)
+    assert (written["lenient"]["up"], written["lenient"]["down"]) == (0, len(wrong))
+    assert written["strict"]["down"] == len(strict_wrong)
+    assert written["strict"]["p_value"] == stats.mcnemar_exact(0, len(strict_wrong))  # 4 down: 2 / 16
+    out = capsys.readouterr().out
+    assert f"flips against {baseline} ({len(strict_wrong)} problems):" in out
+    for i in strict_wrong:
+        assert re.search(rf"^  #{i} +strict down", out, re.M), out
+    assert f"strict: 1.000 -> {1 - len(strict_wrong) / 4:.3f}" in out  # the paired test closes the table
+
+
+def test_a_baseline_of_other_problems_is_refused_before_the_model_loads(tmp_path, tiny_model):
+    baseline = write_baseline(tmp_path / "base", fixture_questions(8)[4:], right=False)
+    args = ["evaluate.py", "--smoke", f"--MODEL_NAME={tiny_model}", "--LIMIT=4", f"--OUTPUT_DIR={tmp_path / 'out'}"]
+    result = run_script(*args, f"--BASELINE={baseline}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: BASELINE={baseline} scored other problems (4 there, 4 here; the first that differs: #0, " in (
+        result.stderr
+    )
+    assert "loading the model" not in result.stderr and not (tmp_path / "out").exists()  # nothing written
+
+
 @pytest.mark.slow  # `python evaluate.py --smoke` end to end, as the README runs it
 def test_smoke_cli_writes_json_predictions_and_scalars(tmp_path):
     result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "eval_test.json").read_text())
-    assert tuple(metrics) == (*gsm8k.KEYS, "seconds", "step", "settings")
+    assert tuple(metrics)[: len(gsm8k.KEYS)] == gsm8k.KEYS and tuple(metrics)[-2:] == ("step", "settings")
+    for key in gsm8k.ACCURACIES:  # each accuracy with its 95 % interval around it
+        low, high = metrics[key + gsm8k.INTERVAL]
+        assert low <= metrics[key] <= high
     assert metrics["n"] == 8  # --smoke's LIMIT
     assert 1 <= metrics["mean_completion_tokens"] <= 32  # at most --smoke's MAX_COMPLETION_LENGTH, EOS included
     rows = [json.loads(line) for line in (tmp_path / "eval_test_predictions.jsonl").read_text().splitlines()]
