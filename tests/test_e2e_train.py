@@ -3,6 +3,7 @@
 .venv/bin/python -m pytest tests/test_e2e_train.py -q -m "not slow"
 """
 
+import json
 import os
 import re
 import subprocess
@@ -10,10 +11,10 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, run_script, stand_in_nvidia_smi, train
+from conftest import REPO, event_dirs, read_texts, run_script, stand_in_nvidia_smi, train
 
 import grpotrainer
-from grpo import cli, profiles
+from grpo import cli, profiles, stats
 
 # ---------------------------------------------------------------------------------------------------------------
 # arguments read and checked before torch, transformers or TRL
@@ -129,3 +130,33 @@ def test_a_real_run_on_a_host_with_driver_550_exits_2_naming_it(tmp_path):
     assert out.returncode == 2, out.stderr[-2000:]
     assert "driver 550.54.15" in out.stderr and "torch 2" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_run_carries_the_paired_test_in_its_files_curve_text_card_and_last_line(tmp_path):
+    args = ["--MAX_STEPS=2", "--EVAL_BEFORE=8", "--EVAL_AFTER=8", "--EVAL_STEPS=1", "--EVAL_SUBSET=4"]
+    out = train(tmp_path, *args, "--EVAL_SAMPLES=2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    before, after = (json.loads((tmp_path / f"eval_test_{when}.json").read_text()) for when in ("before", "after"))
+    for label in ("strict", "lenient"):
+        test, accuracy = after["paired"][label], f"{label}_accuracy"
+        # on the same 8 problems the flips are the change in accuracy, and the p-value is their exact test
+        assert test["n"] == 8 and test["up"] - test["down"] == round((after[accuracy] - before[accuracy]) * 8)
+        assert test["p_value"] == stats.mcnemar_exact(test["up"], test["down"])
+    # every evaluation carries its intervals, pass@k for k = 1..EVAL_SAMPLES and lm-eval's figures
+    for metrics in (before, after):
+        assert metrics["pass_at_k"]["1"] == pytest.approx(metrics["sampled_accuracy"], abs=1e-4)
+        assert set(metrics["pass_at_k"]) == {"1", "2"}
+        assert {"lm_eval_strict_match_ci95", "lenient_accuracy_ci95", "sampled_accuracy_ci95"} <= set(metrics)
+    # the held-out point (step 1, the first 4 problems) pairs with the first 4 of EVAL_BEFORE's 8; before does not
+    points = [json.loads(line) for line in (tmp_path / "eval_test.jsonl").read_text().splitlines()]
+    paired = [
+        (p["when"], p["metrics"]["paired"]["lenient"]["n"] if "paired" in p["metrics"] else None) for p in points
+    ]
+    assert paired == [("before", None), ("during", 4), ("after", 8)]
+    last = out.stderr.strip().splitlines()[-1]
+    assert "paired exact test (8 test problems)" in last and f"{after['paired']['lenient']['down']} down, p = " in last
+    card = (tmp_path / "README.md").read_text()
+    assert "model-index:" in card and "- lenient: " in card
+    (run,) = event_dirs(tmp_path)
+    assert [step for step, _ in read_texts(run)["eval/paired"]] == [1, 2]  # TensorBoard's Text tab, each point
