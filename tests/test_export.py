@@ -14,6 +14,7 @@ import os
 import re
 import socket
 import struct
+from pathlib import Path
 
 import pytest
 from conftest import run_script, train
@@ -257,6 +258,99 @@ def test_push_is_refused_before_any_work(tmp_path, env, message):
 def test_push_refuses_a_malformed_repo_id():
     with pytest.raises(ConfigError, match="is not a Hub repo id"):
         export.refuse_bad_push("a/b/c")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ADAPTER_ONLY: the adapter itself, as TRL users share one
+
+
+@pytest.fixture
+def lora_run(tmp_path, tiny_model):
+    """A run folder as training leaves it, on the tiny model kept where the Hub cache would keep someone/tiny (so
+    the card can name its Hub id): a LoRA adapter with random B weights (peft's init_lora_weights=False; zero B
+    would leave the model unchanged), the run's tokenizer and its run_settings.json."""
+    import shutil
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = tmp_path / "hub" / "models--someone--tiny" / "snapshots" / "abc123"
+    shutil.copytree(tiny_model, base)
+    torch.manual_seed(0)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), lora)
+    run = tmp_path / "run"
+    model.save_pretrained(run)
+    AutoTokenizer.from_pretrained(base).save_pretrained(run)
+    files.write_settings(run, {"MODEL_NAME": str(base), "BF16": False, "ENABLE_THINKING": False})
+    return run
+
+
+def greedy_tokens(model, tokenizer):
+    import torch
+
+    prompts = [[{"role": "user", "content": q}] for q in ("Mia has 12 pencils and buys 7 more.", "What is 6 * 8?")]
+    inputs = tokenizer.apply_chat_template(
+        prompts, add_generation_prompt=True, padding=True, return_tensors="pt", return_dict=True
+    )
+    with torch.no_grad():
+        return model.generate(**inputs, max_new_tokens=16, do_sample=False).tolist()
+
+
+def test_adapter_only_writes_what_peft_loads_and_it_generates_as_the_runs_adapter(lora_run):
+    from huggingface_hub import metadata_load
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = export.main([f"--ADAPTER={lora_run}", "--ADAPTER_ONLY=true"])
+    assert str(out) == str(lora_run.resolve()) + "-adapter"  # beside the run, like the merged folder
+    names = {p.name for p in out.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "README.md", "chat_template.jinja"} <= names
+    assert "model.safetensors" not in names  # nothing merged
+    meta = metadata_load(out / "README.md")
+    assert (meta["library_name"], meta["base_model"]) == ("peft", "someone/tiny")
+    base_path = json.loads((lora_run / "run_settings.json").read_text())["MODEL_NAME"]
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    base = AutoModelForCausalLM.from_pretrained(base_path).eval()
+    base_tokens = greedy_tokens(base, tokenizer)
+    shared = greedy_tokens(PeftModel.from_pretrained(base, out).eval(), tokenizer)
+    again = AutoModelForCausalLM.from_pretrained(base_path)
+    runs = greedy_tokens(PeftModel.from_pretrained(again, lora_run).eval(), tokenizer)
+    assert shared == runs  # the shared folder is the run's adapter
+    assert shared != base_tokens  # and the adapter changes what the model writes: the comparison above could fail
+    # the template defaults to the run's thinking mode, as the run's own tokenizer rendered it for training
+    prompt = [{"role": "user", "content": "hi"}]
+    run_tokenizer = AutoTokenizer.from_pretrained(lora_run)
+    rendered = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    assert rendered == run_tokenizer.apply_chat_template(
+        prompt, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    # the record lists every file, so a re-export may replace the folder
+    assert json.loads((out / export.marker).read_text())["files"] == sorted(names)
+
+
+def test_adapter_only_pushes_the_adapter_folder(lora_run, tmp_path, monkeypatch):
+    # stand-ins for the Hub: the push must create the repo and upload the folder as written, card included
+    import huggingface_hub
+
+    calls = []
+    monkeypatch.setenv("HF_TOKEN", "hf_stand_in")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "create_repo", lambda repo_id, **kw: calls.append(("create", repo_id, kw)))
+
+    def upload_folder(repo_id, folder_path, commit_message):
+        calls.append(("upload", repo_id, sorted(p.name for p in Path(folder_path).iterdir())))
+
+    monkeypatch.setattr(huggingface_hub, "upload_folder", upload_folder)
+    out = tmp_path / "shared"
+    export.main([f"--ADAPTER={lora_run}", "--ADAPTER_ONLY=true", f"--OUTPUT_DIR={out}", "--PUSH_TO_HUB=you/tiny"])
+    assert calls[0] == ("create", "you/tiny", {"private": True, "exist_ok": True})
+    assert calls[1] == ("upload", "you/tiny", sorted(p.name for p in out.iterdir()))
+    assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= set(calls[1][2])
+    assert "PeftModel.from_pretrained" in (out / "README.md").read_text()  # the card loads it from the repo
+    assert '"you/tiny"' in (out / "README.md").read_text()
 
 
 # ---------------------------------------------------------------------------------------------------------------
