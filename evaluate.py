@@ -10,10 +10,11 @@
 With --ADAPTER, the run's run_settings.json replaces the defaults below for the base model, prompt, thinking mode,
 completion length and data (a --KEY=value here still wins). Prompts and grader are training's own (grpo/gsm8k.py,
 which defines the metrics). Results: OUTPUT_DIR/eval_<SPLIT>.json, eval_<SPLIT>_predictions.jsonl and a
-TensorBoard run in OUTPUT_DIR/runs/.
+TensorBoard run in OUTPUT_DIR/runs/; with DATASET given here, eval_<dataset>-<hash>_<SPLIT> (`results_name`).
 """
 
 import functools
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -81,14 +82,37 @@ def resolve(argv):
 
 def default_output_dir(adapter, model_name):
     """Where results go when OUTPUT_DIR is "": beside what they score. Not inside a checkpoint-N: the trainer's
-    rotation (SAVE_TOTAL_LIMIT) deletes checkpoint-N folders whole.
+    rotation (SAVE_TOTAL_LIMIT) deletes checkpoint-N folders whole. A base model gets its own folder: a Hub id
+    as org--name, a local folder as its name and `short_hash` of its real path (/a/model and /b/model differ).
     >>> default_output_dir("runs/a/checkpoint-4", "m"), default_output_dir("", "Qwen/Qwen3-8B")
-    ('runs/a/eval-checkpoint-4', 'outputs/eval/Qwen3-8B')
+    ('runs/a/eval-checkpoint-4', 'outputs/eval/Qwen--Qwen3-8B')
     """
     if not adapter:
-        return os.path.join("outputs", "eval", Path(model_name).name)
+        local = hub.is_local(model_name)
+        name = f"{Path(model_name).name}-{short_hash(model_name)}" if local else model_name.replace("/", "--")
+        return os.path.join("outputs", "eval", name)
     path = Path(adapter)
     return str(path.parent / f"eval-{path.name}") if files.checkpoint_step(path) is not None else adapter
+
+
+def results_name(s, given):
+    """The stem of the result files: eval_<SPLIT> for the data the run trained on (for a base model, this file's
+    or --smoke's), eval_<name>-<hash>_<SPLIT> when DATASET or DATASET_CONFIG is given here, so that a second
+    dataset scored in the same folder never overwrites the first.
+    >>> results_name({"DATASET": "openai/gsm8k", "DATASET_CONFIG": "socratic", "SPLIT": "test"}, {"DATASET_CONFIG"})
+    'eval_gsm8k-94056f14_test'
+    """
+    if not {"DATASET", "DATASET_CONFIG"} & set(given):
+        return f"eval_{s['SPLIT']}"
+    dataset = s["DATASET"]
+    identity = dataset if hub.is_local(dataset) else f"{dataset}:{s['DATASET_CONFIG']}"  # a file has no config
+    return f"eval_{Path(dataset).stem}-{short_hash(identity)}_{s['SPLIT']}"
+
+
+def short_hash(name):
+    """8 hex digits of a local path's real path (symlinks and `..` resolved), or of a Hub id as it is."""
+    key = os.path.realpath(name) if hub.is_local(name) else name
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:8]
 
 
 def refuse_bad_settings(s, cpu_only=False):
@@ -222,11 +246,12 @@ def main(argv=()):
             samples=s["SAMPLES"],
             temperature=s["SAMPLE_TEMPERATURE"],
         )
-    logdir = gsm8k.new_logdir(s["OUTPUT_DIR"], suffix=f"_eval-{split}")
+    stem = results_name(s, args.given)  # a second dataset gets its own files and TensorBoard run
+    logdir = gsm8k.new_logdir(s["OUTPUT_DIR"], suffix="_eval-" + stem.removeprefix("eval_"))
     step, title = files.adapter_step(s["ADAPTER"]), f"{name}, GSM8K {split}"
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
     with cli.phase("writing the results", redo):
-        gsm8k.report(metrics, predictions, s["OUTPUT_DIR"], f"eval_{split}", logdir, step, title, s)
+        gsm8k.report(metrics, predictions, s["OUTPUT_DIR"], stem, logdir, step, title, s)
     return metrics
 
 

@@ -194,6 +194,35 @@ def test_base_model_adapter_and_checkpoint_results_never_share_a_file():
     assert not files.checkpoint_dirs("runs/a")  # and eval-checkpoint-4 is not taken for a checkpoint (none exist)
 
 
+def test_base_models_in_folders_of_one_name_get_their_own_results(tmp_path):
+    # /a/model and /b/model once both wrote outputs/eval/model; a link to /a/model is /a/model
+    for side in ("a", "b"):
+        (tmp_path / side / "model").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "a" / "model")
+    a, b, link = (evaluate.default_output_dir("", str(tmp_path / p)) for p in ("a/model", "b/model", "link"))
+    assert a != b and a == link.replace("link-", "model-")
+    assert evaluate.default_output_dir("", "org/model") != evaluate.default_output_dir("", "other/model")
+
+
+def test_a_second_dataset_never_overwrites_the_first(tmp_path, tiny_model, monkeypatch):
+    # the same model scored on the --smoke fixture, then on another file (and on one of the same name elsewhere):
+    # each keeps its own result files and its own TensorBoard run, where all once went to eval_test.json
+    fixture = (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()
+    other = [tmp_path / "x" / "smoke_gsm8k.jsonl", tmp_path / "y" / "smoke_gsm8k.jsonl"]
+    for path, rows in zip(other, (fixture[8:11], fixture[11:15]), strict=True):
+        path.parent.mkdir()
+        path.write_text("\n".join(rows) + "\n")
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))  # one folder for all: runs stay apart
+    common = ["--smoke", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={tmp_path / 'out'}", "--MAX_COMPLETION_LENGTH=4"]
+    for dataset in ([], [f"--DATASET={other[0]}"], [f"--DATASET={other[1]}"]):
+        evaluate.main([*common, *dataset])
+    results = sorted((tmp_path / "out").glob("eval_*.json"))
+    assert len(results) == 3 and results[-1].name == "eval_test.json"  # the run's own data keeps its name
+    assert sorted(json.loads(p.read_text())["n"] for p in results) == [3, 4, 8]  # each its own data, none lost
+    runs = sorted((tmp_path / "tb" / "runs").iterdir())
+    assert len(runs) == 3 and all(len(read_scalars(r)["eval/gsm8k_strict_accuracy"]) == 1 for r in runs)
+
+
 def test_missing_adapter_exits_2_without_a_traceback(tmp_path):
     result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path / 'none'}")
     assert result.returncode == 2  # cli.run's status for a ConfigError
