@@ -66,6 +66,7 @@ log = logging.getLogger("grpotrainer.evaluate")
 def resolve(argv):
     """The settings: defaults < --smoke < the adapter's run settings < this command line. Returns (settings, args)."""
     args = cli.parse(cli.constants(globals()), argv, profile_settings, source=__file__)
+    cli.require(("torch", "transformers", "peft", "datasets"), "evaluate.py")  # before --smoke builds its model
     s = dict(args.settings)
     run = files.run_settings(s["ADAPTER"]) if s["ADAPTER"] else {}
     s.update({key: run[key] for key in from_run if key in run and key not in args.given})
@@ -199,7 +200,6 @@ def main(argv=()):
     cli.setup_logging("evaluate")
     s, args = resolve(argv)
     cpu_only = args.profile is not None
-    cli.require(("torch", "transformers", "peft", "datasets"), "evaluate.py")
     refuse_bad_settings(s, cpu_only)
     if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries

@@ -50,6 +50,7 @@ def main(argv=()):
     args = cli.parse(cli.constants(globals()), list(argv), source=__file__)
     c = dict(args.settings)
     cli.setup_logging("export")
+    cli.require(("torch", "transformers", "peft"), "export.py")
     if c["PUSH_TO_HUB"]:
         refuse_bad_push(c["PUSH_TO_HUB"])  # before any work: a missing token must not cost a merge first
     run = resolve(c, given=args.given)

@@ -51,6 +51,17 @@ def tiny_model(tmp_path_factory):
     return profiles.cpu_model(tmp_path_factory.mktemp("models"))
 
 
+@pytest.fixture(scope="session")
+def bare_python():
+    """A Python without torch, as on a fresh machine: the interpreter this venv was made from, run with -s -E (no
+    user site-packages, no PYTHONPATH). Skipped where that one has torch."""
+    cmd = [getattr(sys, "_base_executable", sys.executable), "-s", "-E"]
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
+    if subprocess.run([*cmd, "-c", probe]).returncode != 0:
+        pytest.skip(f"{cmd[0]} has torch")
+    return cmd
+
+
 def parse(argv):
     """grpotrainer.py's command line `argv`, resolved as its main() resolves it: (settings, GRPOConfig fields)."""
     import grpotrainer

@@ -9,6 +9,7 @@ The gsm8k-marked test reads ../shared/data/gsm8k/test.jsonl beside the checkout 
 
 import json
 import re
+import subprocess
 
 import pytest
 from conftest import REPO, read_scalars, run_script, train
@@ -227,6 +228,15 @@ def test_missing_adapter_exits_2_without_a_traceback(tmp_path):
     result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path / 'none'}")
     assert result.returncode == 2  # cli.run's status for a ConfigError
     assert "error: ADAPTER=" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_python_without_torch_gets_the_command_that_fixes_it(bare_python, tmp_path):
+    # --smoke once built its model first (in a folder where it is not built yet), and ended in a ModuleNotFoundError
+    for args in (["--smoke"], []):
+        cmd = [*bare_python, str(REPO / "evaluate.py"), *args]
+        out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert f"this Python ({bare_python[0]}) lacks torch" in out.stderr and "make install" in out.stderr
 
 
 def test_an_unwritable_output_dir_exits_2_before_generating(tmp_path):

@@ -14,10 +14,11 @@ import os
 import re
 import socket
 import struct
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_script, train
+from conftest import REPO, run_script, train
 
 import export
 from grpo import cli, files
@@ -508,6 +509,15 @@ def test_missing_adapter_exits_2_and_writes_nothing(tmp_path):
     out = run_script("export.py", f"--ADAPTER={tmp_path}", timeout=60)
     assert out.returncode == 2 and "holds no LoRA adapter" in out.stderr and "Traceback" not in out.stderr
     assert not os.path.exists(str(tmp_path) + "-merged")
+
+
+def test_a_python_without_torch_gets_the_command_that_fixes_it(bare_python, tmp_path):
+    adapter = adapter_folder(tmp_path)  # an adapter that passes every check, so only torch is missing
+    for args in ([], [f"--ADAPTER={adapter}"]):
+        out = subprocess.run([*bare_python, "export.py", *args], cwd=REPO, capture_output=True, text=True)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert f"this Python ({bare_python[0]}) lacks torch" in out.stderr and "make install" in out.stderr
+    assert not os.path.exists(str(adapter) + "-merged")
 
 
 def test_enable_thinking_is_a_boolean_on_the_command_line():
