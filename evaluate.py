@@ -250,7 +250,9 @@ def main(argv=()):
     logdir = gsm8k.new_logdir(s["OUTPUT_DIR"], suffix="_eval-" + stem.removeprefix("eval_"))
     step, title = files.adapter_step(s["ADAPTER"]), f"{name}, GSM8K {split}"
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
-    with cli.phase("writing the results", redo):
+    from grpo import guards  # transformers, which this Python has (cli.require)
+
+    with cli.phase("writing the results", redo), guards.disk_full(s["OUTPUT_DIR"], "rerun the same command"):
         gsm8k.report(metrics, predictions, s["OUTPUT_DIR"], stem, logdir, step, title, s)
     return metrics
 

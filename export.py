@@ -71,10 +71,12 @@ def main(argv=()):
     record = {**{k: c[k] for k in keys}, "step": c["STEP"], "run_settings": run}
     copied = [adapter / name for name in adapter_files if only and (adapter / name).is_file()]
     redo = f"{out} is as it was before; the same command exports again"  # publish_dir: the whole folder or none
-    with cli.phase(f"writing {out}", redo):
+    from grpo import guards  # transformers, which this Python has (cli.require)
+
+    with cli.phase(f"writing {out}", redo), guards.disk_full(out, "rerun the same command"):
         write_folder(out, model, tokenizer, record, [*copied, *licence_files(c["MODEL_NAME"])], [card])
     redo = f"{out} is complete but its model card may be missing; the same command exports again"
-    with cli.phase("writing the model card", redo):
+    with cli.phase("writing the model card", redo), guards.disk_full(out, "rerun the same command"):
         before, after = modelcard.read_metrics(run_dir(c["ADAPTER"]))
         modelcard.write_card(
             out,

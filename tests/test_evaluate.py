@@ -12,7 +12,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import REPO, read_scalars, run_script, train
+from conftest import REPO, read_scalars, run_in_process, run_script, train
 
 import evaluate
 import export
@@ -237,6 +237,16 @@ def test_a_python_without_torch_gets_the_command_that_fixes_it(bare_python, tmp_
         out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
         assert out.returncode == 2 and "Traceback" not in out.stderr
         assert f"this Python ({bare_python[0]}) lacks torch" in out.stderr and "make install" in out.stderr
+
+
+def test_a_full_disk_is_one_message_naming_the_folder(full_disk, tiny_model, capsys):
+    # a real full filesystem (tmpfs): writing the results once ended in an OSError traceback
+    out = full_disk / "eval"
+    args = ["--smoke", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={out}", "--LIMIT=2", "--MAX_COMPLETION_LENGTH=4"]
+    code, err = run_in_process(evaluate.main, *args, capsys=capsys)
+    assert code == 2
+    assert f"error: No space left on device while writing to OUTPUT_DIR {out} (OSError: [Errno 28]" in err
+    assert "then rerun the same command." in err
 
 
 def test_an_unwritable_output_dir_exits_2_before_generating(tmp_path):

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_script, train
+from conftest import REPO, run_in_process, run_script, train
 
 import export
 from grpo import cli, files
@@ -352,6 +352,17 @@ def test_adapter_only_pushes_the_adapter_folder(lora_run, tmp_path, monkeypatch)
     assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= set(calls[1][2])
     assert "PeftModel.from_pretrained" in (out / "README.md").read_text()  # the card loads it from the repo
     assert '"you/tiny"' in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize("only", [True, False])
+def test_a_full_disk_is_one_message_and_leaves_no_partial_folder(lora_run, full_disk, only, capsys):
+    # a real full filesystem (tmpfs): the adapter's copy or the merged weights' save once ended in a traceback
+    out = full_disk / "export"
+    args = [f"--ADAPTER={lora_run}", f"--ADAPTER_ONLY={only}", f"--OUTPUT_DIR={out}"]
+    code, err = run_in_process(export.main, *args, capsys=capsys)
+    assert code == 2
+    assert f"error: No space left on device while writing to OUTPUT_DIR {out} (" in err
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]  # publish_dir removed its partial folder
 
 
 # ---------------------------------------------------------------------------------------------------------------
