@@ -68,7 +68,8 @@ def resolve(argv):
     args = cli.parse(cli.constants(globals()), argv, profile_settings, source=__file__)
     cli.require(("torch", "transformers", "peft", "datasets"), "evaluate.py")  # before --smoke builds its model
     s = dict(args.settings)
-    run = files.run_settings(s["ADAPTER"]) if s["ADAPTER"] else {}
+    types = {key: type(s[key]) for key in from_run} | {"TEMPERATURE": float}  # what is read from the run
+    run = files.run_settings(s["ADAPTER"], types) if s["ADAPTER"] else {}
     s.update({key: run[key] for key in from_run if key in run and key not in args.given})
     if s["ATTN_IMPLEMENTATION"] not in hardware.ATTENTION and "ATTN_IMPLEMENTATION" not in args.given:
         kernel, s["ATTN_IMPLEMENTATION"] = s["ATTN_IMPLEMENTATION"], args.settings["ATTN_IMPLEMENTATION"]
@@ -201,6 +202,7 @@ def main(argv=()):
     s, args = resolve(argv)
     cpu_only = args.profile is not None
     refuse_bad_settings(s, cpu_only)
+    step = files.adapter_step(s["ADAPTER"])  # a trainer_state.json edited by hand is named before any work
     if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     load_kwargs = dict(config=s["DATASET_CONFIG"], limit=s["LIMIT"], system_prompt=s["SYSTEM_PROMPT"])
@@ -248,7 +250,7 @@ def main(argv=()):
         )
     stem = results_name(s, args.given)  # a second dataset gets its own files and TensorBoard run
     logdir = gsm8k.new_logdir(s["OUTPUT_DIR"], suffix="_eval-" + stem.removeprefix("eval_"))
-    step, title = files.adapter_step(s["ADAPTER"]), f"{name}, GSM8K {split}"
+    title = f"{name}, GSM8K {split}"
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
     from grpo import guards  # transformers, which this Python has (cli.require)
 

@@ -43,6 +43,7 @@ adapter_files = ("adapter_config.json", "adapter_model.safetensors", "adapter_mo
 marker = "export_settings.json"  # written into every export: marks a folder export.py may replace, lists its files
 card = "README.md"  # the model card, written into the export after the folder is in place
 dtypes = ("bfloat16", "float16", "float32")
+run_types = {**modelcard.SETTING_TYPES, "BF16": bool, "LOAD_IN_4BIT": bool}  # what is read from run_settings.json
 log = logging.getLogger("grpotrainer.export")
 
 
@@ -54,6 +55,7 @@ def main(argv=()):
     if c["PUSH_TO_HUB"]:
         refuse_bad_push(c["PUSH_TO_HUB"])  # before any work: a missing token must not cost a merge first
     run = resolve(c, given=args.given)
+    metrics = modelcard.read_metrics(run_dir(c["ADAPTER"]))  # for the card; a damaged record is named before work
     out, only, adapter = Path(c["OUTPUT_DIR"]), c["ADAPTER_ONLY"], Path(c["ADAPTER"])
     refuse_foreign_output_dir(out)
     needs_base = not only or not (adapter / "tokenizer_config.json").is_file()  # the adapter alone: its tokenizer
@@ -77,13 +79,12 @@ def main(argv=()):
         write_folder(out, model, tokenizer, record, [*copied, *licence_files(c["MODEL_NAME"])], [card])
     redo = f"{out} is complete but its model card may be missing; the same command exports again"
     with cli.phase("writing the model card", redo), guards.disk_full(out, "rerun the same command"):
-        before, after = modelcard.read_metrics(run_dir(c["ADAPTER"]))
         modelcard.write_card(
             out,
             run,
             library_name="peft" if only else "transformers",
-            metrics_before=before,
-            metrics_after=after,
+            metrics_before=metrics[0],
+            metrics_after=metrics[1],
             steps=c["STEP"] or None,
             repo_id=c["PUSH_TO_HUB"],
             adapter_dir=None if only else c["ADAPTER"],
@@ -122,7 +123,7 @@ def resolve(c, given=frozenset()):
         )
     if problem := checkpoints.adapter_problem(adapter):  # weights missing or cut short: peft fails only after the base
         raise ConfigError(problem)
-    run = files.run_settings(adapter) or settings_from_adapter(config)
+    run = files.run_settings(adapter, run_types) or settings_from_adapter(config)
     trained_on = config.get("base_model_name_or_path") or run.get("MODEL_NAME") or ""
     c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or trained_on
     if not c["MODEL_NAME"]:

@@ -184,6 +184,26 @@ def test_the_run_settings_decide_unless_given_here(tmp_path):
     assert (s["SYSTEM_PROMPT"], s["MAX_COMPLETION_LENGTH"]) == ("x", 24)  # a checkpoint reads its run's settings
 
 
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("run_settings.json", '{"MAX_COMPLETION_LENGTH": [256]}', "run_settings.json: MAX_COMPLETION_LENGTH is [256]"),
+        ("run_settings.json", '{"SYSTEM_PROMPT": {"role": "system"}}', "run_settings.json: SYSTEM_PROMPT is {"),
+        ("run_settings.json", '{"TEMPERATURE": "hot"}', 'run_settings.json: TEMPERATURE is "hot", not float'),
+        ("run_settings.json", '"Qwen/Qwen3-8B"', "run_settings.json holds a str, not a JSON object"),
+        ("adapter_config.json", '{"r": [2], "base_model_name_or_path": "smoke-model"}', "adapter_config.json: r is"),
+        ("trainer_state.json", '{"global_step": null}', "trainer_state.json: global_step is null, not int"),
+    ],
+)
+def test_a_run_record_edited_by_hand_is_one_message_naming_the_file(tmp_path, name, text, message, capsys):
+    # each once raised a TypeError or AttributeError traceback, some only after the whole generation
+    run = save_adapter(tmp_path / "run")
+    (run / name).write_text(text)
+    code, err = run_in_process(evaluate.main, "--smoke", f"--ADAPTER={run}", capsys=capsys)
+    assert code == 2 and message in err and str(run) in err
+    assert not list(run.glob("eval_*"))  # nothing scored, nothing written
+
+
 def test_base_model_adapter_and_checkpoint_results_never_share_a_file():
     # --smoke once wrote all three to outputs/smoke/eval_test.json
     base, _ = evaluate.resolve(["--smoke"])

@@ -107,6 +107,20 @@ def test_default_output_dir(tmp_path, adapter, expected):
         # a JSON list where an object belongs once raised AttributeError
         ({"run_settings.json": b"[1, 2]"}, "{run}/run_settings.json holds a list, not a JSON object"),
         ({"adapter_config.json": b"[]"}, "{run}/adapter_config.json holds a list, not a JSON object"),
+        # values of the wrong type, edited by hand: TypeError, AttributeError or ValueError once, in the card
+        ({"run_settings.json": b'{"LORA_R": [16]}'}, "{run}/run_settings.json: LORA_R is [16], not int; correct"),
+        ({"run_settings.json": b'{"dataset_sizes": "7473"}'}, '{run}/run_settings.json: dataset_sizes is "7473"'),
+        ({"run_settings.json": b'{"REWARD_FUNCS": 5}'}, "{run}/run_settings.json: REWARD_FUNCS is 5, not list[str]"),
+        ({"run_settings.json": b'{"BF16": "no"}'}, '{run}/run_settings.json: BF16 is "no", not bool'),
+        (
+            {"adapter_config.json": b'{"r": "8", "base_model_name_or_path": "/m/Qwen3-8B"}'},
+            'ADAPTER={run}: adapter_config.json: r is "8", not int',
+        ),
+        (
+            {"adapter_config.json": b'{"base_model_name_or_path": 5}'},
+            "ADAPTER={run}: adapter_config.json: base_model_name_or_path is 5",
+        ),
+        ({"trainer_state.json": b'{"global_step": "4"}'}, '{run}/trainer_state.json: global_step is "4", not int'),
     ],
 )
 def test_resolve_refuses_a_damaged_run_before_any_work(tmp_path, damage, message):
@@ -116,6 +130,24 @@ def test_resolve_refuses_a_damaged_run_before_any_work(tmp_path, damage, message
     with pytest.raises(ConfigError) as err:
         export.resolve(settings_for(folder))
     assert str(err.value).startswith(message.format(run=folder))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"strict_accuracy": "high"}', 'eval_test_after.json: strict_accuracy is "high", not float'),
+        ('{"n": 1.5}', "eval_test_after.json: n is 1.5, not int"),
+        ("[0.5]", "eval_test_after.json holds a list, not a JSON object"),
+        ('{"n": ', "eval_test_after.json cannot be read (Expecting value"),
+    ],
+)
+def test_an_eval_record_edited_by_hand_is_named_before_any_work(tmp_path, text, message, capsys):
+    # the card's metrics once failed in format() (ValueError) or json.loads, after the whole merge
+    folder = adapter_folder(tmp_path, run_settings={"BF16": False})
+    (folder / "eval_test_after.json").write_text(text)
+    code, err = run_in_process(export.main, f"--ADAPTER={folder}", capsys=capsys)
+    assert code == 2 and f"error: {folder}/{message}" in err
+    assert not os.path.exists(str(folder.resolve()) + "-merged")
 
 
 @pytest.mark.parametrize(
