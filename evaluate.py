@@ -165,6 +165,24 @@ def refuse_bad_settings(s, cpu_only=False):
         log.warning("no CUDA GPU is visible: generating on CPU is slow; consider a small LIMIT")
 
 
+def refuse_past_context(s, prompt_tokens):
+    """Refuse a MAX_COMPLETION_LENGTH that takes the longest prompt (`prompt_tokens`) past the model's positions:
+    generation would run on for hours where the model never trained, rather than stop (vLLM refuses it later)."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(s["MODEL_NAME"], trust_remote_code=s["TRUST_REMOTE_CODE"])
+    except (OSError, ValueError):  # unreadable or foreign: loading the model says why
+        return
+    positions = getattr(config.get_text_config(), "max_position_embeddings", None)
+    if positions and prompt_tokens + s["MAX_COMPLETION_LENGTH"] > positions:
+        raise ConfigError(
+            f"MAX_COMPLETION_LENGTH={s['MAX_COMPLETION_LENGTH']} after the longest prompt ({prompt_tokens} tokens) "
+            f"runs past {s['MODEL_NAME']}'s {positions} positions (max_position_embeddings).\n"
+            f"Set MAX_COMPLETION_LENGTH <= {positions - prompt_tokens}."
+        )
+
+
 def load_model(s, cpu_only=False):
     """MODEL_NAME with ADAPTER applied (when given), in eval mode, and its tokenizer, through transformers."""
     import torch
@@ -208,9 +226,10 @@ def main(argv=()):
     load_kwargs = dict(config=s["DATASET_CONFIG"], limit=s["LIMIT"], system_prompt=s["SYSTEM_PROMPT"])
     with cli.phase("loading the data"):
         dataset = gsm8k.load(s["DATASET"], s["SPLIT"], **load_kwargs)
+    prompt_tokens = gsm8k.longest_prompt(dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"])
+    refuse_past_context(s, prompt_tokens)
     vllm = s["USE_VLLM"] and hardware.on_gpu(cpu_only) and hardware.importable("vllm")
     if vllm:
-        prompt_tokens = gsm8k.longest_prompt(dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"])
         generate = gsm8k.vllm_generator(
             s["MODEL_NAME"],
             s["ADAPTER"],

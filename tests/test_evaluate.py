@@ -10,6 +10,7 @@ The gsm8k-marked test reads ../shared/data/gsm8k/test.jsonl beside the checkout 
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import REPO, read_scalars, run_in_process, run_script, train
@@ -267,6 +268,20 @@ def test_a_full_disk_is_one_message_naming_the_folder(full_disk, tiny_model, cap
     assert code == 2
     assert f"error: No space left on device while writing to OUTPUT_DIR {out} (OSError: [Errno 28]" in err
     assert "then rerun the same command." in err
+
+
+def test_a_completion_past_the_models_context_is_refused_before_generating(tmp_path, tiny_model, capsys):
+    positions = json.loads((Path(tiny_model) / "config.json").read_text())["max_position_embeddings"]
+    s = smoke_settings(tmp_path, MODEL_NAME=tiny_model)
+    evaluate.refuse_past_context({**s, "MAX_COMPLETION_LENGTH": positions - 100}, prompt_tokens=100)  # fits exactly
+    with pytest.raises(ConfigError, match=f"Set MAX_COMPLETION_LENGTH <= {positions - 100}"):
+        evaluate.refuse_past_context({**s, "MAX_COMPLETION_LENGTH": positions - 99}, prompt_tokens=100)
+    # end to end: it once generated on, for hours, past the model's positions
+    out = tmp_path / "out"
+    args = ["--smoke", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={out}", "--MAX_COMPLETION_LENGTH=100000"]
+    code, err = run_in_process(evaluate.main, *args, capsys=capsys)
+    assert code == 2 and f"runs past {tiny_model}'s {positions} positions" in err
+    assert "GSM8K test" not in err and not out.exists()  # no progress bar: nothing generated, nothing written
 
 
 def test_an_unwritable_output_dir_exits_2_before_generating(tmp_path):
