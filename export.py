@@ -1,5 +1,4 @@
-"""Merge a trained LoRA adapter into its base model and write a standalone model folder, or write the adapter
-itself as TRL users share one; optionally push either to the Hub.
+"""Merge a trained LoRA adapter into its base model as a standalone folder, or write the adapter alone; push either.
 
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo                  # writes outputs/qwen3-gsm8k-grpo-merged
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo/checkpoint-100   # writes ...-grpo-checkpoint-100-merged
@@ -141,7 +140,7 @@ def resolve(c, given=frozenset()):
     c["OUTPUT_DIR"] = c["OUTPUT_DIR"] or default_output_dir(adapter, "-adapter" if c["ADAPTER_ONLY"] else "-merged")
     c["STEP"] = files.adapter_step(adapter)
     run = {**run, "MODEL_NAME": c["MODEL_NAME"], "ENABLE_THINKING": c["ENABLE_THINKING"]}
-    if run.get("LOAD_IN_4BIT"):
+    if run.get("LOAD_IN_4BIT") and not c["ADAPTER_ONLY"]:
         log.warning("the run trained on 4-bit (QLoRA) base weights; the merge uses %s weights instead", c["DTYPE"])
     return run
 
