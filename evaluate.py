@@ -11,10 +11,11 @@
 With --ADAPTER, the run's run_settings.json replaces the defaults below for the base model, prompt, thinking mode,
 completion length and data (a --KEY=value here still wins). Prompts and grader are training's own (grpo/gsm8k.py,
 which defines the metrics). Results: OUTPUT_DIR/eval_<SPLIT>.json, eval_<SPLIT>_predictions.jsonl and a
-TensorBoard run in OUTPUT_DIR/runs/.
+TensorBoard run in OUTPUT_DIR/runs/; with DATASET given here, eval_<dataset>-<hash>_<SPLIT> (`results_name`).
 """
 
 import functools
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -67,8 +68,10 @@ log = logging.getLogger("grpotrainer.evaluate")
 def resolve(argv):
     """The settings: defaults < --smoke < the adapter's run settings < this command line. Returns (settings, args)."""
     args = cli.parse(cli.constants(globals()), argv, profile_settings, source=__file__)
+    cli.require(("torch", "transformers", "peft", "datasets"), "evaluate.py")  # before --smoke builds its model
     s = dict(args.settings)
-    run = files.run_settings(s["ADAPTER"]) if s["ADAPTER"] else {}
+    types = {key: type(s[key]) for key in from_run} | {"TEMPERATURE": float}  # what is read from the run
+    run = files.run_settings(s["ADAPTER"], types) if s["ADAPTER"] else {}
     s.update({key: run[key] for key in from_run if key in run and key not in args.given})
     if s["ATTN_IMPLEMENTATION"] not in hardware.ATTENTION and "ATTN_IMPLEMENTATION" not in args.given:
         kernel, s["ATTN_IMPLEMENTATION"] = s["ATTN_IMPLEMENTATION"], args.settings["ATTN_IMPLEMENTATION"]
@@ -83,14 +86,37 @@ def resolve(argv):
 
 def default_output_dir(adapter, model_name):
     """Where results go when OUTPUT_DIR is "": beside what they score. Not inside a checkpoint-N: the trainer's
-    rotation (SAVE_TOTAL_LIMIT) deletes checkpoint-N folders whole.
+    rotation (SAVE_TOTAL_LIMIT) deletes checkpoint-N folders whole. A base model gets its own folder: a Hub id
+    as org--name, a local folder as its name and `short_hash` of its real path (/a/model and /b/model differ).
     >>> default_output_dir("runs/a/checkpoint-4", "m"), default_output_dir("", "Qwen/Qwen3-8B")
-    ('runs/a/eval-checkpoint-4', 'outputs/eval/Qwen3-8B')
+    ('runs/a/eval-checkpoint-4', 'outputs/eval/Qwen--Qwen3-8B')
     """
     if not adapter:
-        return os.path.join("outputs", "eval", Path(model_name).name)
+        local = hub.is_local(model_name)
+        name = f"{Path(model_name).name}-{short_hash(model_name)}" if local else model_name.replace("/", "--")
+        return os.path.join("outputs", "eval", name)
     path = Path(adapter)
     return str(path.parent / f"eval-{path.name}") if files.checkpoint_step(path) is not None else adapter
+
+
+def results_name(s, given):
+    """The stem of the result files: eval_<SPLIT> for the data the run trained on (for a base model, this file's
+    or --smoke's), eval_<name>-<hash>_<SPLIT> when DATASET or DATASET_CONFIG is given here, so that a second
+    dataset scored in the same folder never overwrites the first.
+    >>> results_name({"DATASET": "openai/gsm8k", "DATASET_CONFIG": "socratic", "SPLIT": "test"}, {"DATASET_CONFIG"})
+    'eval_gsm8k-94056f14_test'
+    """
+    if not {"DATASET", "DATASET_CONFIG"} & set(given):
+        return f"eval_{s['SPLIT']}"
+    dataset = s["DATASET"]
+    identity = dataset if hub.is_local(dataset) else f"{dataset}:{s['DATASET_CONFIG']}"  # a file has no config
+    return f"eval_{Path(dataset).stem}-{short_hash(identity)}_{s['SPLIT']}"
+
+
+def short_hash(name):
+    """8 hex digits of a local path's real path (symlinks and `..` resolved), or of a Hub id as it is."""
+    key = os.path.realpath(name) if hub.is_local(name) else name
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:8]
 
 
 def refuse_bad_settings(s, cpu_only=False):
@@ -141,6 +167,24 @@ def refuse_bad_settings(s, cpu_only=False):
         log.warning("no CUDA GPU is visible: generating on CPU is slow; consider a small LIMIT")
 
 
+def refuse_past_context(s, prompt_tokens):
+    """Refuse a MAX_COMPLETION_LENGTH that takes the longest prompt (`prompt_tokens`) past the model's positions:
+    generation would run on for hours where the model never trained, rather than stop (vLLM refuses it later)."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(s["MODEL_NAME"], trust_remote_code=s["TRUST_REMOTE_CODE"])
+    except (OSError, ValueError):  # unreadable or foreign: loading the model says why
+        return
+    positions = getattr(config.get_text_config(), "max_position_embeddings", None)
+    if positions and prompt_tokens + s["MAX_COMPLETION_LENGTH"] > positions:
+        raise ConfigError(
+            f"MAX_COMPLETION_LENGTH={s['MAX_COMPLETION_LENGTH']} after the longest prompt ({prompt_tokens} tokens) "
+            f"runs past {s['MODEL_NAME']}'s {positions} positions (max_position_embeddings).\n"
+            f"Set MAX_COMPLETION_LENGTH <= {positions - prompt_tokens}."
+        )
+
+
 def load_model(s, cpu_only=False):
     """MODEL_NAME with ADAPTER applied (when given), in eval mode, and its tokenizer, through transformers."""
     import torch
@@ -177,17 +221,18 @@ def main(argv=()):
     cli.setup_logging("evaluate")
     s, args = resolve(argv)
     cpu_only = args.profile is not None
-    cli.require(("torch", "transformers", "peft", "datasets"), "evaluate.py")
     refuse_bad_settings(s, cpu_only)
+    step = files.adapter_step(s["ADAPTER"])  # a trainer_state.json edited by hand is named before any work
     if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     load_kwargs = dict(config=s["DATASET_CONFIG"], limit=s["LIMIT"], system_prompt=s["SYSTEM_PROMPT"])
     with cli.phase("loading the data"):
         dataset = gsm8k.load(s["DATASET"], s["SPLIT"], **load_kwargs)
         baseline = gsm8k.load_baseline(s["BASELINE"], s["SPLIT"], dataset["question"]) if s["BASELINE"] else None
+    prompt_tokens = gsm8k.longest_prompt(dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"])
+    refuse_past_context(s, prompt_tokens)
     vllm = s["USE_VLLM"] and hardware.on_gpu(cpu_only) and hardware.importable("vllm")
     if vllm:
-        prompt_tokens = gsm8k.longest_prompt(dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"])
         generate = gsm8k.vllm_generator(
             s["MODEL_NAME"],
             s["ADAPTER"],
@@ -233,11 +278,14 @@ def main(argv=()):
         metrics["paired"] = gsm8k.compare(before, predictions, str(where))
         flips = gsm8k.flip_lines(before, predictions)
         print(f"flips against {where} ({len(flips)} problems):", *flips, sep="\n  ", flush=True)
-    logdir = gsm8k.new_logdir(s["OUTPUT_DIR"], suffix=f"_eval-{split}")
-    step, title = files.adapter_step(s["ADAPTER"]), f"{name}, GSM8K {split}"
+    stem = results_name(s, args.given)  # a second dataset gets its own files and TensorBoard run
+    logdir = gsm8k.new_logdir(s["OUTPUT_DIR"], suffix="_eval-" + stem.removeprefix("eval_"))
+    title = f"{name}, GSM8K {split}"
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
-    with cli.phase("writing the results", redo):
-        gsm8k.report(metrics, predictions, s["OUTPUT_DIR"], f"eval_{split}", logdir, step, title, s)
+    from grpo import guards  # transformers, which this Python has (cli.require)
+
+    with cli.phase("writing the results", redo), guards.disk_full(s["OUTPUT_DIR"], "rerun the same command"):
+        gsm8k.report(metrics, predictions, s["OUTPUT_DIR"], stem, logdir, step, title, s)
     return metrics
 
 

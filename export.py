@@ -1,14 +1,17 @@
-"""Merge a trained LoRA adapter into its base model and write a standalone model folder; optionally push it.
+"""Merge a trained LoRA adapter into its base model as a standalone folder, or write the adapter alone; push either.
 
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo                  # writes outputs/qwen3-gsm8k-grpo-merged
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo/checkpoint-100   # writes ...-grpo-checkpoint-100-merged
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --OUTPUT_DIR=outputs/qwen3-8b-gsm8k
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --PUSH_TO_HUB=you/qwen3-8b-gsm8k-grpo   # private repo
+    python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --ADAPTER_ONLY=true   # writes outputs/qwen3-gsm8k-grpo-adapter
 
-The folder loads with plain transformers or `vllm serve <folder>`: weights in the run's dtype, the tokenizer, a chat
-template defaulting to the run's thinking mode, a model card and export_settings.json (what was merged). The base
-model, BF16 and ENABLE_THINKING are read from the run's run_settings.json. An existing OUTPUT_DIR is replaced only
-when an earlier export wrote it and it holds nothing else.
+The merged folder loads with plain transformers or `vllm serve <folder>`: weights in the run's dtype, the tokenizer,
+a chat template defaulting to the run's thinking mode, a model card and export_settings.json (what was merged). With
+ADAPTER_ONLY, the folder holds the adapter's own files instead of merged weights (PeftModel.from_pretrained loads
+it), with the same tokenizer, template, card (library_name peft) and record. The base model, BF16 and
+ENABLE_THINKING are read from the run's run_settings.json. An existing OUTPUT_DIR is replaced only when an earlier
+export wrote it and it holds nothing else.
 """
 
 import json
@@ -26,7 +29,8 @@ ADAPTER = ""  # a run's OUTPUT_DIR (its final adapter) or a checkpoint-N folder 
 MODEL_NAME = ""  # the base model; "" = the run's (run_settings.json), else adapter_config.json's base model
 TRUST_REMOTE_CODE = False  # run a model repo's own Python code; Qwen3 needs none
 # what to write
-OUTPUT_DIR = ""  # "" = beside the run: <run>-merged, or <run>-checkpoint-N-merged for a checkpoint
+OUTPUT_DIR = ""  # "" = beside the run: <run>-merged, or <run>-checkpoint-N-merged for a checkpoint (-adapter)
+ADAPTER_ONLY = False  # write the adapter itself (no merge), with tokenizer and card, as TRL users share one
 DTYPE = ""  # bfloat16, float16 or float32; "" = the run's (BF16 in run_settings.json), else the base's config
 ENABLE_THINKING = False  # the chat template's default for enable_thinking; the run's unless given here
 # where to publish
@@ -34,9 +38,11 @@ PUSH_TO_HUB = ""  # a Hub repo id (you/name) to upload the folder to; "" = do no
 PRIVATE = True  # create the Hub repo private; it is never made public by this script once it exists
 # ---------------------------------------------------------------------------------------------------------------
 
+adapter_files = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")  # what peft saves
 marker = "export_settings.json"  # written into every export: marks a folder export.py may replace, lists its files
 card = "README.md"  # the model card, written into the export after the folder is in place
 dtypes = ("bfloat16", "float16", "float32")
+run_types = {**modelcard.SETTING_TYPES, "BF16": bool, "LOAD_IN_4BIT": bool}  # what is read from run_settings.json
 log = logging.getLogger("grpotrainer.export")
 
 
@@ -44,37 +50,48 @@ def main(argv=()):
     args = cli.parse(cli.constants(globals()), list(argv), source=__file__)
     c = dict(args.settings)
     cli.setup_logging("export")
+    cli.require(("torch", "transformers", "peft"), "export.py")
     if c["PUSH_TO_HUB"]:
         refuse_bad_push(c["PUSH_TO_HUB"])  # before any work: a missing token must not cost a merge first
     run = resolve(c, given=args.given)
-    out = Path(c["OUTPUT_DIR"])
+    metrics = modelcard.read_metrics(run_dir(c["ADAPTER"]))  # for the card; a damaged record is named before work
+    out, only, adapter = Path(c["OUTPUT_DIR"]), c["ADAPTER_ONLY"], Path(c["ADAPTER"])
     refuse_foreign_output_dir(out)
-    if not hub.is_local(c["MODEL_NAME"]) and (problem := hub.hub_unreachable(c["MODEL_NAME"], "MODEL_NAME")):
+    needs_base = not only or not (adapter / "tokenizer_config.json").is_file()  # the adapter alone: its tokenizer
+    remote = needs_base and not hub.is_local(c["MODEL_NAME"])
+    if remote and (problem := hub.hub_unreachable(c["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)
-    log.info("merging %s into %s (%s)", c["ADAPTER"], c["MODEL_NAME"], c["DTYPE"])
-    with cli.phase("merging the adapter"):
-        model = merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
+    what = "the adapter" if only else "the merged model"
+    model = None  # with ADAPTER_ONLY, the adapter's own files are copied as they are
+    with cli.phase(f"loading {what}"):
+        if not only:
+            log.info("merging %s into %s (%s)", adapter, c["MODEL_NAME"], c["DTYPE"])
+            model = merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
         tokenizer = load_tokenizer(c["ADAPTER"], c["MODEL_NAME"], c["ENABLE_THINKING"], c["TRUST_REMOTE_CODE"])
-    record = {**{k: c[k] for k in ("ADAPTER", "MODEL_NAME", "DTYPE", "ENABLE_THINKING")}, "step": c["STEP"]}
+    keys = ("ADAPTER", "MODEL_NAME", "ENABLE_THINKING", "ADAPTER_ONLY", *(() if only else ("DTYPE",)))
+    record = {**{k: c[k] for k in keys}, "step": c["STEP"], "run_settings": run}
+    copied = [adapter / name for name in adapter_files if only and (adapter / name).is_file()]
     redo = f"{out} is as it was before; the same command exports again"  # publish_dir: the whole folder or none
-    with cli.phase(f"writing {out}", redo):
-        write_folder(out, model, tokenizer, {**record, "run_settings": run}, licence_files(c["MODEL_NAME"]), [card])
+    from grpo import guards  # transformers, which this Python has (cli.require)
+
+    with cli.phase(f"writing {out}", redo), guards.disk_full(out, "rerun the same command"):
+        write_folder(out, model, tokenizer, record, [*copied, *licence_files(c["MODEL_NAME"])], [card])
     redo = f"{out} is complete but its model card may be missing; the same command exports again"
-    with cli.phase("writing the model card", redo):
-        before, after = modelcard.read_metrics(run_dir(c["ADAPTER"]))
+    with cli.phase("writing the model card", redo), guards.disk_full(out, "rerun the same command"):
         modelcard.write_card(
             out,
             run,
-            library_name="transformers",
-            metrics_before=before,
-            metrics_after=after,
+            library_name="peft" if only else "transformers",
+            metrics_before=metrics[0],
+            metrics_after=metrics[1],
             steps=c["STEP"] or None,
             repo_id=c["PUSH_TO_HUB"],
-            adapter_dir=c["ADAPTER"],
+            adapter_dir=None if only else c["ADAPTER"],
         )
-    log.info("wrote %s: load it with AutoModelForCausalLM.from_pretrained(%r)", out, str(out))
+    loader = f"PeftModel.from_pretrained(<{c['MODEL_NAME']}>, " if only else "AutoModelForCausalLM.from_pretrained("
+    log.info("wrote %s: load it with %s%r)", out, loader, str(out))
     if c["PUSH_TO_HUB"]:
-        push(out, c["PUSH_TO_HUB"], c["PRIVATE"])
+        push(out, c["PUSH_TO_HUB"], c["PRIVATE"], what)
     return out
 
 
@@ -105,7 +122,7 @@ def resolve(c, given=frozenset()):
         )
     if problem := checkpoints.adapter_problem(adapter):  # weights missing or cut short: peft fails only after the base
         raise ConfigError(problem)
-    run = files.run_settings(adapter) or settings_from_adapter(config)
+    run = files.run_settings(adapter, run_types) or settings_from_adapter(config)
     trained_on = config.get("base_model_name_or_path") or run.get("MODEL_NAME") or ""
     c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or trained_on
     if not c["MODEL_NAME"]:
@@ -120,10 +137,10 @@ def resolve(c, given=frozenset()):
         raise ConfigError(f'DTYPE is {c["DTYPE"]!r}; give one of {", ".join(dtypes)}, or "" for the run\'s.')
     if "ENABLE_THINKING" not in given:
         c["ENABLE_THINKING"] = bool(run.get("ENABLE_THINKING", False))
-    c["OUTPUT_DIR"] = c["OUTPUT_DIR"] or default_output_dir(adapter)
+    c["OUTPUT_DIR"] = c["OUTPUT_DIR"] or default_output_dir(adapter, "-adapter" if c["ADAPTER_ONLY"] else "-merged")
     c["STEP"] = files.adapter_step(adapter)
     run = {**run, "MODEL_NAME": c["MODEL_NAME"], "ENABLE_THINKING": c["ENABLE_THINKING"]}
-    if run.get("LOAD_IN_4BIT"):
+    if run.get("LOAD_IN_4BIT") and not c["ADAPTER_ONLY"]:
         log.warning("the run trained on 4-bit (QLoRA) base weights; the merge uses %s weights instead", c["DTYPE"])
     return run
 
@@ -149,10 +166,11 @@ def run_dtype(run, model_name):
     return dtype if dtype in dtypes else "float32"
 
 
-def default_output_dir(adapter):
-    """<run>-merged beside the run, or <run>-checkpoint-N-merged: never inside the run, whose folders Trainer owns."""
+def default_output_dir(adapter, suffix="-merged"):
+    """<run>-merged beside the run, or <run>-checkpoint-N-merged (`suffix`: -adapter for ADAPTER_ONLY): never
+    inside the run, whose folders Trainer owns."""
     path = Path(adapter).resolve()
-    return str(run_dir(path)) + (f"-{path.name}" if path != run_dir(path) else "") + "-merged"
+    return str(run_dir(path)) + (f"-{path.name}" if path != run_dir(path) else "") + suffix
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -273,13 +291,15 @@ def licence_files(model_name):
 
 
 def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
-    """Write the export beside `out`, then move it into place (`files.publish_dir`): never half an export, never
-    stale shards. The marker lists every name written, with `later` (the card), for `refuse_foreign_output_dir`."""
+    """Write the export (`model`, or None, and `extra_files` copied as they are) beside `out`, then move it into
+    place (`files.publish_dir`): never half an export, never stale shards. The marker lists every name written,
+    with `later` (the card), for `refuse_foreign_output_dir`."""
 
     if out.exists():
         log.info("replacing the earlier export in %s", out)
     with files.publish_dir(out, replace=True) as partial:
-        model.save_pretrained(partial)  # model.safetensors (or shards), config.json, generation_config.json
+        if model is not None:  # None with ADAPTER_ONLY: the adapter's files come in `extra_files`
+            model.save_pretrained(partial)  # model.safetensors (or shards), config.json, generation_config.json
         tokenizer.save_pretrained(partial)  # tokenizer files and chat_template.jinja
         for path in extra_files:
             shutil.copy2(path, partial / path.name)
@@ -288,12 +308,12 @@ def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
         (partial / marker).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def push(out, repo_id, private):
+def push(out, repo_id, private, what="the merged model"):
     """Create the Hub repo (private unless PRIVATE=False; an existing repo keeps its visibility) and upload."""
     from huggingface_hub import create_repo, upload_folder
 
     url = create_repo(repo_id, private=private, exist_ok=True)
-    upload_folder(repo_id=repo_id, folder_path=str(out), commit_message="Upload a merged GRPO GSM8K model")
+    upload_folder(repo_id=repo_id, folder_path=str(out), commit_message=f"Upload {what} (GRPO on GSM8K)")
     log.info("pushed %s to %s", out, url)
 
 

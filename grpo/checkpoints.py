@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 from grpo.errors import ConfigError, is_load_error
-from grpo.files import SETTINGS_FILE, atomic_write, checkpoint_dirs, read_json_object
+from grpo.files import SETTINGS_FILE, atomic_write, checkpoint_dirs, read_json_object, type_problem
 
 log = logging.getLogger("grpotrainer")
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
@@ -226,6 +226,15 @@ def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, tra
 # adapters handed to evaluate.py and export.py
 
 
+# The adapter_config.json values this project reads (the base model, the rank for vLLM, the card's LoRA settings).
+ADAPTER_CONFIG_TYPES = {
+    "base_model_name_or_path": str | None,
+    "r": int,
+    "lora_alpha": float,
+    "target_modules": list[str] | str | None,
+}
+
+
 def adapter_problem(adapter):
     """Why the adapter folder `adapter` cannot load (its config or weights file), or None; named before the base
     model loads. An older peft's adapter_model.bin is left to peft."""
@@ -233,6 +242,8 @@ def adapter_problem(adapter):
     try:
         config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
         reason = None if isinstance(config, dict) else "adapter_config.json is not a JSON object"
+        if reason is None and (wrong := type_problem(config, ADAPTER_CONFIG_TYPES)):  # edited by hand
+            reason = f"adapter_config.json: {wrong}"
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         reason = f"adapter_config.json does not parse ({err})"
     weights = folder / "adapter_model.safetensors"

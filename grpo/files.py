@@ -11,6 +11,7 @@ import re
 import shutil
 import socket
 from pathlib import Path
+from types import GenericAlias, UnionType
 
 from grpo.errors import ConfigError
 
@@ -53,8 +54,9 @@ def checkpoint_dirs(output_dir):
     return sorted(found, key=checkpoint_step)
 
 
-def read_json_object(path):
-    """The JSON object in the file `path`; {} when there is no such file. Anything else is refused, naming it."""
+def read_json_object(path, types=None):
+    """The JSON object in the file `path`; {} when there is no such file. Anything else is refused, naming it, and
+    so is a value of another type than `types` gives for its key (`type_problem`): a record edited by hand."""
 
     path = Path(path)
     if not path.is_file():
@@ -65,7 +67,37 @@ def read_json_object(path):
         raise ConfigError(f"{path} cannot be read ({err}); restore it or delete it.") from None
     if not isinstance(data, dict):  # what later .get() and [key] calls rely on
         raise ConfigError(f"{path} holds a {type(data).__name__}, not a JSON object; restore it or delete it.")
+    if types and (problem := type_problem(data, types)):
+        raise ConfigError(f"{path}: {problem}; correct it or restore the file.")
     return data
+
+
+def type_problem(record, types):
+    """The first key of `record` whose value is not of its type in `types`, said in words; None if all fit. A type
+    may be a union (`str | None`) or `list[str]` / `dict[str, int]`, whose items are checked too. Absent keys fit;
+    an int fits float; a bool (JSON true) fits only bool.
+    >>> type_problem({"LORA_R": [16], "BF16": True}, {"LORA_R": int, "BF16": bool, "SEED": int})
+    'LORA_R is [16], not int'
+    >>> type_problem({"dataset_sizes": {"train": "7"}}, {"dataset_sizes": dict[str, int]})
+    'dataset_sizes is {"train": "7"}, not dict[str, int]'
+    """
+    for key, want in types.items():
+        if key in record and not _fits(record[key], want):
+            shown = json.dumps(record[key], default=str)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            return f"{key} is {shown}, not {want.__name__ if isinstance(want, type) else want}"
+    return None
+
+
+def _fits(value, want):
+    if isinstance(want, UnionType):
+        return any(_fits(value, option) for option in want.__args__)
+    if isinstance(want, GenericAlias):  # list[str], dict[str, int]: the container, then each item
+        items = value.values() if isinstance(value, dict) else value
+        return isinstance(value, want.__origin__) and all(_fits(item, want.__args__[-1]) for item in items)
+    if isinstance(value, bool):
+        return want is bool
+    return isinstance(value, want) or (want is float and isinstance(value, int))
 
 
 def _aside(path, kind):
@@ -178,11 +210,12 @@ def write_settings(output_dir, settings, main_process=True):
     return atomic_write(path, json.dumps(settings, indent=2, default=str) + "\n")
 
 
-def run_settings(adapter):
-    """The settings a run recorded, for an adapter folder (a run's OUTPUT_DIR or a checkpoint-N in it); {} if none."""
+def run_settings(adapter, types=None):
+    """The settings a run recorded, for an adapter folder (a run's OUTPUT_DIR or a checkpoint-N in it); {} if none.
+    `types`: those of the settings the caller reads (`read_json_object`)."""
     for folder in (Path(adapter), Path(adapter).parent):
         if (folder / SETTINGS_FILE).is_file():
-            return read_json_object(folder / SETTINGS_FILE)
+            return read_json_object(folder / SETTINGS_FILE, types)
     return {}
 
 
@@ -194,7 +227,4 @@ def adapter_step(adapter):
     state = Path(adapter) / "trainer_state.json"
     if not state.is_file() and (found := checkpoint_dirs(adapter)):
         state = found[-1] / "trainer_state.json"
-    try:
-        return json.loads(state.read_text()).get("global_step", 0) if state.is_file() else 0
-    except (OSError, json.JSONDecodeError):
-        return 0
+    return read_json_object(state, {"global_step": int}).get("global_step", 0)

@@ -739,7 +739,12 @@ def summary_line(steps, started, metrics=(None, None), now=time.monotonic):
 
 
 def new_logdir(output_dir, suffix=""):
-    """A new TensorBoard run folder, output_dir/runs/<date>_<host><suffix>, named as transformers names its runs."""
+    """A new TensorBoard run folder, output_dir/runs/<date>_<host><suffix>, named as transformers names its runs.
+    TENSORBOARD_LOGGING_DIR replaces output_dir/runs/... for training (`suffix` ""), where transformers writes too;
+    an evaluation (a `suffix`) gets its own run folder in it, so two never log the same tags into one."""
     from transformers.integrations.integration_utils import default_logdir
 
-    return os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(output_dir, default_logdir() + suffix)
+    chosen = os.environ.get("TENSORBOARD_LOGGING_DIR")
+    if chosen and not suffix:
+        return chosen
+    return os.path.join(chosen or output_dir, default_logdir() + suffix)

@@ -304,9 +304,10 @@ def writer_failed(e):
     return type(e) is RuntimeError and any(f.endswith("torch/serialization.py") and n == "save" for f, n in where)
 
 
-def disk_full_error(err, output_dir):
+def disk_full_error(err, output_dir, then="rerun the same command to resume"):
     """A ConfigError naming the full disk and OUTPUT_DIR when `err` (or its cause) is ENOSPC/EDQUOT, or a checkpoint
-    writer's error without errno (`writer_failed`) under 64 MiB free; the next run sets the cut checkpoint aside."""
+    writer's error without errno (`writer_failed`) under 64 MiB free; the next run sets the cut checkpoint aside.
+    `then`: what to do once there is space (evaluate.py and export.py start again rather than resume)."""
     free = free_bytes(output_dir)
     for e in chain(err):
         full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
@@ -314,7 +315,7 @@ def disk_full_error(err, output_dir):
             free_text = f", {free / 2**20:.0f} MiB free now" if free is not None else ""
             return ConfigError(
                 f"No space left on device while writing to OUTPUT_DIR {output_dir} ({first_line(e)}{free_text}).\n"
-                f"Free space there (or set OUTPUT_DIR to a larger disk), then rerun the same command to resume."
+                f"Free space there (or set OUTPUT_DIR to a larger disk), then {then}."
             )
     return None
 
@@ -346,6 +347,17 @@ def faults(output_dir, ddp_timeout):
     except Exception as err:
         known = disk_full_error(err, output_dir) or stall_error(err, ddp_timeout) or nonfinite_error(err)
         if known is None:
+            raise
+        raise known from None
+
+
+@contextlib.contextmanager
+def disk_full(output_dir, then):
+    """A full disk raised in the block as `disk_full_error`'s one message (exit 2); any other error goes on."""
+    try:
+        yield
+    except Exception as err:
+        if (known := disk_full_error(err, output_dir, then)) is None:
             raise
         raise known from None
 

@@ -12,7 +12,7 @@ import shlex
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from grpo import checkpoints, gsm8k, hardware, hub
+from grpo import checkpoints, files, gsm8k, hardware, hub
 
 TAGS = ["grpo", "trl", "gsm8k", "lora"]  # front-matter tags; the Hub lists the model under each
 GSM8K_HUB_ID = "openai/gsm8k"
@@ -48,6 +48,21 @@ SETTINGS = (  # (settings key, label) in the "Training settings" table, in this 
     ("ENABLE_THINKING", "thinking mode (enable_thinking)"),
     ("SEED", "seed"),
 )
+# The types of the run_settings.json values the card reads: a record edited by hand is refused naming the file.
+SETTING_TYPES = {
+    "MODEL_NAME": str,
+    "DATASET": str,
+    "DATASET_CONFIG": str,
+    "SYSTEM_PROMPT": str,
+    "ENABLE_THINKING": bool,
+    "REWARD_FUNCS": list[str],
+    "REWARD_WEIGHTS": list[float],
+    "MAX_COMPLETION_LENGTH": int,
+    "LORA_R": int,
+    "grpo_config": dict,
+    "dataset_sizes": dict[str, int],
+}
+METRIC_TYPES = {key: int if key == "n" else float for key, _, _ in METRICS}  # in eval_test_*.json
 EXAMPLE_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May?"
@@ -385,11 +400,8 @@ def finish_run(state, output_dir, record, metrics, resumed, max_steps, num_train
 
 def read_metrics(run_dir):
     """(before, after): the metrics dicts a run's EVAL_BEFORE / EVAL_AFTER wrote, None where it wrote none."""
-    found = []
-    for when in ("before", "after"):
-        path = Path(run_dir) / f"eval_test_{when}.json"
-        found.append(json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None)
-    return tuple(found)
+    paths = [Path(run_dir) / f"eval_test_{when}.json" for when in ("before", "after")]
+    return tuple(files.read_json_object(path, METRIC_TYPES) or None for path in paths)  # {}: none written
 
 
 def framework_versions():

@@ -1,6 +1,7 @@
 """Shared test helpers: the repo root on sys.path, settings fixtures, the one tiny model, the one way to launch
 training (`train`), subprocess runs of any other script, and TensorBoard readers."""
 
+import errno
 import math
 import os
 import subprocess
@@ -49,6 +50,42 @@ def tiny_model(tmp_path_factory):
     from grpo import profiles
 
     return profiles.cpu_model(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def bare_python():
+    """A Python without torch, as on a fresh machine: the interpreter this venv was made from, run with -s -E (no
+    user site-packages, no PYTHONPATH). Skipped where that one has torch."""
+    cmd = [getattr(sys, "_base_executable", sys.executable), "-s", "-E"]
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
+    if subprocess.run([*cmd, "-c", probe]).returncode != 0:
+        pytest.skip(f"{cmd[0]} has torch")
+    return cmd
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs: a real full disk. Needs root (mount); skipped elsewhere, e.g. on CI runners."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", disk]).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    yield disk
+    subprocess.run(["umount", "--lazy", disk], check=True)  # lazy: a failed writer may still hold a file open
+
+
+@pytest.fixture
+def full_disk(tiny_disk):
+    """`tiny_disk` filled to its last byte: the next file written there fails with ENOSPC."""
+    fd = os.open(tiny_disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError as err:
+        assert err.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    return tiny_disk
 
 
 def parse(argv):

@@ -9,9 +9,11 @@ The gsm8k-marked test reads ../shared/data/gsm8k/test.jsonl beside the checkout 
 
 import json
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
-from conftest import REPO, read_scalars, run_script, train
+from conftest import REPO, read_scalars, run_in_process, run_script, train
 
 import evaluate
 import export
@@ -183,6 +185,26 @@ def test_the_run_settings_decide_unless_given_here(tmp_path):
     assert (s["SYSTEM_PROMPT"], s["MAX_COMPLETION_LENGTH"]) == ("x", 24)  # a checkpoint reads its run's settings
 
 
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("run_settings.json", '{"MAX_COMPLETION_LENGTH": [256]}', "run_settings.json: MAX_COMPLETION_LENGTH is [256]"),
+        ("run_settings.json", '{"SYSTEM_PROMPT": {"role": "system"}}', "run_settings.json: SYSTEM_PROMPT is {"),
+        ("run_settings.json", '{"TEMPERATURE": "hot"}', 'run_settings.json: TEMPERATURE is "hot", not float'),
+        ("run_settings.json", '"Qwen/Qwen3-8B"', "run_settings.json holds a str, not a JSON object"),
+        ("adapter_config.json", '{"r": [2], "base_model_name_or_path": "smoke-model"}', "adapter_config.json: r is"),
+        ("trainer_state.json", '{"global_step": null}', "trainer_state.json: global_step is null, not int"),
+    ],
+)
+def test_a_run_record_edited_by_hand_is_one_message_naming_the_file(tmp_path, name, text, message, capsys):
+    # each once raised a TypeError or AttributeError traceback, some only after the whole generation
+    run = save_adapter(tmp_path / "run")
+    (run / name).write_text(text)
+    code, err = run_in_process(evaluate.main, "--smoke", f"--ADAPTER={run}", capsys=capsys)
+    assert code == 2 and message in err and str(run) in err
+    assert not list(run.glob("eval_*"))  # nothing scored, nothing written
+
+
 def test_base_model_adapter_and_checkpoint_results_never_share_a_file():
     # --smoke once wrote all three to outputs/smoke/eval_test.json
     base, _ = evaluate.resolve(["--smoke"])
@@ -194,10 +216,72 @@ def test_base_model_adapter_and_checkpoint_results_never_share_a_file():
     assert not files.checkpoint_dirs("runs/a")  # and eval-checkpoint-4 is not taken for a checkpoint (none exist)
 
 
+def test_base_models_in_folders_of_one_name_get_their_own_results(tmp_path):
+    # /a/model and /b/model once both wrote outputs/eval/model; a link to /a/model is /a/model
+    for side in ("a", "b"):
+        (tmp_path / side / "model").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "a" / "model")
+    a, b, link = (evaluate.default_output_dir("", str(tmp_path / p)) for p in ("a/model", "b/model", "link"))
+    assert a != b and a == link.replace("link-", "model-")
+    assert evaluate.default_output_dir("", "org/model") != evaluate.default_output_dir("", "other/model")
+
+
+def test_a_second_dataset_never_overwrites_the_first(tmp_path, tiny_model, monkeypatch):
+    # the same model scored on the --smoke fixture, then on another file (and on one of the same name elsewhere):
+    # each keeps its own result files and its own TensorBoard run, where all once went to eval_test.json
+    fixture = (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()
+    other = [tmp_path / "x" / "smoke_gsm8k.jsonl", tmp_path / "y" / "smoke_gsm8k.jsonl"]
+    for path, rows in zip(other, (fixture[8:11], fixture[11:15]), strict=True):
+        path.parent.mkdir()
+        path.write_text("\n".join(rows) + "\n")
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))  # one folder for all: runs stay apart
+    common = ["--smoke", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={tmp_path / 'out'}", "--MAX_COMPLETION_LENGTH=4"]
+    for dataset in ([], [f"--DATASET={other[0]}"], [f"--DATASET={other[1]}"]):
+        evaluate.main([*common, *dataset])
+    results = sorted((tmp_path / "out").glob("eval_*.json"))
+    assert len(results) == 3 and results[-1].name == "eval_test.json"  # the run's own data keeps its name
+    assert sorted(json.loads(p.read_text())["n"] for p in results) == [3, 4, 8]  # each its own data, none lost
+    runs = sorted((tmp_path / "tb" / "runs").iterdir())
+    assert len(runs) == 3 and all(len(read_scalars(r)["eval/gsm8k_strict_accuracy"]) == 1 for r in runs)
+
+
 def test_missing_adapter_exits_2_without_a_traceback(tmp_path):
     result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path / 'none'}")
     assert result.returncode == 2  # cli.run's status for a ConfigError
     assert "error: ADAPTER=" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_python_without_torch_gets_the_command_that_fixes_it(bare_python, tmp_path):
+    # --smoke once built its model first (in a folder where it is not built yet), and ended in a ModuleNotFoundError
+    for args in (["--smoke"], []):
+        cmd = [*bare_python, str(REPO / "evaluate.py"), *args]
+        out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert f"this Python ({bare_python[0]}) lacks torch" in out.stderr and "make install" in out.stderr
+
+
+def test_a_full_disk_is_one_message_naming_the_folder(full_disk, tiny_model, capsys):
+    # a real full filesystem (tmpfs): writing the results once ended in an OSError traceback
+    out = full_disk / "eval"
+    args = ["--smoke", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={out}", "--LIMIT=2", "--MAX_COMPLETION_LENGTH=4"]
+    code, err = run_in_process(evaluate.main, *args, capsys=capsys)
+    assert code == 2
+    assert f"error: No space left on device while writing to OUTPUT_DIR {out} (OSError: [Errno 28]" in err
+    assert "then rerun the same command." in err
+
+
+def test_a_completion_past_the_models_context_is_refused_before_generating(tmp_path, tiny_model, capsys):
+    positions = json.loads((Path(tiny_model) / "config.json").read_text())["max_position_embeddings"]
+    s = smoke_settings(tmp_path, MODEL_NAME=tiny_model)
+    evaluate.refuse_past_context({**s, "MAX_COMPLETION_LENGTH": positions - 100}, prompt_tokens=100)  # fits exactly
+    with pytest.raises(ConfigError, match=f"Set MAX_COMPLETION_LENGTH <= {positions - 100}"):
+        evaluate.refuse_past_context({**s, "MAX_COMPLETION_LENGTH": positions - 99}, prompt_tokens=100)
+    # end to end: it once generated on, for hours, past the model's positions
+    out = tmp_path / "out"
+    args = ["--smoke", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={out}", "--MAX_COMPLETION_LENGTH=100000"]
+    code, err = run_in_process(evaluate.main, *args, capsys=capsys)
+    assert code == 2 and f"runs past {tiny_model}'s {positions} positions" in err
+    assert "GSM8K test" not in err and not out.exists()  # no progress bar: nothing generated, nothing written
 
 
 def test_an_unwritable_output_dir_exits_2_before_generating(tmp_path):

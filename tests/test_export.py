@@ -14,9 +14,11 @@ import os
 import re
 import socket
 import struct
+import subprocess
+from pathlib import Path
 
 import pytest
-from conftest import run_script, train
+from conftest import REPO, run_in_process, run_script, train
 
 import export
 from grpo import cli, files
@@ -105,6 +107,20 @@ def test_default_output_dir(tmp_path, adapter, expected):
         # a JSON list where an object belongs once raised AttributeError
         ({"run_settings.json": b"[1, 2]"}, "{run}/run_settings.json holds a list, not a JSON object"),
         ({"adapter_config.json": b"[]"}, "{run}/adapter_config.json holds a list, not a JSON object"),
+        # values of the wrong type, edited by hand: TypeError, AttributeError or ValueError once, in the card
+        ({"run_settings.json": b'{"LORA_R": [16]}'}, "{run}/run_settings.json: LORA_R is [16], not int; correct"),
+        ({"run_settings.json": b'{"dataset_sizes": "7473"}'}, '{run}/run_settings.json: dataset_sizes is "7473"'),
+        ({"run_settings.json": b'{"REWARD_FUNCS": 5}'}, "{run}/run_settings.json: REWARD_FUNCS is 5, not list[str]"),
+        ({"run_settings.json": b'{"BF16": "no"}'}, '{run}/run_settings.json: BF16 is "no", not bool'),
+        (
+            {"adapter_config.json": b'{"r": "8", "base_model_name_or_path": "/m/Qwen3-8B"}'},
+            'ADAPTER={run}: adapter_config.json: r is "8", not int',
+        ),
+        (
+            {"adapter_config.json": b'{"base_model_name_or_path": 5}'},
+            "ADAPTER={run}: adapter_config.json: base_model_name_or_path is 5",
+        ),
+        ({"trainer_state.json": b'{"global_step": "4"}'}, '{run}/trainer_state.json: global_step is "4", not int'),
     ],
 )
 def test_resolve_refuses_a_damaged_run_before_any_work(tmp_path, damage, message):
@@ -114,6 +130,24 @@ def test_resolve_refuses_a_damaged_run_before_any_work(tmp_path, damage, message
     with pytest.raises(ConfigError) as err:
         export.resolve(settings_for(folder))
     assert str(err.value).startswith(message.format(run=folder))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"strict_accuracy": "high"}', 'eval_test_after.json: strict_accuracy is "high", not float'),
+        ('{"n": 1.5}', "eval_test_after.json: n is 1.5, not int"),
+        ("[0.5]", "eval_test_after.json holds a list, not a JSON object"),
+        ('{"n": ', "eval_test_after.json cannot be read (Expecting value"),
+    ],
+)
+def test_an_eval_record_edited_by_hand_is_named_before_any_work(tmp_path, text, message, capsys):
+    # the card's metrics once failed in format() (ValueError) or json.loads, after the whole merge
+    folder = adapter_folder(tmp_path, run_settings={"BF16": False})
+    (folder / "eval_test_after.json").write_text(text)
+    code, err = run_in_process(export.main, f"--ADAPTER={folder}", capsys=capsys)
+    assert code == 2 and f"error: {folder}/{message}" in err
+    assert not os.path.exists(str(folder.resolve()) + "-merged")
 
 
 @pytest.mark.parametrize(
@@ -257,6 +291,110 @@ def test_push_is_refused_before_any_work(tmp_path, env, message):
 def test_push_refuses_a_malformed_repo_id():
     with pytest.raises(ConfigError, match="is not a Hub repo id"):
         export.refuse_bad_push("a/b/c")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ADAPTER_ONLY: the adapter itself, as TRL users share one
+
+
+@pytest.fixture
+def lora_run(tmp_path, tiny_model):
+    """A run folder as training leaves it, on the tiny model kept where the Hub cache would keep someone/tiny (so
+    the card can name its Hub id): a LoRA adapter with random B weights (peft's init_lora_weights=False; zero B
+    would leave the model unchanged), the run's tokenizer and its run_settings.json."""
+    import shutil
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = tmp_path / "hub" / "models--someone--tiny" / "snapshots" / "abc123"
+    shutil.copytree(tiny_model, base)
+    torch.manual_seed(0)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), lora)
+    run = tmp_path / "run"
+    model.save_pretrained(run)
+    AutoTokenizer.from_pretrained(base).save_pretrained(run)
+    files.write_settings(run, {"MODEL_NAME": str(base), "BF16": False, "ENABLE_THINKING": False})
+    return run
+
+
+def greedy_tokens(model, tokenizer):
+    import torch
+
+    prompts = [[{"role": "user", "content": q}] for q in ("Mia has 12 pencils and buys 7 more.", "What is 6 * 8?")]
+    inputs = tokenizer.apply_chat_template(
+        prompts, add_generation_prompt=True, padding=True, return_tensors="pt", return_dict=True
+    )
+    with torch.no_grad():
+        return model.generate(**inputs, max_new_tokens=16, do_sample=False).tolist()
+
+
+def test_adapter_only_writes_what_peft_loads_and_it_generates_as_the_runs_adapter(lora_run):
+    from huggingface_hub import metadata_load
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = export.main([f"--ADAPTER={lora_run}", "--ADAPTER_ONLY=true"])
+    assert str(out) == str(lora_run.resolve()) + "-adapter"  # beside the run, like the merged folder
+    names = {p.name for p in out.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "README.md", "chat_template.jinja"} <= names
+    assert "model.safetensors" not in names  # nothing merged
+    meta = metadata_load(out / "README.md")
+    assert (meta["library_name"], meta["base_model"]) == ("peft", "someone/tiny")
+    base_path = json.loads((lora_run / "run_settings.json").read_text())["MODEL_NAME"]
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    base = AutoModelForCausalLM.from_pretrained(base_path).eval()
+    base_tokens = greedy_tokens(base, tokenizer)
+    shared = greedy_tokens(PeftModel.from_pretrained(base, out).eval(), tokenizer)
+    again = AutoModelForCausalLM.from_pretrained(base_path)
+    runs = greedy_tokens(PeftModel.from_pretrained(again, lora_run).eval(), tokenizer)
+    assert shared == runs  # the shared folder is the run's adapter
+    assert shared != base_tokens  # and the adapter changes what the model writes: the comparison above could fail
+    # the template defaults to the run's thinking mode, as the run's own tokenizer rendered it for training
+    prompt = [{"role": "user", "content": "hi"}]
+    run_tokenizer = AutoTokenizer.from_pretrained(lora_run)
+    rendered = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    assert rendered == run_tokenizer.apply_chat_template(
+        prompt, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    # the record lists every file, so a re-export may replace the folder
+    assert json.loads((out / export.marker).read_text())["files"] == sorted(names)
+
+
+def test_adapter_only_pushes_the_adapter_folder(lora_run, tmp_path, monkeypatch):
+    # stand-ins for the Hub: the push must create the repo and upload the folder as written, card included
+    import huggingface_hub
+
+    calls = []
+    monkeypatch.setenv("HF_TOKEN", "hf_stand_in")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "create_repo", lambda repo_id, **kw: calls.append(("create", repo_id, kw)))
+
+    def upload_folder(repo_id, folder_path, commit_message):
+        calls.append(("upload", repo_id, sorted(p.name for p in Path(folder_path).iterdir())))
+
+    monkeypatch.setattr(huggingface_hub, "upload_folder", upload_folder)
+    out = tmp_path / "shared"
+    export.main([f"--ADAPTER={lora_run}", "--ADAPTER_ONLY=true", f"--OUTPUT_DIR={out}", "--PUSH_TO_HUB=you/tiny"])
+    assert calls[0] == ("create", "you/tiny", {"private": True, "exist_ok": True})
+    assert calls[1] == ("upload", "you/tiny", sorted(p.name for p in out.iterdir()))
+    assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= set(calls[1][2])
+    assert "PeftModel.from_pretrained" in (out / "README.md").read_text()  # the card loads it from the repo
+    assert '"you/tiny"' in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize("only", [True, False])
+def test_a_full_disk_is_one_message_and_leaves_no_partial_folder(lora_run, full_disk, only, capsys):
+    # a real full filesystem (tmpfs): the adapter's copy or the merged weights' save once ended in a traceback
+    out = full_disk / "export"
+    args = [f"--ADAPTER={lora_run}", f"--ADAPTER_ONLY={only}", f"--OUTPUT_DIR={out}"]
+    code, err = run_in_process(export.main, *args, capsys=capsys)
+    assert code == 2
+    assert f"error: No space left on device while writing to OUTPUT_DIR {out} (" in err
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]  # publish_dir removed its partial folder
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -414,6 +552,15 @@ def test_missing_adapter_exits_2_and_writes_nothing(tmp_path):
     out = run_script("export.py", f"--ADAPTER={tmp_path}", timeout=60)
     assert out.returncode == 2 and "holds no LoRA adapter" in out.stderr and "Traceback" not in out.stderr
     assert not os.path.exists(str(tmp_path) + "-merged")
+
+
+def test_a_python_without_torch_gets_the_command_that_fixes_it(bare_python, tmp_path):
+    adapter = adapter_folder(tmp_path)  # an adapter that passes every check, so only torch is missing
+    for args in ([], [f"--ADAPTER={adapter}"]):
+        out = subprocess.run([*bare_python, "export.py", *args], cwd=REPO, capture_output=True, text=True)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert f"this Python ({bare_python[0]}) lacks torch" in out.stderr and "make install" in out.stderr
+    assert not os.path.exists(str(adapter) + "-merged")
 
 
 def test_enable_thinking_is_a_boolean_on_the_command_line():

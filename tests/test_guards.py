@@ -314,17 +314,6 @@ SAVERS = {  # how Trainer writes each kind of checkpoint file
 }
 
 
-@pytest.fixture
-def tiny_disk(tmp_path):
-    """A 64 KiB tmpfs: a real full disk. Needs root (mount); skipped elsewhere, e.g. on CI runners."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", disk]).returncode:
-        pytest.skip("mounting a tmpfs needs root")
-    yield disk
-    subprocess.run(["umount", "--lazy", disk], check=True)  # lazy: a failed writer may still hold a file open
-
-
 @pytest.mark.parametrize("saver", SAVERS)
 def test_real_full_disk_is_named(tiny_disk, saver):
     with pytest.raises(Exception) as err:
