@@ -425,8 +425,6 @@ def no_gpu_problem(driver):
 
 def refuse_before_loading(s, config, reward_funcs, train_dataset, answer_blind=()):
     """The checks that need the data, the built GRPOConfig or the model's config, still before any weights load."""
-    if len(train_dataset) == 0:
-        raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
     refuse_bad_grpo_config(config, s, len(train_dataset))
     try_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"], answer_blind)
     if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
@@ -571,6 +569,8 @@ def refuse_bad_grpo_config(config, s, train_size):
 
     import transformers as tf
 
+    if train_size == 0:
+        raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
     problems = []
     warpers = [(tf.TemperatureLogitsWarper, config.temperature)]  # built as generate() builds them, which checks
     warpers += [(tf.TopKLogitsWarper, config.top_k)] if config.top_k else []
@@ -653,16 +653,16 @@ def _saving(config):
     return problems
 
 
-def refuse_misfit_model(s):
-    """What the model's config decides, on the meta device (no weights), from a local folder or the Hub cache: a
-    causal LM whose weight files fit it, LoRA targets and rank that fit its layers, and MAX_COMPLETION_LENGTH that
-    fits its positions."""
+def refuse_misfit_model(s, config=None):
+    """What the model's config decides, on the meta device (no weights), from a local folder or the Hub cache (or
+    `config`, for a model not built yet): a causal LM whose weight files fit it, LoRA targets and rank that fit its
+    layers, and MAX_COMPLETION_LENGTH that fits its positions."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     name, remote, local = s["MODEL_NAME"], s["TRUST_REMOTE_CODE"], (Path(s["MODEL_NAME"]) / "config.json").is_file()
     try:
-        config = AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=remote)
+        config = config or AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=remote)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=remote)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # unreadable, foreign; or not cached
@@ -673,10 +673,13 @@ def refuse_misfit_model(s):
     problems = _weight_shapes(Path(name), model) if local else []
     architectures = getattr(config, "architectures", None) or [None]
     transformers = __import__("transformers")
-    if local and not hasattr(transformers, str(architectures[0])):  # TRL loads the class it names
+    # with TRUST_REMOTE_CODE, the class is the folder's own (its config's auto_map), built above
+    custom = remote and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
+    if local and not custom and not hasattr(transformers, str(architectures[0])):  # TRL loads the class it names
         problems.append(f"MODEL_NAME: config.json names no model class transformers has ({architectures[0]})")
     elif (
         local
+        and not custom
         and architectures[0]
         and not issubclass(getattr(transformers, architectures[0]), transformers.GenerationMixin)
     ):

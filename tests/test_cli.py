@@ -121,19 +121,57 @@ def test_a_class_whose_source_cannot_be_followed_falls_back_to_importing_it():
 
 
 @pytest.mark.parametrize(
-    ("field", "constant"),
+    ("args", "constant", "value"),
     [
-        ("output_dir", "OUTPUT_DIR"),
-        ("resume_from_checkpoint", "RESUME"),
-        ("learning_rate", "LEARNING_RATE"),
+        (["--output_dir=runs/a"], "OUTPUT_DIR", "runs/a"),  # a GRPOConfig field a constant of its name sets
+        (["--learning_rate", "1e-5"], "LEARNING_RATE", 1e-5),  # with a space, as TrlParser reads it
+        (["--gradient_checkpointing=false"], "ACTIVATION_CHECKPOINTING", False),  # owned under another name
+        (["--model_name_or_path", "models/m"], "MODEL_NAME", "models/m"),  # trl grpo's ModelConfig names
+        (["--lora_r", "8"], "LORA_R", 8),
+        (["--lora_target_modules", "q_proj", "v_proj"], "LORA_TARGET_MODULES", "q_proj,v_proj"),  # nargs="+"
+        (["--dataset_name=data/gsm8k.jsonl"], "DATASET", "data/gsm8k.jsonl"),
+        (["--torch_dtype=float32"], "BF16", False),  # open-r1's recipes' name for the dtype
+        (["--load_in_4bit"], "LOAD_IN_4BIT", True),  # a bare boolean is true, as argparse reads it
     ],
 )
-def test_a_field_the_script_owns_is_refused_naming_its_constant(field, constant):
-    settings = cli.constants(grpotrainer)
-    with pytest.raises(ConfigError, match=f"^--{field} is set by the constant {constant}: use --{constant}="):
-        cli.parse(
-            settings, [f"--{field}=1"], config_class="trl.trainer.grpo_config:GRPOConfig", owned=grpotrainer.owned
-        )
+def test_a_trl_name_is_read_as_the_constant_it_means_with_a_line_saying_so(args, constant, value):
+    parsed = parse(args)
+    assert parsed.settings[constant] == value and constant in parsed.given
+    assert parsed.fields == {}  # never passed on as well: one setting, one value
+    assert len(parsed.notes) == 1 and constant in parsed.notes[0] and args[0].partition("=")[0] in parsed.notes[0]
+
+
+@pytest.mark.parametrize("field", [k for k, v in grpotrainer.owned.items() if v not in cli.constants(grpotrainer)])
+def test_an_owned_field_that_no_constant_names_is_refused_with_what_to_type(field):
+    with pytest.raises(ConfigError) as refused:
+        parse([f"--{field}=true"])
+    message = str(refused.value)
+    assert message.startswith(f"--{field} is set by ") and "----" not in message
+    # every --NAME it suggests exists: a profile or a constant (the use_cpu message once said ----smoke=...)
+    for name in re.findall(r"--([A-Za-z_]+)", message.removeprefix(f"--{field}")):
+        assert name in grpotrainer.profile_settings or name in cli.constants(grpotrainer), name
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--use_peft=false"], "--use_peft=false: this script takes only true here"),
+        (["--torch_dtype=float16"], "takes only bfloat16 or float32"),
+        (["--dataset_train_split=validation"], "takes only train here"),
+    ],
+)
+def test_a_trl_name_with_a_value_this_script_cannot_honour_is_refused(args, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(args)
+
+
+def test_key_space_value_is_key_equals_value_and_flags_take_none():
+    spaced = parse(["--smoke", "--MAX_STEPS", "2", "--top_p", "0.9", "--RESUME", "--MAX_COMPLETION_LENGTH", "-1"])
+    joined = parse(["--smoke", "--MAX_STEPS=2", "--top_p=0.9", "--RESUME=true", "--MAX_COMPLETION_LENGTH=-1"])
+    assert (spaced.profile, spaced.settings, spaced.fields) == (joined.profile, joined.settings, joined.fields)
+    assert parse(["--log_completions"]).fields == {"log_completions": True}  # a bare boolean field: true
+    with pytest.raises(ConfigError, match="cannot read the argument 'x'"):
+        parse(["--smoke", "x"])  # a profile takes no value
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -239,8 +277,11 @@ def test_a_recipe_sets_constants_and_fields_and_the_command_line_wins(tmp_path):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("MAX_STEP: 2\n", "--config {path}: unknown setting --MAX_STEP. Did you mean MAX_STEPS"),
-        ("top_pp: 0.9\n", "--config {path}: unknown setting --top_pp: not a constant nor a GRPOConfig field. Did you"),
+        # every unknown key at once, each with its nearest name
+        (
+            "MAX_STEP: 2\ntop_pp: 0.9\n",
+            "--config {path}: unknown settings MAX_STEP (did you mean MAX_STEPS?), top_pp (did",
+        ),
         ("MAX_STEPS: many\n", "--config {path}: --MAX_STEPS=many is not a valid int"),
         ("- MAX_STEPS\n", "--config {path}: a recipe is a mapping of KEY: value lines"),
         ("MAX_STEPS: [\n", "--config {path} is not valid YAML"),

@@ -49,7 +49,8 @@ def test_config_maps_constants_to_grpo_config(settings):
     assert config.ddp_timeout == 123
     # STEPS_PER_GENERATION=0 means "one generation round per optimiser step": 3 per micro-batch x 1 process x 2
     assert (config.steps_per_generation, config.generation_batch_size) == (2, 6)
-    assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "sdpa"}
+    # from_pretrained's arguments, TRUST_REMOTE_CODE among them so that no --model_init_kwargs key can turn it on
+    assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "sdpa", "trust_remote_code": False}
     assert config.cache_implementation == "dynamic"  # transformers' default KV cache, eager decoding
 
 
@@ -103,8 +104,8 @@ def test_grpo_config_fields_pass_through_typed(settings):
     "arg, message",
     [
         ("--top_pp=0.9", "unknown setting --top_pp: not a constant nor a GRPOConfig field. Did you mean top_p"),
-        ("--learning_rate=1e-5", "--learning_rate is set by the constant LEARNING_RATE"),
-        ("--gradient_checkpointing=true", "set by the constant ACTIVATION_CHECKPOINTING"),
+        ("--use_cpu=true", "--use_cpu is set by the CPU profiles"),
+        ("--resume_from_checkpoint=x", "--resume_from_checkpoint is set by RESUME"),
         ("--top_p=high", "invalid float value: 'high'"),
     ],
 )
