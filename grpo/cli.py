@@ -14,7 +14,9 @@ import importlib
 import importlib.util
 import json
 import logging
+import os
 import re
+import select
 import signal
 import sys
 import textwrap
@@ -591,6 +593,13 @@ def run(main):
     except ConfigError as err:
         print(f"\nerror: {err}\n", file=sys.stderr, flush=True)
         sys.exit(2)
+    except BrokenPipeError:
+        if not _stdout_broken():  # another pipe's: a bug, with its traceback
+            raise
+        # stdout's reader went away (`--help | head -1`): end quietly, as SIGPIPE ends a command-line tool, with
+        # stdout pointed at /dev/null so that Python's own flush at exit finds nothing to complain about
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
     except (Interrupted, KeyboardInterrupt) as err:
         signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
         for other in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut this line into a traceback
@@ -601,6 +610,16 @@ def run(main):
     finally:
         for signum, handler in previous.items():  # a caller's own (pytest's), once main is done
             signal.signal(signum, handler)
+
+
+def _stdout_broken():
+    """Whether stdout is a pipe or socket whose reader has gone (poll says POLLERR or POLLHUP)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (OSError, ValueError, AttributeError):  # no file descriptor behind stdout (a test's capture)
+        return False
+    return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
 
 
 def setup_logging(prefix, rank0=True):

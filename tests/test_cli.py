@@ -7,6 +7,7 @@ import dataclasses
 import os
 import re
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -297,3 +298,18 @@ def test_a_bad_recipe_names_the_file_and_the_key(tmp_path, text, message):
 def test_the_shipped_recipe_parses():
     args = parse(["--config", str(REPO / "configs" / "gsm8k-qwen3-8b.yaml")])
     assert args.settings["NUM_GENERATIONS"] == 8 and args.settings["WARMUP_STEPS"] == 0.1 and args.fields == {}
+
+
+@pytest.mark.parametrize("script", ["grpotrainer.py", "evaluate.py", "export.py"])
+def test_help_into_a_closed_pipe_ends_quietly_as_sigpipe_would(script):
+    # `python grpotrainer.py --help | head -1`: the reader is gone before the script writes
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run(
+            [sys.executable, script, "--help"], cwd=REPO, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    finally:
+        os.close(write)
+    assert result.returncode == 128 + signal.SIGPIPE  # the shell's code for a command ended by SIGPIPE
+    assert result.stderr == ""  # no BrokenPipeError traceback, no "Exception ignored" at exit
