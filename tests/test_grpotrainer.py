@@ -3,6 +3,7 @@
 .venv/bin/python -m pytest tests/test_grpotrainer.py -q -m "not slow"
 """
 
+import json
 import re
 
 import pytest
@@ -204,3 +205,95 @@ def test_under_fsdp_the_model_loads_without_a_device_map(settings, monkeypatch):
     assert "device_map" not in grpotrainer.build_model_init_kwargs(settings, cpu_only=True)
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     assert grpotrainer.build_model_init_kwargs(settings, cpu_only=True)["device_map"] is None
+
+
+# --- pass-through: every field build_config sets, given again by the user ----------------------------------------
+
+# values for the fields build_config leaves None, which have no value of their own to give back
+GIVEN_FOR_NONE = {"steps_per_generation": "2", "vllm_server_base_url": "http://127.0.0.1:8000"}
+
+
+def passed_fields(s, monkeypatch):
+    """{field: value} that build_config passes GRPOConfig for the settings `s`."""
+    import trl
+
+    seen = {}
+    real = trl.GRPOConfig
+    monkeypatch.setattr(trl, "GRPOConfig", lambda **kwargs: seen.update(kwargs) or real(**kwargs))
+    grpotrainer.build_config(s, {}, cpu_only=True)
+    monkeypatch.setattr(trl, "GRPOConfig", real)
+    return seen
+
+
+def as_argument(field, value):
+    if isinstance(value, dict):  # a key of the user's own, beside the script's
+        return f"--{field}=" + json.dumps({"revision": "main"} if field == "model_init_kwargs" else {"mine": 1})
+    if isinstance(value, list):
+        return f"--{field}=" + ",".join(str(item) for item in value)
+    if value is None:
+        return f"--{field}={GIVEN_FOR_NONE[field]}"
+    return f"--{field}={str(value).lower() if isinstance(value, bool) else value}"
+
+
+def test_every_field_build_config_sets_is_read_as_its_constant_merged_or_refused(smoke_settings, monkeypatch):
+    passed = passed_fields(smoke_settings, monkeypatch)
+    assert len(passed) > 30  # the walk covers what build_config sets, not a hand-kept list
+    outcomes = {}
+    for field, value in passed.items():
+        argument = as_argument(field, value)
+        try:
+            args = parse(["--smoke", argument])
+            config = grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
+        except ConfigError as err:  # one message naming the field, never a TypeError for a keyword given twice
+            assert str(err).startswith(f"--{field}") and "----" not in str(err), (argument, err)
+            outcomes[field] = "refused"
+            continue
+        if field in args.fields:  # passed through: the user's value, a dict merged with the script's keys
+            mine = args.fields[field]
+            got = getattr(config, field)
+            if isinstance(value, dict):
+                assert got == {**value, **json.loads(mine)}, argument
+            else:
+                assert got == mine, argument
+            outcomes[field] = "merged"
+        else:  # read as the constant it means, with a line saying so
+            (note,) = args.notes
+            assert note.startswith(f"--{field} is ") and note.split()[2] in args.given, (argument, note)
+            outcomes[field] = "constant"
+    # the three that once ended in "GRPOConfig() got multiple values for keyword argument"
+    assert {outcomes[f] for f in ("log_completions", "num_completions_to_print", "ddp_find_unused_parameters")} == {
+        "merged"
+    }
+    assert outcomes["use_cpu"] == "refused" and outcomes["learning_rate"] == "constant"
+
+
+@pytest.mark.parametrize(
+    ("argument", "expected"),
+    [
+        ("--log_completions=false", {"log_completions": False}),
+        ("--num_completions_to_print=2", {"num_completions_to_print": 2}),
+        ("--ddp_find_unused_parameters=true", {"ddp_find_unused_parameters": True}),
+        ("--use_liger_kernel=true", {"use_liger_kernel": True}),  # TRL's own field: docs/gpu.md points here
+    ],
+)
+def test_a_field_build_config_also_sets_takes_the_users_value(smoke_settings, argument, expected):
+    args = parse(["--smoke", argument])
+    config = grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
+    assert {key: getattr(config, key) for key in expected} == expected
+
+
+def test_model_init_kwargs_merge_with_attn_implementation_and_a_clash_is_one_message(smoke_settings):
+    args = parse(["--smoke", '--model_init_kwargs={"revision": "main", "use_kernels": true}', "--model_revision=v2"])
+    config = grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
+    # the user's keys beside the script's dtype and attention kernel; TRL's --model_revision is the same key, later
+    assert config.model_init_kwargs == {
+        "dtype": "float32",
+        "attn_implementation": "sdpa",
+        "trust_remote_code": False,
+        "revision": "v2",
+        "use_kernels": True,
+    }
+    for key in ("dtype", "attn_implementation", "trust_remote_code"):
+        args = parse(["--smoke", f'--model_init_kwargs={{"{key}": "x"}}'])
+        with pytest.raises(ConfigError, match=f"^--model_init_kwargs sets {key}, which ATTN_IMPLEMENTATION, BF16"):
+            grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
