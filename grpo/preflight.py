@@ -77,6 +77,8 @@ RANGES = {
 # GRPOConfig fields a --field=value can set, which nothing checks before the first step: (name, low, high)
 FIELD_RANGES = (("epsilon", 0, 1), ("epsilon_high", 0, 10), ("top_entropy_quantile", 0, 1))
 FIELD_RANGES += (("dataloader_num_workers", 0, 1024), ("max_grad_norm", 0, INF), ("warmup_steps", 0, INF))
+# the optimizer's, for any --optim (torch checks only its own, at the first step): a beta of 1 torch refuses too
+FIELD_RANGES += (("adam_beta1", 0, 1), ("adam_beta2", 0, 1), ("adam_epsilon", 1e-30, 1), ("weight_decay", 0, INF))
 FIELD_CHOICES = {"importance_sampling_level": ("token", "sequence")}  # (TRL 1.16's GRPOConfig documentation)
 # generation_kwargs keys (transformers' GenerationConfig, vLLM's SamplingParams) that TRL lets override what a constant
 # or a checked field sets: each is refused, naming the owner.
@@ -110,12 +112,13 @@ def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machin
     problems += [f"{n}={s[n]}: a number here must be finite." for n in floats]
     problems += _report_to(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s)
     problems += hardware_problems(s, cpu_only) if machine else []
-    # Trainer's push_to_hub uploads every checkpoint with TRL's card and the run's files; export.py pushes the
-    # finished adapter, tokenizer and our card (an allow-list): one way to publish, the one that sends the right thing
+    # Trainer's push_to_hub uploads every checkpoint with TRL's card and the run's files; export.py pushes the merged
+    # model or (ADAPTER_ONLY) the adapter, with our card (an allow-list): one way to publish, the right files
     if (fields or {}).get("push_to_hub"):
         problems.append(
             "--push_to_hub=true is refused: Trainer would upload each checkpoint with run files and TRL's card.\n"
-            f"Push the finished adapter and card: python export.py --ADAPTER={s['OUTPUT_DIR']} --PUSH_TO_HUB=you/name"
+            f"Push the adapter and its card: python export.py --ADAPTER={s['OUTPUT_DIR']} --ADAPTER_ONLY=true "
+            "--PUSH_TO_HUB=you/name (or, without ADAPTER_ONLY, the merged model)"
         )
     if s["ENABLE_THINKING"] and s["MAX_COMPLETION_LENGTH"] < THINKING_MIN_TOKENS:
         problems.append(

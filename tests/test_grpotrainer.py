@@ -160,6 +160,7 @@ def test_lora_config(settings):
         # refused, not uploaded: Trainer would push checkpoints and TRL's card; export.py pushes the right files
         (["--smoke", "--push_to_hub=true"], "--push_to_hub=true is refused"),
         (["--smoke", "--push_to_hub=true"], "python export.py --ADAPTER="),
+        (["--smoke", "--push_to_hub=true"], "--ADAPTER_ONLY=true --PUSH_TO_HUB=you/name"),  # the adapter, as TRL's
         pytest.param(
             [], "no CUDA GPU is visible", marks=pytest.mark.skipif(HAS_CUDA, reason="would start a real run")
         ),
@@ -297,3 +298,30 @@ def test_model_init_kwargs_merge_with_attn_implementation_and_a_clash_is_one_mes
         args = parse(["--smoke", f'--model_init_kwargs={{"{key}": "x"}}'])
         with pytest.raises(ConfigError, match=f"^--model_init_kwargs sets {key}, which ATTN_IMPLEMENTATION, BF16"):
             grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--top_p=1.5"],
+        ["--save_strategy=nope"],
+        ["--save_strategy=epoch"],
+        ["--adam_beta1=2"],
+        ["--adam_epsilon=0"],
+        ["--weight_decay=-1"],
+        ["--LORA_TARGET_MODULES=nope_proj"],
+        ["--LORA_TARGET_MODULES=q_proj", "--LORA_R=1000"],
+    ],
+)
+def test_a_config_or_lora_mistake_is_refused_before_the_smoke_model_is_built(args, tmp_path, capsys, monkeypatch):
+    from grpo import profiles
+
+    def never(*args, **kwargs):
+        raise AssertionError("the smoke model was built before the refusal")
+
+    # the work a refusal must not do: build (and write) the smoke model, or load weights
+    monkeypatch.setattr(profiles, "ensure_model_dir", never)
+    monkeypatch.setattr(grpotrainer, "build_trainer", never)
+    code, stderr = run_in_process(grpotrainer.main, "--smoke", *args, f"--OUTPUT_DIR={tmp_path}", capsys=capsys)
+    assert code == 2 and "Traceback" not in stderr, stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written, as the message says
