@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, parse, run_script
+from conftest import REPO, custom_code_model, parse, run_in_process, run_script
 
 import evaluate
 import export
@@ -313,3 +313,55 @@ def test_help_into_a_closed_pipe_ends_quietly_as_sigpipe_would(script):
         os.close(write)
     assert result.returncode == 128 + signal.SIGPIPE  # the shell's code for a command ended by SIGPIPE
     assert result.stderr == ""  # no BrokenPipeError traceback, no "Exception ignored" at exit
+
+
+# --- recipes that are not what they seem ---------------------------------------------------------------------------
+
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        # nine levels of nine aliases: 9**9 values once expanded; refused at the first alias, before any expansion
+        (BILLION_LAUGHS, "line 2 uses a YAML alias (*name): write the value out"),
+        ("MAX_STEPS: 2\nLORA_R: 8\nMAX_STEPS: 3\n", "MAX_STEPS is set twice (line 3): keep one"),
+        (b"MAX_STEPS: 2\nSYSTEM_PROMPT: caf\xe9\n", "is not UTF-8 text (byte 31): save it as UTF-8"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "line 1 nests deeper than"),
+        ("a: {b: {c: {d: {e: {f: {g: {h: {i: 1}}}}}}}}\n", "line 1 nests deeper than"),
+    ],
+)
+def test_a_recipe_yaml_cannot_hang_or_crash_the_reader(tmp_path, content, message):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ConfigError, match=re.escape(message)) as refused:
+        parse(["--config", str(recipe)])
+    assert str(refused.value).startswith(f"--config {recipe}")  # the file named
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("TRUST_REMOTE_CODE: true", "TRUST_REMOTE_CODE"),
+        ("trust_remote_code: true", "trust_remote_code"),
+        ("Trust-Remote-Code: yes", "Trust-Remote-Code"),
+        ("model_init_kwargs: {trust_remote_code: true}", "trust_remote_code"),  # at any depth
+    ],
+)
+def test_a_recipe_never_turns_on_remote_code_and_nothing_runs_the_folders_code(
+    line, key, tmp_path, tiny_model, capsys, monkeypatch
+):
+    model = custom_code_model(tmp_path / "custom", tiny_model)
+    ran = tmp_path / "ran"
+    monkeypatch.setenv("CUSTOM_CODE_RAN", str(ran))
+    recipe = tmp_path / "shared.yaml"
+    recipe.write_text(f"MODEL_NAME: {model}\n{line}\n")
+    out = tmp_path / "out"
+    code, stderr = run_in_process(
+        grpotrainer.main, "--smoke", "--config", str(recipe), f"--OUTPUT_DIR={out}", capsys=capsys
+    )
+    assert code == 2 and "running a model folder's own code is never taken from a file" in stderr
+    assert f"sets {key}:" in stderr  # the key, as the recipe spells it
+    assert not ran.exists() and not out.exists()  # refused before anything loaded or was written
