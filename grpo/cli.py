@@ -75,8 +75,9 @@ def _example(default):
     return str(default).lower() if isinstance(default, bool) else str(default)
 
 
-def apply_overrides(settings, args):
-    """`settings` updated with `--KEY=value` arguments (a new dict), each typed like its default.
+def apply_overrides(settings, args, types=None):
+    """`settings` updated with `--KEY=value` arguments (a new dict), each typed like its default (in `types`, the
+    constants, when `settings` holds a profile's values: --smoke's WARMUP_STEPS=0 takes 0.1).
 
     >>> apply_overrides({"STEPS": 10, "LR": 1e-5, "NAMES": ["a"]}, ["--STEPS=20", "--NAMES=x,y"])
     {'STEPS': 20, 'LR': 1e-05, 'NAMES': ['x', 'y']}
@@ -88,7 +89,7 @@ def apply_overrides(settings, args):
             close = difflib.get_close_matches(key.upper(), settings, n=3, cutoff=0.5)
             hint = f" Did you mean {', '.join(close)}?" if close else " See --help for the settings."
             raise ConfigError(f"unknown setting --{key}.{hint}")
-        out[key] = _coerce(key, raw, settings[key])
+        out[key] = _coerce(key, raw, (types or settings)[key])
     return out
 
 
@@ -357,7 +358,7 @@ def parse(settings, argv, profiles=None, config_class=None, owned=None, source=N
         raise ConfigError(f"choose one of {', '.join('--' + p for p in profiles)}.")
     rest = [arg for arg in argv if arg.removeprefix("--") not in profiles]
     upper, fields, mapped = _resolve(rest, settings, config_class, owned or {}, known)
-    resolved = files.expand_paths(apply_overrides({**settings, **profiles.get(profile, {})}, upper))
+    resolved = files.expand_paths(apply_overrides({**settings, **profiles.get(profile, {})}, upper, types=settings))
     given = frozenset(_split(arg)[0] for arg in upper)
     return Args(resolved, given, profile, fields, tuple(dict.fromkeys([*notes, *mapped])))
 

@@ -671,6 +671,11 @@ def refuse_misfit_model(s, config=None):
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # unreadable, foreign; or not cached
         if not local:
             return
+        if not remote and "auto_map" in files.read_json_object(Path(name) / "config.json"):
+            raise ConfigError(
+                f"MODEL_NAME={name}: its config.json names the folder's own Python code (auto_map), which runs only "
+                "with --TRUST_REMOTE_CODE=true typed on the command line: read that code first."
+            ) from None
         what = errors.first_line(err)
         raise ConfigError(f"MODEL_NAME={name}: its config.json is not a causal language model's ({what}).") from None
     problems = _weight_shapes(Path(name), model) if local else []

@@ -17,7 +17,7 @@ from conftest import REPO, custom_code_model, parse, run_in_process, run_script
 import evaluate
 import export
 import grpotrainer
-from grpo import cli, files
+from grpo import cli, files, preflight
 from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -365,3 +365,108 @@ def test_a_recipe_never_turns_on_remote_code_and_nothing_runs_the_folders_code(
     assert code == 2 and "running a model folder's own code is never taken from a file" in stderr
     assert f"sets {key}:" in stderr  # the key, as the recipe spells it
     assert not ran.exists() and not out.exists()  # refused before anything loaded or was written
+
+
+# The shape of an open-r1 GRPO recipe (huggingface/open-r1, recipes/Qwen2.5-1.5B-Instruct/grpo/config_demo.yaml):
+# TRL's lower-case keys, ModelConfig's and open-r1's own names, publishing and evaluation settings of its script.
+OPEN_R1_RECIPE = """# Model arguments
+model_name_or_path: Qwen/Qwen2.5-1.5B-Instruct
+model_revision: main
+torch_dtype: bfloat16
+attn_implementation: sdpa
+
+# Data training arguments
+dataset_name: openai/gsm8k
+dataset_configs:
+- main
+system_prompt: "Solve the problem step by step, then give the answer as #### <number>."
+
+# GRPO trainer config
+bf16: true
+use_vllm: true
+vllm_device: auto
+vllm_gpu_memory_utilization: 0.7
+do_eval: false
+gradient_accumulation_steps: 4
+gradient_checkpointing: true
+gradient_checkpointing_kwargs:
+  use_reentrant: false
+hub_model_id: Qwen2.5-1.5B-Open-R1-GRPO
+hub_strategy: every_save
+learning_rate: 2.0e-05
+log_completions: true
+log_level: info
+logging_first_step: true
+logging_steps: 1
+logging_strategy: steps
+lr_scheduler_type: cosine
+max_prompt_length: 512
+max_completion_length: 1024
+max_steps: -1
+num_generations: 16
+num_train_epochs: 1
+output_dir: data/Qwen2.5-1.5B-Open-R1-GRPO
+overwrite_output_dir: true
+per_device_eval_batch_size: 16
+per_device_train_batch_size: 16
+push_to_hub: true
+report_to:
+- wandb
+reward_funcs:
+- accuracy
+- format
+save_strategy: "epoch"
+save_total_limit: 1
+seed: 42
+warmup_ratio: 0.1
+"""
+
+
+def test_an_open_r1_recipe_is_read_key_by_key(tmp_path):
+    recipe = tmp_path / "config_demo.yaml"
+    recipe.write_text(OPEN_R1_RECIPE)
+    args = parse(["--config", str(recipe)])
+    s = args.settings
+    # TRL's names read as the constants they mean
+    assert (s["MODEL_NAME"], s["DATASET"], s["LEARNING_RATE"], s["WARMUP_STEPS"]) == (
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        "openai/gsm8k",
+        2e-5,
+        0.1,
+    )
+    assert (s["NUM_GENERATIONS"], s["PER_DEVICE_TRAIN_BATCH_SIZE"], s["MAX_STEPS"], s["BF16"]) == (16, 16, -1, True)
+    assert (s["REWARD_FUNCS"], s["REPORT_TO"], s["ACTIVATION_CHECKPOINTING"]) == (
+        ["accuracy", "format"],
+        "wandb",
+        True,
+    )
+    # the other GRPOConfig fields pass through, typed; model_revision joins model_init_kwargs
+    assert args.fields["lr_scheduler_type"] == "cosine" and args.fields["model_init_kwargs"] == '{"revision": "main"}'
+    assert args.fields["gradient_checkpointing_kwargs"] == '{"use_reentrant": false}'
+    # each key this script does not honour: one line naming it
+    ignored = [note.split()[2] for note in args.notes if note.startswith("recipe key")]
+    expected = ["vllm_device", "do_eval", "hub_strategy", "max_prompt_length", "overwrite_output_dir", "push_to_hub"]
+    assert sorted(ignored) == sorted(expected + ["dataset_configs", "save_strategy"])
+
+
+def test_an_open_r1_recipe_answers_with_one_message_and_runs_once_its_rewards_exist(
+    tmp_path, tiny_model, capsys, monkeypatch
+):
+    recipe = tmp_path / "config_demo.yaml"
+    recipe.write_text(OPEN_R1_RECIPE)
+    out = tmp_path / "out"
+    code, stderr = run_in_process(
+        grpotrainer.main, "--smoke", "--config", str(recipe), f"--OUTPUT_DIR={out}", capsys=capsys
+    )
+    # open-r1's rewards are not this script's: one message (with the CPU's own refusals), no traceback, nothing written
+    assert code == 2 and "unknown reward 'accuracy'" in stderr and "Traceback" not in stderr
+    assert not out.exists()
+    # with this script's rewards, and the CPU's bf16 and HF generate, every recipe key reaches a GRPOConfig TRL takes
+    cpu = ["--REWARD_FUNCS=correctness_reward,format_reward", "--BF16=false", "--USE_VLLM=false", "--REPORT_TO=none"]
+    args = parse(["--smoke", "--config", str(recipe), f"--MODEL_NAME={tiny_model}", *cpu])
+    config = grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
+    preflight.refuse_bad_grpo_config(config, args.settings, train_size=32 * 16)
+    assert (config.lr_scheduler_type, config.learning_rate, config.num_generations) == ("cosine", 2e-5, 16)
+    assert config.model_init_kwargs["revision"] == "main" and config.gradient_checkpointing_kwargs == {
+        "use_reentrant": False
+    }
