@@ -290,7 +290,8 @@ def check_and_plan(s, args, cpu_only, machine=True):
         s = sums.prepare(s, args.given, build=machine)  # its task and warm-started Qwen3
     train_dataset, eval_dataset = load_data(s)
     if machine:  # before the smoke model is written: a refusal leaves OUTPUT_DIR untouched
-        preflight.refuse_bad_grpo_config(build_config(s, args.fields, cpu_only, train_dataset), s, len(train_dataset))
+        config = build_config(s, args.fields, cpu_only, train_dataset=train_dataset)
+        preflight.refuse_bad_grpo_config(config, s, len(train_dataset))
     if args.profile == "smoke" and "MODEL_NAME" not in args.given:  # a tiny Qwen3
         s["MODEL_NAME"] = str(Path(s["OUTPUT_DIR"]) / "smoke-model")
         if machine:  # its LoRA targets checked against its config first; then built
