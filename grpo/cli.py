@@ -151,7 +151,7 @@ TRL_NAMES = {
 # The command line refuses the GRPOConfig fields among them (push_to_hub, save_strategy, eval_strategy): typed
 # there, they are a request; in a shared recipe, they describe how its author published and evaluated.
 RECIPE_IGNORED = {
-    "push_to_hub": "publish with export.py --ADAPTER=OUTPUT_DIR --PUSH_TO_HUB=you/name",
+    "push_to_hub": "publish with export.py --ADAPTER=OUTPUT_DIR --ADAPTER_ONLY=true --PUSH_TO_HUB=you/name",
     "hub_strategy": "publish with export.py",
     "hub_model_revision": "publish with export.py",
     "overwrite_hub_revision": "publish with export.py",
@@ -193,7 +193,7 @@ def translate(arg, known, settings, owned):
         meant = owner.get("true" if raw is None else raw.lower())
         if meant is None:
             raise ConfigError(f"--{key}{value}: this script takes only {' or '.join(owner)} here.")
-        return meant or None, f"--{key}{value} is {meant} here" if meant else f"--{key}{value}: as this script does"
+        return meant or None, f"--{key}{value} is {meant} here" if meant else f"--{key}{value}: what this script does"
     if owner in settings:
         return f"--{owner}{value}", f"--{key} is {owner} here"
     if isinstance(owner, str) and "." in owner and raw is not None:  # a key of a dict field
