@@ -1,9 +1,10 @@
 """Command-line plumbing for the scripts (grpotrainer.py, evaluate.py, export.py): settings in, clean exits out.
 
 A script's settings are its UPPERCASE constants: `parse` returns them as a dict with a profile (`--smoke`) and
-`--KEY=value` overrides applied, each typed like its default. Lower-case `--field=value` arguments are GRPOConfig
-fields, typed by transformers' own argument parser; `--config recipe.yaml` adds a recipe's keys before the command
-line's (README.md shows the commands). Values are parsed as plain data, never evaluated as code.
+`--KEY=value` (or `--KEY value`) overrides applied, each typed like its default. Lower-case `--field=value` arguments
+are GRPOConfig fields, typed by transformers' own argument parser, except TRL's names for what a constant sets, read
+as that constant (TRL_NAMES); `--config recipe.yaml` adds a recipe's keys before the command line's (README.md shows
+the commands). Values are parsed as plain data, never evaluated as code.
 """
 
 import ast
