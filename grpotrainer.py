@@ -97,13 +97,17 @@ GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds th
 
 # The offline profiles, on the CPU in fp32 (grpo/profiles.py, demo/sums.py): settings over the constants above.
 profile_settings = {"smoke": profiles.SMOKE, "demo": sums.DEMO}
-# GRPOConfig fields a constant or the script sets: a --field=value for one is refused, naming it.
+# GRPOConfig fields the script sets whose name is no constant's: --gradient_checkpointing is read as the constant,
+# the others are refused with the sentence (grpo/cli.py's translate; TRL's own names are in cli.TRL_NAMES).
 owned = {
-    "chat_template_kwargs": "ENABLE_THINKING",
-    "model_init_kwargs": "ATTN_IMPLEMENTATION",
-    "use_cpu": "--smoke",
     "gradient_checkpointing": "ACTIVATION_CHECKPOINTING",
-    "resume_from_checkpoint": "RESUME",
+    "use_cpu": "the CPU profiles: run --smoke or --demo, or on a GPU without either",
+    "resume_from_checkpoint": "RESUME, from the newest checkpoint-N in OUTPUT_DIR: --RESUME=false starts afresh",
+}
+# Dict fields merged with the user's keys; a key both set is refused naming the constants that set it.
+merged = {
+    "model_init_kwargs": "ATTN_IMPLEMENTATION, BF16 and TRUST_REMOTE_CODE",
+    "chat_template_kwargs": "ENABLE_THINKING",
 }
 log = logging.getLogger("grpotrainer")
 
@@ -121,8 +125,8 @@ def build_config(s, fields, cpu_only, train_dataset=None):
         # one thread (a given MODEL_NAME too); gloo with DDP_TIMEOUT (transformers drops it on the CPU)
         hardware.one_cpu_thread()
         hardware.init_cpu_process_group(s["DDP_TIMEOUT"])
-    try:
-        return GRPOConfig(
+    try:  # the user's fields merged with these (cli.merge_fields): none given twice, which GRPOConfig refuses
+        return cli.with_fields(GRPOConfig, fields, owners=merged)(
             output_dir=s["OUTPUT_DIR"],
             trust_remote_code=s["TRUST_REMOTE_CODE"],
             model_init_kwargs=build_model_init_kwargs(s, cpu_only),
@@ -164,7 +168,6 @@ def build_config(s, fields, cpu_only, train_dataset=None):
             # LoRA gives every adapter weight a gradient: skip DDP's search for unused ones
             ddp_find_unused_parameters=False,
             gradient_checkpointing=s["ACTIVATION_CHECKPOINTING"],
-            **fields,
         )
     except (ValueError, ImportError) as err:  # GRPOConfig's own checks, e.g. of a --field=value
         raise errors.ConfigError(f"GRPOConfig refuses these settings: {errors.first_line(err)}") from None
@@ -174,6 +177,7 @@ def build_model_init_kwargs(s, cpu_only):
     """from_pretrained's arguments: dtype and attention kernel; under FSDP, device_map=None, which TRL 1.16 sets for
     DDP and DeepSpeed but not FSDP, where its "auto" would place the whole model on each rank's GPU before sharding."""
     kwargs = hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cpu_only)
+    kwargs["trust_remote_code"] = s["TRUST_REMOTE_CODE"]  # TRL's default too: set here, no --model_init_kwargs sets it
     return {**kwargs, "device_map": None} if hardware.fsdp_version() else kwargs
 
 
@@ -285,9 +289,14 @@ def check_and_plan(s, args, cpu_only, machine=True):
     if args.profile == "demo":
         s = sums.prepare(s, args.given, build=machine)  # its task and warm-started Qwen3
     train_dataset, eval_dataset = load_data(s)
-    if args.profile == "smoke" and "MODEL_NAME" not in args.given:  # a tiny Qwen3, before torch.distributed starts
-        model = profiles.cpu_model(s["OUTPUT_DIR"]) if machine else Path(s["OUTPUT_DIR"]) / "smoke-model"
-        s["MODEL_NAME"] = str(model)
+    if machine:  # before the smoke model is written: a refusal leaves OUTPUT_DIR untouched
+        config = build_config(s, args.fields, cpu_only, train_dataset=train_dataset)
+        preflight.refuse_bad_grpo_config(config, s, len(train_dataset))
+    if args.profile == "smoke" and "MODEL_NAME" not in args.given:  # a tiny Qwen3
+        s["MODEL_NAME"] = str(Path(s["OUTPUT_DIR"]) / "smoke-model")
+        if machine:  # its LoRA targets checked against its config first; then built
+            preflight.refuse_misfit_model(s, config=profiles.model_config())
+            profiles.cpu_model(s["OUTPUT_DIR"])
     sizes = {"train": len(train_dataset), "test": len(eval_dataset or [])}
     s, run_plan = plan.for_run(s, sizes, hardware.world_size(), note=note, cuda=hardware.on_gpu(cpu_only))
     return s, (train_dataset, eval_dataset), run_plan
@@ -307,6 +316,8 @@ def main(argv=()):
     s = dict(args.settings)
     cpu_only = args.profile is not None
     cli.setup_logging("grpotrainer", hardware.is_main_process())
+    for note in args.notes:  # TRL names read as constants, recipe keys ignored: a line each
+        log.info(note)
     done = s["RESUME"] and checkpoints.finished(s["OUTPUT_DIR"], s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"])
     if done and not show_plan:
         return log.info(done)  # a finished run, run again: said in a second, before TRL or the demo's warm start

@@ -1,9 +1,10 @@
 """Command-line plumbing for the scripts (grpotrainer.py, evaluate.py, export.py): settings in, clean exits out.
 
 A script's settings are its UPPERCASE constants: `parse` returns them as a dict with a profile (`--smoke`) and
-`--KEY=value` overrides applied, each typed like its default. Lower-case `--field=value` arguments are GRPOConfig
-fields, typed by transformers' own argument parser; `--config recipe.yaml` adds a recipe's keys before the command
-line's (README.md shows the commands). Values are parsed as plain data, never evaluated as code.
+`--KEY=value` (or `--KEY value`) overrides applied, each typed like its default. Lower-case `--field=value` arguments
+are GRPOConfig fields, typed by transformers' own argument parser, except TRL's names for what a constant sets, read
+as that constant (TRL_NAMES); `--config recipe.yaml` adds a recipe's keys before the command line's (README.md shows
+the commands). Values are parsed as plain data, never evaluated as code.
 """
 
 import ast
@@ -14,7 +15,9 @@ import importlib
 import importlib.util
 import json
 import logging
+import os
 import re
+import select
 import signal
 import sys
 import textwrap
@@ -32,6 +35,7 @@ class Args:
     given: frozenset  # the UPPERCASE names set on the command line
     profile: str | None  # "smoke", "demo", ... or None
     fields: dict  # lower-case config fields from the command line, typed
+    notes: tuple = ()  # one line per TRL name read as a constant, per recipe key ignored: for the caller to log
 
 
 def constants(namespace):
@@ -42,6 +46,10 @@ def constants(namespace):
 
 def _coerce(key, raw, default):
     want = type(default).__name__
+    if raw is None:  # a bare --KEY: a boolean's true, as argparse reads a flag
+        if isinstance(default, bool):
+            return True
+        raise ConfigError(f"--{key} needs a value: write --KEY=value, e.g. --{key}={_example(default)} (see --help).")
     try:
         if isinstance(default, bool):  # before int: bool is a subclass of int
             if raw.lower() not in TRUE | FALSE:
@@ -68,8 +76,9 @@ def _example(default):
     return str(default).lower() if isinstance(default, bool) else str(default)
 
 
-def apply_overrides(settings, args):
-    """`settings` updated with `--KEY=value` arguments (a new dict), each typed like its default.
+def apply_overrides(settings, args, types=None):
+    """`settings` updated with `--KEY=value` arguments (a new dict), each typed like its default (in `types`, the
+    constants, when `settings` holds a profile's values: --smoke's WARMUP_STEPS=0 takes 0.1).
 
     >>> apply_overrides({"STEPS": 10, "LR": 1e-5, "NAMES": ["a"]}, ["--STEPS=20", "--NAMES=x,y"])
     {'STEPS': 20, 'LR': 1e-05, 'NAMES': ['x', 'y']}
@@ -81,37 +90,136 @@ def apply_overrides(settings, args):
             close = difflib.get_close_matches(key.upper(), settings, n=3, cutoff=0.5)
             hint = f" Did you mean {', '.join(close)}?" if close else " See --help for the settings."
             raise ConfigError(f"unknown setting --{key}.{hint}")
-        out[key] = _coerce(key, raw, settings[key])
+        out[key] = _coerce(key, raw, (types or settings)[key])
     return out
 
 
 def _split(arg):
+    """(key, value) of `--key=value`; the value None for a bare `--key`."""
     key, sep, raw = arg.removeprefix("--").partition("=")
-    if not arg.startswith("--") or not sep or not key:
+    if not arg.startswith("--") or not key:
         raise ConfigError(f"cannot read the argument {arg!r}: write --KEY=value, e.g. --MAX_STEPS=100 (see --help)")
-    return key, raw
+    return key, raw if sep else None
 
 
-def config_fields(args, config_class, owned, settings):
-    """Lower-case `--field=value` arguments typed for `config_class`. A field that a constant sets (LEARNING_RATE
-    sets learning_rate; `owned` maps the others) is refused with the constant's name: one setting, one value."""
-    if isinstance(config_class, str):  # "module:Class": its field names read from the source, without importing it
-        module, _, class_name = config_class.partition(":")
-        known = source_fields(module, class_name)
-    if not isinstance(config_class, str) or known is None:
-        config_class = _import(config_class)
-        known = {f.name for f in dataclasses.fields(config_class) if f.init}
-    class_name = config_class.__name__ if isinstance(config_class, type) else class_name
+def join_values(argv, flags=()):
+    """`argv` with each `--key value` written `--key=value`, as argparse reads both. A key in `flags` (--smoke,
+    --help) takes no value; any other takes the tokens up to the next --key, several joined as a comma list (TRL's
+    `--lora_target_modules q_proj v_proj`); a bare `--key` stays bare (a boolean's true).
+
+    >>> join_values(["--smoke", "--lr", "1e-5", "--names", "a", "b", "--flag"], flags={"smoke"})
+    ['--smoke', '--lr=1e-5', '--names=a,b', '--flag']
+    """
+    out, values = [], None  # values: those of the last bare --key so far, or None when it takes none
+    for arg in argv:
+        if values is not None and not arg.startswith("--"):
+            values.append(arg)
+            continue
+        if values:
+            out[-1] += "=" + ",".join(values)
+        out.append(arg)
+        bare = arg.startswith("--") and "=" not in arg and arg.removeprefix("--") not in flags
+        values = [] if bare else None
+    if values:
+        out[-1] += "=" + ",".join(values)
+    return out
+
+
+# TRL's own names (`trl grpo`'s ModelConfig and ScriptArguments, TRL 1.16; open-r1's recipes) for what a constant
+# sets, for the scripts with a config class. Each maps to a constant (read as it, with a line saying so), to a key of
+# a dict field ("model_init_kwargs.revision"), or to {value it may have: the argument that value means ("" none)}.
+TRL_NAMES = {
+    "model_name_or_path": "MODEL_NAME",
+    "model_revision": "model_init_kwargs.revision",
+    "dtype": {"bfloat16": "--BF16=true", "float32": "--BF16=false"},
+    "torch_dtype": {"bfloat16": "--BF16=true", "float32": "--BF16=false"},  # dtype's name before TRL 1.x
+    "attn_implementation": "ATTN_IMPLEMENTATION",
+    "load_in_4bit": "LOAD_IN_4BIT",
+    "use_peft": {"true": ""},  # LoRA is what this script trains
+    "lora_r": "LORA_R",
+    "lora_alpha": "LORA_ALPHA",
+    "lora_dropout": "LORA_DROPOUT",
+    "lora_target_modules": "LORA_TARGET_MODULES",
+    "dataset_name": "DATASET",
+    "dataset_config": "DATASET_CONFIG",
+    "dataset_train_split": {"train": ""},  # DATASET's splits are train and test
+    "dataset_test_split": {"test": ""},
+    "reward_funcs": "REWARD_FUNCS",
+    "system_prompt": "SYSTEM_PROMPT",  # open-r1
+    "warmup_ratio": "WARMUP_STEPS",  # below 1, WARMUP_STEPS is a share of the run
+}
+# Recipe keys of TRL's and open-r1's scripts that change nothing this script trains: ignored with one line each.
+# The command line refuses the GRPOConfig fields among them (push_to_hub, save_strategy, eval_strategy): typed
+# there, they are a request; in a shared recipe, they describe how its author published and evaluated.
+RECIPE_IGNORED = {
+    "push_to_hub": "publish with export.py --ADAPTER=OUTPUT_DIR --ADAPTER_ONLY=true --PUSH_TO_HUB=you/name",
+    "hub_strategy": "publish with export.py",
+    "hub_model_revision": "publish with export.py",
+    "overwrite_hub_revision": "publish with export.py",
+    "push_to_hub_revision": "publish with export.py",
+    "save_strategy": "a checkpoint every SAVE_STEPS, which resuming relies on",
+    "eval_strategy": "held-out accuracy comes from EVAL_STEPS, EVAL_BEFORE and EVAL_AFTER",
+    "do_eval": "held-out accuracy comes from EVAL_STEPS, EVAL_BEFORE and EVAL_AFTER",
+    "benchmarks": "score a run with evaluate.py --ADAPTER=OUTPUT_DIR",
+    "callbacks": "open-r1's own callbacks",
+    "num_processes": "the launcher's setting (torchrun --nproc_per_node, docs/launch.md)",
+    "vllm_device": "TRL 0.x's; TRL 1.16 places vLLM by VLLM_MODE",
+    "overwrite_output_dir": "gone in transformers 5; a rerun resumes from OUTPUT_DIR (RESUME)",
+    "max_prompt_length": "gone in TRL 1.x; GSM8K's prompts are short",
+    "dataset_configs": "open-r1's list of dataset configs; DATASET_CONFIG names one",
+    "wandb_entity": "set WANDB_ENTITY in the environment",
+    "wandb_project": "set WANDB_PROJECT in the environment",
+    "wandb_run_group": "set WANDB_RUN_GROUP in the environment",
+}
+
+
+def _known_fields(config_class):
+    """The init field names of `config_class` ("module:Class" read from source without importing, or a class)."""
+    if isinstance(config_class, str):
+        known = source_fields(*config_class.partition(":")[::2])
+        if known is not None:
+            return known
+    return {f.name for f in dataclasses.fields(_import(config_class)) if f.init}
+
+
+def translate(arg, known, settings, owned):
+    """A lower-case `arg` as this script reads it: (the argument, or None when it sets nothing here; a line saying
+    so, or None). A name a constant sets (LEARNING_RATE sets learning_rate, TRL_NAMES and `owned` map the others)
+    becomes `--CONSTANT=value`; an `owned` name given a sentence instead is refused with it."""
+    key, raw = _split(arg)
+    names = {**TRL_NAMES, **owned}
+    owner = names.get(key) or (key.upper() if key in known and key.upper() in settings else None)
+    value = "" if raw is None else f"={raw}"
+    if isinstance(owner, dict):  # the values it may have here
+        meant = owner.get("true" if raw is None else raw.lower())
+        if meant is None:
+            raise ConfigError(f"--{key}{value}: this script takes only {' or '.join(owner)} here.")
+        return meant or None, f"--{key}{value} is {meant} here" if meant else f"--{key}{value}: what this script does"
+    if owner in settings:
+        return f"--{owner}{value}", f"--{key} is {owner} here"
+    if isinstance(owner, str) and "." in owner and raw is not None:  # a key of a dict field
+        field, _, inner = owner.partition(".")
+        return f"--{field}={json.dumps({inner: raw})}", f"--{key} is --{field}'s {inner!r} here"
+    if owner:
+        raise ConfigError(f"--{key} is set by {owner}.")
+    return arg, None
+
+
+def config_fields(args, config_class, known=None, settings=()):
+    """Lower-case `--field=value` arguments typed as `config_class` (a class or "module:Class") declares them, by
+    transformers' own argument parser; a dict field given twice (model_revision and model_init_kwargs) merged."""
+    known = _known_fields(config_class) if known is None else known
     given = {}
     for arg in args:
         key, raw = _split(arg)
-        if (constant := owned.get(key) or (key.upper() if key.upper() in settings else None)) and key in known:
-            raise ConfigError(f"--{key} is set by the constant {constant}: use --{constant}=... instead.")
         if key not in known:
-            close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+            close = difflib.get_close_matches(key, known | set(TRL_NAMES), n=3, cutoff=0.6)
             close += difflib.get_close_matches(key.upper(), settings, n=1, cutoff=0.8)
             hint = f" Did you mean {', '.join(close)}?" if close else " See --help for the constants."
-            raise ConfigError(f"unknown setting --{key}: not a constant nor a {class_name} field.{hint}")
+            name = config_class.rpartition(":")[2] if isinstance(config_class, str) else config_class.__name__
+            raise ConfigError(f"unknown setting --{key}: not a constant nor a {name} field.{hint}")
+        if key in given and _json_object(given[key]) and _json_object(raw):
+            raw = json.dumps({**json.loads(given[key]), **json.loads(raw)})
         given[key] = raw
     if not given:
         return {}
@@ -124,8 +232,45 @@ def config_fields(args, config_class, owned, settings):
         raise ConfigError(f"{message.replace('argument ', '')} (a {config_class.__name__} field).")
 
     parser.error = refuse
-    namespace, _ = parser.parse_known_args([f"--{key}={raw}" for key, raw in given.items()])
+    tokens = []
+    for key, raw in given.items():
+        action = parser._option_string_actions.get(f"--{key}")  # a list field takes its items as tokens
+        many = raw is not None and getattr(action, "nargs", None) in ("+", "*")
+        tokens += [f"--{key}", *raw.split(",")] if many else [f"--{key}" + ("" if raw is None else f"={raw}")]
+    namespace, _ = parser.parse_known_args(tokens)
     return {key: getattr(namespace, key) for key in given}
+
+
+def _json_object(text):
+    try:
+        return isinstance(json.loads(text or ""), dict)
+    except ValueError:
+        return False
+
+
+def with_fields(make, given, owners):
+    """`make` (a config class) to call with its keyword arguments merged with the command line's fields `given`."""
+    return lambda **ours: make(**merge_fields(ours, given, owners))
+
+
+def merge_fields(ours, given, owners):
+    """The keyword arguments `ours` (build_config's) with the command line's fields `given`: a dict field merged key
+    by key, a key that `ours` sets refused naming `owners[field]`; any other field the user's value."""
+    out = dict(ours)
+    for key, value in given.items():
+        if isinstance(ours.get(key), dict):
+            try:
+                value = json.loads(value) if isinstance(value, str) else value
+            except ValueError:
+                value = None
+            if not isinstance(value, dict):
+                raise ConfigError(f'--{key} takes a JSON object, e.g. --{key}=\'{{"revision": "main"}}\'.')
+            if clash := sorted(set(value) & set(ours[key])):
+                who = owners.get(key, "this script")
+                raise ConfigError(f"--{key} sets {', '.join(clash)}, which {who} set here: leave it out.")
+            value = {**ours[key], **value}
+        out[key] = value
+    return out
 
 
 def _import(config_class):
@@ -191,38 +336,82 @@ def source_fields(module, class_name):
 
 def parse(settings, argv, profiles=None, config_class=None, owned=None, source=None):
     """Resolve a script's settings from its constants (`constants(globals())`), profiles ({"smoke": {...}}) and
-    command line; return `Args`. `source`: the script file, whose constants block `--help` prints."""
+    command line; return `Args`. `source`: the script file, whose constants block `--help` prints. `owned`: the
+    config fields the script sets itself (see `translate`)."""
     if "--help" in argv or "-h" in argv:
         print(help_text(source, settings, profiles, fields=config_class is not None), flush=True)
         sys.exit(0)
-    argv, recipe = read_recipe(argv)
-    if recipe:  # its mistakes named with the file; then applied before the command line, which wins
-        try:
-            apply_overrides(settings, [arg for arg in recipe[1] if not _is_field(arg)])
-            lower = [arg for arg in recipe[1] if _is_field(arg)]
-            if lower and config_class is not None:
-                config_fields(lower, config_class, owned or {}, settings)
-        except ConfigError as err:
-            raise ConfigError(f"--config {recipe[0]}: {err}") from None
-        argv = [*recipe[1], *argv]
     profiles = profiles or {}
+    argv, recipe = read_recipe(argv)
+    argv = join_values(argv, flags={*profiles, "help"})
+    known = _known_fields(config_class) if config_class is not None else set()
+    notes = []
+    if recipe:  # its mistakes named with the file; then applied before the command line, which wins
+        path, lines = recipe
+        try:
+            lines, notes = _recipe_lines(lines, known, settings, owned or {})
+            apply_overrides(settings, _resolve(lines, settings, config_class, owned or {}, known)[0])
+        except ConfigError as err:
+            raise ConfigError(f"--config {path}: {err}") from None
+        argv = [*lines, *argv]
     profile = next((name for name in profiles if f"--{name}" in argv), None)
     if profile and any(f"--{other}" in argv for other in profiles if other != profile):
         raise ConfigError(f"choose one of {', '.join('--' + p for p in profiles)}.")
     rest = [arg for arg in argv if arg.removeprefix("--") not in profiles]
-    upper = [arg for arg in rest if not _is_field(arg)]
-    lower = [arg for arg in rest if _is_field(arg)]
-    if lower and config_class is None:
-        upper += lower  # no config behind this script: report them as unknown settings
-        lower = []
-    resolved = files.expand_paths(apply_overrides({**settings, **profiles.get(profile, {})}, upper))
-    fields = config_fields(lower, config_class, owned or {}, settings) if lower else {}
+    upper, fields, mapped = _resolve(rest, settings, config_class, owned or {}, known)
+    resolved = files.expand_paths(apply_overrides({**settings, **profiles.get(profile, {})}, upper, types=settings))
     given = frozenset(_split(arg)[0] for arg in upper)
-    return Args(resolved, given, profile, fields)
+    return Args(resolved, given, profile, fields, tuple(dict.fromkeys([*notes, *mapped])))
+
+
+def _resolve(args, settings, config_class, owned, known):
+    """(the `--KEY=value` arguments in order, TRL names read as constants among them; the typed config fields; the
+    lines saying which names were read as what)."""
+    if config_class is None:  # no config behind this script: lower-case names are unknown settings
+        return list(args), {}, []
+    upper, lower, notes = [], [], []
+    for arg in args:
+        if _is_field(arg):
+            arg, note = translate(arg, known, settings, owned)
+            notes += [note] if note else []
+        if arg is not None:
+            (lower if _is_field(arg) else upper).append(arg)
+    return upper, config_fields(lower, config_class, known, settings) if lower else {}, notes
+
+
+def _recipe_lines(lines, known, settings, owned):
+    """A recipe's `--key=value` lines without the keys RECIPE_IGNORED names (a line each says so), after refusing,
+    all at once, the keys that are neither a constant, a config field nor a TRL name."""
+    kept, notes, unknown = [], [], []
+    for line in lines:
+        key = _split(line)[0]
+        if key in RECIPE_IGNORED:
+            notes.append(f"recipe key {key} ignored: {RECIPE_IGNORED[key]}")
+        elif key in settings or key in known or key in TRL_NAMES or key in owned:
+            kept.append(line)
+        else:
+            unknown.append(key)
+    if unknown:
+        hints = [difflib.get_close_matches(key, [*settings, *known, *TRL_NAMES], n=1, cutoff=0.6) for key in unknown]
+        named = [f"{key} (did you mean {hint[0]}?)" if hint else key for key, hint in zip(unknown, hints, strict=True)]
+        raise ConfigError(
+            f"unknown setting{'s' * (len(named) > 1)} {', '.join(named)}: not a constant nor a config "
+            "field nor a TRL name (see --help)."
+        )
+    return kept, notes
+
+
+# A recipe is flat KEY: value lines: deeper nesting is a mistake, and a YAML alias, which can grow a few lines into
+# billions of values, has no use in one.
+RECIPE_DEPTH = 8
+TRUST_KEY = "trust_remote_code"  # in any case and spelling of `_`/`-`: taken from the command line only
 
 
 def read_recipe(argv):
-    """`--config recipe.yaml` taken out of `argv`: (the rest, (path, its keys as `--key=value`)), or (argv, None)."""
+    """`--config recipe.yaml` taken out of `argv`: (the rest, (path, its keys as `--key=value`)), or (argv, None).
+    Refused with one message naming the file: unreadable or non-UTF-8 bytes, invalid YAML, a key twice, an alias,
+    nesting deeper than RECIPE_DEPTH, and TRUST_REMOTE_CODE under any name (running a model's code is decided on
+    the command line, never by a shared file)."""
     at = next((i for i, arg in enumerate(argv) if arg == "--config" or arg.startswith("--config=")), None)
     if at is None:
         return list(argv), None
@@ -233,14 +422,70 @@ def read_recipe(argv):
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
+        data = yaml.load(Path(path).expanduser().read_text(encoding="utf-8"), Loader=_recipe_loader(yaml))
     except OSError as err:
         raise ConfigError(f"--config {path}: cannot read it ({err.strerror or err}).") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"--config {path} is not UTF-8 text (byte {err.start}): save it as UTF-8.") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"--config {path} is not valid YAML: {first_line(err)}") from None
+    except _RecipeShape as err:
+        raise ConfigError(f"--config {path}: {err}") from None
     if not isinstance(data, dict) or not all(isinstance(key, str) for key in data):
         raise ConfigError(f"--config {path}: a recipe is a mapping of KEY: value lines (UPPERCASE constants).")
+    if trusted := _trust_keys(data):
+        raise ConfigError(
+            f"--config {path} sets {trusted[0]}: running a model folder's own code is never taken from a file.\n"
+            "Remove it from the recipe; to allow it, type --TRUST_REMOTE_CODE=true on the command line."
+        )
     return rest, (path, [f"--{key}={_yaml_value(value)}" for key, value in data.items()])
+
+
+class _RecipeShape(Exception):
+    """A recipe that YAML reads but this script refuses: a key twice, an alias, too deep."""
+
+
+def _recipe_loader(yaml):
+    class Loader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                line = self.peek_event().start_mark.line + 1
+                raise _RecipeShape(f"line {line} uses a YAML alias (*name): write the value out.")
+            self.depth += 1
+            if self.depth > RECIPE_DEPTH:
+                line = self.peek_event().start_mark.line + 1
+                raise _RecipeShape(
+                    f"line {line} nests deeper than {RECIPE_DEPTH} levels: a recipe is KEY: value lines."
+                )
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, str) and key in seen:
+                    raise _RecipeShape(f"{key} is set twice (line {key_node.start_mark.line + 1}): keep one.")
+                seen.add(key if isinstance(key, str) else id(key_node))
+            return super().construct_mapping(node, deep)
+
+    return Loader
+
+
+def _trust_keys(data):
+    """The keys, at any depth of a recipe, that name trust_remote_code in any case or with `-`."""
+    found = []
+    for key, value in data.items() if isinstance(data, dict) else ():
+        if str(key).lower().replace("-", "_") == TRUST_KEY:
+            found.append(str(key))
+        found += _trust_keys(value)
+    for item in data if isinstance(data, list) else ():
+        found += _trust_keys(item)
+    return found
 
 
 def _yaml_value(value):
@@ -350,6 +595,13 @@ def run(main):
     except ConfigError as err:
         print(f"\nerror: {err}\n", file=sys.stderr, flush=True)
         sys.exit(2)
+    except BrokenPipeError:
+        if not _stdout_broken():  # another pipe's: a bug, with its traceback
+            raise
+        # stdout's reader went away (`--help | head -1`): end quietly, as SIGPIPE ends a command-line tool, with
+        # stdout pointed at /dev/null so that Python's own flush at exit finds nothing to complain about
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
     except (Interrupted, KeyboardInterrupt) as err:
         signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
         for other in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut this line into a traceback
@@ -360,6 +612,16 @@ def run(main):
     finally:
         for signum, handler in previous.items():  # a caller's own (pytest's), once main is done
             signal.signal(signum, handler)
+
+
+def _stdout_broken():
+    """Whether stdout is a pipe or socket whose reader has gone (poll says POLLERR or POLLHUP)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (OSError, ValueError, AttributeError):  # no file descriptor behind stdout (a test's capture)
+        return False
+    return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
 
 
 def setup_logging(prefix, rank0=True):

@@ -77,6 +77,8 @@ RANGES = {
 # GRPOConfig fields a --field=value can set, which nothing checks before the first step: (name, low, high)
 FIELD_RANGES = (("epsilon", 0, 1), ("epsilon_high", 0, 10), ("top_entropy_quantile", 0, 1))
 FIELD_RANGES += (("dataloader_num_workers", 0, 1024), ("max_grad_norm", 0, INF), ("warmup_steps", 0, INF))
+# the optimizer's, for any --optim (torch checks only its own, at the first step): a beta of 1 torch refuses too
+FIELD_RANGES += (("adam_beta1", 0, 1), ("adam_beta2", 0, 1), ("adam_epsilon", 1e-30, 1), ("weight_decay", 0, INF))
 FIELD_CHOICES = {"importance_sampling_level": ("token", "sequence")}  # (TRL 1.16's GRPOConfig documentation)
 # generation_kwargs keys (transformers' GenerationConfig, vLLM's SamplingParams) that TRL lets override what a constant
 # or a checked field sets: each is refused, naming the owner.
@@ -110,12 +112,13 @@ def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machin
     problems += [f"{n}={s[n]}: a number here must be finite." for n in floats]
     problems += _report_to(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s)
     problems += hardware_problems(s, cpu_only) if machine else []
-    # Trainer's push_to_hub uploads every checkpoint with TRL's card and the run's files; export.py pushes the
-    # finished adapter, tokenizer and our card (an allow-list): one way to publish, the one that sends the right thing
+    # Trainer's push_to_hub uploads every checkpoint with TRL's card and the run's files; export.py pushes the merged
+    # model or (ADAPTER_ONLY) the adapter, with our card (an allow-list): one way to publish, the right files
     if (fields or {}).get("push_to_hub"):
         problems.append(
             "--push_to_hub=true is refused: Trainer would upload each checkpoint with run files and TRL's card.\n"
-            f"Push the finished adapter and card: python export.py --ADAPTER={s['OUTPUT_DIR']} --PUSH_TO_HUB=you/name"
+            f"Push the adapter and its card: python export.py --ADAPTER={s['OUTPUT_DIR']} --ADAPTER_ONLY=true "
+            "--PUSH_TO_HUB=you/name (or, without ADAPTER_ONLY, the merged model)"
         )
     if s["ENABLE_THINKING"] and s["MAX_COMPLETION_LENGTH"] < THINKING_MIN_TOKENS:
         problems.append(
@@ -425,8 +428,6 @@ def no_gpu_problem(driver):
 
 def refuse_before_loading(s, config, reward_funcs, train_dataset, answer_blind=()):
     """The checks that need the data, the built GRPOConfig or the model's config, still before any weights load."""
-    if len(train_dataset) == 0:
-        raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
     refuse_bad_grpo_config(config, s, len(train_dataset))
     try_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"], answer_blind)
     if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
@@ -571,6 +572,8 @@ def refuse_bad_grpo_config(config, s, train_size):
 
     import transformers as tf
 
+    if train_size == 0:
+        raise ConfigError(f"DATASET={s['DATASET']} leaves no training problems (MAX_SAMPLES={s['MAX_SAMPLES']}).")
     problems = []
     warpers = [(tf.TemperatureLogitsWarper, config.temperature)]  # built as generate() builds them, which checks
     warpers += [(tf.TopKLogitsWarper, config.top_k)] if config.top_k else []
@@ -653,30 +656,38 @@ def _saving(config):
     return problems
 
 
-def refuse_misfit_model(s):
-    """What the model's config decides, on the meta device (no weights), from a local folder or the Hub cache: a
-    causal LM whose weight files fit it, LoRA targets and rank that fit its layers, and MAX_COMPLETION_LENGTH that
-    fits its positions."""
+def refuse_misfit_model(s, config=None):
+    """What the model's config decides, on the meta device (no weights), from a local folder or the Hub cache (or
+    `config`, for a model not built yet): a causal LM whose weight files fit it, LoRA targets and rank that fit its
+    layers, and MAX_COMPLETION_LENGTH that fits its positions."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     name, remote, local = s["MODEL_NAME"], s["TRUST_REMOTE_CODE"], (Path(s["MODEL_NAME"]) / "config.json").is_file()
     try:
-        config = AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=remote)
+        config = config or AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=remote)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=remote)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # unreadable, foreign; or not cached
         if not local:
             return
+        if not remote and "auto_map" in files.read_json_object(Path(name) / "config.json"):
+            raise ConfigError(
+                f"MODEL_NAME={name}: its config.json names the folder's own Python code (auto_map), which runs only "
+                "with --TRUST_REMOTE_CODE=true typed on the command line: read that code first."
+            ) from None
         what = errors.first_line(err)
         raise ConfigError(f"MODEL_NAME={name}: its config.json is not a causal language model's ({what}).") from None
     problems = _weight_shapes(Path(name), model) if local else []
     architectures = getattr(config, "architectures", None) or [None]
     transformers = __import__("transformers")
-    if local and not hasattr(transformers, str(architectures[0])):  # TRL loads the class it names
+    # with TRUST_REMOTE_CODE, the class is the folder's own (its config's auto_map), built above
+    custom = remote and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
+    if local and not custom and not hasattr(transformers, str(architectures[0])):  # TRL loads the class it names
         problems.append(f"MODEL_NAME: config.json names no model class transformers has ({architectures[0]})")
     elif (
         local
+        and not custom
         and architectures[0]
         and not issubclass(getattr(transformers, architectures[0]), transformers.GenerationMixin)
     ):

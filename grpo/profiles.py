@@ -133,6 +133,13 @@ def build_model(tokenizer, seed=0, **overrides):
     return model
 
 
+def model_config():
+    """The smoke model's config, without building the model: what preflight checks LoRA settings against first."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(vocab_size=VOCAB_SIZE, **TINY_QWEN3)
+
+
 def cpu_model(output_dir):
     """For the CPU profiles: one torch thread (fastest for the tiny model) and OUTPUT_DIR/smoke-model."""
     hardware.one_cpu_thread()

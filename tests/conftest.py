@@ -88,6 +88,51 @@ def full_disk(tiny_disk):
     return tiny_disk
 
 
+# A model folder with its own code (auto_map), as a custom architecture on the Hub ships it: the tiny Qwen3 under a
+# model_type transformers does not know. Importing its code writes the file named by $CUSTOM_CODE_RAN, so that a test
+# can tell whether anything ran it.
+CUSTOM_CONFIG = """import os
+from pathlib import Path
+
+from transformers import Qwen3Config
+
+if os.environ.get("CUSTOM_CODE_RAN"):
+    Path(os.environ["CUSTOM_CODE_RAN"]).write_text("ran")
+
+
+class TinyCustomConfig(Qwen3Config):
+    model_type = "tiny_custom"
+"""
+CUSTOM_MODEL = """from transformers import Qwen3ForCausalLM
+
+from .configuration_tiny import TinyCustomConfig
+
+
+class TinyCustomForCausalLM(Qwen3ForCausalLM):
+    config_class = TinyCustomConfig
+"""
+
+
+def custom_code_model(folder, tiny_model):
+    """A copy of `tiny_model` in `folder` whose config.json names its own code (auto_map): loads only with
+    trust_remote_code."""
+    import json
+    import shutil
+
+    shutil.copytree(tiny_model, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config |= {"model_type": "tiny_custom", "architectures": ["TinyCustomForCausalLM"]}
+    auto = {
+        "AutoConfig": "configuration_tiny.TinyCustomConfig",
+        "AutoModelForCausalLM": "modeling_tiny.TinyCustomForCausalLM",
+    }
+    config["auto_map"] = auto
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "configuration_tiny.py").write_text(CUSTOM_CONFIG)
+    (folder / "modeling_tiny.py").write_text(CUSTOM_MODEL)
+    return str(folder)
+
+
 def parse(argv):
     """grpotrainer.py's command line `argv`, resolved as its main() resolves it: (settings, GRPOConfig fields)."""
     import grpotrainer

@@ -7,16 +7,17 @@ import dataclasses
 import os
 import re
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, parse, run_script
+from conftest import REPO, custom_code_model, parse, run_in_process, run_script
 
 import evaluate
 import export
 import grpotrainer
-from grpo import cli, files
+from grpo import cli, files, preflight
 from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -121,19 +122,57 @@ def test_a_class_whose_source_cannot_be_followed_falls_back_to_importing_it():
 
 
 @pytest.mark.parametrize(
-    ("field", "constant"),
+    ("args", "constant", "value"),
     [
-        ("output_dir", "OUTPUT_DIR"),
-        ("resume_from_checkpoint", "RESUME"),
-        ("learning_rate", "LEARNING_RATE"),
+        (["--output_dir=runs/a"], "OUTPUT_DIR", "runs/a"),  # a GRPOConfig field a constant of its name sets
+        (["--learning_rate", "1e-5"], "LEARNING_RATE", 1e-5),  # with a space, as TrlParser reads it
+        (["--gradient_checkpointing=false"], "ACTIVATION_CHECKPOINTING", False),  # owned under another name
+        (["--model_name_or_path", "models/m"], "MODEL_NAME", "models/m"),  # trl grpo's ModelConfig names
+        (["--lora_r", "8"], "LORA_R", 8),
+        (["--lora_target_modules", "q_proj", "v_proj"], "LORA_TARGET_MODULES", "q_proj,v_proj"),  # nargs="+"
+        (["--dataset_name=data/gsm8k.jsonl"], "DATASET", "data/gsm8k.jsonl"),
+        (["--torch_dtype=float32"], "BF16", False),  # open-r1's recipes' name for the dtype
+        (["--load_in_4bit"], "LOAD_IN_4BIT", True),  # a bare boolean is true, as argparse reads it
     ],
 )
-def test_a_field_the_script_owns_is_refused_naming_its_constant(field, constant):
-    settings = cli.constants(grpotrainer)
-    with pytest.raises(ConfigError, match=f"^--{field} is set by the constant {constant}: use --{constant}="):
-        cli.parse(
-            settings, [f"--{field}=1"], config_class="trl.trainer.grpo_config:GRPOConfig", owned=grpotrainer.owned
-        )
+def test_a_trl_name_is_read_as_the_constant_it_means_with_a_line_saying_so(args, constant, value):
+    parsed = parse(args)
+    assert parsed.settings[constant] == value and constant in parsed.given
+    assert parsed.fields == {}  # never passed on as well: one setting, one value
+    assert len(parsed.notes) == 1 and constant in parsed.notes[0] and args[0].partition("=")[0] in parsed.notes[0]
+
+
+@pytest.mark.parametrize("field", [k for k, v in grpotrainer.owned.items() if v not in cli.constants(grpotrainer)])
+def test_an_owned_field_that_no_constant_names_is_refused_with_what_to_type(field):
+    with pytest.raises(ConfigError) as refused:
+        parse([f"--{field}=true"])
+    message = str(refused.value)
+    assert message.startswith(f"--{field} is set by ") and "----" not in message
+    # every --NAME it suggests exists: a profile or a constant (the use_cpu message once said ----smoke=...)
+    for name in re.findall(r"--([A-Za-z_]+)", message.removeprefix(f"--{field}")):
+        assert name in grpotrainer.profile_settings or name in cli.constants(grpotrainer), name
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--use_peft=false"], "--use_peft=false: this script takes only true here"),
+        (["--torch_dtype=float16"], "takes only bfloat16 or float32"),
+        (["--dataset_train_split=validation"], "takes only train here"),
+    ],
+)
+def test_a_trl_name_with_a_value_this_script_cannot_honour_is_refused(args, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(args)
+
+
+def test_key_space_value_is_key_equals_value_and_flags_take_none():
+    spaced = parse(["--smoke", "--MAX_STEPS", "2", "--top_p", "0.9", "--RESUME", "--MAX_COMPLETION_LENGTH", "-1"])
+    joined = parse(["--smoke", "--MAX_STEPS=2", "--top_p=0.9", "--RESUME=true", "--MAX_COMPLETION_LENGTH=-1"])
+    assert (spaced.profile, spaced.settings, spaced.fields) == (joined.profile, joined.settings, joined.fields)
+    assert parse(["--log_completions"]).fields == {"log_completions": True}  # a bare boolean field: true
+    with pytest.raises(ConfigError, match="cannot read the argument 'x'"):
+        parse(["--smoke", "x"])  # a profile takes no value
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -239,8 +278,11 @@ def test_a_recipe_sets_constants_and_fields_and_the_command_line_wins(tmp_path):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("MAX_STEP: 2\n", "--config {path}: unknown setting --MAX_STEP. Did you mean MAX_STEPS"),
-        ("top_pp: 0.9\n", "--config {path}: unknown setting --top_pp: not a constant nor a GRPOConfig field. Did you"),
+        # every unknown key at once, each with its nearest name
+        (
+            "MAX_STEP: 2\ntop_pp: 0.9\n",
+            "--config {path}: unknown settings MAX_STEP (did you mean MAX_STEPS?), top_pp (did",
+        ),
         ("MAX_STEPS: many\n", "--config {path}: --MAX_STEPS=many is not a valid int"),
         ("- MAX_STEPS\n", "--config {path}: a recipe is a mapping of KEY: value lines"),
         ("MAX_STEPS: [\n", "--config {path} is not valid YAML"),
@@ -256,3 +298,175 @@ def test_a_bad_recipe_names_the_file_and_the_key(tmp_path, text, message):
 def test_the_shipped_recipe_parses():
     args = parse(["--config", str(REPO / "configs" / "gsm8k-qwen3-8b.yaml")])
     assert args.settings["NUM_GENERATIONS"] == 8 and args.settings["WARMUP_STEPS"] == 0.1 and args.fields == {}
+
+
+@pytest.mark.parametrize("script", ["grpotrainer.py", "evaluate.py", "export.py"])
+def test_help_into_a_closed_pipe_ends_quietly_as_sigpipe_would(script):
+    # `python grpotrainer.py --help | head -1`: the reader is gone before the script writes
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run(
+            [sys.executable, script, "--help"], cwd=REPO, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    finally:
+        os.close(write)
+    assert result.returncode == 128 + signal.SIGPIPE  # the shell's code for a command ended by SIGPIPE
+    assert result.stderr == ""  # no BrokenPipeError traceback, no "Exception ignored" at exit
+
+
+# --- recipes that are not what they seem ---------------------------------------------------------------------------
+
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        # nine levels of nine aliases: 9**9 values once expanded; refused at the first alias, before any expansion
+        (BILLION_LAUGHS, "line 2 uses a YAML alias (*name): write the value out"),
+        ("MAX_STEPS: 2\nLORA_R: 8\nMAX_STEPS: 3\n", "MAX_STEPS is set twice (line 3): keep one"),
+        (b"MAX_STEPS: 2\nSYSTEM_PROMPT: caf\xe9\n", "is not UTF-8 text (byte 31): save it as UTF-8"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "line 1 nests deeper than"),
+        ("a: {b: {c: {d: {e: {f: {g: {h: {i: 1}}}}}}}}\n", "line 1 nests deeper than"),
+    ],
+)
+def test_a_recipe_yaml_cannot_hang_or_crash_the_reader(tmp_path, content, message):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ConfigError, match=re.escape(message)) as refused:
+        parse(["--config", str(recipe)])
+    assert str(refused.value).startswith(f"--config {recipe}")  # the file named
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("TRUST_REMOTE_CODE: true", "TRUST_REMOTE_CODE"),
+        ("trust_remote_code: true", "trust_remote_code"),
+        ("Trust-Remote-Code: yes", "Trust-Remote-Code"),
+        ("model_init_kwargs: {trust_remote_code: true}", "trust_remote_code"),  # at any depth
+    ],
+)
+def test_a_recipe_never_turns_on_remote_code_and_nothing_runs_the_folders_code(
+    line, key, tmp_path, tiny_model, capsys, monkeypatch
+):
+    model = custom_code_model(tmp_path / "custom", tiny_model)
+    ran = tmp_path / "ran"
+    monkeypatch.setenv("CUSTOM_CODE_RAN", str(ran))
+    recipe = tmp_path / "shared.yaml"
+    recipe.write_text(f"MODEL_NAME: {model}\n{line}\n")
+    out = tmp_path / "out"
+    code, stderr = run_in_process(
+        grpotrainer.main, "--smoke", "--config", str(recipe), f"--OUTPUT_DIR={out}", capsys=capsys
+    )
+    assert code == 2 and "running a model folder's own code is never taken from a file" in stderr
+    assert f"sets {key}:" in stderr  # the key, as the recipe spells it
+    assert not ran.exists() and not out.exists()  # refused before anything loaded or was written
+
+
+# The shape of an open-r1 GRPO recipe (huggingface/open-r1, recipes/Qwen2.5-1.5B-Instruct/grpo/config_demo.yaml):
+# TRL's lower-case keys, ModelConfig's and open-r1's own names, publishing and evaluation settings of its script.
+OPEN_R1_RECIPE = """# Model arguments
+model_name_or_path: Qwen/Qwen2.5-1.5B-Instruct
+model_revision: main
+torch_dtype: bfloat16
+attn_implementation: sdpa
+
+# Data training arguments
+dataset_name: openai/gsm8k
+dataset_configs:
+- main
+system_prompt: "Solve the problem step by step, then give the answer as #### <number>."
+
+# GRPO trainer config
+bf16: true
+use_vllm: true
+vllm_device: auto
+vllm_gpu_memory_utilization: 0.7
+do_eval: false
+gradient_accumulation_steps: 4
+gradient_checkpointing: true
+gradient_checkpointing_kwargs:
+  use_reentrant: false
+hub_model_id: Qwen2.5-1.5B-Open-R1-GRPO
+hub_strategy: every_save
+learning_rate: 2.0e-05
+log_completions: true
+log_level: info
+logging_first_step: true
+logging_steps: 1
+logging_strategy: steps
+lr_scheduler_type: cosine
+max_prompt_length: 512
+max_completion_length: 1024
+max_steps: -1
+num_generations: 16
+num_train_epochs: 1
+output_dir: data/Qwen2.5-1.5B-Open-R1-GRPO
+overwrite_output_dir: true
+per_device_eval_batch_size: 16
+per_device_train_batch_size: 16
+push_to_hub: true
+report_to:
+- wandb
+reward_funcs:
+- accuracy
+- format
+save_strategy: "epoch"
+save_total_limit: 1
+seed: 42
+warmup_ratio: 0.1
+"""
+
+
+def test_an_open_r1_recipe_is_read_key_by_key(tmp_path):
+    recipe = tmp_path / "config_demo.yaml"
+    recipe.write_text(OPEN_R1_RECIPE)
+    args = parse(["--config", str(recipe)])
+    s = args.settings
+    # TRL's names read as the constants they mean
+    assert (s["MODEL_NAME"], s["DATASET"], s["LEARNING_RATE"], s["WARMUP_STEPS"]) == (
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        "openai/gsm8k",
+        2e-5,
+        0.1,
+    )
+    assert (s["NUM_GENERATIONS"], s["PER_DEVICE_TRAIN_BATCH_SIZE"], s["MAX_STEPS"], s["BF16"]) == (16, 16, -1, True)
+    assert (s["REWARD_FUNCS"], s["REPORT_TO"], s["ACTIVATION_CHECKPOINTING"]) == (
+        ["accuracy", "format"],
+        "wandb",
+        True,
+    )
+    # the other GRPOConfig fields pass through, typed; model_revision joins model_init_kwargs
+    assert args.fields["lr_scheduler_type"] == "cosine" and args.fields["model_init_kwargs"] == '{"revision": "main"}'
+    assert args.fields["gradient_checkpointing_kwargs"] == '{"use_reentrant": false}'
+    # each key this script does not honour: one line naming it
+    ignored = [note.split()[2] for note in args.notes if note.startswith("recipe key")]
+    expected = ["vllm_device", "do_eval", "hub_strategy", "max_prompt_length", "overwrite_output_dir", "push_to_hub"]
+    assert sorted(ignored) == sorted(expected + ["dataset_configs", "save_strategy"])
+
+
+def test_an_open_r1_recipe_answers_with_one_message_and_runs_once_its_rewards_exist(
+    tmp_path, tiny_model, capsys, monkeypatch
+):
+    recipe = tmp_path / "config_demo.yaml"
+    recipe.write_text(OPEN_R1_RECIPE)
+    out = tmp_path / "out"
+    code, stderr = run_in_process(
+        grpotrainer.main, "--smoke", "--config", str(recipe), f"--OUTPUT_DIR={out}", capsys=capsys
+    )
+    # open-r1's rewards are not this script's: one message (with the CPU's own refusals), no traceback, nothing written
+    assert code == 2 and "unknown reward 'accuracy'" in stderr and "Traceback" not in stderr
+    assert not out.exists()
+    # with this script's rewards, and the CPU's bf16 and HF generate, every recipe key reaches a GRPOConfig TRL takes
+    cpu = ["--REWARD_FUNCS=correctness_reward,format_reward", "--BF16=false", "--USE_VLLM=false", "--REPORT_TO=none"]
+    args = parse(["--smoke", "--config", str(recipe), f"--MODEL_NAME={tiny_model}", *cpu])
+    config = grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
+    preflight.refuse_bad_grpo_config(config, args.settings, train_size=32 * 16)
+    assert (config.lr_scheduler_type, config.learning_rate, config.num_generations) == ("cosine", 2e-5, 16)
+    assert config.model_init_kwargs["revision"] == "main" and config.gradient_checkpointing_kwargs == {
+        "use_reentrant": False
+    }

@@ -3,6 +3,7 @@
 .venv/bin/python -m pytest tests/test_grpotrainer.py -q -m "not slow"
 """
 
+import json
 import re
 
 import pytest
@@ -49,7 +50,8 @@ def test_config_maps_constants_to_grpo_config(settings):
     assert config.ddp_timeout == 123
     # STEPS_PER_GENERATION=0 means "one generation round per optimiser step": 3 per micro-batch x 1 process x 2
     assert (config.steps_per_generation, config.generation_batch_size) == (2, 6)
-    assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "sdpa"}
+    # from_pretrained's arguments, TRUST_REMOTE_CODE among them so that no --model_init_kwargs key can turn it on
+    assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "sdpa", "trust_remote_code": False}
     assert config.cache_implementation == "dynamic"  # transformers' default KV cache, eager decoding
 
 
@@ -103,8 +105,8 @@ def test_grpo_config_fields_pass_through_typed(settings):
     "arg, message",
     [
         ("--top_pp=0.9", "unknown setting --top_pp: not a constant nor a GRPOConfig field. Did you mean top_p"),
-        ("--learning_rate=1e-5", "--learning_rate is set by the constant LEARNING_RATE"),
-        ("--gradient_checkpointing=true", "set by the constant ACTIVATION_CHECKPOINTING"),
+        ("--use_cpu=true", "--use_cpu is set by the CPU profiles"),
+        ("--resume_from_checkpoint=x", "--resume_from_checkpoint is set by RESUME"),
         ("--top_p=high", "invalid float value: 'high'"),
     ],
 )
@@ -158,6 +160,7 @@ def test_lora_config(settings):
         # refused, not uploaded: Trainer would push checkpoints and TRL's card; export.py pushes the right files
         (["--smoke", "--push_to_hub=true"], "--push_to_hub=true is refused"),
         (["--smoke", "--push_to_hub=true"], "python export.py --ADAPTER="),
+        (["--smoke", "--push_to_hub=true"], "--ADAPTER_ONLY=true --PUSH_TO_HUB=you/name"),  # the adapter, as TRL's
         pytest.param(
             [], "no CUDA GPU is visible", marks=pytest.mark.skipif(HAS_CUDA, reason="would start a real run")
         ),
@@ -203,3 +206,122 @@ def test_under_fsdp_the_model_loads_without_a_device_map(settings, monkeypatch):
     assert "device_map" not in grpotrainer.build_model_init_kwargs(settings, cpu_only=True)
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     assert grpotrainer.build_model_init_kwargs(settings, cpu_only=True)["device_map"] is None
+
+
+# --- pass-through: every field build_config sets, given again by the user ----------------------------------------
+
+# values for the fields build_config leaves None, which have no value of their own to give back
+GIVEN_FOR_NONE = {"steps_per_generation": "2", "vllm_server_base_url": "http://127.0.0.1:8000"}
+
+
+def passed_fields(s, monkeypatch):
+    """{field: value} that build_config passes GRPOConfig for the settings `s`."""
+    import trl
+
+    seen = {}
+    real = trl.GRPOConfig
+    monkeypatch.setattr(trl, "GRPOConfig", lambda **kwargs: seen.update(kwargs) or real(**kwargs))
+    grpotrainer.build_config(s, {}, cpu_only=True)
+    monkeypatch.setattr(trl, "GRPOConfig", real)
+    return seen
+
+
+def as_argument(field, value):
+    if isinstance(value, dict):  # a key of the user's own, beside the script's
+        return f"--{field}=" + json.dumps({"revision": "main"} if field == "model_init_kwargs" else {"mine": 1})
+    if isinstance(value, list):
+        return f"--{field}=" + ",".join(str(item) for item in value)
+    if value is None:
+        return f"--{field}={GIVEN_FOR_NONE[field]}"
+    return f"--{field}={str(value).lower() if isinstance(value, bool) else value}"
+
+
+def test_every_field_build_config_sets_is_read_as_its_constant_merged_or_refused(smoke_settings, monkeypatch):
+    passed = passed_fields(smoke_settings, monkeypatch)
+    assert len(passed) > 30  # the walk covers what build_config sets, not a hand-kept list
+    outcomes = {}
+    for field, value in passed.items():
+        argument = as_argument(field, value)
+        try:
+            args = parse(["--smoke", argument])
+            config = grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
+        except ConfigError as err:  # one message naming the field, never a TypeError for a keyword given twice
+            assert str(err).startswith(f"--{field}") and "----" not in str(err), (argument, err)
+            outcomes[field] = "refused"
+            continue
+        if field in args.fields:  # passed through: the user's value, a dict merged with the script's keys
+            mine = args.fields[field]
+            got = getattr(config, field)
+            if isinstance(value, dict):
+                assert got == {**value, **json.loads(mine)}, argument
+            else:
+                assert got == mine, argument
+            outcomes[field] = "merged"
+        else:  # read as the constant it means, with a line saying so
+            (note,) = args.notes
+            assert note.startswith(f"--{field} is ") and note.split()[2] in args.given, (argument, note)
+            outcomes[field] = "constant"
+    # the three that once ended in "GRPOConfig() got multiple values for keyword argument"
+    assert {outcomes[f] for f in ("log_completions", "num_completions_to_print", "ddp_find_unused_parameters")} == {
+        "merged"
+    }
+    assert outcomes["use_cpu"] == "refused" and outcomes["learning_rate"] == "constant"
+
+
+@pytest.mark.parametrize(
+    ("argument", "expected"),
+    [
+        ("--log_completions=false", {"log_completions": False}),
+        ("--num_completions_to_print=2", {"num_completions_to_print": 2}),
+        ("--ddp_find_unused_parameters=true", {"ddp_find_unused_parameters": True}),
+        ("--use_liger_kernel=true", {"use_liger_kernel": True}),  # TRL's own field: docs/gpu.md points here
+    ],
+)
+def test_a_field_build_config_also_sets_takes_the_users_value(smoke_settings, argument, expected):
+    args = parse(["--smoke", argument])
+    config = grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
+    assert {key: getattr(config, key) for key in expected} == expected
+
+
+def test_model_init_kwargs_merge_with_attn_implementation_and_a_clash_is_one_message(smoke_settings):
+    args = parse(["--smoke", '--model_init_kwargs={"revision": "main", "use_kernels": true}', "--model_revision=v2"])
+    config = grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
+    # the user's keys beside the script's dtype and attention kernel; TRL's --model_revision is the same key, later
+    assert config.model_init_kwargs == {
+        "dtype": "float32",
+        "attn_implementation": "sdpa",
+        "trust_remote_code": False,
+        "revision": "v2",
+        "use_kernels": True,
+    }
+    for key in ("dtype", "attn_implementation", "trust_remote_code"):
+        args = parse(["--smoke", f'--model_init_kwargs={{"{key}": "x"}}'])
+        with pytest.raises(ConfigError, match=f"^--model_init_kwargs sets {key}, which ATTN_IMPLEMENTATION, BF16"):
+            grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--top_p=1.5"],
+        ["--save_strategy=nope"],
+        ["--save_strategy=epoch"],
+        ["--adam_beta1=2"],
+        ["--adam_epsilon=0"],
+        ["--weight_decay=-1"],
+        ["--LORA_TARGET_MODULES=nope_proj"],
+        ["--LORA_TARGET_MODULES=q_proj", "--LORA_R=1000"],
+    ],
+)
+def test_a_config_or_lora_mistake_is_refused_before_the_smoke_model_is_built(args, tmp_path, capsys, monkeypatch):
+    from grpo import profiles
+
+    def never(*args, **kwargs):
+        raise AssertionError("the smoke model was built before the refusal")
+
+    # the work a refusal must not do: build (and write) the smoke model, or load weights
+    monkeypatch.setattr(profiles, "ensure_model_dir", never)
+    monkeypatch.setattr(grpotrainer, "build_trainer", never)
+    code, stderr = run_in_process(grpotrainer.main, "--smoke", *args, f"--OUTPUT_DIR={tmp_path}", capsys=capsys)
+    assert code == 2 and "Traceback" not in stderr, stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written, as the message says

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, load_rewards, run_in_process, stand_in_nvidia_smi
+from conftest import REPO, custom_code_model, load_rewards, run_in_process, stand_in_nvidia_smi
 
 import grpotrainer
 import rewards
@@ -704,3 +704,16 @@ def test_fsdp2_is_marked_experimental_by_preflight(settings, monkeypatch, caplog
     monkeypatch.setenv("FSDP_VERSION", "1")
     preflight.hardware_problems(settings, cpu_only=False)
     assert not any("FSDP2" in r.message for r in caplog.records)
+
+
+def test_trust_remote_code_on_the_command_line_loads_a_folders_own_model_class(smoke_ok, tiny_model, tmp_path):
+    model = custom_code_model(tmp_path / "custom", tiny_model)
+    # without it, the folder's code is not run, and the config is refused as no causal LM transformers knows
+    with pytest.raises(ConfigError, match="names the folder's own Python code .* --TRUST_REMOTE_CODE=true typed"):
+        preflight.refuse_misfit_model({**smoke_ok, "MODEL_NAME": model, "TRUST_REMOTE_CODE": False})
+    # with it (typed on the command line), the folder's class is the model: no false "no model class" refusal
+    preflight.refuse_misfit_model({**smoke_ok, "MODEL_NAME": model, "TRUST_REMOTE_CODE": True})
+    with pytest.raises(ConfigError, match="nope matches no layer"):  # and its layers are still checked
+        preflight.refuse_misfit_model(
+            {**smoke_ok, "MODEL_NAME": model, "TRUST_REMOTE_CODE": True, "LORA_TARGET_MODULES": "nope"}
+        )

@@ -5,6 +5,7 @@ package and never import each other or write its globals, and a training script 
 """
 
 import ast
+import re
 
 import pytest
 from conftest import REPO
@@ -172,3 +173,58 @@ def test_function_level_imports_only_defer_a_heavy_library(path):
                 top = name.partition(".")[0]
                 project_heavy = name.startswith("grpo.") and name.removeprefix("grpo.") in heavy_here
                 assert top in HEAVY or project_heavy, f"{path.name}:{node.lineno} imports {name} inside a function"
+
+
+# --- the docs name only settings that exist --------------------------------------------------------------------------
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+SCRIPT_FILES = [
+    "grpotrainer.py",
+    "evaluate.py",
+    "export.py",
+    *sorted(f"bench/{p.name}" for p in (REPO / "bench").glob("*.py")),
+]
+# what the docs present as a setting: --NAME, NAME=..., a table's first column, a name alone in backticks
+SETTING = [r"(?<![\w-])--([A-Z][A-Z0-9_]+)\b", r"(?<![\w./$-])([A-Z][A-Z0-9_]+)=", r"^\|\s*`([A-Z][A-Z0-9_]+)`"]
+SETTING += [r"`([A-Z][A-Z0-9_]*_[A-Z0-9_]+|[A-Z]{3,})`"]
+# names the docs give for what they are: environment variables of the shell and the libraries, a placeholder in
+# "--KEY=value", and a misspelling shown with the message it gets
+ENVIRONMENT = {"CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "NCCL_DEBUG", "OMP_NUM_THREADS", "PYTHONPATH", "WORLD_SIZE"}
+ENVIRONMENT |= {"VLLM_SERVER_DEV_MODE", "SLURM_GPUS_ON_NODE", "CI"}
+NOT_SETTINGS = ENVIRONMENT | {"KEY", "CONSTANT", "TEMPRATURE"}
+
+
+def _constants(path):
+    tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
+    targets = [t for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+    return {t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()}
+
+
+def _settings_of_every_kind():
+    """Every name a user can set: the scripts' constants, rewards.py's and the demo's, the variables slurm/*.slurm
+    reads from the environment (${NAME:-default}) and make's ARGS."""
+    names = set().union(*(_constants(path) for path in [*SCRIPT_FILES, "rewards.py", "demo/sums.py"]))
+    for slurm in (REPO / "slurm").glob("*.slurm"):
+        names |= set(re.findall(r"\$\{([A-Z][A-Z0-9_]*):-", slurm.read_text(encoding="utf-8")))
+    return names | set(re.findall(r"\$\(([A-Z]+)\)", (REPO / "Makefile").read_text(encoding="utf-8"))) - {"PY"}
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_setting_the_docs_name_exists_in_the_script_it_belongs_to(doc):
+    known = _settings_of_every_kind() | NOT_SETTINGS
+    text = doc.read_text(encoding="utf-8")
+    named = {m.group(1) for pattern in SETTING for m in re.finditer(pattern, text, re.M)}
+    assert not named - known, f"{doc.name} names settings no script has: {sorted(named - known)}"
+    # on a line that runs a script, each --NAME is a constant of that script
+    for line in text.splitlines():
+        ran = [s for s in SCRIPT_FILES if re.search(rf"(?<![\w/]){re.escape(s)}\b", line)]
+        flags = set(re.findall(SETTING[0], line)) - NOT_SETTINGS
+        if len(ran) == 1 and flags:
+            assert not flags - _constants(ran[0]), f"{doc.name}: {line.strip()!r} gives {ran[0]} what it lacks"
+
+
+def test_the_docs_check_finds_a_setting_that_does_not_exist():
+    # the check itself: each way the docs present a setting is seen
+    text = "| `NO_SUCH_SETTING` | x |\nset `ALSO_MISSING` or --THIRD_ONE=1 and FOURTH_ONE=2\n"
+    named = {m.group(1) for pattern in SETTING for m in re.finditer(pattern, text, re.M)}
+    assert named == {"NO_SUCH_SETTING", "ALSO_MISSING", "THIRD_ONE", "FOURTH_ONE"}
