@@ -169,8 +169,9 @@ REWARD_LIMIT = 1e15
 
 def check_values(values, completions, entry, where):
     """`values` when it is a reward function's proper answer: a list (a tuple, a 1-D numpy array) with one finite
-    number within +-REWARD_LIMIT, or None (TRL's "no reward for this one"), per completion. Anything else is a ConfigError naming `entry`
-    and `where`: booleans too, which would silently count as 0/1 where `x == y` was meant to be float(x == y)."""
+    number within +-REWARD_LIMIT, or None (TRL's "no reward for this one"), per completion. Anything else is a
+    ConfigError naming `entry` and `where`: booleans too, which would silently count as 0/1 where `x == y` was meant
+    to be float(x == y)."""
     said = f"the reward REWARD_FUNCS entry {entry!r} {where}"
     fix = "A reward function returns one float (or None for no reward) per completion, in a list."
     if not isinstance(values, list | tuple):
