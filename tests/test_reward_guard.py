@@ -316,12 +316,17 @@ def huge_reward(completions, **kwargs):
     return [10**400 for _ in completions]  # an int too large for a float: not a finite number
 
 
+def float32_overflow_reward(completions, **kwargs):
+    return [1e308 for _ in completions]  # finite, but inf in TRL's float32 rewards
+
+
 @pytest.mark.parametrize(
     "name, message",
     [
         ("none_reward", "returned None, not a list of numbers"),
         ("generator_reward", "returned a generator, not a list of numbers"),
         ("huge_reward", "for completion 0: not a finite number"),
+        ("float32_overflow_reward", "returned 1e+308 for completion 0: beyond +-1e+15"),
     ],
 )
 def test_the_command_line_answers_a_bad_value_in_one_message_exit_2(name, message, tmp_path, capsys, monkeypatch):
