@@ -14,7 +14,9 @@ import inspect
 import math
 import numbers
 import os
+import signal
 import threading
+import time
 from pathlib import Path
 
 from grpo.errors import ConfigError
@@ -228,24 +230,50 @@ def deadline(seconds, message):
 
     A watchdog thread with its own clock, which a reward cannot cancel, as it cancels a SIGALRM timer (math-verify
     sets and clears signal.alarm on every parse), and which fires wherever the reward waits: in a worker thread, on
-    a judge's future, in C code that lets go of the GIL. It ends the process at once (os._exit) rather than raising:
-    a hung worker thread would keep an unwinding Python from ever exiting. Nothing is written while rewards run, so
-    the newest checkpoint is whole, and the same command resumes from it. A RewardTimeout leaving the block (an
-    async reward, cancelled) leaves the watchdog armed, for an unwinding that would wait on the reward's threads."""
+    a judge's future, in C code that lets go of the GIL; in the main thread, `_cpu_clock` for C code that keeps it.
+    It ends the process at once (os._exit) rather than raising: a hung worker thread would keep an unwinding Python
+    from ever exiting. Nothing is written while rewards run, so the newest checkpoint is whole, and the same command
+    resumes from it. A RewardTimeout leaving the block (an async reward, cancelled) leaves the watchdog armed, for
+    an unwinding that would wait on the reward's threads."""
     if not seconds:
         yield
         return
     watchdog = threading.Timer(seconds, _expire, args=(message,))
     watchdog.daemon = True
     watchdog.start()
+    main = threading.current_thread() is threading.main_thread()  # where signal handlers run
     try:
-        yield
+        with _cpu_clock(seconds, message) if main else contextlib.nullcontext():
+            yield
     except RewardTimeout:
         raise
     except BaseException:
         watchdog.cancel()
         raise
     watchdog.cancel()
+
+
+@contextlib.contextmanager
+def _cpu_clock(seconds, message):
+    """The second clock, for a reward spinning in C code that holds the GIL (a regular expression backtracking),
+    where the watchdog thread never gets to run: SIGPROF after `seconds` of the process's CPU time, a timer of its
+    own that signal.alarm leaves alone. Its handler runs where that code checks for signals (the regex engine does)
+    and ends the run once the wall clock has passed `seconds` too, or sets the timer again for what is left."""
+    start = time.monotonic()
+
+    def check(signum, frame):
+        left = seconds - (time.monotonic() - start)
+        if left <= 0:
+            _expire(message)
+        signal.setitimer(signal.ITIMER_PROF, left)
+
+    previous = signal.signal(signal.SIGPROF, check)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 def _expire(message):

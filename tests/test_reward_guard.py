@@ -356,10 +356,13 @@ HUNG_REWARDS = {
         "def myreward(completions, **kwargs):\n    with ThreadPoolExecutor(2) as pool:\n"
         "        return list(pool.map(lambda c: threading.Event().wait(), completions))\n"
     ),
+    "regex": (  # backtracking for ever in C, holding the GIL: the watchdog thread never runs
+        'def myreward(completions, **kwargs):\n    re.match(r"(a+)+$", "a" * 64 + "b")\n'
+    ),
     "async": "async def myreward(completions, **kwargs):\n    await asyncio.Event().wait()\n",
     "async-blocking": "async def myreward(completions, **kwargs):\n    time.sleep(3600)\n",  # blocks its event loop
 }
-IMPORTS = "import asyncio, signal, threading, time\nfrom concurrent.futures import ThreadPoolExecutor\n\n"
+IMPORTS = "import asyncio, re, signal, threading, time\nfrom concurrent.futures import ThreadPoolExecutor\n\n"
 CALL_GUARDED = """\
 import asyncio, inspect, sys
 from grpo import reward_guard
