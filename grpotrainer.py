@@ -78,6 +78,7 @@ LOGGING_STEPS = 1  # log every N optimiser steps
 SAVE_STEPS = 50  # checkpoint every N steps; a killed run loses at most this many
 SAVE_TOTAL_LIMIT = 3  # keep only the newest N checkpoints
 RESUME = True  # continue from the newest checkpoint-N in OUTPUT_DIR when there is one
+STOP_GRACE = 300  # seconds a step may take after SIGTERM/Ctrl-C, or the run ends without saving it; 0 = wait
 EVAL_BEFORE = 0  # GSM8K test problems scored before training (eval/gsm8k_* at step 0); 0 = off
 EVAL_AFTER = 1319  # the same after training: all 1,319 test problems, stderr 1.4 points; 0 = off
 EVAL_STEPS = 50  # score EVAL_SUBSET test problems every N steps; -1 = each 10 % of the run; 0 = off
@@ -244,7 +245,8 @@ def train(s, record, config, reward_funcs, datasets, started):
         main_process=rank0,
     )
     log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
-    stopper = guards.StopOnSignal(resuming=last)  # a SIGTERM from here on says what the rerun does
+    # a SIGTERM from here on says what the rerun does; past STOP_GRACE the step is given up
+    stopper = guards.StopOnSignal(resuming=last, grace=s["STOP_GRACE"])
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
     # advice and the NaN stop; SIGTERM and Ctrl-C; samples in TensorBoard; TRL's generation choices undone
     scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])

@@ -1,7 +1,8 @@
 """Process guards for a training run, in the order grpotrainer.py uses them. Training only: imports transformers.
 
 - `output_lock`: two runs writing into one OUTPUT_DIR (filelock's flock, which the OS releases even on kill -9).
-- `StopOnSignal`: SIGTERM (a scheduler's preemption notice) and Ctrl-C: all ranks finish the step and save.
+- `StopOnSignal`: SIGTERM (a scheduler's preemption notice) and Ctrl-C: all ranks finish the step and save, or,
+  past STOP_GRACE or at a second signal, end without saving it.
 - `faults`: a full disk, a distributed stall or NaN sampling, told by type and where raised, as one message.
 - `generation_guards`, `adapter_in_fp32`: undo TRL's casts of the adapter to bf16, and its generation that never
   compiles.
@@ -15,6 +16,7 @@ import os
 import shutil
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +30,9 @@ log = logging.getLogger("grpotrainer")
 LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it (filelock's)
 HOLDER_NAME = "run.lock.json"  # beside it: the holding run's pid, host and start, for the refusal
 TORCH_DISTRIBUTED = ("/torch/distributed/", "/torch/nn/parallel/")  # where a collective raises, in torch
+# seconds after a stop signal in which another is its copy, not a second request: torchrun forwards the terminal's
+# Ctrl-C to workers that got it too, and Slurm signals torchrun and its workers alike
+COPY_WINDOW = 2.0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -120,12 +125,15 @@ class StopOnSignal(TrainerCallback):
     """On SIGTERM or SIGINT, finish the current optimiser step, save a checkpoint and stop training.
 
     The handlers only record the signal; at each step end the processes agree (`any_rank`), so all stop at the same
-    step. Later signals are ignored, so a second Ctrl-C (or torchrun forwarding the terminal's) cannot cut the save.
-    `exit_code` is 128 + the signal number, not 0: a Job, a restart policy or an `until` loop must see that the run
-    is not done, and rerunning the same command resumes it.
+    step. A step that does not end within `grace` seconds of the signal (STOP_GRACE; a hung reward, a generation
+    that never ends), or a second signal while it runs, ends the process at once with one line, without saving:
+    a cluster would otherwise burn the allocation waiting, and the newest whole checkpoint is what the same command
+    resumes. Signals within COPY_WINDOW of the first are its copies, and signals during the save are ignored, so a
+    launcher forwarding the terminal's Ctrl-C cannot cut the save. `exit_code` is 128 + the signal number, not 0: a
+    Job, a restart policy or an `until` loop must see that the run is not done.
     """
 
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), resuming=None):
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), resuming=None, grace=0):
         # until training begins, a signal unwinds through cli.run, whose line says what the same command does then
         again = (
             f"the same command resumes from {resuming}"
@@ -134,43 +142,91 @@ class StopOnSignal(TrainerCallback):
         )
         cli.set_phase("loading the model", again)
         self.signals = tuple(signals)
+        self.grace = grace  # STOP_GRACE: seconds the step may take after the signal; 0 = no limit
         self.received = None  # the first signal's number
+        self.received_at = None  # and its time.monotonic()
         self.signal_name = None  # its name, once the processes have agreed to stop
         self.stopped_at = None  # the global step after which training stopped
         self.saved = None  # the checkpoint folder saved for the stop
+        self.newest = resuming  # the newest whole checkpoint: what a rerun resumes from
+        self.step = None  # the steps finished when the current one began
         self.previous = {}  # signal number -> the handler to restore
+        self.timer = None  # ends the process when the step outlasts `grace`
+        self.deciding = threading.RLock()  # the step end and the timer: one of them decides, save or end
+        self.between = True  # from a step's end to the next one's begin: the Trainer logs, evaluates, saves
 
     def handle(self, signum, frame):
-        """Record the first signal; later ones are ignored, saying what the run is doing now: still in the step
-        (a slow reward or generation may hold it; REWARD_TIMEOUT bounds a reward), saving, or ending."""
+        """Record the first signal and start the grace timer; a later one ends a step still running at once, or is
+        ignored, saying what the run is doing now: saving, or ending."""
         name = signal.Signals(signum).name
         if self.received is None:
-            self.received = signum
-            log.warning("%s received: finishing this step, then saving a checkpoint", name)
+            self.received, self.received_at = signum, time.monotonic()
+            bound = f"if it ends within STOP_GRACE={self.grace:g} s" if self.grace else "when it ends"
+            log.warning("%s received: saving a checkpoint after this step %s", name, bound)
+            self.arm()
             return
+        if self.signal_name is None and time.monotonic() - self.received_at > COPY_WINDOW:
+            self.end_step(f"{name} came while it ran")
         if self.saved is not None:
             doing = "the checkpoint is saved and the run is ending"
         elif self.signal_name is not None:
             doing = "a checkpoint is being saved"
+        elif self.between:
+            doing = "the run is saving, logging or evaluating between steps"
         else:
-            doing = "the current step has not finished yet (a checkpoint is saved after it)"
-        log.warning("%s ignored: %s; Ctrl-\\ or kill -9 stop at once, without a new checkpoint", name, doing)
+            doing = "it is a copy of the first signal (a launcher forwards it); the step is still running"
+        log.warning("%s ignored: %s; kill -9 stops at once, without a new checkpoint", name, doing)
+
+    def arm(self):
+        """Start the grace timer (none when STOP_GRACE is 0)."""
+        if self.grace:
+            self.timer = threading.Timer(
+                self.grace, self.end_step, args=(f"not ended within STOP_GRACE={self.grace:g} s",)
+            )
+            self.timer.daemon = True
+            self.timer.start()
+
+    def end_step(self, why):
+        """End the process now, with the step in progress unsaved and the newest whole checkpoint kept; unless the
+        processes have agreed to save (the save goes on), or the Trainer is between steps, where it may be writing
+        a checkpoint of SAVE_STEPS (the next step gets the grace anew). Written straight to file descriptor 2 and
+        ended with os._exit, since the main thread may be stuck holding sys.stderr's lock or in a thread join."""
+        with self.deciding:
+            if self.signal_name is not None:
+                return
+            if self.between:
+                return self.arm()
+            again = f"from {self.newest}" if self.newest else "from the start"
+            line = (
+                f"stopped by {signal.Signals(self.received).name} in step {self.step + 1}: {why}, so it is not saved; "
+            )
+            os.write(2, f"\n{line}rerun the same command to resume {again}\n".encode())
+            os._exit(self.exit_code)
 
     def on_train_begin(self, args, state, control, **kwargs):
         for signum in self.signals:
             self.previous[signum] = signal.signal(signum, self.handle)
 
+    def on_step_begin(self, args, state, control, **kwargs):
+        with self.deciding:
+            self.step = state.global_step
+            self.between = False
+
     def on_step_end(self, args, state, control, **kwargs):
-        if any_rank(self.received is not None, args.device) and self.signal_name is None:
-            self.signal_name = signal.Signals(self.received).name if self.received else "a signal on another rank"
-            self.stopped_at = state.global_step
-            control.should_save = True
-            control.should_training_stop = True
+        stop = any_rank(self.received is not None, args.device)  # a collective: not under the lock the timer takes
+        with self.deciding:
+            self.between = True
+            if stop and self.signal_name is None:
+                self.signal_name = signal.Signals(self.received).name if self.received else "a signal on another rank"
+                self.stopped_at = state.global_step
+                control.should_save = True
+                control.should_training_stop = True
         return control
 
     def on_save(self, args, state, control, **kwargs):
+        self.newest = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if self.signal_name is not None and self.saved is None:
-            self.saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            self.saved = self.newest
 
     def on_train_end(self, args, state, control, **kwargs):
         self.restore()
@@ -184,6 +240,8 @@ class StopOnSignal(TrainerCallback):
         while self.previous:
             signum, handler = self.previous.popitem()
             signal.signal(signum, handler)
+        if self.timer is not None:
+            self.timer.cancel()
 
     @property
     def exit_code(self):

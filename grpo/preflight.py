@@ -59,6 +59,7 @@ RANGES = {
     "SAVE_STEPS": (1, INF, True, True, "a killed run loses at most this many steps"),
     "SAVE_TOTAL_LIMIT": (1, INF, True, True, "keep at least the newest checkpoint"),
     "REWARD_TIMEOUT": (0, INF, True, False, "seconds; 0 = no limit"),
+    "STOP_GRACE": (0, INF, True, False, "seconds; 0 = wait for the step however long it takes"),
     "EVAL_BEFORE": (0, INF, True, True, "0 = off"),
     "EVAL_AFTER": (0, INF, True, True, "0 = off"),
     "EVAL_STEPS": (-1, INF, True, True, "-1 = every 10 % of the run's steps, 0 = off"),

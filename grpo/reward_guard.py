@@ -1,17 +1,22 @@
 """Loading and guarding reward functions: REWARD_FUNCS entries in, the callables given to TRL's GRPOTrainer out.
 
 Each reward runs inside a `Guard`, in training and in preflight alike: a raise keeps its traceback with a note naming
-the entry and step, a bad value is one ConfigError (`check_values`), a hung plain call ends the run (`deadline`).
+the entry and step, a bad value is one ConfigError (`check_values`), a call that hangs ends the run (`deadline`).
 """
 
+import asyncio
 import contextlib
+import copy
+import faulthandler
 import functools
 import importlib
 import inspect
 import math
 import numbers
+import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 from grpo.errors import ConfigError
@@ -99,7 +104,8 @@ class Guard:
     """A reward whose failures name its REWARD_FUNCS entry and the step; keeps its `__name__` (TRL's metric name).
 
     A raise is a bug to be seen where it is: the error goes on, traceback and all, with a note. A bad value is
-    refused by `check_values` before TRL makes it a tensor or a NaN loss."""
+    refused by `check_values` before TRL makes it a tensor or a NaN loss. Each call gets its own copy of the batch
+    (`own_copy`): TRL hands every reward the same lists, so one that edits them would change what the next grades."""
 
     def __init__(self, func, entry, timeout=0):
         self.func = func
@@ -108,16 +114,18 @@ class Guard:
         self.__name__ = getattr(func, "__name__", entry.rpartition(":")[2])
 
     def __call__(self, *args, **kwargs):
+        args, kwargs = own_copy(args), own_copy(kwargs)
         with self.guarding(kwargs) as where:
             values = self.func(*args, **kwargs)
         return check_values(values, kwargs.get("completions"), self.entry, where)
 
     @contextlib.contextmanager
-    def guarding(self, kwargs):
-        """The deadline and the note around one call; yields where the call is, "at training step N"."""
+    def guarding(self, kwargs, grace=0):
+        """The deadline (`grace` seconds past REWARD_TIMEOUT) and the note around one call; yields where the call
+        is, "at training step N"."""
         where = f"at training step {getattr(kwargs.get('trainer_state'), 'global_step', '?')}"
         try:
-            with deadline(self.timeout, self.entry, where):
+            with deadline(self.timeout and self.timeout + grace, timeout_message(self.timeout, self.entry, where)):
                 yield where
         except (Exception, SystemExit) as err:
             note = f"raised by the reward REWARD_FUNCS entry {self.entry!r} {where}"
@@ -131,18 +139,41 @@ class Guard:
 
 class AsyncGuard(Guard):
     """The `Guard` of an async reward: a coroutine function itself, so that TRL awaits it on its event loop (TRL 1.16
-    tells by `async def __call__`). There, off the main thread, `deadline` cannot bound it."""
+    tells by `async def __call__`). REWARD_TIMEOUT cancels the awaited reward there (asyncio.timeout), raising
+    RewardTimeout through TRL's await, the reward's line in its context; the watchdog of `deadline` ends the run
+    a little later if the reward blocks the event loop itself and cannot be cancelled."""
 
     async def __call__(self, *args, **kwargs):
-        with self.guarding(kwargs) as where:
-            values = await self.func(*args, **kwargs)
+        args, kwargs = own_copy(args), own_copy(kwargs)
+        with self.guarding(kwargs, grace=min(self.timeout, UNWIND_GRACE)) as where:
+            try:
+                async with asyncio.timeout(self.timeout or None) as bound:
+                    values = await self.func(*args, **kwargs)
+            except TimeoutError as err:
+                if not bound.expired():
+                    raise  # the reward's own timeout (a request's): its error, with the note
+                raise RewardTimeout(timeout_message(self.timeout, self.entry, where)) from err  # err: the await line
         return check_values(values, kwargs.get("completions"), self.entry, where)
+
+
+def own_copy(values):
+    """`values` (a call's arguments) with each list deep-copied: the batch's prompts, completions, completion_ids
+    and columns. The trainer's state, its logging hooks and TRL's environments are shared, as TRL means them."""
+    if isinstance(values, dict):
+        return {k: copy.deepcopy(v) if isinstance(v, list) and k != "environments" else v for k, v in values.items()}
+    return tuple(copy.deepcopy(v) if isinstance(v, list) else v for v in values)
+
+
+# The largest reward magnitude: TRL 1.16 keeps rewards in float32 (largest 3.4e38) and squares their spread for the
+# group's standard deviation, so a group of thousands of rewards of 1e15 still stays finite there.
+REWARD_LIMIT = 1e15
 
 
 def check_values(values, completions, entry, where):
     """`values` when it is a reward function's proper answer: a list (a tuple, a 1-D numpy array) with one finite
-    number, or None (TRL's "no reward for this one"), per completion. Anything else is a ConfigError naming `entry`
-    and `where`: booleans too, which would silently count as 0/1 where `x == y` was meant to be float(x == y)."""
+    number within +-REWARD_LIMIT, or None (TRL's "no reward for this one"), per completion. Anything else is a
+    ConfigError naming `entry` and `where`: booleans too, which would silently count as 0/1 where `x == y` was meant
+    to be float(x == y)."""
     said = f"the reward REWARD_FUNCS entry {entry!r} {where}"
     fix = "A reward function returns one float (or None for no reward) per completion, in a list."
     if not isinstance(values, list | tuple):
@@ -155,9 +186,16 @@ def check_values(values, completions, entry, where):
         raise ConfigError(f"{said} returned {len(values)} values for {len(completions)} completions.\n{fix}")
     for i, value in enumerate(values):
         number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's scalars are Real
-        if value is not None and not (number and _finite(value)):
-            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        if value is None:
+            continue
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        if not (number and _finite(value)):
             raise ConfigError(f"{said} returned {shown} for completion {i}: not a finite number.\n{fix}")
+        if abs(value) > REWARD_LIMIT:
+            raise ConfigError(
+                f"{said} returned {shown} for completion {i}: beyond +-{REWARD_LIMIT:g}, which TRL's float32 sums "
+                f"and squares of rewards cannot hold (1e308 is inf there).\n{fix}"
+            )
     return values
 
 
@@ -170,30 +208,78 @@ def _finite(value):
 
 
 class RewardTimeout(BaseException):
-    """A reward call that ran past REWARD_TIMEOUT. A BaseException, like KeyboardInterrupt, so that a reward's own
-    `except Exception` cannot swallow it and carry on: it ends the run, with the hung line in its traceback."""
+    """An async reward cancelled at REWARD_TIMEOUT. A BaseException, like KeyboardInterrupt, so that a reward's own
+    `except Exception` cannot swallow it and carry on: it ends the run, the awaited line in its context."""
+
+
+UNWIND_GRACE = 10  # seconds the run has to end after an async reward's timeout before the watchdog ends it
+
+
+def timeout_message(seconds, entry, where):
+    return (
+        f"REWARD_FUNCS entry {entry!r} did not return within REWARD_TIMEOUT={seconds:g} s ({where}), so the run "
+        "stops; the newest checkpoint is kept and the same command resumes from it.\n"
+        "Fix the reward (the traceback shows the line it was on), or raise REWARD_TIMEOUT (0 = no limit)."
+    )
 
 
 @contextlib.contextmanager
-def deadline(seconds, entry, where):
-    """Raise RewardTimeout inside the block once it has run `seconds` (0 = no limit), naming the REWARD_FUNCS
-    `entry` and `where` it was called. A SIGALRM timer, so it interrupts Python code and blocking calls in the
-    main thread (where TRL calls plain rewards); elsewhere, and in C code that never returns to Python, it
-    cannot, and the block runs unbounded."""
-    if not seconds or threading.current_thread() is not threading.main_thread():
+def deadline(seconds, message):
+    """End the process once the block has run `seconds` (0 = no limit): every thread's stack, then `message`
+    (`timeout_message`: the REWARD_FUNCS entry, the step, REWARD_TIMEOUT), then exit 1.
+
+    A watchdog thread with its own clock, which a reward cannot cancel, as it cancels a SIGALRM timer (math-verify
+    sets and clears signal.alarm on every parse), and which fires wherever the reward waits: in a worker thread, on
+    a judge's future, in C code that lets go of the GIL; in the main thread, `_cpu_clock` for C code that keeps it.
+    It ends the process at once (os._exit) rather than raising: a hung worker thread would keep an unwinding Python
+    from ever exiting. Nothing is written while rewards run, so the newest checkpoint is whole, and the same command
+    resumes from it. A RewardTimeout leaving the block (an async reward, cancelled) leaves the watchdog armed, for
+    an unwinding that would wait on the reward's threads."""
+    if not seconds:
         yield
         return
+    watchdog = threading.Timer(seconds, _expire, args=(message,))
+    watchdog.daemon = True
+    watchdog.start()
+    main = threading.current_thread() is threading.main_thread()  # where signal handlers run
+    try:
+        with _cpu_clock(seconds, message) if main else contextlib.nullcontext():
+            yield
+    except RewardTimeout:
+        raise
+    except BaseException:
+        watchdog.cancel()
+        raise
+    watchdog.cancel()
 
-    def expire(signum, frame):
-        raise RewardTimeout(
-            f"REWARD_FUNCS entry {entry!r} did not return within REWARD_TIMEOUT={seconds:g} s ({where}), so the run "
-            "stops.\nFix the reward (the traceback shows the line it was on), or raise REWARD_TIMEOUT (0 = no limit)."
-        )
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+@contextlib.contextmanager
+def _cpu_clock(seconds, message):
+    """The second clock, for a reward spinning in C code that holds the GIL (a regular expression backtracking),
+    where the watchdog thread never gets to run: SIGPROF after `seconds` of the process's CPU time, a timer of its
+    own that signal.alarm leaves alone. Its handler runs where that code checks for signals (the regex engine does)
+    and ends the run once the wall clock has passed `seconds` too, or sets the timer again for what is left."""
+    start = time.monotonic()
+
+    def check(signum, frame):
+        left = seconds - (time.monotonic() - start)
+        if left <= 0:
+            _expire(message)
+        signal.setitimer(signal.ITIMER_PROF, left)
+
+    previous = signal.signal(signal.SIGPROF, check)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def _expire(message):
+    """The watchdog's end: written straight to file descriptor 2, since the stuck thread may hold sys.stderr's
+    lock."""
+    os.write(2, b"\nREWARD_TIMEOUT: the stack of every thread, most recent call first:\n")
+    faulthandler.dump_traceback(file=2, all_threads=True)
+    os.write(2, f"\nerror: {message}\n".encode())
+    os._exit(1)

@@ -309,3 +309,57 @@ def test_a_reward_that_says_timed_out_keeps_its_traceback_and_is_no_stall(tmp_pa
     assert "raised by the reward REWARD_FUNCS entry 'mymod:myreward' at training step 2" in out.stderr
     assert "RuntimeError: LLM judge request timed out after 30 s" in out.stderr
     assert "DDP_TIMEOUT" not in out.stderr and "waited for the others" not in out.stderr
+
+
+HUNG_ONCE_REWARD = """\
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+MARK = Path(__file__).with_name("hung-once")
+
+
+def myreward(completions, trainer_state=None, **kwargs):
+    if trainer_state.global_step >= 1 and not MARK.exists():  # step 2, in the first run only
+        MARK.write_text("hanging")
+        with ThreadPoolExecutor(1) as pool:  # an LLM judge that never answers: the main thread waits in a join
+            pool.submit(threading.Event().wait).result()
+    return [0.0 for _ in completions]
+"""
+
+
+@pytest.mark.slow  # two --smoke runs
+def test_a_reward_hung_in_a_thread_ends_at_reward_timeout_and_the_same_command_resumes(tmp_path):
+    args = ("--MAX_STEPS=3", "--SAVE_STEPS=1", "--REWARD_TIMEOUT=5", *MYREWARD)
+    out = train(tmp_path / "run", *args, reward_module=HUNG_ONCE_REWARD, timeout=600)
+    assert out.returncode == 1, out.stderr[-3000:]  # ended by the watchdog, not by the test's timeout
+    said = "REWARD_FUNCS entry 'mymod:myreward' did not return within REWARD_TIMEOUT=5 s (at training step 1)"
+    assert said in out.stderr.strip().splitlines()[-2]  # the last message, after the stacks of the hung threads
+    assert f'File "{tmp_path / "mymod.py"}", line 12 in myreward' in out.stderr  # the user's hung line
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-1"]
+    again = train(tmp_path / "run", *args, reward_module=HUNG_ONCE_REWARD)  # the same command
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from {tmp_path / 'run' / 'checkpoint-1'}" in again.stderr
+
+
+@pytest.mark.slow  # two --smoke runs
+def test_sigterm_during_a_hung_step_ends_within_stop_grace_and_the_same_command_resumes(tmp_path):
+    run = tmp_path / "run"
+    args = ("--MAX_STEPS=3", "--SAVE_STEPS=1", "--REWARD_TIMEOUT=0", "--STOP_GRACE=3", *MYREWARD)
+    proc = train(run, *args, reward_module=HUNG_ONCE_REWARD, background=True)
+    log = Path(f"{run}.log")
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "hung-once").exists():  # step 2's reward hangs, and no REWARD_TIMEOUT bounds it
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 143  # ended by STOP_GRACE: the step never ends, and no REWARD_TIMEOUT would end it
+    last = log.read_text().strip().splitlines()[-1]
+    assert last == (
+        "stopped by SIGTERM in step 2: not ended within STOP_GRACE=3 s, so it is not saved; rerun the same command "
+        f"to resume from {run / 'checkpoint-1'}"
+    )
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]  # no half checkpoint of step 2
+    again = train(run, *args, reward_module=HUNG_ONCE_REWARD)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from {run / 'checkpoint-1'}" in again.stderr

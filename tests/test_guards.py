@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -348,22 +349,86 @@ def test_faults_wraps_a_cause_and_passes_others(tmp_path):
         raise RuntimeError("shape mismatch")  # not ours to explain: the traceback stays
 
 
-def test_a_second_signal_says_what_the_run_is_doing(caplog, tmp_path):
-    from grpo import guards
-
+def test_a_second_signal_says_what_the_run_is_doing(caplog, tmp_path, monkeypatch):
+    monkeypatch.setattr(guards.os, "_exit", lambda code: pytest.fail(f"exited {code}: no signal here ends the run"))
     stopper = guards.StopOnSignal()
     with caplog.at_level(logging.WARNING, logger="grpotrainer"):
         stopper.handle(signal.SIGTERM, None)
-        stopper.handle(signal.SIGINT, None)  # still in the step (a hung reward): no save is running yet
+        stopper.on_step_begin(None, TrainerState(global_step=2), None)
+        stopper.handle(signal.SIGINT, None)  # in the step, at once: torchrun's copy of the terminal's Ctrl-C
         stopper.signal_name = "SIGTERM"  # the processes agreed: Trainer saves now
+        stopper.received_at -= 10  # a later signal, no copy: the save must not be cut either
         stopper.handle(signal.SIGINT, None)
         stopper.saved = tmp_path / "checkpoint-3"
         stopper.handle(signal.SIGINT, None)
-    said = [r.getMessage() for r in caplog.records]
-    assert said[0] == "SIGTERM received: finishing this step, then saving a checkpoint"
-    assert said[1].startswith("SIGINT ignored: the current step has not finished yet (a checkpoint is saved after")
-    assert said[2].startswith("SIGINT ignored: a checkpoint is being saved;")
-    assert said[3].startswith("SIGINT ignored: the checkpoint is saved and the run is ending;")
+    said = [r.getMessage().split(";")[0] for r in caplog.records]
+    assert said[1] == "SIGINT ignored: it is a copy of the first signal (a launcher forwards it)"
+    assert said[2:] == [
+        "SIGINT ignored: a checkpoint is being saved",
+        "SIGINT ignored: the checkpoint is saved and the run is ending",
+    ]
+
+
+def stop_exits(monkeypatch):
+    """os._exit, as StopOnSignal calls it, recording the code and waking the "hung step" (an Event) instead."""
+    codes, ended = [], threading.Event()
+    monkeypatch.setattr(guards.os, "_exit", lambda code: (codes.append(code), ended.set()))
+    return codes, ended
+
+
+def test_a_step_that_outlasts_the_grace_ends_the_run_unsaved(monkeypatch, capfd, tmp_path):
+    codes, ended = stop_exits(monkeypatch)
+    stopper = guards.StopOnSignal(resuming=tmp_path / "checkpoint-2", grace=0.2)
+    stopper.on_train_begin(None, None, None)
+    try:
+        stopper.on_step_begin(None, TrainerState(global_step=2), None)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert ended.wait(60)  # the step "hangs" here: only the grace timer ends it
+    finally:
+        stopper.restore()
+    assert codes == [143]  # 128 + SIGTERM: the job is not done, and nothing half-written
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert lines[-1] == (
+        "stopped by SIGTERM in step 3: not ended within STOP_GRACE=0.2 s, so it is not saved; rerun the same "
+        f"command to resume from {tmp_path / 'checkpoint-2'}"
+    )
+
+
+def test_a_second_signal_in_a_step_ends_the_run_at_once(monkeypatch, capfd):
+    codes, ended = stop_exits(monkeypatch)
+    monkeypatch.setattr(guards, "COPY_WINDOW", 0.0)  # every later signal is a person's second, none a copy
+    stopper = guards.StopOnSignal(grace=0)  # no grace: only the second signal ends the step
+    stopper.on_train_begin(None, None, None)
+    try:
+        stopper.on_step_begin(None, TrainerState(global_step=0), None)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert ended.wait(60)
+    finally:
+        stopper.restore()
+    assert codes == [130]
+    last = capfd.readouterr().err.strip().splitlines()[-1]
+    assert last == (
+        "stopped by SIGINT in step 1: SIGINT came while it ran, so it is not saved; rerun the same command to resume "
+        "from the start"
+    )
+
+
+def test_the_grace_never_cuts_a_save_between_steps(monkeypatch):
+    codes, ended = stop_exits(monkeypatch)
+    stopper = guards.StopOnSignal(grace=0.1)
+    stopper.on_train_begin(None, None, None)
+    try:
+        stopper.on_step_begin(None, TrainerState(global_step=4), None)
+        step_end(stopper, 5)  # the step ended, and the Trainer writes SAVE_STEPS' checkpoint ...
+        os.kill(os.getpid(), signal.SIGTERM)  # ... when the signal comes
+        assert not ended.wait(0.5)  # the grace ran out several times over: the save is never cut
+        stopper.on_step_begin(None, TrainerState(global_step=5), None)  # the next step gets the grace anew
+        assert ended.wait(60)
+    finally:
+        stopper.restore()
+    assert codes == [143]
 
 
 @pytest.mark.parametrize(

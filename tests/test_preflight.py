@@ -3,6 +3,8 @@
 .venv/bin/python -m pytest tests/test_preflight.py -q -m "not slow"
 """
 
+import _thread
+import asyncio
 import json
 import math
 import os
@@ -235,11 +237,30 @@ def hung_reward(completions, **kwargs):
         return [0.0] * len(completions)
 
 
-def test_preflight_bounds_a_hung_reward_too(smoke_settings):
-    funcs = reward_guard.load(["test_preflight:hung_reward"], rewards.REWARDS, max_completion_length=32, timeout=0.2)
+async def async_hung_reward(completions, **kwargs):
+    await asyncio.Event().wait()  # awaited by preflight's own asyncio.run, outside TRL's loop
+
+
+@pytest.mark.parametrize("name", ["hung_reward", "async_hung_reward"])
+def test_preflight_bounds_a_hung_reward_too(smoke_settings, monkeypatch, name):
+    fired, waiting = [], [True]
+
+    def expire(message):  # the watchdog's end, without ending pytest: record it, then wake the hung main thread
+        fired.append(message)
+        if waiting:
+            _thread.interrupt_main()
+
+    monkeypatch.setattr(reward_guard, "_expire", expire)
+    entry = f"test_preflight:{name}"
+    funcs = reward_guard.load([entry], rewards.REWARDS, max_completion_length=32, timeout=0.2)
     dataset = gsm8k.load(smoke_settings["DATASET"], "train", limit=3)
-    with pytest.raises(reward_guard.RewardTimeout, match="at training step 0"):
-        preflight.try_rewards(funcs, ["test_preflight:hung_reward"], dataset, 32)
+    with pytest.raises((KeyboardInterrupt, reward_guard.RewardTimeout)) as err:
+        preflight.try_rewards(funcs, [entry], dataset, 32)
+    waiting.clear()  # an async reward's watchdog, left armed for the unwinding, may fire later: no interrupt then
+    # a plain reward is ended by the watchdog; an async one is cancelled (its watchdog stays armed for the unwinding)
+    said = fired[0] if err.type is KeyboardInterrupt else str(err.value)
+    assert f"entry '{entry}' did not return within REWARD_TIMEOUT=0.2 s (at training step 0)" in said
+    assert (err.type is KeyboardInterrupt) == (name == "hung_reward")
 
 
 FIXTURE = str(gsm8k.FIXTURE)

@@ -6,14 +6,17 @@ Run:
 """
 
 import asyncio
+import os
 import pickle
 import re
-import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import load_rewards
+from conftest import REPO, load_rewards
 
 import rewards
 from grpo import gsm8k, preflight, reward_guard
@@ -117,18 +120,6 @@ def test_an_async_reward_is_guarded_the_same_way_and_awaited():
     assert "at training step 7" in err.value.__notes__[0]
 
 
-def sleeping_reward(completions, **kwargs):
-    time.sleep(30)  # blocks in a system call: the timer's signal must still interrupt it
-    return [0.0] * len(completions)  # reached only when the deadline failed: the test then fails, not hangs
-
-
-def test_the_deadline_stops_a_plain_reward_that_sleeps():
-    (guard,) = reward_guard.load(["test_reward_guard:sleeping_reward"], {}, max_completion_length=8, timeout=0.05)
-    with pytest.raises(reward_guard.RewardTimeout, match="did not return within REWARD_TIMEOUT=0.05 s"):
-        guard(completions=["a"], trainer_state=State())
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is off again
-
-
 @pytest.mark.parametrize("name", ["correctness_reward", "format_reward", "math_reward", "overlong_reward"])
 def test_bound_rewards_keep_their_name_and_pickle(name):
     from trl.trainer.utils import get_callable_name
@@ -220,28 +211,6 @@ def test_a_reward_path_that_is_not_a_reward_is_one_message(tmp_path, monkeypatch
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match=re.escape(message)):
         reward_guard.load([entry], rewards.REWARDS, max_completion_length=64)
-
-
-def hung_reward(completions, **kwargs):
-    try:
-        while True:
-            time.sleep(0.01)
-    except Exception:  # a reward that swallows errors must not swallow the timeout
-        return [0.0] * len(completions)
-
-
-def test_a_hung_reward_ends_the_run_naming_it():
-    [guarded] = reward_guard.load(
-        ["test_reward_guard:hung_reward"], rewards.REWARDS, max_completion_length=32, timeout=0.2
-    )
-    start = time.monotonic()
-    with pytest.raises(reward_guard.RewardTimeout) as err:
-        guarded(completions=["x"], trainer_state=type("S", (), {"global_step": 7})())
-    message = str(err.value)
-    assert "REWARD_FUNCS entry 'test_reward_guard:hung_reward' did not return within REWARD_TIMEOUT=0.2 s" in message
-    assert "at training step 7" in message
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is off again
-    assert time.monotonic() - start < 60  # (a bound, not a timing claim: it did not hang)
 
 
 def brevity_reward(completions, **kwargs):
@@ -347,12 +316,17 @@ def huge_reward(completions, **kwargs):
     return [10**400 for _ in completions]  # an int too large for a float: not a finite number
 
 
+def float32_overflow_reward(completions, **kwargs):
+    return [1e308 for _ in completions]  # finite, but inf in TRL's float32 rewards
+
+
 @pytest.mark.parametrize(
     "name, message",
     [
         ("none_reward", "returned None, not a list of numbers"),
         ("generator_reward", "returned a generator, not a list of numbers"),
         ("huge_reward", "for completion 0: not a finite number"),
+        ("float32_overflow_reward", "returned 1e+308 for completion 0: beyond +-1e+15"),
     ],
 )
 def test_the_command_line_answers_a_bad_value_in_one_message_exit_2(name, message, tmp_path, capsys, monkeypatch):
@@ -365,3 +339,116 @@ def test_the_command_line_answers_a_bad_value_in_one_message_exit_2(name, messag
     code, stderr = run_in_process(grpotrainer.main, "--smoke", entry, f"--OUTPUT_DIR={tmp_path}", capsys=capsys)
     assert code == 2 and message in stderr and "Traceback" not in stderr
     assert f"entry 'test_reward_guard:{name}' at training step 0" in stderr
+
+
+# Each shape of a reward that never returns, as a module of the user's: REWARD_TIMEOUT must end every one.
+HUNG_REWARDS = {
+    "sleeps": "def myreward(completions, **kwargs):\n    time.sleep(3600)\n",
+    "swallows": (  # a reward that catches every error must not catch its way past the deadline
+        "def myreward(completions, **kwargs):\n    while True:\n        try:\n            time.sleep(3600)\n"
+        "        except Exception:\n            pass\n"
+    ),
+    "alarm": (  # math-verify's own timeout on every parse: sets and clears signal.alarm, replacing a SIGALRM timer
+        "def myreward(completions, **kwargs):\n    signal.signal(signal.SIGALRM, lambda *a: None)\n"
+        "    while True:\n        signal.alarm(3600)\n        time.sleep(0.01)\n        signal.alarm(0)\n"
+    ),
+    "thread": (  # an LLM judge on a thread pool: the main thread waits in a C-level lock for a worker that hangs
+        "def myreward(completions, **kwargs):\n    with ThreadPoolExecutor(2) as pool:\n"
+        "        return list(pool.map(lambda c: threading.Event().wait(), completions))\n"
+    ),
+    "regex": (  # backtracking for ever in C, holding the GIL: the watchdog thread never runs
+        'def myreward(completions, **kwargs):\n    re.match(r"(a+)+$", "a" * 64 + "b")\n'
+    ),
+    "async": "async def myreward(completions, **kwargs):\n    await asyncio.Event().wait()\n",
+    "async-blocking": "async def myreward(completions, **kwargs):\n    time.sleep(3600)\n",  # blocks its event loop
+}
+IMPORTS = "import asyncio, re, signal, threading, time\nfrom concurrent.futures import ThreadPoolExecutor\n\n"
+CALL_GUARDED = """\
+import asyncio, inspect, sys
+from grpo import reward_guard
+(guard,) = reward_guard.load(["mymod:myreward"], {}, max_completion_length=8, timeout=float(sys.argv[1]))
+state = type("State", (), {"global_step": 7})()
+out = guard(completions=["a", "b"], trainer_state=state)
+print(asyncio.run(out) if inspect.isawaitable(out) else out)  # reached only when the deadline failed
+"""
+
+
+def run_hung(tmp_path, source, code, timeout):
+    """Run `code` (with the REWARD_TIMEOUT `timeout` as argv[1]) in a fresh Python where mymod.py holds `source`:
+    the deadline ends that process, not pytest's. subprocess's own timeout only keeps a failing test from hanging."""
+    (tmp_path / "mymod.py").write_text(IMPORTS + source)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "OMP_NUM_THREADS": "1"}
+    args = [sys.executable, "-c", code, str(timeout)]
+    return subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("shape", list(HUNG_REWARDS))
+def test_reward_timeout_ends_a_reward_that_never_returns_naming_it(tmp_path, shape):
+    out = run_hung(tmp_path, HUNG_REWARDS[shape], CALL_GUARDED, timeout=0.5)
+    assert out.returncode == 1, out.stderr[-3000:]  # ended by the deadline: not killed by subprocess's timeout
+    assert out.stdout == ""  # the reward never returned
+    last = out.stderr.strip().splitlines()
+    assert (
+        "REWARD_FUNCS entry 'mymod:myreward' did not return within REWARD_TIMEOUT=0.5 s (at training step 7)"
+        in (last[-2])
+    )  # the message is the end of the output, after the stack that shows the hung line
+    assert str(tmp_path / "mymod.py") in out.stderr  # the user's file is in the traceback
+
+
+async def async_timing_out_reward(completions, **kwargs):
+    await asyncio.wait_for(asyncio.Event().wait(), 0.01)  # the reward's own request timing out: its error
+
+
+def test_an_async_rewards_own_timeout_keeps_its_error_under_reward_timeout():
+    guard = reward_guard.AsyncGuard(async_timing_out_reward, "m:own", timeout=60)
+    with pytest.raises(TimeoutError) as err:
+        asyncio.run(guard(completions=["a"], trainer_state=State()))
+    assert err.value.__notes__ == ["raised by the reward REWARD_FUNCS entry 'm:own' at training step 7"]
+
+
+def test_a_reward_that_returns_in_time_leaves_no_watchdog_behind():
+    guard = reward_guard.Guard(brevity_reward, "m:brevity", timeout=60)
+    before = threading.active_count()
+    assert guard(completions=["ab"], trainer_state=State()) == [1 / 3]
+    assert asyncio.run(reward_guard.AsyncGuard(async_reward, "m:a", timeout=60)(completions=["a"])) == [0.5]
+    time.sleep(0.05)  # a cancelled Timer's thread ends once it sees the cancel
+    assert threading.active_count() == before
+
+
+def mutating_reward(completions, prompts, answer, completion_ids, **kwargs):
+    for completion in completions:
+        completion[0]["content"] = "#### 0"  # grades its own normalised copy, in place
+    prompts.clear()
+    answer[0] = "0"
+    completion_ids[0].append(1)
+    return [0.0] * len(completions)
+
+
+def test_a_reward_that_edits_its_inputs_does_not_change_what_the_next_one_grades():
+    completions = [[{"role": "assistant", "content": "#### 18"}], [{"role": "assistant", "content": "#### 7"}]]
+    batch = {"prompts": [["p"], ["q"]], "answer": ["18", "7"], "completion_ids": [[1, 2], [3]]}
+    seen = []
+    first = reward_guard.Guard(mutating_reward, "m:mutating")
+    second = reward_guard.Guard(lambda **kwargs: seen.append(pickle.dumps(kwargs)) or [1.0, 1.0], "m:reads")
+    before = pickle.dumps({"completions": completions, **batch})
+    first(completions=completions, **batch)
+    second(completions=completions, **batch)
+    assert seen == [before]  # what TRL passed, unchanged
+    assert pickle.dumps({"completions": completions, **batch}) == before  # and TRL's own lists, which it logs
+
+
+@pytest.mark.parametrize("value", [1e308, -1e308, 3e38, -1e16])
+def test_a_finite_reward_beyond_float32s_reach_is_one_true_message(value):
+    with pytest.raises(ConfigError) as err:
+        guarded([0.0, value])(completions=["a", "b"], trainer_state=State())
+    assert f"returned {value!r} for completion 1: beyond +-1e+15" in str(err.value)
+    assert "not a finite number" not in str(err.value)  # it is finite: the message says what is wrong with it
+
+
+def test_large_rewards_within_the_limit_are_accepted_and_stay_finite_in_float32():
+    import torch
+
+    values = [1e15, -1e15] * 512  # a group of 1024 at the limit: TRL's group mean and std stay finite
+    assert guarded(values)(completions=["a"] * len(values), trainer_state=State()) == values
+    group = torch.tensor(values, dtype=torch.float32)
+    assert torch.isfinite(group.mean()) and torch.isfinite(group.std())
