@@ -2,9 +2,10 @@
 
 Both scripts import this module and never each other, so a before/after accuracy is measured with exactly the prompt,
 chat template and grader that training used (grpo/grading.py's `grade`: no credit for thinking that never closed,
-none from the last-number fallback for a cut-off completion). Metrics (`KEYS`): strict_accuracy (the last '####'
-number), lenient_accuracy (any answer form the grader reads), format_rate, mean_completion_tokens, truncated_rate; a
-lenient accuracy far above the strict one means the model solves the problems but ignores the asked format.
+for a cut-off completion, or for one that repeats or pads past its answer). Metrics (`KEYS`): strict_accuracy (the
+last '####' number), lenient_accuracy (any answer form the grader reads), format_rate, mean_completion_tokens,
+truncated_rate, padded_rate (the share that repeats or pads past its answer: after training, no higher than before);
+a lenient accuracy far above the strict one means the model solves the problems but ignores the asked format.
 Sampled accuracy (`SAMPLED_KEYS`): k completions per problem at a temperature, c/k per problem (pass@1 estimated
 from k) averaged over problems: at training's TEMPERATURE, what GRPO's correctness reward pays on average.
 """
@@ -26,7 +27,15 @@ SYSTEM_PROMPT = (
     "Then write the final answer on its own last line as '#### <number>', with no units."
 )
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "smoke_gsm8k.jsonl"  # our own 32 problems, for --smoke
-KEYS = ("n", "strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens", "truncated_rate")
+KEYS = (
+    "n",
+    "strict_accuracy",
+    "lenient_accuracy",
+    "format_rate",
+    "mean_completion_tokens",
+    "truncated_rate",
+    "padded_rate",
+)
 SCALARS = {
     "strict_accuracy": "eval/gsm8k_strict_accuracy",
     "lenient_accuracy": "eval/gsm8k_lenient_accuracy",
@@ -213,6 +222,7 @@ def summarize(graded, completion_tokens):
         "format_rate": share("formatted"),
         "mean_completion_tokens": round(sum(completion_tokens) / n, 2) if n else 0.0,
         "truncated_rate": share("truncated"),
+        "padded_rate": share("padded"),
     }
 
 

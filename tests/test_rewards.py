@@ -516,8 +516,9 @@ def test_rewards_never_raise(completions, gold):
 @settings(max_examples=200, deadline=None)
 @given(st.text(), st.integers(min_value=-(10**15), max_value=10**15))
 def test_a_final_hash_line_wins(prefix, n):
-    # whatever comes before it (but an unclosed thinking block), a last line "#### N" is the answer
-    assume("<think" not in prefix)
+    # whatever comes before it (but an unclosed thinking block, or another #### line), a last line "#### N" is the
+    # answer
+    assume("<think" not in prefix and "####" not in prefix)
     assert extract_answer(f"{prefix}\n#### {n}") == str(n)
     assert correctness_reward([f"{prefix}\n#### {n:,}"], answer=[str(n)]) == [1.0]
 
@@ -624,4 +625,4 @@ def test_correctness_reward_bound_reads_cut_offs():
     reward = make_reward(correctness_reward, max_completion_length=4)
     texts = ["3 * 6 = 18", "3 * 6 = 18", "3 * 6 = 18\n#### 18"]
     out = reward(completions=texts, answer=["18"] * 3, completion_ids=[[1, 2, 3, 4], [1, 2, 3], [1, 2, 3, 4]])
-    assert out == [0.0, 1.0, 1.0]  # cut off at 4 tokens: the fallback's 18 earns nothing; a #### answer does
+    assert out == [0.0, 1.0, 0.0]  # cut off at 4 tokens earns nothing, a #### answer included; 3 tokens is whole
