@@ -7,6 +7,7 @@ writes it, and a wrong one as wrong:
 
     extract_answer(text)        the final number of a completion or a GSM8K gold solution ("1,080" -> "1080")
     answers_match(pred, gold)   equal by value, in exact decimal arithmetic ("18.00" == "18", "18.5" != "18")
+    pads_answer(text)           text after the final answer repeats or pads it (`#### 5\n#### 5`): no credit
     grade(completion, gold)     one completion's verdicts, for evaluate.py: extracted, correct, strict_correct, ...
 
 Where the answer is, in order of precedence (the last occurrence of each wins):
@@ -33,10 +34,15 @@ and format_reward for the thinking part; reasoning_reward and overlong_reward do
     - thinking that never closed has no answer, whatever it says: a `<think>` (or `<thinking>`) with no `</think>`
       after it, or thinking mode on (ENABLE_THINKING, `thinking=True`) and no `</think>` at all;
     - a cut-off completion (`truncated=True`) gets no answer from the last-number fallback, nor from the working
-      under a heading: only a `####`, a box or an answer phrase it wrote counts.
-Text inside a closed thinking block is skipped when text follows the block. In training, a reward counts a
-completion with max_completion_length token ids as cut off (rewards.py): one whose EOS was its last token too, which
-costs it only the fallback's credit. evaluate.py passes `truncated` = the limit was reached without an end-of-turn.
+      under a heading: only a `####`, a box or an answer phrase it wrote is read.
+Text inside a closed thinking block is skipped when text follows the block.
+Stop at the answer, or no credit (`pads_answer`, `grade`, and the four rewards that pay): a completion cut off at the
+limit earns nothing, whatever it read, and so does one whose text after its final answer repeats or pads it:
+`#### 5\n#### 5`, `#### 5 #### 5`, a whitespace run, "The answer is 5." or "five" after `#### 5`, another question.
+The answer is still read (grade's `extracted`, the completions table), so a padded completion shows what it said.
+In training, a reward counts a completion with max_completion_length token ids as cut off (rewards.py; TRL gives a
+reward no EOS ids, so one whose EOS was its last allowed token counts too). evaluate.py passes `truncated` = the
+limit was reached without an end-of-turn.
 
 An answer that is an expression (`#### 9*2`) is no answer unless it states its result (`9*2 = 18`): model output is
 never evaluated. Every scan is linear in the length of the text, and nothing here raises on any text.

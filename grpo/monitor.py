@@ -340,7 +340,7 @@ LAYOUT = {
         "kl": ["Multiline", ["train/kl$"]],
         "grad_norm": ["Multiline", ["train/grad_norm$"]],
         "entropy": ["Multiline", ["train/entropy$"]],
-        "clipped_ratio": ["Multiline", ["train/completions/clipped_ratio$"]],
+        "clipped and padded": ["Multiline", ["train/completions/clipped_ratio$", "train/completions/padded_ratio$"]],
         "loss": ["Multiline", ["train/loss$"]],
     },
     "GSM8K held out": {"accuracy": ["Multiline", [r"eval/gsm8k_.*accuracy$", "eval/gsm8k_format_rate$"]]},
