@@ -60,10 +60,11 @@ def _truncated(completion_ids, max_completion_length: int | None, n: int) -> lis
     return [hasattr(ids, "__len__") and len(ids) >= max_completion_length for ids in completion_ids]
 
 
-def _read(texts, cut, enable_thinking: bool, log_metric=None) -> tuple[list[str | None], list[bool]]:
+def _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric) -> tuple[list, list[bool]]:
     """Each completion's final answer, and whether it stopped there: not cut off, and nothing after the final answer
     repeats or pads it (grading.pads_answer). The padded share goes to TRL's `log_metric` hook, so TensorBoard shows
     it as train/completions/padded_ratio."""
+    cut = _truncated(completion_ids, max_completion_length, len(texts))
     read = [read_answer(t, truncated=c, thinking=enable_thinking) for t, c in zip(texts, cut, strict=True)]
     if callable(log_metric) and read:
         log_metric("completions/padded_ratio", sum(padded for _, padded in read) / len(read))
@@ -115,8 +116,7 @@ def correctness_reward(
     """
     texts = [completion_to_text(c) for c in completions or []]
     golds = _golds(solution if answer is None else answer, len(texts))
-    cut = _truncated(completion_ids, max_completion_length, len(texts))
-    extracted, stopped = _read(texts, cut, enable_thinking, log_metric)
+    extracted, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
     if callable(log_extra):
         log_extra("extracted", extracted)
         log_extra("gold", golds)
@@ -155,10 +155,10 @@ def format_reward(
     [1.0, 0.5, 0.5, 0.0, 0.0]
     """
     texts = [completion_to_text(c) for c in completions or []]
-    cut = _truncated(completion_ids, max_completion_length, len(texts))
+    stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)[1]
     rewards = []
-    for text, stopped in zip(texts, _read(texts, cut, enable_thinking, log_metric)[1], strict=True):
-        if not stopped or answer_region(text, enable_thinking) is None:
+    for text, ok in zip(texts, stopped, strict=True):
+        if not ok or answer_region(text, enable_thinking) is None:
             rewards.append(0.0)
         elif ends_with_hash_line(text):
             rewards.append(1.0)
@@ -194,8 +194,7 @@ def reasoning_reward(
     [1.0, 0.5, 0.0]
     """
     texts = [completion_to_text(c) for c in completions or []]
-    cut = _truncated(completion_ids, max_completion_length, len(texts))
-    stopped = _read(texts, cut, enable_thinking, log_metric)[1]
+    stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)[1]
     return [working_score(text) if ok else 0.0 for text, ok in zip(texts, stopped, strict=True)]
 
 
@@ -228,10 +227,10 @@ def math_reward(
     """
     texts = [completion_to_text(c) for c in completions or []]
     golds = _golds(solution if answer is None else answer, len(texts))
-    cut = _truncated(completion_ids, max_completion_length, len(texts))
+    preds, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
     rewards = []
-    for text, gold, pred, stopped in zip(texts, golds, *_read(texts, cut, enable_thinking, log_metric), strict=True):
-        if gold is None or not stopped or answer_region(text, enable_thinking) is None:
+    for text, gold, pred, ok in zip(texts, golds, preds, stopped, strict=True):
+        if gold is None or not ok or answer_region(text, enable_thinking) is None:
             rewards.append(None if gold is None else 0.0)
             continue
         tenths = (

@@ -480,10 +480,11 @@ def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, 
     for find in (_hash_answer, _boxed_answer, _phrase_answer):
         if (found := find(text, computed, truncated)) is not None:
             return found
-    last_digit = max(text.rfind(digit) for digit in _DIGITS)
-    if truncated or last_digit < 0:
+    last_digit = -1 if truncated else max(text.rfind(digit) for digit in _DIGITS)
+    if last_digit < 0:
         return None
-    return _last_answer(text, computed), text.rfind("\n", 0, last_digit) + 1, _line_end(text, last_digit)
+    value = _last_answer(text, computed, last_digit)
+    return value, text.rfind("\n", 0, last_digit) + 1, _line_end(text, last_digit)
 
 
 def _line_end(text: str, pos: int) -> int:
@@ -575,9 +576,10 @@ def _is_working(line: str) -> bool:
     return _WORKING_LINE.match(line) is not None or _OPERATION.search(_clean(line)) is not None
 
 
-def _last_answer(text: str, computed) -> str | None:
-    """The answer number of the sentence that holds the text's last number (see `_sentence_answer`)."""
-    last_digit = max(text.rfind(digit) for digit in _DIGITS)
+def _last_answer(text: str, computed, last_digit: int | None = None) -> str | None:
+    """The answer number of the sentence that holds the text's last number (see `_sentence_answer`); `last_digit`,
+    where the text's last digit is, when the caller has found it."""
+    last_digit = max(text.rfind(digit) for digit in _DIGITS) if last_digit is None else last_digit
     if last_digit < 0:
         return None
     low = max(0, last_digit - SENTENCE_CHARS)  # the sentence around the last digit, found with str.rfind: fast
