@@ -567,7 +567,7 @@ def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[str | 
             next_line = phrase.end() if next_line < 0 else next_line
         found, value = _read_span(span, computed=computed)
         if found or _NO_ANSWER.search(_clean(span)) or last_digit < pos:
-            # no number found: "The answer cannot be determined.", a final answer that is no number
+            # a number, or a final answer that is no number: "The answer cannot be determined." (value None)
             return value, pos, _line_end(text, next_line)
     return None
 
