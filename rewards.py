@@ -12,6 +12,11 @@ read is grpo/grading.py's job. A parameter named max_completion_length or enable
     math_reward          the tutorial's combined partial credit, summing to 1.0 for a right, shown answer
     overlong_reward      DAPO's soft overlong punishment, from the token counts
 
+A completion earns credit only where it stops at its answer. One cut off at max_completion_length, or one whose
+text after the final answer repeats or pads it (`#### 5\n#### 5`, a whitespace run, "The answer is 5." after
+`#### 5`, another question: grading.pads_answer), scores 0.0 on the first four: a model must not learn to pad to
+the limit. They log the share of padded completions as completions/padded_ratio.
+
 Your own reward goes in a module on the Python path (the repository root, or a folder on PYTHONPATH), selected as
 `--REWARD_FUNCS=correctness_reward,mymodule:my_reward`. Run the examples and the tests:
     python -m pytest tests/test_rewards.py rewards.py -q
@@ -24,9 +29,9 @@ from grpo.grading import (
     answers_match,
     completion_to_text,
     ends_with_hash_line,
-    extract_answer,
     extract_hash_answer,
     gold_value,
+    read_answer,
     working_score,
 )
 
@@ -48,10 +53,22 @@ def _golds(answer, n: int) -> list[str | None]:
 
 def _truncated(completion_ids, max_completion_length: int | None, n: int) -> list[bool]:
     """Which completions were cut off: as many token ids as max_completion_length (TRL passes them unpadded, up to
-    and including the EOS token). Without the ids or the limit, none is."""
+    and including the EOS token). A reward is not told the EOS ids, so one whose EOS is its last allowed token
+    counts as cut off too: it used the whole budget. Without the ids or the limit, none is."""
     if max_completion_length is None or not isinstance(completion_ids, list | tuple) or len(completion_ids) != n:
         return [False] * n
     return [hasattr(ids, "__len__") and len(ids) >= max_completion_length for ids in completion_ids]
+
+
+def _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric) -> tuple[list, list[bool]]:
+    """Each completion's final answer, and whether it stopped there: not cut off, and nothing after the final answer
+    repeats or pads it (grading.pads_answer). The padded share goes to TRL's `log_metric` hook, so TensorBoard shows
+    it as train/completions/padded_ratio."""
+    cut = _truncated(completion_ids, max_completion_length, len(texts))
+    read = [read_answer(t, truncated=c, thinking=enable_thinking) for t, c in zip(texts, cut, strict=True)]
+    if callable(log_metric) and read:
+        log_metric("completions/padded_ratio", sum(padded for _, padded in read) / len(read))
+    return [value for value, _ in read], [not (padded or c) for (_, padded), c in zip(read, cut, strict=True)]
 
 
 def correctness_reward(
@@ -61,14 +78,15 @@ def correctness_reward(
     solution=None,
     completion_ids=None,
     log_extra=None,
+    log_metric=None,
     max_completion_length: int | None = None,
     enable_thinking: bool = False,
     **kwargs,
 ) -> list[float | None]:
     """1.0 when the completion's final answer equals the gold answer by value, else 0.0; None without a gold.
 
-    No final answer, no credit: thinking that never closed scores 0.0, and a completion cut off at
-    max_completion_length earns nothing from the last-number fallback (see grpo/grading.py).
+    No final answer, no credit: thinking that never closed scores 0.0, and so does a completion cut off at
+    max_completion_length or one that repeats or pads its answer (`#### 18\\n#### 18`; see grpo/grading.py).
 
     Args:
         completions (`list[str]` or `list[list[dict]]`): plain or chat completions.
@@ -78,6 +96,7 @@ def correctness_reward(
             (GRPOConfig's limit) tell a cut-off completion.
         log_extra (`Callable[[str, list], None]`, *optional*): TRL's hook for extra columns of the completions
             table; the reward logs `extracted` (its reading of each completion) and `gold`.
+        log_metric (`Callable[[str, float], None]`, *optional*): TRL's hook for a scalar; gets the padded share.
         enable_thinking (`bool`): thinking mode is on, so an answer needs a closed `</think>` first.
         **kwargs: the other arguments TRL passes (prompts, trainer_state, ...); unused, there so any call works.
 
@@ -86,48 +105,60 @@ def correctness_reward(
 
     >>> correctness_reward(["9 * 2 = 18\\n#### 18", "The answer is $18.00.", "#### 17"], answer=["18", "18", "18"])
     [1.0, 1.0, 0.0]
+    >>> ids = [[1, 2], [1, 2, 3, 4]]  # token ids: the second used all 4 allowed, so it was cut off
+    >>> texts = ["#### 18\\n#### 18", "#### 18"]  # the first repeats its answer
+    >>> correctness_reward(texts, answer=["18"] * 2, completion_ids=ids, max_completion_length=4)
+    [0.0, 0.0]
     >>> correctness_reward([[{"role": "assistant", "content": "#### 1080"}]], solution=["... #### 1,080"])
     [1.0]
     >>> correctness_reward(["<think>So it is 18.", "#### 18"], answer=["18", None], enable_thinking=True)
     [0.0, None]
     """
-    completions = list(completions or [])
-    golds = _golds(solution if answer is None else answer, len(completions))
-    cut = _truncated(completion_ids, max_completion_length, len(completions))
-    extracted = [
-        extract_answer(completion_to_text(c), truncated=t, thinking=enable_thinking)
-        for c, t in zip(completions, cut, strict=True)
-    ]
+    texts = [completion_to_text(c) for c in completions or []]
+    golds = _golds(solution if answer is None else answer, len(texts))
+    extracted, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
     if callable(log_extra):
         log_extra("extracted", extracted)
         log_extra("gold", golds)
     return [
-        None if gold is None else float(answers_match(pred, gold)) for pred, gold in zip(extracted, golds, strict=True)
+        None if gold is None else float(ok and answers_match(pred, gold))
+        for pred, gold, ok in zip(extracted, golds, stopped, strict=True)
     ]
 
 
-def format_reward(completions, answer=None, *, enable_thinking: bool = False, **kwargs) -> list[float]:
-    """How well the completion follows the asked format: a last line `#### N`.
+def format_reward(
+    completions,
+    answer=None,
+    *,
+    completion_ids=None,
+    log_metric=None,
+    max_completion_length: int | None = None,
+    enable_thinking: bool = False,
+    **kwargs,
+) -> list[float]:
+    """How well the completion follows the asked format: a last line `#### N`, and nothing after it.
 
     1.0: the last non-blank line is `#### N`, N a plain number (sign, thousands commas and decimals allowed).
-    0.5: a `#### N` answer is there but decorated or not last (`#### $18`, `#### 18 pens`, text after it).
+    0.5: a `#### N` answer is there but decorated or followed by a short sign-off (`#### $18`, `#### 18 pens`,
+    `#### 18\\nDone!`).
     0.0: no `#### N` (a `\\boxed{}` or "The answer is" answer gets nothing here; correctness_reward credits it),
-    or thinking that never closed (a `#### N` inside it is no final answer). A cut-off completion keeps what its
-    `#### N` earns: the format does not depend on the fallback.
+    thinking that never closed (a `#### N` inside it is no final answer), a completion cut off at
+    max_completion_length, or one that repeats or pads its answer (`#### 18\\n#### 18`: grading.pads_answer).
 
     Args:
         completions (`list[str]` or `list[list[dict]]`): plain or chat completions.
         answer: the gold answers; unused (the format does not depend on them).
-        enable_thinking (`bool`): thinking mode is on, so the answer needs a closed `</think>` first.
-        **kwargs: the other arguments TRL passes (prompts, completion_ids, trainer_state, ...); unused.
+        completion_ids, log_metric, max_completion_length, enable_thinking: as for correctness_reward.
+        **kwargs: the other arguments TRL passes (prompts, trainer_state, ...); unused.
 
-    >>> format_reward(["2 + 2 = 4\\n#### 4", "#### 4 apples", "#### 4\\nDone!", "The answer is 4.", "<think>#### 4"])
+    >>> format_reward(["2 + 2 = 4\\n#### 4", "#### 4 apples", "#### 4\\nDone!", "The answer is 4.", "#### 4\\n#### 4"])
     [1.0, 0.5, 0.5, 0.0, 0.0]
     """
+    texts = [completion_to_text(c) for c in completions or []]
+    stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)[1]
     rewards = []
-    for completion in completions or []:
-        text = completion_to_text(completion)
-        if answer_region(text, enable_thinking) is None:
+    for text, ok in zip(texts, stopped, strict=True):
+        if not ok or answer_region(text, enable_thinking) is None:
             rewards.append(0.0)
         elif ends_with_hash_line(text):
             rewards.append(1.0)
@@ -136,22 +167,35 @@ def format_reward(completions, answer=None, *, enable_thinking: bool = False, **
     return rewards
 
 
-def reasoning_reward(completions, answer=None, **kwargs) -> list[float]:
+def reasoning_reward(
+    completions,
+    answer=None,
+    *,
+    completion_ids=None,
+    log_metric=None,
+    max_completion_length: int | None = None,
+    enable_thinking: bool = False,
+    **kwargs,
+) -> list[float]:
     """Whether the completion shows its working: arithmetic on numbers, and equations with their results.
 
     1.0: an equation with a result, `36 / 3 = 12`, `(3 + 4) x 2 = 14`, `12 \\times 2 = 24`, `<<36/3=12>>`.
     0.5: arithmetic without a stated result, `36 / 3`.
-    0.0: neither (a bare answer). The check reads the whole completion, thinking included.
+    0.0: neither (a bare answer), or a completion cut off or padded past its answer, as for correctness_reward
+    (sums appended after the answer earn nothing). The check reads the whole completion, thinking included.
 
     Args:
         completions (`list[str]` or `list[list[dict]]`): plain or chat completions.
         answer: the gold answers; unused (shown working does not depend on them).
-        **kwargs: the other arguments TRL passes (prompts, completion_ids, trainer_state, ...); unused.
+        completion_ids, log_metric, max_completion_length, enable_thinking: as for correctness_reward.
+        **kwargs: the other arguments TRL passes (prompts, trainer_state, ...); unused.
 
     >>> reasoning_reward(["He sells 20 - 5 - 3 = 12 pens.", "A third of them, 36 / 3, are blue.", "#### 12"])
     [1.0, 0.5, 0.0]
     """
-    return [working_score(completion_to_text(completion)) for completion in completions or []]
+    texts = [completion_to_text(c) for c in completions or []]
+    stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)[1]
+    return [working_score(text) if ok else 0.0 for text, ok in zip(texts, stopped, strict=True)]
 
 
 def math_reward(
@@ -160,6 +204,7 @@ def math_reward(
     *,
     solution=None,
     completion_ids=None,
+    log_metric=None,
     max_completion_length: int | None = None,
     enable_thinking: bool = False,
     **kwargs,
@@ -168,28 +213,26 @@ def math_reward(
 
     0.2 for a `#### N` answer, + 0.2 for shown arithmetic (reasoning_reward > 0), + 0.2 for a readable answer
     (`extract_answer` is not None), + 0.4 when that answer is right. None where the gold is missing (TRL skips it).
-    Thinking that never closed scores 0.0 (no final answer, so no part of the credit); a cut-off completion reads
-    its answer without the last-number fallback, as correctness_reward does.
+    Thinking that never closed, a cut-off completion and one padded past its answer score 0.0 (no final answer, so
+    no part of the credit), as for correctness_reward.
 
     Args:
         completions (`list[str]` or `list[list[dict]]`): plain or chat completions.
         answer, solution (`list[str]`, *optional*): the gold answers, as for correctness_reward.
-        completion_ids, max_completion_length, enable_thinking: as for correctness_reward.
+        completion_ids, log_metric, max_completion_length, enable_thinking: as for correctness_reward.
         **kwargs: the other arguments TRL passes; unused.
 
     >>> math_reward(["36 / 3 = 12\\n#### 12", "36 / 3 = 12\\n#### 13", "The answer is 12.", "12"], answer=["12"] * 4)
     [1.0, 0.6, 0.6, 0.6]
     """
-    completions = list(completions or [])
-    golds = _golds(solution if answer is None else answer, len(completions))
-    cut = _truncated(completion_ids, max_completion_length, len(completions))
+    texts = [completion_to_text(c) for c in completions or []]
+    golds = _golds(solution if answer is None else answer, len(texts))
+    preds, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
     rewards = []
-    for completion, gold, truncated in zip(completions, golds, cut, strict=True):
-        text = completion_to_text(completion)
-        if gold is None or answer_region(text, enable_thinking) is None:
+    for text, gold, pred, ok in zip(texts, golds, preds, stopped, strict=True):
+        if gold is None or not ok or answer_region(text, enable_thinking) is None:
             rewards.append(None if gold is None else 0.0)
             continue
-        pred = extract_answer(text, truncated=truncated, thinking=enable_thinking)
         tenths = (
             2 * (extract_hash_answer(text, thinking=enable_thinking) is not None)
             + 2 * (working_score(text) > 0)

@@ -7,6 +7,7 @@ writes it, and a wrong one as wrong:
 
     extract_answer(text)        the final number of a completion or a GSM8K gold solution ("1,080" -> "1080")
     answers_match(pred, gold)   equal by value, in exact decimal arithmetic ("18.00" == "18", "18.5" != "18")
+    pads_answer(text)           text after the final answer repeats or pads it (`#### 5\n#### 5`): no credit
     grade(completion, gold)     one completion's verdicts, for evaluate.py: extracted, correct, strict_correct, ...
 
 Where the answer is, in order of precedence (the last occurrence of each wins):
@@ -33,10 +34,15 @@ and format_reward for the thinking part; reasoning_reward and overlong_reward do
     - thinking that never closed has no answer, whatever it says: a `<think>` (or `<thinking>`) with no `</think>`
       after it, or thinking mode on (ENABLE_THINKING, `thinking=True`) and no `</think>` at all;
     - a cut-off completion (`truncated=True`) gets no answer from the last-number fallback, nor from the working
-      under a heading: only a `####`, a box or an answer phrase it wrote counts.
-Text inside a closed thinking block is skipped when text follows the block. In training, a reward counts a
-completion with max_completion_length token ids as cut off (rewards.py): one whose EOS was its last token too, which
-costs it only the fallback's credit. evaluate.py passes `truncated` = the limit was reached without an end-of-turn.
+      under a heading: only a `####`, a box or an answer phrase it wrote is read.
+Text inside a closed thinking block is skipped when text follows the block.
+Stop at the answer, or no credit (`pads_answer`, `grade`, and the four rewards that pay): a completion cut off at the
+limit earns nothing, whatever it read, and so does one whose text after its final answer repeats or pads it:
+`#### 5\n#### 5`, `#### 5 #### 5`, a whitespace run, "The answer is 5." or "five" after `#### 5`, another question.
+The answer is still read (grade's `extracted`, the completions table), so a padded completion shows what it said.
+In training, a reward counts a completion with max_completion_length token ids as cut off (rewards.py; TRL gives a
+reward no EOS ids, so one whose EOS was its last allowed token counts too). evaluate.py passes `truncated` = the
+limit was reached without an end-of-turn.
 
 An answer that is an expression (`#### 9*2`) is no answer unless it states its result (`9*2 = 18`): model output is
 never evaluated. Every scan is linear in the length of the text, and nothing here raises on any text.
@@ -57,6 +63,9 @@ SENTENCE_CHARS = 400  # characters read back from the last number for its senten
 MAX_BOX_CHARS = 1000  # characters searched for the closing brace of \boxed{
 MAX_MARKERS = 64  # occurrences of one kind of marker tried, from the last, before giving up on that kind
 MAX_FALLBACK_CHARS = 65536  # digit-bearing characters read back for the last number before giving up
+# Past the final answer (`pads_answer`)
+MAX_TAIL_CHARS = 160  # characters a `#### N` line may be followed by: a sign-off ("I hope this helps!"), no more
+MAX_BLANK_CHARS = 8  # whitespace in a row from the final answer on: a line break or two, not a run to the limit
 
 # Every scan of a whole completion is a str.find/rfind for a literal (C speed); regular expressions only run on
 # short spans around what those find, or are built so that each character is visited a bounded number of times.
@@ -180,6 +189,9 @@ _CONDITION = re.compile(r"(?i:\b(?:because|since|if|given[ \t]++that|assuming|wh
 _DIGIT = re.compile(r"[0-9]")
 _CLAUSE_END = re.compile(r"[,;:=]")  # "... when she started = 90 more pounds": the result is no condition
 _RESULT_AT = re.compile(r"(?:=|>>)[ \t]*+")  # where a computed result follows: "= 18", GSM8K's "<<3*6=18>>18"
+# Past the final answer: a run of whitespace, and another question or turn starting on a line of its own.
+_BLANK_RUN = re.compile(rf"\s{{{MAX_BLANK_CHARS + 1}}}")
+_NEW_TURN = re.compile(r"^[ \t*#>]*+(?:question|problem|q|user|human)\b[^\n:]{0,20}:", re.IGNORECASE | re.MULTILINE)
 
 # Numbers written as words, read after an answer phrase: "eighteen", "twenty-five", "a dozen".
 # fmt: off
@@ -291,12 +303,8 @@ def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False
     text = answer_region(text if isinstance(text, str) else completion_to_text(text), thinking)
     if text is None:
         return None
-    computed = _Computed(text)
-    for find in (_hash_answer, _boxed_answer, _phrase_answer):
-        found, value = find(text, computed, truncated)
-        if found:
-            return value
-    return None if truncated else _last_answer(text, computed)
+    final = _final_answer(text, truncated)
+    return None if final is None else final[0]
 
 
 def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
@@ -311,7 +319,8 @@ def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
     True
     """
     text = answer_region(text if isinstance(text, str) else completion_to_text(text), thinking)
-    return None if text is None else _hash_answer(text)[1]
+    found = None if text is None else _hash_answer(text)
+    return None if found is None else found[0]
 
 
 def answers_match(pred: str | None, gold: str | None) -> bool:
@@ -339,26 +348,86 @@ def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) 
 
     Returns:
         `dict`: `extracted` (`extract_answer`'s reading, or None), `correct` (it equals the gold), `strict_correct`
-        (the `#### N` answer equals the gold), `formatted` (there is a readable `#### N`). Unclosed thinking gives
-        None, False, False, False.
+        (the `#### N` answer equals the gold), `formatted` (there is a readable `#### N`), `padded` (text after the
+        final answer repeats or pads it: `pads_answer`). A padded or cut-off completion is neither correct nor
+        formatted, whatever it read; unclosed thinking gives None, False, False, False, False.
 
     >>> grade("9 * 2 = 18\\n#### 18", "18")
-    {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True}
+    {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True, 'padded': False}
     >>> grade("So the answer is \\\\boxed{18}.", "18")
-    {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False}
-    >>> grade("<think>9 * 2 = 18\\n#### 18", "18")
-    {'extracted': None, 'correct': False, 'strict_correct': False, 'formatted': False}
+    {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False, 'padded': False}
+    >>> grade("9 * 2 = 18\\n#### 18\\n#### 18", "18")
+    {'extracted': '18', 'correct': False, 'strict_correct': False, 'formatted': False, 'padded': True}
     """
     text = completion_to_text(completion)
     gold = gold_value(gold)
-    extracted = extract_answer(text, truncated=truncated, thinking=thinking)
+    extracted, padded = read_answer(text, truncated=truncated, thinking=thinking)
     strict = extract_hash_answer(text, thinking=thinking)
+    credited = not (truncated or padded)  # no credit for a completion that did not stop at its answer
     return {
         "extracted": extracted,
-        "correct": answers_match(extracted, gold),
-        "strict_correct": answers_match(strict, gold),
-        "formatted": strict is not None,
+        "correct": credited and answers_match(extracted, gold),
+        "strict_correct": credited and answers_match(strict, gold),
+        "formatted": credited and strict is not None,
+        "padded": padded,
     }
+
+
+def pads_answer(text, *, truncated: bool = False, thinking: bool = False) -> bool:
+    """Whether the completion goes on past its final answer, repeating or padding it instead of stopping there.
+
+    A `#### N` answer (the asked format) must be the only `####` answer, followed by at most MAX_TAIL_CHARS of text
+    without a number, the answer in words, another answer marker or another question. Any final answer (a box, a
+    phrase, the last number) pads when it repeats the statement just before it (`#### 5\\n#### 5`, `\\boxed{5}
+    \\boxed{5}`, "The answer is 5. The answer is 5."), when more than MAX_BLANK_CHARS of whitespace run after it
+    starts, or when a `####`, a `\\boxed` or another question ("Question:", "Q:", "User:") follows its line. A text
+    without a final answer pads nothing. Linear in the length of the text.
+
+    Args:
+        text (`str` or `list[dict]`): a plain or chat completion.
+        truncated, thinking (`bool`): as for `extract_answer` (a cut-off completion's last number is no answer).
+
+    >>> pads_answer("9 * 2 = 18\\n#### 18\\n"), pads_answer("#### 18\\nI hope this helps!")
+    (False, False)
+    >>> pads_answer("#### 18\\n#### 18"), pads_answer("#### 18 #### 18"), pads_answer("#### 18\\nThe answer is 18.")
+    (True, True, True)
+    >>> pads_answer("#### 18" + " " * 40), pads_answer("#### 18\\n\\nQuestion: How many pens are left?")
+    (True, True)
+    """
+    return read_answer(text, truncated=truncated, thinking=thinking)[1]
+
+
+def read_answer(text, *, truncated: bool = False, thinking: bool = False) -> tuple[str | None, bool]:
+    """`extract_answer`'s reading and `pads_answer`'s verdict, from one reading of the text (grade and the rewards
+    need both).
+
+    >>> read_answer("#### 18\\n#### 18")
+    ('18', True)
+    """
+    region = answer_region(text if isinstance(text, str) else completion_to_text(text), thinking)
+    final = None if region is None else _final_answer(region, truncated)
+    return (None, False) if final is None else (final[0], _pads(region, *final))
+
+
+def _pads(region: str, value: str | None, start: int, end: int) -> bool:
+    """pads_answer's rules, for the final answer `value` whose marker starts at `start`, its line ending at `end`."""
+    tail = region[end:]
+    if _BLANK_RUN.search(region, max(start, end - SPAN_CHARS)):  # from the answer's number on
+        return True
+    if "####" in tail or "\\boxed" in tail or _NEW_TURN.search(tail):
+        return True
+    if region.startswith("####", start):  # the asked format: one `#### N` line, ending the completion
+        if len(tail) > MAX_TAIL_CHARS or any(digit in tail for digit in _DIGITS) or _hash_answer(region[:start]):
+            return True
+        if any(_word_value(words.group()) == value for words in _WORD_NUMBER.finditer(tail)):
+            return True  # "#### 5\\nFive."
+    # The statement of the final answer: from its marker, or for a phrase or the last number, from its sentence.
+    if not region.startswith(("####", "\\boxed", "\\fbox"), start):
+        low = max(0, start - SENTENCE_CHARS)
+        start = max((i + len(e) for e in _RAW_SENTENCE_ENDS if (i := region.rfind(e, low, start)) >= 0), default=low)
+    statement = region[start : min(end, start + 2 * SPAN_CHARS)].strip()  # a longer one repeats no answer
+    before = region[max(0, start - 2 * SPAN_CHARS) : start].rstrip()
+    return 0 < len(statement) <= SPAN_CHARS and before.endswith(statement)
 
 
 def _to_decimal(value) -> Decimal | None:
@@ -401,26 +470,50 @@ class _Computed:
         return value in self.values
 
 
-def _hash_answer(text: str, computed=None, truncated: bool = False) -> tuple[bool, str | None]:
+# Each finder returns the last answer of its kind as (value, where its marker starts, where the line it was read
+# from ends), or None when the text has none; the value is None for a final answer that is no number.
+
+
+def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, int] | None:
+    """The final answer of an answer region by precedence (see the module docstring), as the finders return it."""
+    computed = _Computed(text)
+    for find in (_hash_answer, _boxed_answer, _phrase_answer):
+        if (found := find(text, computed, truncated)) is not None:
+            return found
+    last_digit = -1 if truncated else max(text.rfind(digit) for digit in _DIGITS)
+    if last_digit < 0:
+        return None
+    value = _last_answer(text, computed, last_digit)
+    return value, text.rfind("\n", 0, last_digit) + 1, _line_end(text, last_digit)
+
+
+def _line_end(text: str, pos: int) -> int:
+    end = text.find("\n", pos)
+    return len(text) if end < 0 else end
+
+
+def _hash_answer(text: str, computed=None, truncated: bool = False) -> tuple[str | None, int, int] | None:
     for pos, _ in _rfind_all(text, ("####",)):
         if pos > 0 and text[pos - 1] == "#":  # "#####" is a markdown heading, not the answer marker
             continue
-        found, value = _read_span(_span_after(text, pos + 4)[0], lead=True)
+        span, next_line = _span_after(text, pos + 4)
+        found, value = _read_span(span, lead=True)
         if found:
-            return True, value
-    return False, None
+            return value, pos, _line_end(text, pos + 4 if next_line < 0 else next_line)
+    return None
 
 
-def _boxed_answer(text: str, computed, truncated: bool = False) -> tuple[bool, str | None]:
+def _boxed_answer(text: str, computed, truncated: bool = False) -> tuple[str | None, int, int] | None:
     for pos, marker in _rfind_all(text, ("\\boxed", "\\fbox")):
         content = _box_content(text, pos + len(marker))
         if content is not None:
+            end = _line_end(text, pos + len(marker) + len(content))
             found, value = _read_span(content, computed=computed)
             if found:
-                return True, value
+                return value, pos, end
             if _LETTER.search(_clean(content)):  # \boxed{\text{Cannot be determined}}: a final answer, no number
-                return True, None
-    return False, None
+                return None, pos, end
+    return None
 
 
 def _box_content(text: str, pos: int) -> str | None:
@@ -437,14 +530,15 @@ def _box_content(text: str, pos: int) -> str | None:
     return None  # unbalanced within reach: not a box
 
 
-def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[bool, str | None]:
+def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[str | None, int, int] | None:
     last_digit = max(text.rfind(digit) for digit in _DIGITS)
     for pos, marker in _rfind_all(text, ("answer", "Answer", "ANSWER", "A:")):
         if marker == "A:":  # a weak marker (few-shot prompts start whole solutions with it): a line "A: N" only
             if _at_line_start(text, pos, _A_PREFIX):
-                found, value = _read_span(_span_after(text, pos + 2)[0], single=True)
+                span, next_line = _span_after(text, pos + 2)
+                found, value = _read_span(span, single=True)
                 if found:
-                    return True, value
+                    return value, pos, _line_end(text, pos + 2 if next_line < 0 else next_line)
             continue
         phrase = _PHRASE_AT.match(text, pos)
         json_key = phrase is not None and phrase.group("json") is not None
@@ -453,7 +547,8 @@ def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[bool, 
         if _WORKING_HEADING.search(text, max(0, pos - 40), pos):  # "Step by step answer:" heads the working
             continue
         if pos > 0 and text[pos - 1] == "<" and text.startswith(">", pos + 6):  # <answer>N</answer>
-            span, next_line = _span_after(text, pos + 7)[0].split("</", 1)[0], -1
+            span, next_line = _span_after(text, pos + 7)
+            span, next_line = span.split("</", 1)[0], (pos + 7 if next_line < 0 else next_line)
         elif phrase is None or (
             phrase.group("heading") is not None and not _at_line_start(text, pos, _HEADING_PREFIX)
         ):
@@ -462,28 +557,29 @@ def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[bool, 
             span, next_line = _span_after(text, phrase.end())
             if json_key and span[:1] and span[0] in "\"'":  # the quoted value only
                 span = span[1:].split(span[0], 1)[0]
-        if next_line >= 0 and _is_working(span):  # a heading over working: the block's final result
-            if truncated:
+            if next_line >= 0 and _is_working(span):  # a heading over working: the block's final result
+                if truncated:
+                    continue
+                value = _last_answer(text[next_line:], computed)
+                if value is not None:
+                    return value, pos, len(text)
                 continue
-            value = _last_answer(text[next_line:], computed)
-            if value is not None:
-                return True, value
-            continue
+            next_line = phrase.end() if next_line < 0 else next_line
         found, value = _read_span(span, computed=computed)
-        if found:
-            return True, value
-        if _NO_ANSWER.search(_clean(span)) or last_digit < pos:
-            return True, None  # "The answer cannot be determined.": a final answer that is no number
-    return False, None
+        if found or _NO_ANSWER.search(_clean(span)) or last_digit < pos:
+            # a number, or a final answer that is no number: "The answer cannot be determined." (value None)
+            return value, pos, _line_end(text, next_line)
+    return None
 
 
 def _is_working(line: str) -> bool:
     return _WORKING_LINE.match(line) is not None or _OPERATION.search(_clean(line)) is not None
 
 
-def _last_answer(text: str, computed) -> str | None:
-    """The answer number of the sentence that holds the text's last number (see `_sentence_answer`)."""
-    last_digit = max(text.rfind(digit) for digit in _DIGITS)
+def _last_answer(text: str, computed, last_digit: int | None = None) -> str | None:
+    """The answer number of the sentence that holds the text's last number (see `_sentence_answer`); `last_digit`,
+    where the text's last digit is, when the caller has found it."""
+    last_digit = max(text.rfind(digit) for digit in _DIGITS) if last_digit is None else last_digit
     if last_digit < 0:
         return None
     low = max(0, last_digit - SENTENCE_CHARS)  # the sentence around the last digit, found with str.rfind: fast

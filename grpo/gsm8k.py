@@ -2,9 +2,10 @@
 
 Both scripts import this module and never each other, so a before/after accuracy is measured with exactly the prompt,
 chat template and grader that training used (grpo/grading.py's `grade`: no credit for thinking that never closed,
-none from the last-number fallback for a cut-off completion). Metrics (`KEYS`): strict_accuracy (the last '####'
-number), lenient_accuracy (any answer form the grader reads), format_rate, mean_completion_tokens, truncated_rate; a
-lenient accuracy far above the strict one means the model solves the problems but ignores the asked format.
+for a cut-off completion, or for one that repeats or pads past its answer). Metrics (`KEYS`): strict_accuracy (the
+last '####' number), lenient_accuracy (any answer form the grader reads), format_rate, mean_completion_tokens,
+truncated_rate, padded_rate (the share that repeats or pads past its answer: after training, no higher than before);
+a lenient accuracy far above the strict one means the model solves the problems but ignores the asked format.
 Sampled accuracy (`SAMPLED_KEYS`): k completions per problem at a temperature, c/k per problem (pass@1 estimated
 from k) averaged over problems: at training's TEMPERATURE, what GRPO's correctness reward pays on average; and
 pass_at_k, the unbiased pass@k for k = 1..samples (grpo/stats.py).
@@ -35,7 +36,7 @@ SYSTEM_PROMPT = (
 )
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "smoke_gsm8k.jsonl"  # our own 32 problems, for --smoke
 KEYS = ("n", "strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens", "truncated_rate")
-KEYS += ("lm_eval_strict_match", "lm_eval_flexible_extract")
+KEYS += ("padded_rate", "lm_eval_strict_match", "lm_eval_flexible_extract")
 ACCURACIES = {  # metric -> the verdict of one graded completion it counts
     "strict_accuracy": "strict_correct",
     "lenient_accuracy": "correct",
@@ -249,6 +250,7 @@ def summarize(graded, completion_tokens):
         "format_rate": share("formatted"),
         "mean_completion_tokens": round(sum(completion_tokens) / n, 2) if n else 0.0,
         "truncated_rate": share("truncated"),
+        "padded_rate": share("padded"),
         "lm_eval_strict_match": share("lm_eval_strict"),
         "lm_eval_flexible_extract": share("lm_eval_flexible"),
     }

@@ -47,6 +47,8 @@ class Thresholds:
     grad_norm_max: float = math.inf
     entropy_max_frac: float = 0.9  # entropy above this share of log(vocab size) reads as uniform noise
     entropy_logs: int = 3  # ... for this many logs in a row
+    padded_rise: float = 0.2  # completions/padded_ratio this far above the run's lowest reads as learned padding
+    padded_logs: int = 3  # ... for this many logs in a row
 
     @classmethod
     def from_settings(cls, s):
@@ -86,6 +88,7 @@ class Advisor:
         self.logs_seen = 0
         self._zero_std_run = 0
         self._entropy_run, self._entropy_first = 0, None
+        self._padded_run, self._padded_low = 0, None
         self._rewards = deque(maxlen=max(thresholds.reward_flat_window, 2))
         self._signal = deque(maxlen=max(thresholds.reward_flat_window, 2))  # frac_reward_zero_std beside each reward
         self._shown = {}  # signal -> (log index, level) it was last shown at
@@ -94,6 +97,7 @@ class Advisor:
         self.logs_seen += 1
         fired = [a for a in (self._nan(logs, step), self._kl(logs), self._zero_std(logs)) if a]
         fired += [a for a in (self._flat_reward(logs), self._clipped(logs), self._diverging(logs)) if a]
+        fired += [a for a in (self._padded(logs),) if a]
         if self.stop is None and (stop := next((a for a in fired if a.level == "stop"), None)):
             self.stop = stop
         self._quiet = 0 if fired else self._quiet + 1
@@ -219,14 +223,46 @@ class Advisor:
         ratio = logs.get("completions/clipped_ratio")
         if not isinstance(ratio, (int, float)) or not ratio > self.t.clipped_ratio_max:
             return None
-        length = self._setting("max_completion_length")
+        length, padded = self._setting("max_completion_length"), logs.get("completions/padded_ratio")
+        fix = (
+            f"Many of them pad past their answer (completions/padded_ratio {padded:.0%}): a longer limit leaves more "
+            "room to pad and masking hides what it costs, so change neither (see the padded advice)."
+            if isinstance(padded, (int, float)) and padded >= ratio / 2
+            else "Raise MAX_COMPLETION_LENGTH, or set MASK_TRUNCATED_COMPLETIONS=True to leave them out of the loss."
+        )
         return Advice(
             "clipped",
             "warn",
             f"{ratio:.0%} of completions hit MAX_COMPLETION_LENGTH (now {length} tokens) unfinished (completions/"
-            f"clipped_ratio > CLIPPED_RATIO_MAX={self.t.clipped_ratio_max:g}): they lose the final '#### N' line and "
-            "its reward. Raise MAX_COMPLETION_LENGTH, or set MASK_TRUNCATED_COMPLETIONS=True to leave them out "
-            "of the loss.",
+            f"clipped_ratio > CLIPPED_RATIO_MAX={self.t.clipped_ratio_max:g}): a cut-off completion earns no reward. "
+            f"{fix}",
+        )
+
+    def _padded(self, logs):
+        """The model learning to go on past its answer (`#### 5` repeated to the limit): the rewards logged the share
+        of such completions (completions/padded_ratio); it fires when that share climbs above the run's lowest."""
+        share = logs.get("completions/padded_ratio")
+        if not isinstance(share, (int, float)) or not math.isfinite(share):
+            return None
+        self._padded_low = share if self._padded_low is None else min(self._padded_low, share)
+        self._padded_run = self._padded_run + 1 if share >= self._padded_low + self.t.padded_rise else 0
+        if self._padded_run < self.t.padded_logs:
+            return None
+        fix = (
+            "but MASK_TRUNCATED_COMPLETIONS=True leaves those that pad to the limit out of the loss: set it False."
+            if self.settings.get("mask_truncated_completions")
+            else "a REWARD_FUNCS entry of your own that pays them should score 0 where grpo.grading.pads_answer is "
+            "true; with none, the padding spreads in groups that score all alike (frac_tied_groups): raise "
+            f"NUM_GENERATIONS (now {self._setting('num_generations')}) or TEMPERATURE (now "
+            f"{self._setting('temperature')})."
+        )
+        return Advice(
+            "padded",
+            "warn",
+            f"{share:.0%} of completions repeat or pad past their final answer (completions/padded_ratio, up from "
+            f"{self._padded_low:.0%} for {self._padded_run} logs): the model is learning to go on after its answer "
+            "('#### 5' repeated, filler, another question). The registry's rewards pay such completions nothing; "
+            f"{fix} Read completions/samples.",
         )
 
     def _diverging(self, logs):
@@ -304,14 +340,21 @@ LAYOUT = {
         "kl": ["Multiline", ["train/kl$"]],
         "grad_norm": ["Multiline", ["train/grad_norm$"]],
         "entropy": ["Multiline", ["train/entropy$"]],
-        "clipped_ratio": ["Multiline", ["train/completions/clipped_ratio$"]],
+        "clipped and padded": ["Multiline", ["train/completions/clipped_ratio$", "train/completions/padded_ratio$"]],
         "loss": ["Multiline", ["train/loss$"]],
     },
     "GSM8K held out": {"accuracy": ["Multiline", [r"eval/gsm8k_.*accuracy$", "eval/gsm8k_format_rate$"]]},
 }
 
 
-SETTINGS = ("beta", "learning_rate", "num_generations", "temperature", "max_completion_length")
+SETTINGS = (
+    "beta",
+    "learning_rate",
+    "num_generations",
+    "temperature",
+    "max_completion_length",
+    "mask_truncated_completions",
+)
 
 
 class HealthMonitor(TrainerCallback):

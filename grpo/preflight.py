@@ -535,7 +535,8 @@ def try_rewards(funcs, names, dataset, max_completion_length, answer_blind=()):
     columns = {key: list(rows[key]) for key in rows.column_names if key != "prompt"}
     kwargs = dict(
         prompts=list(rows["prompt"]),
-        completion_ids=[[0] * min(8, max_completion_length)] * len(rows),
+        # fewer ids than the limit: finished completions (one as long as the limit is cut off and earns nothing)
+        completion_ids=[[0] * min(8, max_completion_length - 1)] * len(rows),
         trainer_state=TrainerState(),  # step 0, as at the first generation
         log_extra=lambda column, values: None,
         log_metric=lambda name, value: None,

@@ -86,6 +86,7 @@ def test_every_warm_start_target_is_a_correct_solution(seed):
                 "correct": True,
                 "strict_correct": True,
                 "formatted": True,
+                "padded": False,
             }
             assert target == f"#### {a + b}" or columns_add_up(target, a, b)  # one shot, or working that adds up
     assert {sums.style(t) for t in worked} == {"worked"}  # phase 1 teaches the working only

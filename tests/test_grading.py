@@ -18,14 +18,26 @@ from rewards import REWARDS, correctness_reward
 
 # Four completions whose grades are known by construction, gold "18" throughout unless noted:
 CASES = [
-    ("9 * 2 = 18\n#### 18", "18", {"extracted": "18", "correct": True, "strict_correct": True, "formatted": True}),
+    (
+        "9 * 2 = 18\n#### 18",
+        "18",
+        {"extracted": "18", "correct": True, "strict_correct": True, "formatted": True, "padded": False},
+    ),
     (
         "So she pays \\boxed{18}.",
         "18",
-        {"extracted": "18", "correct": True, "strict_correct": False, "formatted": False},
+        {"extracted": "18", "correct": True, "strict_correct": False, "formatted": False, "padded": False},
     ),
-    ("#### 17", "18", {"extracted": "17", "correct": False, "strict_correct": False, "formatted": True}),
-    ("I am not sure.", "18", {"extracted": None, "correct": False, "strict_correct": False, "formatted": False}),
+    (
+        "#### 17",
+        "18",
+        {"extracted": "17", "correct": False, "strict_correct": False, "formatted": True, "padded": False},
+    ),
+    (
+        "I am not sure.",
+        "18",
+        {"extracted": None, "correct": False, "strict_correct": False, "formatted": False, "padded": False},
+    ),
 ]
 
 
@@ -215,6 +227,7 @@ def test_e_unclosed_thinking_scores_zero(text, thinking):
         "correct": False,
         "strict_correct": False,
         "formatted": False,
+        "padded": False,
     }
 
 
@@ -254,7 +267,7 @@ def test_e_cut_off_told_by_completion_ids(name):
     texts = ["3 * 6 = 18", "3 * 6 = 18", "3 * 6 = 18\n#### 18"]
     ids = [[5] * 8, [5] * 6 + [2], [5] * 8]  # cut off, ended by EOS 2, cut off
     out = reward(completions=texts, answer=["18"] * 3, completion_ids=ids)
-    assert out == ([0.0, 1.0, 1.0] if name == "correctness_reward" else [0.2, 0.8, 1.0])
+    assert out == ([0.0, 1.0, 0.0] if name == "correctness_reward" else [0.0, 0.8, 0.0])  # a cut-off earns nothing
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -294,6 +307,87 @@ def test_f_smaller_cases(text, expected):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# G. Past the final answer: text that repeats or pads it earns nothing (issue 30: a model learned to repeat its
+# `#### N` line to the token limit). Gold 5 throughout; each shape reads 5, so only the padding costs the credit.
+
+PADDED = [
+    "2 + 3 = 5\n#### 5\n#### 5\n#### 5",  # the answer line repeated
+    "2 + 3 = 5\n" + "#### 5\n" * 40,  # ... to the limit
+    "2 + 3 = 5\n#### 5 #### 5",  # on one line
+    "2 + 3 = 5\n#### 4\n#### 5",  # two #### answers: lm-eval reads the first, we read the last
+    "2 + 3 = 5\n#### 5" + "\n" * 30,  # a whitespace run
+    "2 + 3 = 5\n#### 5" + " " * 30,
+    "2 + 3 = 5\n#### 5\nThe answer is 5.",  # the answer restated
+    "2 + 3 = 5\n#### 5\nfive",  # ... in words
+    "2 + 3 = 5\n#### 5\nSo Sam has five pens.",
+    "2 + 3 = 5\n#### 5\n\\boxed{5}",
+    "2 + 3 = 5\n\\boxed{5}\n#### 5\n\\boxed{5}\n#### 5",  # boxed and hash, repeated
+    "2 + 3 = 5\n#### 5\n#### 5\n####",  # cut off mid-repetition
+    "2 + 3 = 5\n#### 5\n#### 5\n#### ",
+    "2 + 3 = 5\n#### 5\n" + "I hope this helps. " * 12,  # filler past a sign-off's length
+    "2 + 3 = 5\n#### 5\n\nQuestion: How many pens does Sam have?",  # another question
+    "2 + 3 = 5\n#### 5\n\nQuestion: Sam has 4 pens and buys 1 more. How many?\nAnswer: 4 + 1 = 5\n#### 5",
+    "2 + 3 = 5\n#### 5\nQ: What is 2 + 3?\nA: 5",
+    "2 + 3 = 5\n#### 5\nUser: thanks!",
+    "2 + 3 = 5, so \\boxed{5}\n\\boxed{5}\n\\boxed{5}",  # a box repeated
+    "2 + 3 = 5, so \\boxed{5} \\boxed{5}",
+    "2 + 3 = 5. The answer is 5. The answer is 5.",  # an answer phrase repeated
+    "2 + 3 = 5.\nThe answer is 5.\nThe answer is 5.",
+    "2 + 3 = 5.\nSo the answer is 5." + "\n" * 12,
+]
+
+STOPPED = [
+    "2 + 3 = 5, so 5.\n#### 5",
+    "2 + 3 = 5\n#### 5\n",  # a trailing line break (the EOS itself is no text)
+    "2 + 3 = 5\n#### 5  \n\n",
+    "So the answer is 5.\n#### 5",  # the answer stated once before the asked line
+    "2 + 3 = 5\n\\boxed{5}\n#### 5",
+    "2 + 3 = 5\n#### 5\nI hope this helps!",  # a short sign-off: no credit lost (format_reward gives 0.5)
+    "2 + 3 = 5\n#### 5 pens",
+    "So the answer is $\\boxed{5}$.",
+    "Final Answer: The final answer is 5. I hope it is correct.",
+    "The answer is 5 pens, and 2 are left over.",
+    "Step by step: 2 + 3 = 5.\n\nThe answer is 5.",
+]
+
+
+@pytest.mark.parametrize("text", PADDED)
+@pytest.mark.parametrize("form", ["plain", "chat"])
+def test_g_padding_past_the_answer_gets_no_credit(text, form):
+    completion = text if form == "plain" else [{"role": "assistant", "content": text}]
+    assert grading.pads_answer(completion)
+    # the answer is still read (the completions table shows it), but no verdict credits it
+    assert grade(completion, "5") == {
+        "extracted": "5",
+        "correct": False,
+        "strict_correct": False,
+        "formatted": False,
+        "padded": True,
+    }
+
+
+@pytest.mark.parametrize("text", STOPPED)
+def test_g_an_answer_that_stops_keeps_its_credit(text):
+    out = grade(text, "5")
+    assert not grading.pads_answer(text) and not out["padded"]
+    assert out["extracted"] == "5" and out["correct"]
+    assert out["strict_correct"] == out["formatted"] == ("####" in text)
+
+
+@pytest.mark.parametrize("text", ["2 + 3 = 5\n#### 5", "So the answer is $\\boxed{5}$."])
+def test_g_a_cut_off_completion_gets_no_credit(text):
+    # cut off at the token limit (no end-of-turn): whatever it wrote, it never finished
+    out = grade(text, "5", truncated=True)
+    assert (out["extracted"], out["correct"], out["strict_correct"], out["formatted"]) == ("5", False, False, False)
+
+
+def test_g_padding_inside_closed_thinking_is_not_padding():
+    # the answer region is what follows the thinking; repeats inside the thinking are drafts
+    text = "<think>#### 4\n#### 4\n#### 5</think>\n2 + 3 = 5\n#### 5"
+    assert not grading.pads_answer(text) and grade(text, "5")["correct"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # grade(): evaluate.py's verdicts, with the same rule
 
 
@@ -305,7 +399,7 @@ def test_f_smaller_cases(text, expected):
         ("#### 17", "18", {}, ("17", False, False, True)),
         ("#### 1,080", "Tom packs 40 * 27 = 1080 pens.\n#### 1,080", {}, ("1080", True, True, True)),
         ("3 * 6 = 18", "18", {"truncated": True}, (None, False, False, False)),
-        ("3 * 6 = 18\n#### 18", "18", {"truncated": True}, ("18", True, True, True)),
+        ("3 * 6 = 18\n#### 18", "18", {"truncated": True}, ("18", False, False, False)),  # read, but cut off
         ("</think>\n#### 18", "18", {"thinking": True}, ("18", True, True, True)),
         ("#### 18", None, {}, ("18", False, False, True)),  # no gold: nothing is correct
     ],

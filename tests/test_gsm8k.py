@@ -131,6 +131,7 @@ def test_score_counts_the_known_cases():
         "format_rate": 0.5,
         "mean_completion_tokens": 25.0,
         "truncated_rate": 0.25,
+        "padded_rate": 0.0,
         # lm-eval: the first '####' (case 1), the last number (cases 1 and 2: "18" of "\\boxed{18}").
         "lm_eval_strict_match": 0.25,
         "lm_eval_flexible_extract": 0.5,
@@ -217,15 +218,16 @@ def test_evaluate_with_a_stub_generator():
     stub = StubGenerator()
     metrics, predictions = gsm8k.evaluate(problems(7), stub, batch_size=3)
     assert stub.batches == [3, 3, 1]  # 7 problems in batches of at most 3
-    # i = 0..6. Strict (the even i): 0, 2, 4, 6 -> 4/7. Lenient adds the boxed i = 1 -> 5/7.
-    # Format ('####'): the 4 even ones plus the wrong "#### -1" for i = 3 and 5 -> 6/7. Tokens: mean of 1..7 = 4.
+    # i = 0..6. Strict (the even i): 0, 2, 4 -> 3/7 (6 was cut off: no credit). Lenient adds the boxed i = 1 -> 4/7.
+    # Format ('####'): 0, 2, 4 plus the wrong "#### -1" for i = 3 and 5 -> 5/7. Tokens: mean of 1..7 = 4.
     assert {k: metrics[k] for k in gsm8k.KEYS} == {
         "n": 7,
-        "strict_accuracy": 0.5714,
-        "lenient_accuracy": 0.7143,
-        "format_rate": 0.8571,
+        "strict_accuracy": 0.4286,
+        "lenient_accuracy": 0.5714,
+        "format_rate": 0.7143,
         "mean_completion_tokens": 4.0,
         "truncated_rate": 0.1429,
+        "padded_rate": 0.0,
         "lm_eval_strict_match": 0.5714,  # the same four '#### i'
         "lm_eval_flexible_extract": 0.7143,  # and the last number of "\\boxed{1}"
     }
@@ -239,6 +241,7 @@ def test_evaluate_with_a_stub_generator():
         "correct": False,
         "strict_correct": False,
         "formatted": True,
+        "padded": False,
         "lm_eval_strict": False,
         "lm_eval_flexible": False,
     }

@@ -139,6 +139,47 @@ def test_clipped_completions_advice():
     assert "CLIPPED_RATIO_MAX=0.2" in loud[0].message and "MASK_TRUNCATED_COMPLETIONS=True" in loud[0].message
 
 
+def test_clipped_advice_does_not_lengthen_or_mask_completions_that_pad():
+    # cut off because they repeat their answer to the limit: more room or a mask would only hide the padding
+    (shown,), _ = advise({"completions/clipped_ratio": 0.5, "completions/padded_ratio": 0.45})
+    assert [a.signal for a in shown] == ["clipped"]
+    assert "MASK_TRUNCATED_COMPLETIONS=True" not in shown[0].message and "padded_ratio 45%" in shown[0].message
+
+
+def padded(*shares):
+    return [{"completions/padded_ratio": share} for share in shares]
+
+
+@pytest.mark.parametrize(
+    ("shares", "fires_at"),
+    [
+        ((0.05, 0.1, 0.3, 0.4, 0.5, 0.6), 5),  # 0.3, 0.4, 0.5: three logs in a row 0.2 above the lowest, 0.05
+        ((0.0, 0.5, 0.0, 0.5, 0.0, 0.5), None),  # noise: never three in a row
+        ((0.6, 0.6, 0.65, 0.6, 0.7, 0.6), None),  # a base model that pads from the start: high, but not rising
+        ((0.1,) * 6, None),
+    ],
+)
+def test_padded_advice_fires_when_the_share_of_padded_completions_rises(shares, fires_at):
+    shown, _ = advise(*padded(*shares), thresholds=replace(T, reward_flat_window=0))
+    fired = [i for i, advice in enumerate(shown, start=1) if any(a.signal == "padded" for a in advice)]
+    assert fired[:1] == ([fires_at] if fires_at else [])
+
+
+def test_padded_advice_names_the_share_and_what_to_change():
+    settings = {**SETTINGS, "mask_truncated_completions": True}
+    advisor = monitor.Advisor(replace(T, reward_flat_window=0), settings)
+    shown = [advisor.update({**HEALTHY, **log}) for log in padded(0.0, 0.5, 0.6, 0.7)]
+    (advice,) = shown[-1]
+    assert advice.level == "warn"
+    assert "70% of completions repeat or pad past their final answer" in advice.message
+    assert "up from 0%" in advice.message  # the run's lowest share, the baseline it rose from
+    assert "MASK_TRUNCATED_COMPLETIONS=True" in advice.message  # it hides the cost of padding to the limit
+    unmasked = monitor.Advisor(replace(T, reward_flat_window=0), SETTINGS)
+    (advice,) = [unmasked.update({**HEALTHY, **log}) for log in padded(0.0, 0.5, 0.6, 0.7)][-1]
+    assert "MASK_TRUNCATED_COMPLETIONS" not in advice.message  # not the cause here: the rewards, or tied groups
+    assert "REWARD_FUNCS" in advice.message and "NUM_GENERATIONS (now 4)" in advice.message
+
+
 @pytest.mark.parametrize(
     ("key", "value", "names"),
     [

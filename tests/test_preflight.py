@@ -613,6 +613,16 @@ def test_the_registry_passes_the_reward_check():
     preflight.try_rewards(load_rewards(names, 32), names, gsm8k.load(FIXTURE, limit=4), 32)
 
 
+@pytest.mark.parametrize("length", [1, 8])
+def test_the_reward_check_probes_finished_completions_at_any_limit(length, caplog):
+    # the probe's completions are shorter than MAX_COMPLETION_LENGTH: a cut-off one earns nothing, right or wrong,
+    # which would read as a reward blind to the answer
+    with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
+        rows = gsm8k.load(FIXTURE, limit=4)
+        preflight.try_rewards(load_rewards(["correctness_reward"], length), ["correctness_reward"], rows, length)
+    assert caplog.records == []
+
+
 # --- vLLM's context, LoRA dropout --------------------------------------------------------------------------------
 
 

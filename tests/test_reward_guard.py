@@ -133,8 +133,9 @@ def test_bound_rewards_keep_their_name_and_pickle(name):
 
 
 def test_a_function_without_the_settings_is_used_as_it_is():
-    (guard,) = reward_guard.load(["reasoning_reward"], rewards.REWARDS, max_completion_length=16)
-    assert guard.func is rewards.reasoning_reward
+    # brevity_reward takes neither max_completion_length nor enable_thinking: nothing to bind
+    (guard,) = reward_guard.load(["test_reward_guard:brevity_reward"], rewards.REWARDS, max_completion_length=16)
+    assert guard.func is brevity_reward
 
 
 def test_overlong_matches_trls_formula():

@@ -20,6 +20,7 @@ import pytest
 from conftest import REPO
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from test_grading import PADDED, STOPPED
 
 import rewards
 from grpo import grading, reward_guard
@@ -269,6 +270,7 @@ def test_only_correctness_logs_columns(name):
         ("#### $18", 0.5),  # decorated
         ("#### 18 pens", 0.5),
         ("#### 18\nDone!", 0.5),  # not last
+        ("#### 18\n#### 18", 0.0),  # the last line is right, but it repeats the answer: grading.pads_answer
         ("#### 18.", 0.5),
         ("The answer is 18.", 0.0),
         (r"\boxed{18}", 0.0),
@@ -426,6 +428,40 @@ def test_registry_no_credit_for_unclosed_thinking(name):
     assert out == expected[name]
 
 
+CREDIT = [name for name in REWARDS if name != "overlong_reward"]  # the rewards that pay; overlong only punishes
+
+
+@pytest.mark.parametrize("text", PADDED)
+@pytest.mark.parametrize("name", CREDIT)
+def test_registry_no_credit_for_padding_past_the_answer(name, text):
+    # each shape reads the right answer (5) with working shown: only the text past the answer costs the credit
+    reward = make_reward(REWARDS[name])
+    assert reward(completions=[text, chat(text)], answer=["5", "5"]) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("name", CREDIT)
+def test_registry_no_credit_for_a_cut_off_completion(name):
+    # as many token ids as the limit: cut off, whatever it wrote; one token fewer and it finished
+    reward = make_reward(REWARDS[name], max_completion_length=8)
+    texts = ["2 + 3 = 5\n#### 5"] * 2
+    out = reward(completions=texts, answer=["5"] * 2, completion_ids=[[1] * 8, [1] * 7])
+    assert out[0] == 0.0 and out[1] > 0.0
+
+
+@pytest.mark.parametrize("name", CREDIT)
+def test_registry_logs_the_padded_share(name):
+    # TRL's log_metric hook: the share of completions padded past their answer, for train/completions/padded_ratio
+    logged = []
+    texts = [PADDED[0], STOPPED[0], PADDED[1], "no answer"]
+    make_reward(REWARDS[name])(completions=texts, answer=["5"] * 4, log_metric=lambda *a: logged.append(a))
+    assert logged == [("completions/padded_ratio", 0.5)]
+
+
+@pytest.mark.parametrize("text", STOPPED)
+def test_correctness_pays_an_answer_that_stops(text):
+    assert correctness_reward([text, chat(text)], answer=["5", "5"]) == [1.0, 1.0]
+
+
 @pytest.mark.parametrize("name", ["correctness_reward", "format_reward", "math_reward"])
 def test_configured_rewards(name):
     # the loader binds the run's settings to the registry's function; unbound it is the same reward
@@ -516,8 +552,9 @@ def test_rewards_never_raise(completions, gold):
 @settings(max_examples=200, deadline=None)
 @given(st.text(), st.integers(min_value=-(10**15), max_value=10**15))
 def test_a_final_hash_line_wins(prefix, n):
-    # whatever comes before it (but an unclosed thinking block), a last line "#### N" is the answer
-    assume("<think" not in prefix)
+    # whatever comes before it (but an unclosed thinking block, or another #### line), a last line "#### N" is the
+    # answer
+    assume("<think" not in prefix and "####" not in prefix)
     assert extract_answer(f"{prefix}\n#### {n}") == str(n)
     assert correctness_reward([f"{prefix}\n#### {n:,}"], answer=[str(n)]) == [1.0]
 
@@ -624,4 +661,4 @@ def test_correctness_reward_bound_reads_cut_offs():
     reward = make_reward(correctness_reward, max_completion_length=4)
     texts = ["3 * 6 = 18", "3 * 6 = 18", "3 * 6 = 18\n#### 18"]
     out = reward(completions=texts, answer=["18"] * 3, completion_ids=[[1, 2, 3, 4], [1, 2, 3], [1, 2, 3, 4]])
-    assert out == [0.0, 1.0, 1.0]  # cut off at 4 tokens: the fallback's 18 earns nothing; a #### answer does
+    assert out == [0.0, 1.0, 0.0]  # cut off at 4 tokens earns nothing, a #### answer included; 3 tokens is whole

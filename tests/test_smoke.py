@@ -40,6 +40,7 @@ def test_smoke_run_logs_completions_advice_and_accuracy_to_one_tensorboard_run(t
 
     scalars = read_scalars(run)
     assert [s for s, _ in scalars["train/frac_tied_groups"]] == [1, 2, 3, 4]  # ours, beside TRL's, at every log
+    assert [s for s, _ in scalars["train/completions/padded_ratio"]] == [1, 2, 3, 4]  # from the rewards' log_metric
     layout = _custom_scalars(run)  # the Custom Scalars tab opens on README's charts
     assert "train/frac_tied_groups$" in layout and "train/kl$" in layout and r"eval/gsm8k_.*accuracy$" in layout
     assert [s for s, _ in scalars["eval/gsm8k_strict_accuracy"]] == [0, 4]  # before at step 0, after at the last
