@@ -636,6 +636,9 @@ def log_metrics(trainer, metrics):
     from transformers import Trainer
 
     logs = {"eval_" + tag.removeprefix("eval/"): metrics[key] for key, tag in gsm8k.SCALARS.items() if key in metrics}
+    tensorboard = tensorboard_callback(trainer)
+    if tensorboard is not None and not tensorboard.logging_dir:  # outside train(): a run resumed past its last step
+        tensorboard.logging_dir = gsm8k.new_logdir(trainer.args.output_dir)  # in OUTPUT_DIR/runs, not ./runs
     Trainer.log(trainer, logs)
 
 

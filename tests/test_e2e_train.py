@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, run_script, stand_in_nvidia_smi, train
+from conftest import REPO, event_dirs, read_scalars, run_script, stand_in_nvidia_smi, train
 
 import grpotrainer
 from grpo import cli, gsm8k, profiles
@@ -216,3 +216,18 @@ def test_held_out_accuracy_and_advice_reach_the_tracker(tmp_path, tracker):
         assert set(scores) == set(gsm8k.SCALARS.values())  # strict, lenient, sampled, sampled strict, format
     # --smoke's 32-token limit cuts most completions of the random model: the clipped advice, as an alert
     assert any(title == "warn clipped" and "MAX_COMPLETION_LENGTH" in text for title, text in alerts), alerts
+
+
+@pytest.mark.slow
+def test_a_run_cut_after_its_last_checkpoint_logs_eval_after_into_its_own_folder(tmp_path):
+    first = train(tmp_path, "--MAX_STEPS=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    (tmp_path / "run_finished.json").unlink()  # as if killed after the last checkpoint, before the end
+    again = train(tmp_path, "--MAX_STEPS=2", "--EVAL_AFTER=4")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already holds the last step" in again.stderr  # finished from the checkpoint, outside train()
+    kept = [json.loads(line) for line in (tmp_path / "eval_test.jsonl").read_text().splitlines()]
+    assert [(row["step"], row["when"]) for row in kept] == [(2, "after")]
+    # TensorBoard's folder is fixed in OUTPUT_DIR/runs even though no training began (not ./runs in the cwd)
+    newest = event_dirs(tmp_path)[-1]
+    assert [step for step, _ in read_scalars(newest)["eval/gsm8k_strict_accuracy"]] == [2]
