@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install install-dev install-cuda install-vllm train smoke demo test test-fast lint bench real-model
+.PHONY: install install-dev install-cuda install-vllm install-trackers train smoke demo test test-fast lint bench real-model
 
 $(VENV)/installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -11,8 +11,9 @@ $(VENV)/installed: requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
 
-$(VENV)/installed-dev: $(VENV)/installed requirements-dev.txt
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+# the trackers too, so that the tests of REPORT_TO=wandb/trackio run rather than skip
+$(VENV)/installed-dev: $(VENV)/installed requirements-dev.txt requirements-trackers.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt -r requirements-trackers.txt
 	touch $@
 
 # Hub kernels, bitsandbytes and DeepSpeed: CUDA machines only, all optional, nothing compiled (requirements-cuda.txt).
@@ -26,10 +27,16 @@ $(VENV)/installed-vllm: $(VENV)/installed requirements-vllm.txt
 	$(PY) -m pip install --quiet -r requirements-vllm.txt
 	touch $@
 
+# REPORT_TO=wandb or trackio (requirements-trackers.txt): CPU-only, offline-capable, optional.
+$(VENV)/installed-trackers: $(VENV)/installed requirements-trackers.txt
+	$(PY) -m pip install --quiet -r requirements-trackers.txt
+	touch $@
+
 install: $(VENV)/installed
 install-dev: $(VENV)/installed-dev
 install-cuda: $(VENV)/installed-cuda
 install-vllm: $(VENV)/installed-vllm
+install-trackers: $(VENV)/installed-trackers
 
 train: install
 	@if command -v nvidia-smi >/dev/null && [ ! -f $(VENV)/installed-cuda ]; then \

@@ -75,6 +75,7 @@ DDP_TIMEOUT = 600  # seconds a torchrun process waits for the others before the 
 OUTPUT_DIR = "outputs/qwen3-gsm8k-grpo"  # checkpoints, adapter, run_settings.json, TensorBoard runs/
 REPORT_TO = "tensorboard"  # tensorboard, trackio, wandb, a list (tensorboard,trackio) or none
 LOGGING_STEPS = 1  # log every N optimiser steps
+LOG_COMPLETIONS_STEPS = 10  # a logged batch's completions every N steps: Text tab, parquet, W&B/trackio table; 0 = off
 SAVE_STEPS = 50  # checkpoint every N steps; a killed run loses at most this many
 SAVE_TOTAL_LIMIT = 3  # keep only the newest N checkpoints
 RESUME = True  # continue from the newest checkpoint-N in OUTPUT_DIR when there is one
@@ -85,7 +86,7 @@ EVAL_STEPS = 50  # score EVAL_SUBSET test problems every N steps; -1 = each 10 %
 EVAL_SUBSET = 256  # test problems at each EVAL_STEPS point (the first N): stderr 3.1 points at 50 %, 1.9 at 90 %
 EVAL_BATCH_SIZE = 128  # prompts per generate() call in evaluation; many at once: lower on out-of-memory
 EVAL_SAMPLES = 4  # answers sampled per problem at TEMPERATURE there (sampled accuracy); 0 = off
-# health advice (grpo/monitor.py), printed and written to TensorBoard's Text tab
+# health advice (grpo/monitor.py): printed, in TensorBoard's Text tab and as W&B/trackio alerts
 KL_WARN = 10.0  # warn when train/kl, the mean per-token KL, exceeds this
 KL_ACT = 20.0  # advise raising BETA / lowering LEARNING_RATE when train/kl exceeds this
 ZERO_STD_FRAC = 0.9  # advise when frac_reward_zero_std (0-1) is at least this ...
@@ -104,6 +105,7 @@ owned = {
     "gradient_checkpointing": "ACTIVATION_CHECKPOINTING",
     "use_cpu": "the CPU profiles: run --smoke or --demo, or on a GPU without either",
     "resume_from_checkpoint": "RESUME, from the newest checkpoint-N in OUTPUT_DIR: --RESUME=false starts afresh",
+    "log_completions": {"true": "--LOG_COMPLETIONS_STEPS=1", "false": "--LOG_COMPLETIONS_STEPS=0"},
 }
 # Dict fields merged with the user's keys; a key both set is refused naming the constants that set it.
 merged = {
@@ -160,8 +162,8 @@ def build_config(s, fields, cpu_only, train_dataset=None):
             ddp_timeout=s["DDP_TIMEOUT"],
             report_to=preflight.trackers(s["REPORT_TO"]),
             logging_steps=s["LOGGING_STEPS"],
-            # each logged batch to OUTPUT_DIR/completions/*.parquet (the completions table), not stdout
-            log_completions=True,
+            # a logged batch to OUTPUT_DIR/completions/*.parquet and the trackers' table, every LOG_COMPLETIONS_STEPS
+            log_completions=s["LOG_COMPLETIONS_STEPS"] > 0,
             num_completions_to_print=0,
             save_steps=s["SAVE_STEPS"],
             save_total_limit=s["SAVE_TOTAL_LIMIT"],
@@ -251,24 +253,34 @@ def train(s, record, config, reward_funcs, datasets, started):
     # advice and the NaN stop; SIGTERM and Ctrl-C; samples in TensorBoard; TRL's generation choices undone
     scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
     health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer).install(trainer)
-    held_out = monitor.HeldOutEval(trainer, s["EVAL_STEPS"], s["EVAL_SUBSET"], final=bool(s["EVAL_AFTER"]), **scoring)
-    callbacks = [stopper, held_out, monitor.PerfMonitor(trainer), monitor.CompletionSamples(trainer)]
+    # EVAL_BEFORE, EVAL_STEPS and EVAL_AFTER inside train(), through the trainer's log to every tracker
+    held_out = monitor.HeldOutEval(
+        trainer,
+        every=s["EVAL_STEPS"],
+        subset=s["EVAL_SUBSET"],
+        scoring=scoring,
+        before=0 if last else s["EVAL_BEFORE"],
+        after=s["EVAL_AFTER"],
+        finished=lambda: not (stopper.signal_name or health.stopped),
+    ).install(trainer)
+    callbacks = [stopper, monitor.PerfMonitor(trainer), monitor.CompletionSamples(trainer, s["LOG_COMPLETIONS_STEPS"])]
     for callback in callbacks + guards.generation_guards(trainer):
         trainer.add_callback(callback)
     files.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
-    before = monitor.evaluate_trainer(trainer, "before", limit=0 if last else s["EVAL_BEFORE"], **scoring)
     try:
         if last and checkpoints.reached(last, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]):
             checkpoints.restore(trainer, last)  # cut after its last checkpoint: finish, no step
+            held_out.score("after", s["EVAL_AFTER"])
         else:
             trainer.train(resume_from_checkpoint=str(last) if last else None)
     finally:
         stopper.restore()
     if not (stopper.signal_name or health.stopped):
         trainer.save_model(out)  # the LoRA adapter and the tokenizer
-        after = monitor.evaluate_trainer(trainer, "after", limit=s["EVAL_AFTER"], **scoring)
         if rank0:  # our card over TRL's, then run_finished.json, then the last lines
             ends = {"max_steps": s["MAX_STEPS"], "num_train_epochs": s["NUM_TRAIN_EPOCHS"], "resumed": bool(last)}
+            before = held_out.metrics.get("before")
+            after = held_out.metrics.get("after")
             before = modelcard.finish_run(trainer.state, out, record, metrics=(before, after), **ends)
             sums.log_summary(out, record["profile"])  # --demo: its one before -> after line
             log.info(gsm8k.summary_line(trainer.state.global_step, started, (before, after)))

@@ -382,6 +382,8 @@ class HealthMonitor(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = {} if logs is None else logs
+        if any(key.startswith("eval_") for key in logs):  # a held-out point (HeldOutEval), not a training log
+            return
         if "reward" in logs and (rewards := latest_rewards(self.trainer)):
             weights = args.reward_weights or [1.0] * len(rewards)
             # into the log itself: the trackers' callbacks, after this one (`install`), record it as train/...
@@ -404,6 +406,7 @@ class HealthMonitor(TrainerCallback):
                 self.tag, "\n\n".join(f"**{a.level.upper()}** {md(a.message)}" for a in shown), state.global_step
             )
             writer.flush()
+        send_alerts(getattr(args, "report_to", None) or [], [a for a in shown if a.level != "ok"])
 
     def install(self, trainer):
         """First in the list (transformers calls callbacks in order), so the trackers see frac_tied_groups."""
@@ -417,34 +420,86 @@ class HealthMonitor(TrainerCallback):
     on_epoch_end = on_step_end
 
 
-class HeldOutEval(TrainerCallback):
-    """EVAL_STEPS: every `every` steps (-1: every 10 % of the run), `subset` test problems scored through
-    evaluate_trainer. The last step is left to EVAL_AFTER when `final` (it scores the same model)."""
+def send_alerts(report_to, advice):
+    """Each Advice as an alert of W&B (run.alert) and trackio (trackio.alert) when they are in `report_to` and their
+    run is open (their callbacks open it when training begins): the channel those trackers have for a message, as
+    the Text tab is TensorBoard's. Offline, W&B keeps them in its run file and trackio in its local database."""
+    if not advice:
+        return
+    if "wandb" in report_to:
+        import wandb
 
-    def __init__(self, trainer, every, subset, final=False, **scoring):
-        self.trainer, self.every, self.subset, self.final, self.scoring = trainer, every, subset, final, scoring
-        self.metrics = {}  # step -> metrics, on rank 0
+        for a in advice if wandb.run is not None else ():
+            level = wandb.AlertLevel.ERROR if a.level == "stop" else wandb.AlertLevel.WARN
+            wandb.run.alert(title=f"{a.level} {a.signal}", text=a.message, level=level)
+    if "trackio" in report_to:
+        import trackio
+
+        for a in advice:
+            level = trackio.AlertLevel.ERROR if a.level == "stop" else trackio.AlertLevel.WARN
+            trackio.alert(title=f"{a.level} {a.signal}", text=a.message, level=level)
+
+
+class HeldOutEval(TrainerCallback):
+    """Held-out GSM8K accuracy, logged through the trainer's own log (`log_metrics`), so that every tracker in
+    REPORT_TO records eval/gsm8k_* at its step: EVAL_BEFORE (`before` problems) as the first step begins, at step
+    0; EVAL_STEPS every `every` steps (-1: every 10 % of the run) on `subset` problems; EVAL_AFTER (`after`) when
+    training ends, if `finished()` says the run was not stopped. The last step is left to EVAL_AFTER when that is on
+    (it scores the same model). `scoring`: evaluate_trainer's dataset, batch_size, settings and samples.
+
+    Inside train(), so that DeepSpeed and FSDP have wrapped the model, and first among the callbacks (`install`):
+    the trackers' own on_train_end closes their runs (trackio finishes its run there), after the "after" point."""
+
+    def __init__(self, trainer, every, subset, scoring, before=0, after=0, finished=lambda: True):
+        self.trainer = trainer
+        self.every, self.subset, self.before, self.after = every, subset, before, after
+        self.scoring = scoring
+        self.finished = finished
+        self.metrics = {}  # "before", "after", or the step of an EVAL_STEPS point -> its metrics
+
+    def install(self, trainer):
+        trainer.callback_handler.callbacks.insert(0, self)
+        return self
+
+    def score(self, when, limit, key=None):
+        """Score `limit` problems now, as `when` ("before", "during" or "after"), kept under `key` (default `when`)."""
+        metrics = evaluate_trainer(self.trainer, when, limit=limit, **self.scoring)
+        if metrics is not None:
+            self.metrics[when if key is None else key] = metrics
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        # at the first step, not at on_train_begin: there this callback runs before the trackers open their runs
+        if state.global_step == 0 and "before" not in self.metrics:
+            self.score("before", self.before)
 
     def on_step_end(self, args, state, control, **kwargs):
-        every = self.every if self.every >= 0 else max(1, round(state.max_steps / 10))
         step = state.global_step
-        if not every or step % every or (self.final and step >= state.max_steps):
-            return
-        metrics = evaluate_trainer(self.trainer, "during", limit=self.subset, **self.scoring)
-        if metrics is not None:
-            self.metrics[step] = metrics
+        if step in plan.eval_steps(self.every, state.max_steps, final=bool(self.after)):
+            self.score("during", self.subset, key=step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.finished():
+            self.score("after", self.after)
 
 
 class CompletionSamples(TrainerCallback):
-    """At each log, a table of a few completions of the newest batch in TensorBoard's Text tab. The rows come from
-    TRL's completion records (completions/completions_NNNNN.parquet), which it writes right after the callbacks'
-    `on_log`: so the table is written when the next step begins, or at the save that follows the log."""
+    """Every `every` steps (LOG_COMPLETIONS_STEPS; 0 = never), at that step's log, a table of a few completions of
+    the newest batch in TensorBoard's Text tab. The rows come from TRL's completion records
+    (completions/completions_NNNNN.parquet), which it writes right after the callbacks' `on_log`: so the table is
+    written when the next step begins, or at the save that follows the log.
 
-    def __init__(self, trainer, num_samples=4, tag="completions/samples"):
+    TRL writes those records, and logs its completions table to W&B and trackio, at every log while the trainer's
+    `log_completions` is on (GRPOTrainer.log reads it each time): it is switched on for the steps due, off between."""
+
+    def __init__(self, trainer, every, num_samples=4, tag="completions/samples"):
         self.trainer = trainer  # for TensorBoard's writer and the reward functions' names
+        self.every = every
         self.num_samples = num_samples
         self.tag = tag
         self.pending = None  # the step of a log whose records TRL is about to write
+
+    def on_step_end(self, args, state, control, **kwargs):  # before this step's log
+        self.trainer.log_completions = bool(self.every) and state.global_step % self.every == 0
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if "reward" in (logs or {}):  # a new batch was generated since the last log
@@ -556,18 +611,22 @@ def tensorboard_callback(trainer):
 
 def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, samples=None):
     """Score the trainer's model (adapter active) on the first `limit` test problems, with training's prompts and
-    lengths; rank 0 gets the metrics. `when`: "before" (step 0), "during" or "after" (this step); `samples`
-    completions per problem (default NUM_GENERATIONS; 0 = none) give the sampled accuracy. A "during" or "after"
-    point on problems the run's EVAL_BEFORE scored carries the paired test against it (`gsm8k.compare`).
+    lengths, and log eval/gsm8k_* at this step through `log_metrics`; the metrics, on every rank (None when `limit`
+    is 0). `when`: "before" (step 0), "during" or "after" (this step); `samples` completions per problem (default
+    NUM_GENERATIONS; 0 = none) give the sampled accuracy. A "during" or "after" point on problems the run's
+    EVAL_BEFORE scored carries the paired test against it (`gsm8k.compare`), also as TensorBoard text eval/paired.
 
-    Each rank generates a contiguous shard and rank 0 gathers: no rank idles at a barrier (NCCL would time out).
-    Skipped under DeepSpeed/FSDP, which wrap the weights differently around `train()`.
+    Each rank generates one contiguous shard of the problems and the rows are gathered on every rank; the main
+    process writes the files. Every shard has the same length (the last padded with repeats of the last problem,
+    dropped after the gather): under ZeRO-3 and FSDP each forward pass is collective, so every rank must make the
+    same generate calls. Outside train() the model is not wrapped yet under DeepSpeed/FSDP: then it is skipped.
     """
     if not limit:
         return None
-    if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+    if (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled) and not trainer.is_in_train:
         log.warning(
-            "EVAL_%s is skipped under DeepSpeed/FSDP; evaluate the saved adapter: python evaluate.py --ADAPTER=%s",
+            "EVAL_%s is skipped: under DeepSpeed/FSDP the model is scored inside training only; evaluate the saved "
+            "adapter: python evaluate.py --ADAPTER=%s",
             when.upper(),
             trainer.args.output_dir,
         )
@@ -575,10 +634,8 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     from accelerate.utils import gather_object
 
     acc, args = trainer.accelerator, trainer.args
-    dataset = dataset.select(range(min(limit, len(dataset))))
-    per_rank = math.ceil(len(dataset) / acc.num_processes)
-    lo = min(len(dataset), acc.process_index * per_rank)
-    shard = dataset.select(range(lo, min(len(dataset), lo + per_rank)))
+    n = min(limit, len(dataset))
+    shard = dataset.select(shard_indices(n, acc.process_index, acc.num_processes))
     thinking = (args.chat_template_kwargs or {}).get("enable_thinking", False)
     samples, desc = args.num_generations if samples is None else samples, f"GSM8K test, {when} training"
     start = time.perf_counter()
@@ -590,26 +647,57 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
         rows = gsm8k.generate_all(shard, generate, batch_size, desc, acc.is_main_process)
         sampler = functools.partial(generate, temperature=args.temperature)
         sampled = gsm8k.sample_all(shard, sampler, samples, batch_size, desc, acc.is_main_process, args.seed)  # 0: []
-    rows, sampled = gather_object(rows), gather_object(sampled)  # every rank's rows, in rank order
-    if not acc.is_main_process:
-        return None
+    # every rank's rows, in rank order: the padding is at the end
+    rows, sampled = gather_object(rows)[:n], gather_object(sampled)[: n * samples]
     seconds = time.perf_counter() - start
     metrics, predictions = gsm8k.results(rows, seconds, thinking, sampled, samples, args.temperature)
-    if when != "before" and (paired := gsm8k.paired_with_before(args.output_dir, predictions)):
-        metrics["paired"] = paired  # the flips since EVAL_BEFORE on the same problems, and their exact test
-    step = 0 if when == "before" else trainer.state.global_step  # "during" (EVAL_STEPS) and "after": this step
-    title = f"GSM8K test {when} training (step {step})"
-    logdir = training_logdir(trainer)
-    gsm8k.report(metrics, predictions, args.output_dir, f"eval_test_{when}", logdir, step, title, settings)
-    append_eval_point(args.output_dir, when, step, metrics)
+    step = trainer.state.global_step
+    if acc.is_main_process:
+        if when != "before" and (paired := gsm8k.paired_with_before(args.output_dir, predictions)):
+            metrics["paired"] = paired  # the flips since EVAL_BEFORE on the same problems, and their exact test
+            if (writer := tensorboard_writer(trainer)) is not None:
+                writer.add_text("eval/paired", "  \n".join(gsm8k.paired_lines(paired)), step)
+        title = f"GSM8K test {when} training (step {step})"
+        stem = f"eval_test_{when}"
+        gsm8k.report(metrics, predictions, args.output_dir, stem, step=step, title=title, settings=settings)
+        append_eval_point(args.output_dir, when, step, metrics)
+    log_metrics(trainer, metrics)
     return metrics
+
+
+def shard_indices(n, rank, world):
+    """The problems (of `n`) rank `rank` of `world` scores: one contiguous run of ceil(n / world), padded with
+    repeats of the last problem so that every rank makes the same generate calls; in rank order, the padding last.
+
+    >>> [shard_indices(5, rank, 2) for rank in range(2)]
+    [[0, 1, 2], [3, 4, 4]]
+    """
+    per_rank = math.ceil(n / world)
+    return [min(i, n - 1) for i in range(rank * per_rank, (rank + 1) * per_rank)]
+
+
+def log_metrics(trainer, metrics):
+    """The held-out metrics as eval/gsm8k_* at the trainer's step, to every callback (TensorBoard, W&B, trackio: the
+    trackers of REPORT_TO) and the run's log_history: transformers' Trainer.log, whose `eval_` prefix the trackers
+    write as `eval/`. Not GRPOTrainer.log, which would average TRL's buffer of training metrics into this log and
+    clear it."""
+    from transformers import Trainer
+
+    logs = {"eval_" + tag.removeprefix("eval/"): metrics[key] for key, tag in gsm8k.SCALARS.items() if key in metrics}
+    tensorboard = tensorboard_callback(trainer)
+    if tensorboard is not None and not tensorboard.logging_dir:  # outside train(): a run resumed past its last step
+        tensorboard.logging_dir = gsm8k.new_logdir(trainer.args.output_dir)  # in OUTPUT_DIR/runs, not ./runs
+    Trainer.log(trainer, logs)
 
 
 @contextlib.contextmanager
 def generation_ready(trainer):
-    """The trainer's unwrapped model in eval mode (no LoRA dropout) without activation checkpointing (TRL's
-    unwrap_model_for_generation), under no_grad; the train/eval mode is put back after."""
+    """The trainer's model ready to generate as GRPOTrainer's own generation gets it: unwrapped, DeepSpeed ZeRO-3
+    parameters gathered (unless ds3_gather_for_generation is off), FSDP1 parameters summoned, without activation
+    checkpointing (TRL's unwrap_model_for_generation), in eval mode (no LoRA dropout), under no_grad; the
+    train/eval mode is put back after."""
     import torch
+    from trl.distributed import DistributedBackend
     from trl.models import unwrap_model_for_generation
 
     was_training = trainer.model.training
@@ -617,24 +705,17 @@ def generation_ready(trainer):
         unwrap_model_for_generation(
             trainer.model_wrapped,
             trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
             gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
         ) as model,
         torch.no_grad(),
+        DistributedBackend(trainer.accelerator).summon_full_params(trainer.model_wrapped, recurse=False),
     ):
         model.eval()
         try:
             yield model
         finally:
             trainer.model.train(was_training)
-
-
-def training_logdir(trainer):
-    """The TensorBoard run folder, fixed now if not yet (so the baseline lands in the training run), or None."""
-    callback = tensorboard_callback(trainer)
-    if callback is None:
-        return None
-    callback.logging_dir = callback.logging_dir or gsm8k.new_logdir(trainer.args.output_dir)
-    return callback.logging_dir
 
 
 # ---------------------------------------------------------------------------------------------------------------

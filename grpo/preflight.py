@@ -56,6 +56,7 @@ RANGES = {
     "SEED": (0, 2**32 - 1, True, True, "any number from 0 to 2**32-1"),
     "DDP_TIMEOUT": (1, 7 * 86400, True, True, "seconds a process waits for the others"),
     "LOGGING_STEPS": (1, INF, True, True, "1 logs every step"),
+    "LOG_COMPLETIONS_STEPS": (0, INF, True, True, "0 = off; 10 is a table every 10 steps"),
     "SAVE_STEPS": (1, INF, True, True, "a killed run loses at most this many steps"),
     "SAVE_TOTAL_LIMIT": (1, INF, True, True, "keep at least the newest checkpoint"),
     "REWARD_TIMEOUT": (0, INF, True, False, "seconds; 0 = no limit"),

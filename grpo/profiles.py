@@ -31,6 +31,7 @@ SMOKE = dict(
     BF16=False,
     ACTIVATION_CHECKPOINTING=False,
     EVAL_STEPS=0,  # the smoke run checks the pipeline; --EVAL_STEPS=2 --EVAL_SUBSET=8 tries the held-out curve
+    LOG_COMPLETIONS_STEPS=1,  # a completions table at each of its steps
     # the values it always ran with, where the GPU defaults (sized for Qwen3-8B) differ
     NUM_GENERATIONS=4,
     BETA=0.05,

@@ -1,4 +1,7 @@
-"""Two processes on CPU: the --smoke pipeline under torchrun (gloo), and the batch rule counting processes.
+"""Two processes on CPU: the --smoke pipeline under torchrun (gloo), the batch rule counting processes, and the
+held-out evaluation's shards, of a DDP run and of a model FSDP2 shards. accelerate 1.15 enables FSDP and DeepSpeed
+only on accelerators (AcceleratorState: MULTI_GPU-like types, DeepSpeed `not cpu`): on the CPU the FSDP2 test shards
+the model with torch's fully_shard, as accelerate would, and ZeRO cannot run here.
 
     pytest tests/test_distributed.py -m "not slow"    # ~25 s on 2 cores
     pytest tests/test_distributed.py                  # + the accelerate launch of configs/accelerate/ddp.yaml, ~15 s
@@ -11,7 +14,7 @@ the gloo backend, and the Trainer wraps the model in DistributedDataParallel. `a
 import json
 
 import pytest
-from conftest import REPO, event_dirs, read_scalars, train
+from conftest import REPO, event_dirs, read_scalars, run_script, train
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]  # = torchrun, in this venv
 
@@ -127,3 +130,99 @@ def test_a_two_process_cpu_run_resumes(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {tmp_path / 'checkpoint-2'}" in again.stderr
     assert json.loads((tmp_path / "run_finished.json").read_text())["global_step"] == 4
+
+
+@pytest.mark.slow  # ~1.5 min on 2 busy cores
+def test_two_processes_score_an_odd_number_of_held_out_problems_before_during_and_after(tmp_path):
+    # 5 problems over 2 ranks: 3 each (the same generate calls on both, as ZeRO-3 and FSDP need), the repeat of the
+    # last dropped after the gather; before, during and after each logged once, by rank 0, inside train()
+    evals = ["--EVAL_BEFORE=5", "--EVAL_STEPS=1", "--EVAL_SUBSET=5", "--EVAL_AFTER=5", "--EVAL_SAMPLES=2"]
+    result = torchrun(tmp_path, "--MAX_STEPS=2", *evals)
+    assert result.returncode == 0, result.stderr[-3000:]
+    kept = [json.loads(line) for line in (tmp_path / "eval_test.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["when"], r["metrics"]["n"]) for r in kept] == [
+        (0, "before", 5),
+        (1, "during", 5),
+        (2, "after", 5),
+    ]
+    (run,) = event_dirs(tmp_path)
+    assert [step for step, _ in read_scalars(run)["eval/gsm8k_sampled_accuracy"]] == [0, 1, 2]
+    # every problem once, in order: rank 0's three, then rank 1's two
+    fixture = [json.loads(line)["question"] for line in (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()]
+    predictions = (tmp_path / "eval_test_after_predictions.jsonl").read_text().splitlines()
+    assert [json.loads(p)["question"] for p in predictions] == fixture[:5]
+
+
+# evaluate_trainer on a model FSDP2 (fully_shard, as accelerate's fsdp2.yaml applies it) shards over two CPU
+# processes; accelerate 1.15 enables FSDP and DeepSpeed only on accelerators, so the trainer around it is a stand-in
+FSDP2_CHILD = """
+import json
+import sys
+from types import SimpleNamespace
+
+from accelerate import Accelerator
+from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+from torch.distributed.tensor import DTensor
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerControl, TrainerState
+from transformers.trainer_callback import CallbackHandler, DefaultFlowCallback
+
+from grpo import gsm8k, monitor
+
+model_dir, out = sys.argv[1:3]
+accelerator = Accelerator(cpu=True)  # the gloo process group torchrun's environment describes
+model = AutoModelForCausalLM.from_pretrained(model_dir)
+for layer in model.model.layers:  # accelerate's TRANSFORMER_BASED_WRAP: one shard group per decoder layer
+    fully_shard(layer)
+fully_shard(model)
+register_fsdp_forward_method(model, "generate")  # as transformers' Trainer does under FSDP2
+forwards = []
+model.register_forward_pre_hook(lambda module, inputs: forwards.append(1))
+tokenizer = AutoTokenizer.from_pretrained(model_dir)
+args = SimpleNamespace(
+    output_dir=out,
+    chat_template_kwargs={},
+    num_generations=2,
+    max_completion_length=32,
+    cache_implementation="dynamic",
+    temperature=1.0,
+    seed=0,
+    ds3_gather_for_generation=True,
+    gradient_checkpointing_kwargs=None,
+    include_num_input_tokens_seen="no",
+)
+trainer = SimpleNamespace(  # what evaluate_trainer reads of a GRPOTrainer inside train() under FSDP
+    accelerator=accelerator,
+    args=args,
+    model=model,
+    model_wrapped=model,
+    processing_class=tokenizer,
+    eos_token_ids=list(range(0, model.config.vocab_size, 2)),  # half the tokens end a completion: ranks finish apart
+    is_deepspeed_enabled=False,
+    is_fsdp_enabled=True,
+    is_in_train=True,
+    state=TrainerState(global_step=3, is_world_process_zero=accelerator.is_main_process),
+    control=TrainerControl(),
+    callback_handler=CallbackHandler([DefaultFlowCallback()], None, None, None, None),
+)
+dataset = gsm8k.load(str(gsm8k.FIXTURE), "test", limit=5)
+metrics = monitor.evaluate_trainer(trainer, "during", limit=5, dataset=dataset, batch_size=2, samples=2)
+sharded = all(isinstance(p, DTensor) for p in model.parameters())
+report = {"rank": accelerator.process_index, "sharded": sharded, "n": metrics["n"], "forwards": len(forwards)}
+print(json.dumps(report), flush=True)
+"""
+
+
+@pytest.mark.slow  # ~1 min on 2 busy cores
+def test_held_out_evaluation_of_an_fsdp2_sharded_model_on_two_cpu_processes(tmp_path, tiny_model):
+    (tmp_path / "child.py").write_text(FSDP2_CHILD)
+    script = [*TORCHRUN, str(tmp_path / "child.py"), tiny_model, str(tmp_path)]
+    result = run_script(*script, env={"PYTHONPATH": str(REPO)}, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"rank"')]
+    assert sorted(r["rank"] for r in ranks) == [0, 1] and all(r["sharded"] and r["n"] == 5 for r in ranks)
+    predictions = [json.loads(p) for p in (tmp_path / "eval_test_during_predictions.jsonl").read_text().splitlines()]
+    fixture = [json.loads(line)["question"] for line in (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()]
+    assert [p["question"] for p in predictions] == fixture[:5]  # rank 0's three, rank 1's two, the padding dropped
+    # completions of different lengths, yet the same forward passes on both ranks: each one all-gathers the shards
+    assert len({p["completion_tokens"] for p in predictions}) > 1
+    assert ranks[0]["forwards"] == ranks[1]["forwards"]

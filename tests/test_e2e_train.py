@@ -1,6 +1,9 @@
-"""End to end, fast: `grpotrainer.py` in a subprocess for --help, mistakes, logging and import weight.
+"""End to end, fast: `grpotrainer.py` in a subprocess for --help, mistakes, logging and import weight; slow: the
+held-out points and the advice in W&B (offline) and trackio (local), read back from their own files (skipped
+without requirements-trackers.txt).
 
 .venv/bin/python -m pytest tests/test_e2e_train.py -q -m "not slow"
+.venv/bin/python -m pytest tests/test_e2e_train.py -q -m slow -k tracker    # ~2 min per tracker on 2 busy cores
 """
 
 import json
@@ -8,13 +11,14 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, event_dirs, read_texts, run_script, stand_in_nvidia_smi, train
+from conftest import REPO, event_dirs, read_scalars, read_texts, run_script, stand_in_nvidia_smi, train
 
 import grpotrainer
-from grpo import cli, profiles, stats
+from grpo import cli, gsm8k, profiles, stats
 
 # ---------------------------------------------------------------------------------------------------------------
 # arguments read and checked before torch, transformers or TRL
@@ -174,3 +178,100 @@ def test_a_run_carries_the_paired_test_in_its_files_curve_text_card_and_last_lin
     assert "model-index:" in card and "- lenient: " in card
     (run,) = event_dirs(tmp_path)
     assert [step for step, _ in read_texts(run)["eval/paired"]] == [1, 2]  # TensorBoard's Text tab, each point
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# every signal in every tracker: W&B offline and trackio local, read back from their own files
+
+
+def wandb_records(path):
+    """The records of an offline W&B run file (run-<id>.wandb): LevelDB's log format (32 KiB blocks of chunks, each
+    with a 7-byte header: CRC, length, type FULL/FIRST/MIDDLE/LAST) after a 7-byte file header, each record one
+    wandb_internal_pb2.Record. wandb 0.31 has no Python reader: its Go core writes and syncs these files."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data, block = Path(path).read_bytes(), 32768
+    assert data[:4] == b":W&B"
+    pos, record = 7, b""
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        record = data[pos + 7 : pos + 7 + length] if kind in (1, 2) else record + data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST: a whole record
+            yield wandb_internal_pb2.Record.FromString(record)
+
+
+def wandb_points_and_alerts(tmp_path):
+    """{train/global_step: {eval/... tag: value}} and [(title, text)] of the one offline run under tmp_path."""
+    (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    points, alerts = {}, []
+    for record in wandb_records(run_file):
+        if record.HasField("history"):
+            # a key with a slash is stored split in nested_key
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
+            scores = {key: value for key, value in items.items() if key.startswith("eval/")}
+            if scores:
+                points.setdefault(items["train/global_step"], []).append(scores)
+        elif record.HasField("alert"):
+            alerts.append((record.alert.title, record.alert.text))
+    return points, alerts
+
+
+def trackio_points_and_alerts(tmp_path):
+    """The same from trackio's local database, through its own reader, in a Python that reads TRACKIO_DIR (trackio
+    reads it once, at import). Project "huggingface": TrainingArguments.project's default."""
+    code = (
+        "import json; from trackio.sqlite_storage import SQLiteStorage as S; (run,) = S.get_runs('huggingface'); "
+        "print(json.dumps([S.get_logs('huggingface', run), S.get_alerts('huggingface', run)], default=str))"
+    )
+    read = run_script("-c", code, env={"TRACKIO_DIR": str(tmp_path)})
+    assert read.returncode == 0, read.stderr[-2000:]
+    rows, alerts = json.loads(read.stdout)
+    points = {}
+    for row in rows:
+        scores = {key: value for key, value in row.items() if key.startswith("eval/")}
+        if scores:  # trackio's own step counts its log calls; the trainer's step is logged beside
+            points.setdefault(row["train/global_step"], []).append(scores)
+    return points, [(alert["title"], alert["text"]) for alert in alerts]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tracker", ["wandb", "trackio"])
+def test_held_out_accuracy_and_advice_reach_the_tracker(tmp_path, tracker):
+    pytest.importorskip(tracker, reason=f"{tracker} is optional: pip install -r requirements-trackers.txt")
+    folders = ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "TRACKIO_DIR")
+    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", **{name: str(tmp_path) for name in folders}}
+    args = ["--MAX_STEPS=6", "--EVAL_STEPS=2", "--EVAL_BEFORE=8", "--EVAL_AFTER=8", "--EVAL_SUBSET=8"]
+    out = train(tmp_path / "out", f"--REPORT_TO={tracker}", *args, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    points, alerts = {"wandb": wandb_points_and_alerts, "trackio": trackio_points_and_alerts}[tracker](tmp_path)
+    # before at step 0, EVAL_STEPS at 2 and 4, after at the last step (6): each once, as eval_test.jsonl keeps them
+    kept = [json.loads(line) for line in (tmp_path / "out" / "eval_test.jsonl").read_text().splitlines()]
+    assert [(row["step"], row["when"]) for row in kept] == [(0, "before"), (2, "during"), (4, "during"), (6, "after")]
+    assert sorted(points) == [0, 2, 4, 6] and all(len(scores) == 1 for scores in points.values())
+    for row in kept:
+        (scores,) = points[row["step"]]
+        assert scores["eval/gsm8k_lenient_accuracy"] == row["metrics"]["lenient_accuracy"]
+        assert set(scores) == set(gsm8k.SCALARS.values())  # strict, lenient, sampled, sampled strict, format
+    # --smoke's 32-token limit cuts most completions of the random model: the clipped advice, as an alert
+    assert any(title == "warn clipped" and "MAX_COMPLETION_LENGTH" in text for title, text in alerts), alerts
+
+
+@pytest.mark.slow
+def test_a_run_cut_after_its_last_checkpoint_logs_eval_after_into_its_own_folder(tmp_path):
+    first = train(tmp_path, "--MAX_STEPS=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    (tmp_path / "run_finished.json").unlink()  # as if killed after the last checkpoint, before the end
+    again = train(tmp_path, "--MAX_STEPS=2", "--EVAL_AFTER=4")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already holds the last step" in again.stderr  # finished from the checkpoint, outside train()
+    kept = [json.loads(line) for line in (tmp_path / "eval_test.jsonl").read_text().splitlines()]
+    assert [(row["step"], row["when"]) for row in kept] == [(2, "after")]
+    # TensorBoard's folder is fixed in OUTPUT_DIR/runs even though no training began (not ./runs in the cwd)
+    newest = event_dirs(tmp_path)[-1]
+    assert [step for step, _ in read_scalars(newest)["eval/gsm8k_strict_accuracy"]] == [2]

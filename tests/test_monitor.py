@@ -6,6 +6,7 @@ run whose TensorBoard events hold them is in test_smoke.py, the NaN reward run i
 
 import json
 import math
+import sys
 import time
 from dataclasses import replace
 from types import SimpleNamespace
@@ -394,3 +395,83 @@ def test_perf_monitor_logs_the_pace_and_names_the_lever(caplog):
     # the first step is left out; two steps later the pace, then the lever: vLLM and a call's 64 sequences
     assert "step 3/100:" in caplog.text and "generation 100 % of the step" in caplog.text
     assert "USE_VLLM" in caplog.text and "(now 64)" in caplog.text
+
+
+def test_held_out_points_reach_the_trackers_through_the_trainers_log_once(tmp_path):
+    from conftest import read_scalars
+    from transformers import TrainingArguments
+    from transformers.integrations import TensorBoardCallback
+    from transformers.trainer_callback import CallbackHandler, DefaultFlowCallback
+
+    tensorboard = TensorBoardCallback()
+    tensorboard.logging_dir = str(tmp_path)
+    seen = []
+    recorder = SimpleNamespace(on_log=lambda args, state, control, logs=None, **kw: seen.append(dict(logs)))
+    trainer = SimpleNamespace(
+        args=TrainingArguments(output_dir=str(tmp_path), report_to=[]),
+        state=TrainerState(global_step=4, is_world_process_zero=True),
+        control=TrainerControl(),
+        callback_handler=CallbackHandler([DefaultFlowCallback(), tensorboard], None, None, None, None),
+        _metrics={"train": {"reward": [0.5]}},  # GRPOTrainer's buffer of training metrics, averaged at its next log
+    )
+    trainer.callback_handler.callbacks.append(recorder)
+    monitor.log_metrics(trainer, {"n": 8, "strict_accuracy": 0.25, "lenient_accuracy": 0.5, "format_rate": 0.75})
+    # every callback gets the eval_ keys, which the trackers write as eval/...; nothing of TRL's buffer is taken
+    (logs,) = seen
+    expected = {"eval_gsm8k_strict_accuracy": 0.25, "eval_gsm8k_lenient_accuracy": 0.5, "eval_gsm8k_format_rate": 0.75}
+    assert {key: value for key, value in logs.items() if key.startswith("eval_")} == expected
+    assert trainer._metrics == {"train": {"reward": [0.5]}}
+    assert trainer.state.log_history[-1]["step"] == 4  # kept in trainer_state.json with the checkpoints
+    tensorboard.tb_writer.close()
+    scalars = read_scalars(tmp_path)
+    assert scalars["eval/gsm8k_strict_accuracy"] == [(4, 0.25)]  # one point, at the trainer's step
+    assert "eval/gsm8k_n" not in scalars  # only the accuracies and the format rate are curves
+
+
+def test_health_monitor_leaves_held_out_points_out_of_its_advice():
+    health = monitor.HealthMonitor(T)
+    callback_event(health, "on_log", {"eval_gsm8k_strict_accuracy": math.nan})
+    # a held-out point is not a training log: no NaN stop, and the quiet-log count is untouched
+    assert health.advisor.logs_seen == 0 and health.stopped is None
+
+
+@pytest.mark.parametrize(("every", "due"), [(3, [3, 6]), (1, [1, 2, 3, 4, 5, 6]), (0, [])])
+def test_completions_are_logged_every_n_steps(every, due):
+    trainer = SimpleNamespace(log_completions=True)
+    samples = monitor.CompletionSamples(trainer, every)
+    logged = []
+    for step in range(1, 7):
+        samples.on_step_end(None, TrainerState(global_step=step), TrainerControl())
+        if trainer.log_completions:  # what GRPOTrainer.log reads at this step's log
+            logged.append(step)
+    assert logged == due
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("n", [1, 5, 8, 9])
+def test_every_rank_scores_a_shard_of_the_same_length(n, world):
+    shards = [monitor.shard_indices(n, rank, world) for rank in range(world)]
+    assert len({len(shard) for shard in shards}) == 1  # the same generate calls on every rank (ZeRO-3, FSDP)
+    gathered = [i for shard in shards for i in shard]  # gather_object's order: rank 0's first
+    assert gathered[:n] == list(range(n)) and set(gathered[n:]) <= {n - 1}  # each problem once, then padding
+
+
+def test_advice_becomes_an_alert_in_wandb_and_trackio(monkeypatch):
+    alerts = []
+    levels = SimpleNamespace(WARN="warn", ERROR="error")
+    run = SimpleNamespace(alert=lambda **alert: alerts.append(("wandb", alert)))
+    monkeypatch.setitem(sys.modules, "wandb", SimpleNamespace(run=run, AlertLevel=levels))
+    trackio = SimpleNamespace(alert=lambda **alert: alerts.append(("trackio", alert)), AlertLevel=levels)
+    monkeypatch.setitem(sys.modules, "trackio", trackio)
+    health = monitor.HealthMonitor(T)
+    args = SimpleNamespace(report_to=["trackio", "wandb"], reward_weights=None, num_generations=4)
+    state = TrainerState(global_step=3, is_world_process_zero=True)
+    health.on_log(args, state, TrainerControl(), logs={"kl": 25.0})
+    health.on_log(args, state, TrainerControl(), logs={"loss": math.nan})
+    # each advisory once per tracker, its level kept: a NaN stop is an error
+    sent = [(tracker, a["title"], a["level"]) for tracker, a in alerts]
+    expected = [(t, "act kl", "warn") for t in ("wandb", "trackio")] + [
+        (t, "stop nan", "error") for t in ("wandb", "trackio")
+    ]
+    assert sorted(sent) == sorted(expected)
+    assert all("BETA" in a["text"] for _, a in alerts)

@@ -142,6 +142,7 @@ def test_errors_is_the_lowest_module():
 # what is missing instead of a ModuleNotFoundError traceback.
 HEAVY = {"torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm", "safetensors", "huggingface_hub"}
 HEAVY |= {"tokenizers", "tensorboard", "pyarrow", "tqdm", "numpy", "bitsandbytes", "deepspeed", "kernels", "yaml"}
+HEAVY |= {"wandb", "trackio"}  # the optional trackers (requirements-trackers.txt): imported only when in REPORT_TO
 
 
 def _heavy_project_modules():
