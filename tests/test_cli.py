@@ -142,7 +142,9 @@ def test_a_trl_name_is_read_as_the_constant_it_means_with_a_line_saying_so(args,
     assert len(parsed.notes) == 1 and constant in parsed.notes[0] and args[0].partition("=")[0] in parsed.notes[0]
 
 
-@pytest.mark.parametrize("field", [k for k, v in grpotrainer.owned.items() if v not in cli.constants(grpotrainer)])
+@pytest.mark.parametrize(
+    "field", [k for k, v in grpotrainer.owned.items() if isinstance(v, str) and v not in cli.constants(grpotrainer)]
+)
 def test_an_owned_field_that_no_constant_names_is_refused_with_what_to_type(field):
     with pytest.raises(ConfigError) as refused:
         parse([f"--{field}=true"])
@@ -170,7 +172,7 @@ def test_key_space_value_is_key_equals_value_and_flags_take_none():
     spaced = parse(["--smoke", "--MAX_STEPS", "2", "--top_p", "0.9", "--RESUME", "--MAX_COMPLETION_LENGTH", "-1"])
     joined = parse(["--smoke", "--MAX_STEPS=2", "--top_p=0.9", "--RESUME=true", "--MAX_COMPLETION_LENGTH=-1"])
     assert (spaced.profile, spaced.settings, spaced.fields) == (joined.profile, joined.settings, joined.fields)
-    assert parse(["--log_completions"]).fields == {"log_completions": True}  # a bare boolean field: true
+    assert parse(["--use_liger_kernel"]).fields == {"use_liger_kernel": True}  # a bare boolean field: true
     with pytest.raises(ConfigError, match="cannot read the argument 'x'"):
         parse(["--smoke", "x"])  # a profile takes no value
 

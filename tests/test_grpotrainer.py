@@ -259,19 +259,19 @@ def test_every_field_build_config_sets_is_read_as_its_constant_merged_or_refused
             outcomes[field] = "merged"
         else:  # read as the constant it means, with a line saying so
             (note,) = args.notes
-            assert note.startswith(f"--{field} is ") and note.split()[2] in args.given, (argument, note)
+            constant = note.split()[2].lstrip("-").partition("=")[0]  # "LEARNING_RATE" or "--LOG_COMPLETIONS_STEPS=0"
+            assert note.startswith(f"--{field}") and constant in args.given, (argument, note)
             outcomes[field] = "constant"
     # the three that once ended in "GRPOConfig() got multiple values for keyword argument"
-    assert {outcomes[f] for f in ("log_completions", "num_completions_to_print", "ddp_find_unused_parameters")} == {
-        "merged"
-    }
+    assert {outcomes[f] for f in ("num_completions_to_print", "ddp_find_unused_parameters")} == {"merged"}
+    assert outcomes["log_completions"] == "constant"  # LOG_COMPLETIONS_STEPS: 0 = off, 1 = every step
     assert outcomes["use_cpu"] == "refused" and outcomes["learning_rate"] == "constant"
 
 
 @pytest.mark.parametrize(
     ("argument", "expected"),
     [
-        ("--log_completions=false", {"log_completions": False}),
+        ("--log_completions=false", {"log_completions": False}),  # read as LOG_COMPLETIONS_STEPS=0
         ("--num_completions_to_print=2", {"num_completions_to_print": 2}),
         ("--ddp_find_unused_parameters=true", {"ddp_find_unused_parameters": True}),
         ("--use_liger_kernel=true", {"use_liger_kernel": True}),  # TRL's own field: docs/gpu.md points here
