@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 from grpo.errors import ConfigError, is_load_error
-from grpo.files import SETTINGS_FILE, atomic_write, checkpoint_dirs, read_json_object
+from grpo.files import SETTINGS_FILE, atomic_write, checkpoint_dirs, checkpoint_step, read_json_object
 
 log = logging.getLogger("grpotrainer")
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
@@ -134,6 +134,11 @@ def resume_checkpoint(
     model or LoRA shape (`adapter_mismatch`).
     """
     output_dir = Path(output_dir)
+    if taken := names_taken(output_dir):
+        raise ConfigError(
+            f"OUTPUT_DIR {output_dir} holds {', '.join(taken)}: a file of yours where a run keeps checkpoint folders, "
+            "which it never overwrites.\nMove it out of OUTPUT_DIR, or give this run a new OUTPUT_DIR."
+        )
     found = checkpoint_dirs(output_dir)
     if not resume and (found or (output_dir / FINISHED_NAME).is_file()):
         held = f"{len(found)} checkpoint(s)" if found else "a finished adapter"
@@ -155,6 +160,13 @@ def resume_checkpoint(
     if problem := adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, trained_with=given):
         raise ConfigError(f"cannot resume {chosen}: {problem}, or give this run a new OUTPUT_DIR.")
     return chosen
+
+
+def names_taken(output_dir):
+    """The names in OUTPUT_DIR that a run writes folders under (checkpoint-N, broken) held by something else."""
+    names = [p for p in Path(output_dir).glob("checkpoint-*") if checkpoint_step(p) is not None]
+    names.append(Path(output_dir) / BROKEN_DIR)
+    return sorted(p.name for p in names if (p.exists() or p.is_symlink()) and not p.is_dir())
 
 
 def put_aside(folder, reason, output_dir, main_process, now=time.time):

@@ -329,3 +329,21 @@ def test_an_adapter_that_does_not_fit_its_base_is_refused_in_one_message(tmp_pat
         checkpoints.apply_adapter(base, str(adapter), tiny_model)
     assert str(err.value).startswith(f"ADAPTER={adapter} does not fit MODEL_NAME={tiny_model} (")
     assert named in str(err.value) and len(str(err.value).splitlines()) == 2
+
+
+@pytest.mark.parametrize("name", ["broken", "checkpoint-6"])
+def test_a_users_file_under_a_checkpoint_name_is_refused_naming_it_and_left_alone(tmp_path, name):
+    write_checkpoint(tmp_path / "checkpoint-2", 2)
+    cut(write_checkpoint(tmp_path / "checkpoint-4", 4) / "adapter_model.safetensors", 20)  # would be moved aside
+    (tmp_path / name).write_text("my notes")
+    with pytest.raises(ConfigError, match=f"holds {name}: a file of yours"):
+        checkpoints.resume_checkpoint(tmp_path, True, "/models/Qwen3-8B", 16, 32, "q_proj")
+    assert (tmp_path / name).read_text() == "my notes"  # neither moved nor overwritten
+    assert (tmp_path / "checkpoint-4").is_dir()  # nothing moved before the refusal
+
+
+def test_other_files_named_like_checkpoints_are_not_taken(tmp_path):
+    write_checkpoint(tmp_path / "checkpoint-2", 2)
+    (tmp_path / "checkpoint-2.txt").write_text("notes")  # not a name Trainer writes
+    chosen = checkpoints.resume_checkpoint(tmp_path, True, "/models/Qwen3-8B", 16, 32, "q_proj")
+    assert chosen == tmp_path / "checkpoint-2"
