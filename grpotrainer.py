@@ -247,6 +247,7 @@ def train(s, record, config, reward_funcs, datasets, started):
     health = monitor.HealthMonitor(monitor.Thresholds.from_settings(s), trainer).install(trainer)
     held_out = monitor.HeldOutEval(trainer, s["EVAL_STEPS"], s["EVAL_SUBSET"], final=bool(s["EVAL_AFTER"]), **scoring)
     callbacks = [stopper, held_out, monitor.PerfMonitor(trainer), monitor.CompletionSamples(trainer)]
+    callbacks.append(guards.ResumedSettings())  # this run's SAVE_STEPS and learning rate on resume
     for callback in callbacks + guards.generation_guards(trainer):
         trainer.add_callback(callback)
     files.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back

@@ -309,3 +309,19 @@ def test_a_reward_that_says_timed_out_keeps_its_traceback_and_is_no_stall(tmp_pa
     assert "raised by the reward REWARD_FUNCS entry 'mymod:myreward' at training step 2" in out.stderr
     assert "RuntimeError: LLM judge request timed out after 30 s" in out.stderr
     assert "DDP_TIMEOUT" not in out.stderr and "waited for the others" not in out.stderr
+
+
+@pytest.mark.slow
+def test_raised_max_steps_continues_the_rebuilt_schedule_and_takes_the_new_save_steps(tmp_path):
+    out, lr = tmp_path / "run", 1e-3
+    common = (f"--LEARNING_RATE={lr}", "--WARMUP_STEPS=0", "--SAVE_TOTAL_LIMIT=10")
+    assert train(out, "--MAX_STEPS=4", "--SAVE_STEPS=2", *common).returncode == 0
+    rerun = train(out, "--MAX_STEPS=8", "--SAVE_STEPS=1", *common)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    logged = json.loads((out / "checkpoint-8" / "trainer_state.json").read_text())["log_history"]
+    rates = {row["step"]: row["learning_rate"] for row in logged if "learning_rate" in row}
+    # README: the linear schedule rebuilt for 8 steps, from the step reached; step k trains at lr * (1 - (k-1)/8)
+    assert [rates[k] for k in range(5, 9)] == pytest.approx([lr * (1 - (k - 1) / 8) for k in range(5, 9)])
+    assert [rates[k] for k in range(1, 5)] == pytest.approx([lr * (1 - (k - 1) / 4) for k in range(1, 5)])
+    # the new SAVE_STEPS=1, not the checkpoint's 2: a kill now loses at most one step
+    assert [steps(c) for c in checkpoints.checkpoint_dirs(out)] == [2, 4, 5, 6, 7, 8]
