@@ -86,8 +86,9 @@ def holder_id(holder):
 
 def holder_message(output_dir, holder):
     pid, host = holder_id(holder)
+    since = f"since {holder['since']}" if holder.get("since") else f"which has not named itself in {HOLDER_NAME} yet"
     return (
-        f"OUTPUT_DIR {output_dir} is in use by another run (pid {pid} on {host}, since {holder.get('since', '?')}); "
+        f"OUTPUT_DIR {output_dir} is in use by another run (pid {pid} on {host}, {since}); "
         "two runs in one folder overwrite each other.\nWait for it to end, stop it, or give this run another "
         "OUTPUT_DIR."
     )
