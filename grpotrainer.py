@@ -239,6 +239,7 @@ def train(s, record, config, reward_funcs, datasets, started):
         target_modules=s["LORA_TARGET_MODULES"],
         main_process=rank0,
     )
+    record = checkpoints.resumed_record(out, record, last)  # refuses settings that change what the run is
     log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
     stopper = guards.StopOnSignal(resuming=last)  # a SIGTERM from here on says what the rerun does
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
@@ -260,7 +261,7 @@ def train(s, record, config, reward_funcs, datasets, started):
     finally:
         stopper.restore()
     if not (stopper.signal_name or health.stopped):
-        trainer.save_model(out)  # the LoRA adapter and the tokenizer
+        checkpoints.save_adapter(trainer, out, rank0)  # the LoRA adapter, the tokenizer and the adapter's step
         after = monitor.evaluate_trainer(trainer, "after", limit=s["EVAL_AFTER"], **scoring)
         if rank0:  # our card over TRL's, then run_finished.json, then the last lines
             ends = {"max_steps": s["MAX_STEPS"], "num_train_epochs": s["NUM_TRAIN_EPOCHS"], "resumed": bool(last)}

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BASE_ENV, REPO, run_script, train
+from conftest import BASE_ENV, REPO, read_scalars, run_script, train
 
 from grpo import checkpoints, guards
 
@@ -325,3 +325,35 @@ def test_raised_max_steps_continues_the_rebuilt_schedule_and_takes_the_new_save_
     assert [rates[k] for k in range(1, 5)] == pytest.approx([lr * (1 - (k - 1) / 4) for k in range(1, 5)])
     # the new SAVE_STEPS=1, not the checkpoint's 2: a kill now loses at most one step
     assert [steps(c) for c in checkpoints.checkpoint_dirs(out)] == [2, 4, 5, 6, 7, 8]
+    # the record keeps the first part's values beside the new ones, from the step they apply
+    [segment] = json.loads((out / "run_settings.json").read_text())["segments"]
+    assert segment == {"from_step": 4, "changed": {"MAX_STEPS": [4, 8], "SAVE_STEPS": [2, 1]}}
+
+
+@pytest.mark.slow
+def test_a_resume_with_another_dataset_or_beta_is_refused_and_the_record_kept(tmp_path):
+    out, other = tmp_path / "run", tmp_path / "other.jsonl"
+    other.write_text((REPO / "data" / "smoke_gsm8k.jsonl").read_text())  # the same rows: still another DATASET
+    assert train(out, "--MAX_STEPS=2").returncode == 0
+    record = (out / "run_settings.json").read_bytes()
+    result = train(out, "--MAX_STEPS=4", f"--DATASET={other}", "--BETA=0.1")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"DATASET '{REPO / 'data' / 'smoke_gsm8k.jsonl'}' -> '{other}'" in result.stderr
+    assert "BETA 0.05 -> 0.1 differ from its run's" in result.stderr  # each change named, old -> new
+    assert (out / "run_settings.json").read_bytes() == record
+    assert steps(checkpoints.checkpoint_dirs(out)[-1]) == 2  # nothing trained on the other data
+
+
+@pytest.mark.slow
+def test_the_final_adapter_is_scored_at_its_own_step_after_a_resume_stopped_early(tmp_path):
+    out = tmp_path / "run"
+    assert train(out, "--MAX_STEPS=2").returncode == 0  # the final adapter: step 2's weights
+    proc, _ = start(out, "--MAX_STEPS=500", "--SAVE_STEPS=1000")  # resumed, then stopped: a newer checkpoint
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 143
+    assert steps(checkpoints.checkpoint_dirs(out)[-1]) > 2
+    result = run_script("evaluate.py", "--smoke", f"--ADAPTER={out}", "--LIMIT=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "eval_test.json").read_text())["step"] == 2
+    (logdir,) = (out / "runs").glob("*_eval-test")
+    assert [step for step, _ in read_scalars(logdir)["eval/gsm8k_strict_accuracy"]] == [2]
