@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import BASE_ENV, REPO, read_scalars, run_script, train
 
-from grpo import checkpoints, guards
+from grpo import checkpoints, files, guards
 
 ENV = {**os.environ, **BASE_ENV}
 
@@ -357,3 +358,80 @@ def test_the_final_adapter_is_scored_at_its_own_step_after_a_resume_stopped_earl
     assert json.loads((out / "eval_test.json").read_text())["step"] == 2
     (logdir,) = (out / "runs").glob("*_eval-test")
     assert [step for step, _ in read_scalars(logdir)["eval/gsm8k_strict_accuracy"]] == [2]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SIGKILL at any moment: the same command finishes
+
+KILL_COMMAND = ("--MAX_STEPS=6", "--SAVE_STEPS=1", "--SAVE_TOTAL_LIMIT=2")  # a checkpoint (and a rotation) each step
+# The file-system events a kill lands on, in OUTPUT_DIR: the run lock taken, a file or folder being written aside
+# (files.py's .tmp/.partial), a checkpoint folder appearing (Trainer mid-save), its trainer_state.json (the save's
+# end), the final adapter written; "delay": a seeded time into the run, up to the measured length of a first part.
+KILL_EVENTS = ("lock", "aside", "checkpoint", "checkpoint-state", "final", "delay", "delay", "delay")
+
+
+def reached(event, out, before, started, delay):
+    """Whether the run in `out` has reached `event`; `before`: (checkpoint names, final adapter's mtime) at start."""
+    if event == "delay":
+        return time.monotonic() - started >= delay
+    names = set(os.listdir(out)) if out.is_dir() else set()
+    new = {n for n in names if n.startswith("checkpoint-")} - before[0]
+    if event == "lock":
+        return guards.LOCK_NAME in names
+    if event == "aside":
+        return any(n.startswith(".") and (".tmp-" in n or ".partial-" in n) for n in names)
+    if event == "checkpoint":
+        return bool(new)
+    if event == "checkpoint-state":
+        return any((out / n / "trainer_state.json").exists() for n in new)
+    with contextlib.suppress(OSError):  # "final"
+        return (out / "adapter_model.safetensors").stat().st_mtime_ns != before[1]
+    return False
+
+
+def state_of(out):
+    names = {p.name for p in out.glob("checkpoint-*")}
+    adapter = out / "adapter_model.safetensors"
+    return names, adapter.stat().st_mtime_ns if adapter.exists() else None
+
+
+def generates(out):
+    """The final adapter of `out` loads onto its base model and generates."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = AutoModelForCausalLM.from_pretrained(out / "smoke-model", dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, out).eval()
+    ids = AutoTokenizer.from_pretrained(out)("What is 2 + 3?", return_tensors="pt").input_ids
+    return model.generate(ids, max_new_tokens=4, do_sample=False).shape[1] > ids.shape[1]
+
+
+@pytest.mark.slow
+def test_sigkill_at_20_seeded_moments_then_the_same_command_finishes_and_the_adapter_generates(tmp_path):
+    rng, kills, attempt, length = random.Random(31), [], 0, None
+    runs = [tmp_path / "run0"]
+    while len(kills) < 20:
+        out, event, attempt = runs[-1], rng.choice(KILL_EVENTS), attempt + 1
+        event = "checkpoint" if length is None else event  # the first part measures the length the delays draw from
+        delay = rng.uniform(0, length or 0)
+        log = tmp_path / f"attempt{attempt}.log"
+        before, started = state_of(out), time.monotonic()
+        proc = train(out, *KILL_COMMAND, background=True, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        while proc.poll() is None and not reached(event, out, before, started, delay):
+            time.sleep(0.002)
+        if proc.poll() is None:
+            proc.kill()  # SIGKILL: no handler, no finally, no flush
+            proc.wait()
+            kills.append(event)
+            length = length or time.monotonic() - started
+            continue
+        assert proc.returncode == 0, log.read_text()[-3000:]  # it ended before the moment: it must have finished
+        assert (out / checkpoints.FINISHED_NAME).is_file() and generates(out)
+        runs.append(tmp_path / f"run{len(runs)}")  # a finished run changes no more: the next kills go to a new one
+    last = train(runs[-1], *KILL_COMMAND)
+    assert last.returncode == 0, last.stderr[-3000:]
+    assert "Traceback" not in "".join(p.read_text() for p in tmp_path.glob("attempt*.log"))
+    assert json.loads((runs[-1] / checkpoints.FINISHED_NAME).read_text())["global_step"] == 6
+    assert files.adapter_step(runs[-1]) == 6 and generates(runs[-1])
+    assert set(kills) == set(KILL_EVENTS)  # every kind of moment was hit
