@@ -86,8 +86,11 @@ def fsync_dir(path):
 
 def atomic_write(path, text, durable=False):
     """Write `text` to `path` so that a reader sees the old file or the new one, never half of either: written
-    aside, then renamed over it; `durable` also fsyncs the file and the directory (for markers a rerun trusts)."""
+    aside, then renamed over it; `durable` also fsyncs the file and the directory (for markers a rerun trusts).
+    What a killed earlier write of this host left aside is deleted first."""
     path = Path(path)
+    for _, stale in _stale(path):
+        stale.unlink(missing_ok=True)
     tmp = _aside(path, "tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:

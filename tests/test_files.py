@@ -7,6 +7,9 @@ user's to fix.
 import errno
 import json
 import os
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -43,6 +46,15 @@ def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path):
     files.atomic_write(path, "new", durable=True)
     assert path.read_text() == "new"
     assert os.listdir(tmp_path) == ["run_finished.json"]  # the temporary is renamed, never left beside it
+
+
+def test_atomic_write_deletes_what_a_killed_write_left_aside(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # a writer that has ended: what it left aside is litter
+    left = tmp_path / f".run_settings.json.tmp-{socket.gethostname()}-{proc.pid}"
+    left.write_text('{"half')
+    files.atomic_write(tmp_path / "run_settings.json", "{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run_settings.json"]
 
 
 def test_publish_dir_never_shows_half_a_folder(tmp_path):
