@@ -246,6 +246,7 @@ def train(s, record, config, reward_funcs, datasets, started):
         target_modules=s["LORA_TARGET_MODULES"],
         main_process=rank0,
     )
+    record = checkpoints.resumed_record(out, record, last)  # refuses settings that change what the run is
     log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
     # a SIGTERM from here on says what the rerun does; past STOP_GRACE the step is given up
     stopper = guards.StopOnSignal(resuming=last, grace=s["STOP_GRACE"])
@@ -264,6 +265,7 @@ def train(s, record, config, reward_funcs, datasets, started):
         finished=lambda: not (stopper.signal_name or health.stopped),
     ).install(trainer)
     callbacks = [stopper, monitor.PerfMonitor(trainer), monitor.CompletionSamples(trainer, s["LOG_COMPLETIONS_STEPS"])]
+    callbacks.append(guards.ResumedSettings())  # this run's SAVE_STEPS and learning rate on resume
     for callback in callbacks + guards.generation_guards(trainer):
         trainer.add_callback(callback)
     files.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
@@ -276,7 +278,7 @@ def train(s, record, config, reward_funcs, datasets, started):
     finally:
         stopper.restore()
     if not (stopper.signal_name or health.stopped):
-        trainer.save_model(out)  # the LoRA adapter and the tokenizer
+        checkpoints.save_adapter(trainer, out, rank0)  # the LoRA adapter, the tokenizer and the adapter's step
         if rank0:  # our card over TRL's, then run_finished.json, then the last lines
             ends = {"max_steps": s["MAX_STEPS"], "num_train_epochs": s["NUM_TRAIN_EPOCHS"], "resumed": bool(last)}
             before = held_out.metrics.get("before")

@@ -17,7 +17,15 @@ import zipfile
 from pathlib import Path
 
 from grpo.errors import ConfigError, is_load_error
-from grpo.files import SETTINGS_FILE, atomic_write, checkpoint_dirs, read_json_object, type_problem
+from grpo.files import (
+    SETTINGS_FILE,
+    STEP_FILE,
+    atomic_write,
+    checkpoint_dirs,
+    checkpoint_step,
+    read_json_object,
+    type_problem,
+)
 
 log = logging.getLogger("grpotrainer")
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
@@ -134,6 +142,11 @@ def resume_checkpoint(
     model or LoRA shape (`adapter_mismatch`).
     """
     output_dir = Path(output_dir)
+    if taken := names_taken(output_dir):
+        raise ConfigError(
+            f"OUTPUT_DIR {output_dir} holds {', '.join(taken)}: a file of yours where a run keeps checkpoint folders, "
+            "which it never overwrites.\nMove it out of OUTPUT_DIR, or give this run a new OUTPUT_DIR."
+        )
     found = checkpoint_dirs(output_dir)
     if not resume and (found or (output_dir / FINISHED_NAME).is_file()):
         held = f"{len(found)} checkpoint(s)" if found else "a finished adapter"
@@ -155,6 +168,86 @@ def resume_checkpoint(
     if problem := adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, trained_with=given):
         raise ConfigError(f"cannot resume {chosen}: {problem}, or give this run a new OUTPUT_DIR.")
     return chosen
+
+
+# The settings a resume may change: they decide how long the run goes, how it is saved, logged, evaluated, watched
+# and computed, not what the adapter learns. Every other one (MODEL_NAME, LOAD_IN_4BIT, LORA_*, the data and its rows
+# and order: DATASET, DATASET_CONFIG, MAX_SAMPLES, SKIP_BAD_ROWS, SEED; the prompt: SYSTEM_PROMPT, ENABLE_THINKING;
+# the objective: REWARD_*, NUM_GENERATIONS, MAX_COMPLETION_LENGTH, TEMPERATURE, BETA, LOSS_TYPE, SCALE_REWARDS,
+# NUM_ITERATIONS, STEPS_PER_GENERATION, MASK_TRUNCATED_COMPLETIONS; the optimisation: LEARNING_RATE, WARMUP_STEPS,
+# the batch; and any --field=value) makes the run what it is: another value would mix two runs in one adapter.
+CHANGEABLE = (
+    # length: the schedule is rebuilt for it (README: resuming)
+    *("MAX_STEPS", "NUM_TRAIN_EPOCHS"),
+    # saving, logging, evaluation and the health thresholds: what is recorded, not what is trained
+    *("OUTPUT_DIR", "RESUME", "SAVE_STEPS", "SAVE_TOTAL_LIMIT", "LOGGING_STEPS", "REPORT_TO", "profile"),
+    *("EVAL_BEFORE", "EVAL_AFTER", "EVAL_STEPS", "EVAL_SUBSET", "EVAL_BATCH_SIZE", "EVAL_SAMPLES"),
+    *("KL_WARN", "KL_ACT", "ZERO_STD_FRAC", "ZERO_STD_LOGS", "REWARD_FLAT_WINDOW", "REWARD_FLAT_DELTA"),
+    *("CLIPPED_RATIO_MAX", "GRAD_NORM_MAX", "REWARD_TIMEOUT", "DDP_TIMEOUT"),
+    # how the same maths is computed: kernels, memory, precision of the compute, the generation engine
+    *("ATTN_IMPLEMENTATION", "ACTIVATION_CHECKPOINTING", "BF16", "TRUST_REMOTE_CODE", "CACHE_IMPLEMENTATION"),
+    *("USE_TRANSFORMERS_CONTINUOUS_BATCHING", "USE_VLLM", "VLLM_MODE", "VLLM_GPU_MEMORY_UTILIZATION"),
+    *("VLLM_ENABLE_SLEEP_MODE", "VLLM_SERVER_BASE_URL"),
+)
+DERIVED = ("dataset_sizes", "segments")  # in the record, computed from the settings or by `resumed_record`
+
+
+def resumed_record(output_dir, record, checkpoint):
+    """The run record (`record`: this run's settings) to write when resuming `checkpoint`, checked against the one
+    its run wrote. A change of a setting outside CHANGEABLE is refused, naming each (old -> new); changes of the
+    others are logged in one line and appended to the record's "segments" (the step they apply from, old and new),
+    so run_settings.json keeps what the adapter was trained with. Without a checkpoint, nothing was trained yet."""
+    if checkpoint is None:
+        return record
+    path = Path(output_dir) / SETTINGS_FILE
+    old = _flat(read_json_object(path))
+    new = _flat(json.loads(json.dumps(record, default=str)))  # as it will be written, to compare like with like
+    keys = [k for k in new if k in old or k.startswith("--")] + [k for k in old if k.startswith("--") and k not in new]
+    changed = {k: (old.get(k, "(unset)"), new.get(k, "(unset)")) for k in keys if not _same(k, old.get(k), new.get(k))}
+    refused = [k for k in changed if k not in CHANGEABLE]
+    if refused:
+        raise ConfigError(
+            f"cannot resume {checkpoint}: {_changes(changed, refused)} differ from its run's ({path}), and the "
+            "adapter would mix two runs.\nSet them back to resume, or give this run a new OUTPUT_DIR to start over."
+        )
+    if not changed:
+        return record
+    log.info("resuming %s with changed settings: %s", checkpoint, _changes(changed, changed))
+    segment = {"from_step": checkpoint_step(checkpoint), "changed": {k: list(v) for k, v in changed.items()}}
+    return {**record, "segments": [*read_json_object(path).get("segments", []), segment]}
+
+
+def _flat(record):
+    """A record with its GRPOConfig fields as "--field" keys beside the constants, and without DERIVED ones."""
+    fields = record.get("grpo_config") if isinstance(record.get("grpo_config"), dict) else {}
+    flat = {k: v for k, v in record.items() if k not in (*DERIVED, "grpo_config")}
+    return {**flat, **{f"--{k}": v for k, v in fields.items()}}
+
+
+def _same(key, old, new):
+    """Equal settings; a model by folder name (a Hub id and its local copy), a local dataset by where it is."""
+    if key == "MODEL_NAME" and isinstance(old, str) and isinstance(new, str):
+        return Path(old).name == Path(new).name
+    if key == "DATASET" and isinstance(old, str) and isinstance(new, str) and Path(old).exists():
+        return Path(new).exists() and Path(old).resolve() == Path(new).resolve()
+    return old == new
+
+
+def _changes(changed, keys):
+    """`KEY old -> new` for each of `keys`, values cut to 100 characters (a SYSTEM_PROMPT may be long)."""
+
+    def cut(value):
+        text = json.dumps(value) if not isinstance(value, str) else repr(value)
+        return text if len(text) <= 100 else text[:97] + "..."
+
+    return ", ".join(f"{k} {cut(changed[k][0])} -> {cut(changed[k][1])}" for k in keys)
+
+
+def names_taken(output_dir):
+    """The names in OUTPUT_DIR that a run writes folders under (checkpoint-N, broken) held by something else."""
+    names = [p for p in Path(output_dir).glob("checkpoint-*") if checkpoint_step(p) is not None]
+    names.append(Path(output_dir) / BROKEN_DIR)
+    return sorted(p.name for p in names if (p.exists() or p.is_symlink()) and not p.is_dir())
 
 
 def put_aside(folder, reason, output_dir, main_process, now=time.time):
@@ -299,6 +392,18 @@ def misfit_problem(adapter, model_name, detail):
 
 # ---------------------------------------------------------------------------------------------------------------
 # finished runs
+
+
+def save_adapter(trainer, output_dir, main_process):
+    """`trainer.save_model(output_dir)` (every rank calls it), labelled with the step its weights are from in
+    adapter_step.json once they are whole. The earlier label goes first: a save cut short leaves no label, never the
+    earlier step's on new weights."""
+    label = Path(output_dir) / STEP_FILE
+    if main_process:
+        label.unlink(missing_ok=True)
+    trainer.save_model(output_dir)
+    if main_process:
+        atomic_write(label, json.dumps({"global_step": trainer.state.global_step}) + "\n", durable=True)
 
 
 def mark_finished(output_dir, global_step, epoch, max_steps, num_train_epochs):

@@ -17,6 +17,7 @@ from grpo.errors import ConfigError
 
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")
 SETTINGS_FILE = "run_settings.json"  # in OUTPUT_DIR: what a run was told, read back by evaluate.py and export.py
+STEP_FILE = "adapter_step.json"  # in OUTPUT_DIR, beside the final adapter: the step its weights are from
 # The settings of every script that name a file or folder: `~` in them means the home folder, as in a shell.
 PATH_SETTINGS = ("MODEL_NAME", "DATASET", "OUTPUT_DIR", "ADAPTER")
 
@@ -117,8 +118,11 @@ def fsync_dir(path):
 
 def atomic_write(path, text, durable=False):
     """Write `text` to `path` so that a reader sees the old file or the new one, never half of either: written
-    aside, then renamed over it; `durable` also fsyncs the file and the directory (for markers a rerun trusts)."""
+    aside, then renamed over it; `durable` also fsyncs the file and the directory (for markers a rerun trusts).
+    What a killed earlier write of this host left aside is deleted first."""
     path = Path(path)
+    for _, stale in _stale(path):
+        stale.unlink(missing_ok=True)
     tmp = _aside(path, "tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -220,11 +224,14 @@ def run_settings(adapter, types=None):
 
 
 def adapter_step(adapter):
-    """The training step an adapter was saved at: a checkpoint-N's own trainer_state.json, or for a run's final
-    adapter its newest checkpoint's (transformers always checkpoints the last step); 0 when unknown."""
+    """The training step an adapter's weights are from: a checkpoint-N's own trainer_state.json, or the label a
+    run's final save wrote beside its adapter (`checkpoints.save_adapter`); 0 for no adapter (the base model), None
+    when not recorded (another tool's adapter, or a final save cut short). Never the newest checkpoint's step, which
+    a run resumed past the final adapter (or saving a checkpoint now) has moved on from."""
     if not adapter:
         return 0
-    state = Path(adapter) / "trainer_state.json"
-    if not state.is_file() and (found := checkpoint_dirs(adapter)):
-        state = found[-1] / "trainer_state.json"
-    return read_json_object(state, {"global_step": int}).get("global_step", 0)
+    for name in ("trainer_state.json", STEP_FILE):
+        step = read_json_object(Path(adapter) / name, {"global_step": int}).get("global_step")
+        if step is not None:
+            return step
+    return None

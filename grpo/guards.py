@@ -91,8 +91,9 @@ def holder_id(holder):
 
 def holder_message(output_dir, holder):
     pid, host = holder_id(holder)
+    since = f"since {holder['since']}" if holder.get("since") else f"which has not named itself in {HOLDER_NAME} yet"
     return (
-        f"OUTPUT_DIR {output_dir} is in use by another run (pid {pid} on {host}, since {holder.get('since', '?')}); "
+        f"OUTPUT_DIR {output_dir} is in use by another run (pid {pid} on {host}, {since}); "
         "two runs in one folder overwrite each other.\nWait for it to end, stop it, or give this run another "
         "OUTPUT_DIR."
     )
@@ -115,6 +116,28 @@ def output_lock(output_dir, rank0):
             for name in (HOLDER_NAME, LOCK_NAME):  # while still locked; filelock locks anew if a waiter opened it
                 (Path(output_dir) / name).unlink(missing_ok=True)
             lock.release()
+
+
+class ResumedSettings(TrainerCallback):
+    """A resumed run takes this run's SAVE_STEPS and LOGGING_STEPS, and the learning rate of the schedule Trainer
+    built for this run's length at the step reached (README: resuming).
+
+    Trainer restores the checkpoint's trainer_state.json over the new intervals (its old SAVE_STEPS would then
+    decide what a kill loses), and the optimizer's learning rate is the old schedule's: after a raised MAX_STEPS,
+    the old end's 0 for the first resumed step. The new scheduler (its length, warm-up and decay) then runs from
+    the next step only. On a fresh start, or a resume at the same length, both are what Trainer has already.
+    """
+
+    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        state.compute_steps(args, state.max_steps)
+        scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate's wrapper, when there is one
+        if optimizer is None or not hasattr(scheduler, "lr_lambdas"):  # not a LambdaLR (DeepSpeed's own)
+            return
+        step = scheduler.last_epoch
+        rates = [base * rate(step) for base, rate in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
+        for group, lr in zip(optimizer.param_groups, rates, strict=True):
+            group["lr"] = lr
+        scheduler._last_lr = rates  # what get_last_lr(), the logged learning_rate, reads; no public setter
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from grpo import checkpoints
+from grpo import checkpoints, files
 from grpo.errors import ConfigError
 
 LORA = {"base_model_name_or_path": "/models/Qwen3-8B", "r": 16, "lora_alpha": 32, "target_modules": ["q_proj"]}
@@ -329,3 +329,124 @@ def test_an_adapter_that_does_not_fit_its_base_is_refused_in_one_message(tmp_pat
         checkpoints.apply_adapter(base, str(adapter), tiny_model)
     assert str(err.value).startswith(f"ADAPTER={adapter} does not fit MODEL_NAME={tiny_model} (")
     assert named in str(err.value) and len(str(err.value).splitlines()) == 2
+
+
+@pytest.mark.parametrize("name", ["broken", "checkpoint-6"])
+def test_a_users_file_under_a_checkpoint_name_is_refused_naming_it_and_left_alone(tmp_path, name):
+    write_checkpoint(tmp_path / "checkpoint-2", 2)
+    cut(write_checkpoint(tmp_path / "checkpoint-4", 4) / "adapter_model.safetensors", 20)  # would be moved aside
+    (tmp_path / name).write_text("my notes")
+    with pytest.raises(ConfigError, match=f"holds {name}: a file of yours"):
+        checkpoints.resume_checkpoint(tmp_path, True, "/models/Qwen3-8B", 16, 32, "q_proj")
+    assert (tmp_path / name).read_text() == "my notes"  # neither moved nor overwritten
+    assert (tmp_path / "checkpoint-4").is_dir()  # nothing moved before the refusal
+
+
+def test_other_files_named_like_checkpoints_are_not_taken(tmp_path):
+    write_checkpoint(tmp_path / "checkpoint-2", 2)
+    (tmp_path / "checkpoint-2.txt").write_text("notes")  # not a name Trainer writes
+    chosen = checkpoints.resume_checkpoint(tmp_path, True, "/models/Qwen3-8B", 16, 32, "q_proj")
+    assert chosen == tmp_path / "checkpoint-2"
+
+
+class Saver:
+    """A trainer whose save_model writes the adapter, or is killed (an exception) halfway through it."""
+
+    def __init__(self, step, killed=False):
+        self.state, self.killed = type("State", (), {"global_step": step})(), killed
+
+    def save_model(self, folder):
+        (folder / "adapter_model.safetensors").write_bytes(b"half" if self.killed else b"whole")
+        if self.killed:
+            raise KeyboardInterrupt
+
+
+def test_save_adapter_labels_the_weights_with_their_step_and_a_cut_save_with_none(tmp_path):
+    checkpoints.save_adapter(Saver(4), tmp_path, main_process=True)
+    assert files.adapter_step(tmp_path) == 4
+    with pytest.raises(KeyboardInterrupt):
+        checkpoints.save_adapter(Saver(8, killed=True), tmp_path, main_process=True)
+    assert files.adapter_step(tmp_path) is None  # never step 4 on the half-written step-8 weights
+    checkpoints.save_adapter(Saver(8), tmp_path, main_process=True)
+    assert files.adapter_step(tmp_path) == 8
+
+
+def recorded_run(folder, settings, step=4):
+    """A run folder as a run leaves it: its run_settings.json (the record grpotrainer.py writes) and checkpoint-N."""
+    record = {**settings, "grpo_config": {"top_p": 0.9}, "profile": "smoke", "dataset_sizes": {"train": 32}}
+    files.write_settings(folder, record)
+    return record, write_checkpoint(folder / f"checkpoint-{step}", step)
+
+
+PROMPT = "You are a careful math tutor. " + "Solve it. " * 9
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"DATASET": "/data/other.jsonl"}, "DATASET '/data/gsm8k' -> '/data/other.jsonl'"),
+        (
+            {"REWARD_FUNCS": ["format_reward"]},
+            'REWARD_FUNCS ["correctness_reward", "format_reward"] -> ["format_reward"]',
+        ),
+        ({"NUM_GENERATIONS": 16, "BETA": 0.04}, "NUM_GENERATIONS 8 -> 16, BETA 0.0 -> 0.04"),
+        (
+            {"SYSTEM_PROMPT": "Answer in French."},
+            f"SYSTEM_PROMPT {PROMPT!r:.97}... -> 'Answer in French.'",  # over 100 characters: cut
+        ),
+        ({"LORA_DROPOUT": 0.1}, "LORA_DROPOUT 0.0 -> 0.1"),
+        ({"GRADIENT_ACCUMULATION_STEPS": 4}, "GRADIENT_ACCUMULATION_STEPS 8 -> 4"),
+        (
+            {"grpo_config": {"top_p": 1.0, "epsilon_high": 0.28}},
+            "--top_p 0.9 -> 1.0, --epsilon_high '(unset)' -> 0.28",
+        ),
+    ],
+)
+def test_a_resume_that_changes_what_the_run_is_is_refused_naming_each_change(tmp_path, settings, change, named):
+    settings = {**settings, "DATASET": "/data/gsm8k", "SYSTEM_PROMPT": PROMPT}
+    record, last = recorded_run(tmp_path, settings)
+    before = (tmp_path / files.SETTINGS_FILE).read_bytes()
+    with pytest.raises(ConfigError, match="new OUTPUT_DIR") as err:
+        checkpoints.resumed_record(tmp_path, {**record, **change}, last)
+    assert f"cannot resume {last}: {named} differ from its run's" in str(err.value)
+    assert (tmp_path / files.SETTINGS_FILE).read_bytes() == before  # the first run's record untouched
+
+
+def test_a_resume_with_harmless_changes_says_so_and_keeps_the_first_runs_values(tmp_path, settings, caplog):
+    record, last = recorded_run(tmp_path, settings)
+    again = {**record, "MAX_STEPS": 500, "SAVE_STEPS": 10, "EVAL_STEPS": 0, "REPORT_TO": "none"}
+    with caplog.at_level(logging.INFO):
+        written = checkpoints.resumed_record(tmp_path, again, last)
+    assert caplog.messages == [
+        f"resuming {last} with changed settings: MAX_STEPS 250 -> 500, REPORT_TO 'tensorboard' -> 'none', "
+        "SAVE_STEPS 50 -> 10, EVAL_STEPS 50 -> 0"
+    ]
+    assert written["MAX_STEPS"] == 500 and written["segments"] == [
+        {
+            "from_step": 4,
+            "changed": {
+                "MAX_STEPS": [250, 500],
+                "REPORT_TO": ["tensorboard", "none"],
+                "SAVE_STEPS": [50, 10],
+                "EVAL_STEPS": [50, 0],
+            },
+        }
+    ]
+    files.write_settings(tmp_path, written)  # a second resume appends its own segment after the first
+    later = checkpoints.resumed_record(
+        tmp_path, {**again, "MAX_STEPS": 600}, write_checkpoint(tmp_path / "checkpoint-9", 9)
+    )
+    assert [s["from_step"] for s in later["segments"]] == [4, 9]
+
+
+def test_the_same_model_and_dataset_named_another_way_are_no_change(tmp_path, settings):
+    (tmp_path / "data.jsonl").write_text("{}\n")
+    record, last = recorded_run(tmp_path / "run", {**settings, "DATASET": str(tmp_path / "data.jsonl")})
+    again = {**record, "MODEL_NAME": "/models/Qwen3-8B", "DATASET": str(tmp_path / "run" / ".." / "data.jsonl")}
+    assert checkpoints.resumed_record(tmp_path / "run", again, last) == again  # a local copy; the same file
+
+
+def test_every_constant_is_classified_by_whether_a_resume_may_change_it(settings):
+    defining = {"MODEL_NAME", "LOAD_IN_4BIT", "DATASET", "SYSTEM_PROMPT", "REWARD_FUNCS", "NUM_GENERATIONS", "BETA"}
+    assert defining.isdisjoint(checkpoints.CHANGEABLE)  # the examples the resume policy names
+    assert set(checkpoints.CHANGEABLE) - {"profile"} <= set(settings)  # no name in it that a run does not record

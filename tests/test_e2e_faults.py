@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -14,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BASE_ENV, REPO, run_script, train
+from conftest import BASE_ENV, REPO, read_scalars, run_script, train
 
-from grpo import checkpoints, guards
+from grpo import checkpoints, files, guards
 
 ENV = {**os.environ, **BASE_ENV}
 
@@ -363,3 +364,130 @@ def test_sigterm_during_a_hung_step_ends_within_stop_grace_and_the_same_command_
     again = train(run, *args, reward_module=HUNG_ONCE_REWARD)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {run / 'checkpoint-1'}" in again.stderr
+
+
+@pytest.mark.slow
+def test_raised_max_steps_continues_the_rebuilt_schedule_and_takes_the_new_save_steps(tmp_path):
+    out, lr = tmp_path / "run", 1e-3
+    common = (f"--LEARNING_RATE={lr}", "--WARMUP_STEPS=0", "--SAVE_TOTAL_LIMIT=10")
+    assert train(out, "--MAX_STEPS=4", "--SAVE_STEPS=2", *common).returncode == 0
+    rerun = train(out, "--MAX_STEPS=8", "--SAVE_STEPS=1", *common)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    logged = json.loads((out / "checkpoint-8" / "trainer_state.json").read_text())["log_history"]
+    rates = {row["step"]: row["learning_rate"] for row in logged if "learning_rate" in row}
+    # README: the linear schedule rebuilt for 8 steps, from the step reached; step k trains at lr * (1 - (k-1)/8)
+    assert [rates[k] for k in range(5, 9)] == pytest.approx([lr * (1 - (k - 1) / 8) for k in range(5, 9)])
+    assert [rates[k] for k in range(1, 5)] == pytest.approx([lr * (1 - (k - 1) / 4) for k in range(1, 5)])
+    # the new SAVE_STEPS=1, not the checkpoint's 2: a kill now loses at most one step
+    assert [steps(c) for c in checkpoints.checkpoint_dirs(out)] == [2, 4, 5, 6, 7, 8]
+    # the record keeps the first part's values beside the new ones, from the step they apply
+    [segment] = json.loads((out / "run_settings.json").read_text())["segments"]
+    assert segment == {"from_step": 4, "changed": {"MAX_STEPS": [4, 8], "SAVE_STEPS": [2, 1]}}
+
+
+@pytest.mark.slow
+def test_a_resume_with_another_dataset_or_beta_is_refused_and_the_record_kept(tmp_path):
+    out, other = tmp_path / "run", tmp_path / "other.jsonl"
+    other.write_text((REPO / "data" / "smoke_gsm8k.jsonl").read_text())  # the same rows: still another DATASET
+    assert train(out, "--MAX_STEPS=2").returncode == 0
+    record = (out / "run_settings.json").read_bytes()
+    result = train(out, "--MAX_STEPS=4", f"--DATASET={other}", "--BETA=0.1")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"DATASET '{REPO / 'data' / 'smoke_gsm8k.jsonl'}' -> '{other}'" in result.stderr
+    assert "BETA 0.05 -> 0.1 differ from its run's" in result.stderr  # each change named, old -> new
+    assert (out / "run_settings.json").read_bytes() == record
+    assert steps(checkpoints.checkpoint_dirs(out)[-1]) == 2  # nothing trained on the other data
+
+
+@pytest.mark.slow
+def test_the_final_adapter_is_scored_at_its_own_step_after_a_resume_stopped_early(tmp_path):
+    out = tmp_path / "run"
+    assert train(out, "--MAX_STEPS=2").returncode == 0  # the final adapter: step 2's weights
+    proc, _ = start(out, "--MAX_STEPS=500", "--SAVE_STEPS=1000")  # resumed, then stopped: a newer checkpoint
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 143
+    assert steps(checkpoints.checkpoint_dirs(out)[-1]) > 2
+    result = run_script("evaluate.py", "--smoke", f"--ADAPTER={out}", "--LIMIT=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "eval_test.json").read_text())["step"] == 2
+    (logdir,) = (out / "runs").glob("*_eval-test")
+    assert [step for step, _ in read_scalars(logdir)["eval/gsm8k_strict_accuracy"]] == [2]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SIGKILL at any moment: the same command finishes
+
+KILL_COMMAND = ("--MAX_STEPS=6", "--SAVE_STEPS=1", "--SAVE_TOTAL_LIMIT=2")  # a checkpoint (and a rotation) each step
+# The file-system events a kill lands on, in OUTPUT_DIR: the run lock taken, a file or folder being written aside
+# (files.py's .tmp/.partial), a checkpoint folder appearing (Trainer mid-save), its trainer_state.json (the save's
+# end), the final adapter written; "delay": a seeded time into the run, up to the measured length of a first part.
+KILL_EVENTS = ("lock", "aside", "checkpoint", "checkpoint-state", "final", "delay", "delay", "delay")
+
+
+def reached(event, out, before, started, delay):
+    """Whether the run in `out` has reached `event`; `before`: (checkpoint names, final adapter's mtime) at start."""
+    if event == "delay":
+        return time.monotonic() - started >= delay
+    names = set(os.listdir(out)) if out.is_dir() else set()
+    new = {n for n in names if n.startswith("checkpoint-")} - before[0]
+    if event == "lock":
+        return guards.LOCK_NAME in names
+    if event == "aside":
+        return any(n.startswith(".") and (".tmp-" in n or ".partial-" in n) for n in names)
+    if event == "checkpoint":
+        return bool(new)
+    if event == "checkpoint-state":
+        return any((out / n / "trainer_state.json").exists() for n in new)
+    with contextlib.suppress(OSError):  # "final"
+        return (out / "adapter_model.safetensors").stat().st_mtime_ns != before[1]
+    return False
+
+
+def state_of(out):
+    names = {p.name for p in out.glob("checkpoint-*")}
+    adapter = out / "adapter_model.safetensors"
+    return names, adapter.stat().st_mtime_ns if adapter.exists() else None
+
+
+def generates(out):
+    """The final adapter of `out` loads onto its base model and generates."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = AutoModelForCausalLM.from_pretrained(out / "smoke-model", dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, out).eval()
+    ids = AutoTokenizer.from_pretrained(out)("What is 2 + 3?", return_tensors="pt").input_ids
+    return model.generate(ids, max_new_tokens=4, do_sample=False).shape[1] > ids.shape[1]
+
+
+@pytest.mark.slow
+def test_sigkill_at_20_seeded_moments_then_the_same_command_finishes_and_the_adapter_generates(tmp_path):
+    rng, kills, attempt, length = random.Random(31), [], 0, None
+    runs = [tmp_path / "run0"]
+    while len(kills) < 20:
+        out, event, attempt = runs[-1], rng.choice(KILL_EVENTS), attempt + 1
+        event = "checkpoint" if length is None else event  # the first part measures the length the delays draw from
+        delay = rng.uniform(0, length or 0)
+        log = tmp_path / f"attempt{attempt}.log"
+        before, started = state_of(out), time.monotonic()
+        proc = train(out, *KILL_COMMAND, background=True, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        while proc.poll() is None and not reached(event, out, before, started, delay):
+            time.sleep(0.002)
+        if proc.poll() is None:
+            proc.kill()  # SIGKILL: no handler, no finally, no flush
+            proc.wait()
+            kills.append(event)
+            length = length or time.monotonic() - started
+            continue
+        assert proc.returncode == 0, log.read_text()[-3000:]  # it ended before the moment: it must have finished
+        assert (out / checkpoints.FINISHED_NAME).is_file() and generates(out)
+        runs.append(tmp_path / f"run{len(runs)}")  # a finished run changes no more: the next kills go to a new one
+    last = train(runs[-1], *KILL_COMMAND)
+    assert last.returncode == 0, last.stderr[-3000:]
+    assert "Traceback" not in "".join(p.read_text() for p in tmp_path.glob("attempt*.log"))
+    assert json.loads((runs[-1] / checkpoints.FINISHED_NAME).read_text())["global_step"] == 6
+    assert files.adapter_step(runs[-1]) == 6 and generates(runs[-1])
+    # the kills landed at several kinds of moment; a file written aside and the tiny final save last milliseconds,
+    # so a poll may miss them (the run then finishes, and the next kills go to a new one)
+    assert len(set(kills)) >= 4, kills

@@ -5,7 +5,11 @@ user's to fix.
 """
 
 import errno
+import json
 import os
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -42,6 +46,15 @@ def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path):
     files.atomic_write(path, "new", durable=True)
     assert path.read_text() == "new"
     assert os.listdir(tmp_path) == ["run_finished.json"]  # the temporary is renamed, never left beside it
+
+
+def test_atomic_write_deletes_what_a_killed_write_left_aside(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # a writer that has ended: what it left aside is litter
+    left = tmp_path / f".run_settings.json.tmp-{socket.gethostname()}-{proc.pid}"
+    left.write_text('{"half')
+    files.atomic_write(tmp_path / "run_settings.json", "{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run_settings.json"]
 
 
 def test_publish_dir_never_shows_half_a_folder(tmp_path):
@@ -102,3 +115,33 @@ def test_load_errors_are_the_users_and_everything_else_is_a_bug():
     assert not errors.is_load_error(_raised_in("forward", RuntimeError("shape '[2, 3]' is invalid")))
     assert not errors.is_load_error(KeyError("missing"))
     assert not errors.is_load_error(_raised_in("from_pretrained", torch.OutOfMemoryError("CUDA out of memory")))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the step an adapter is labelled with
+
+
+def checkpoint(folder, step):
+    """A checkpoint-`step` folder as far as its step goes: Trainer's trainer_state.json."""
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "max_steps": 8}))
+    return folder
+
+
+def test_the_final_adapter_keeps_its_own_step_when_checkpoints_move_past_it(tmp_path):
+    # a run finished at step 4, resumed with MAX_STEPS=8, stopped by SIGTERM after checkpoint-6, and now writing
+    # checkpoint-8 (its trainer_state.json not yet there): the final adapter in OUTPUT_DIR is still step 4's
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"step-4 weights")
+    (tmp_path / files.STEP_FILE).write_text(json.dumps({"global_step": 4}))
+    checkpoint(tmp_path / "checkpoint-4", 4)
+    checkpoint(tmp_path / "checkpoint-6", 6)
+    (tmp_path / "checkpoint-8").mkdir()
+    assert files.adapter_step(tmp_path) == 4
+    assert files.adapter_step(tmp_path / "checkpoint-6") == 6  # a checkpoint is labelled by its own state
+    assert files.adapter_step(None) == 0  # the base model
+
+
+def test_an_adapter_without_a_label_is_not_given_a_checkpoints_step(tmp_path):
+    checkpoint(tmp_path / "checkpoint-6", 6)
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"weights of an unknown step")
+    assert files.adapter_step(tmp_path) is None

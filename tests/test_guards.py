@@ -569,3 +569,37 @@ def test_a_4bit_run_trains_all_of_lora_a_only_with_the_adapter_in_fp32(guarded):
         assert moved == 1.0
     else:
         assert moved < 0.5  # the control: most 1e-5 updates round away in bf16
+
+
+KILLED_AFTER_LOCKING = f"""
+import os, signal, sys
+sys.path.insert(0, {str(REPO)!r})
+from filelock import FileLock
+from grpo import guards
+FileLock(os.path.join(sys.argv[1], guards.LOCK_NAME), timeout=0).acquire()  # as take_lock does, first
+os.kill(os.getpid(), signal.SIGKILL)  # the instant before take_lock names its holder in run.lock.json
+"""
+
+
+def test_a_run_killed_between_locking_and_naming_itself_does_not_lock_the_folder(tmp_path):
+    from grpo import preflight
+
+    out = tmp_path / "run"
+    out.mkdir()
+    killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_LOCKING, str(out)])
+    assert killed.returncode == -signal.SIGKILL
+    assert sorted(p.name for p in out.iterdir()) == [guards.LOCK_NAME]  # the state it left: run.lock alone
+    assert preflight.run_folder_problem(out) is None  # the rerun's folder check: its own run's file
+    with guards.output_lock(out, rank0=True):  # the OS released its flock: taken over
+        assert json.loads((out / guards.HOLDER_NAME).read_text())["pid"] == os.getpid()
+
+
+def test_a_held_lock_whose_holder_is_not_named_yet_is_refused_saying_so(tmp_path):
+    lock, _ = guards.take_lock(tmp_path)
+    (tmp_path / guards.HOLDER_NAME).unlink()  # as between another run's acquire and its holder file
+    try:
+        refusal = r"pid \? on an unknown host, which has not named itself"
+        with pytest.raises(ConfigError, match=refusal), guards.output_lock(tmp_path, rank0=True):
+            pass
+    finally:
+        lock.release()
