@@ -281,8 +281,7 @@ def train(s, record, config, reward_funcs, datasets, started):
         checkpoints.save_adapter(trainer, out, rank0)  # the LoRA adapter, the tokenizer and the adapter's step
         if rank0:  # our card over TRL's, then run_finished.json, then the last lines
             ends = {"max_steps": s["MAX_STEPS"], "num_train_epochs": s["NUM_TRAIN_EPOCHS"], "resumed": bool(last)}
-            before = held_out.metrics.get("before")
-            after = held_out.metrics.get("after")
+            before, after = held_out.metrics.get("before"), held_out.metrics.get("after")
             before = modelcard.finish_run(trainer.state, out, record, metrics=(before, after), **ends)
             sums.log_summary(out, record["profile"])  # --demo: its one before -> after line
             log.info(gsm8k.summary_line(trainer.state.global_step, started, (before, after)))
@@ -320,14 +319,8 @@ def check_and_plan(s, args, cpu_only, machine=True):
 
 def main(argv=()):
     argv, show_plan = plan.take_flag(argv)
-    args = cli.parse(
-        cli.constants(globals()),
-        argv,
-        profiles=profile_settings,
-        config_class="trl.trainer.grpo_config:GRPOConfig",
-        owned=owned,
-        source=__file__,
-    )
+    config_class = "trl.trainer.grpo_config:GRPOConfig"  # read from its source: TRL is not imported yet
+    args = cli.parse(cli.constants(globals()), argv, profile_settings, config_class, owned=owned, source=__file__)
     started = time.monotonic()
     s = dict(args.settings)
     cpu_only = args.profile is not None
