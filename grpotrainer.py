@@ -281,7 +281,8 @@ def train(s, record, config, reward_funcs, datasets, started):
         checkpoints.save_adapter(trainer, out, rank0)  # the LoRA adapter, the tokenizer and the adapter's step
         if rank0:  # our card over TRL's, then run_finished.json, then the last lines
             ends = {"max_steps": s["MAX_STEPS"], "num_train_epochs": s["NUM_TRAIN_EPOCHS"], "resumed": bool(last)}
-            before, after = held_out.metrics.get("before"), held_out.metrics.get("after")
+            before = held_out.metrics.get("before")
+            after = held_out.metrics.get("after")
             before = modelcard.finish_run(trainer.state, out, record, metrics=(before, after), **ends)
             sums.log_summary(out, record["profile"])  # --demo: its one before -> after line
             log.info(gsm8k.summary_line(trainer.state.global_step, started, (before, after)))
@@ -320,7 +321,8 @@ def check_and_plan(s, args, cpu_only, machine=True):
 def main(argv=()):
     argv, show_plan = plan.take_flag(argv)
     config_class = "trl.trainer.grpo_config:GRPOConfig"  # read from its source: TRL is not imported yet
-    args = cli.parse(cli.constants(globals()), argv, profile_settings, config_class, owned=owned, source=__file__)
+    options = dict(profiles=profile_settings, config_class=config_class, owned=owned, source=__file__)
+    args = cli.parse(cli.constants(globals()), argv, **options)
     started = time.monotonic()
     s = dict(args.settings)
     cpu_only = args.profile is not None
@@ -335,13 +337,8 @@ def main(argv=()):
     if show_plan:  # --plan or --plan=json: what the run will do, and nothing more
         return print(plan.plan_json(run_plan) if show_plan == "json" else plan.format_plan(run_plan), flush=True)
     log.info(plan.format_plan(run_plan))
-    reward_funcs = reward_guard.load(
-        s["REWARD_FUNCS"],
-        rewards.REWARDS,
-        max_completion_length=s["MAX_COMPLETION_LENGTH"],
-        enable_thinking=s["ENABLE_THINKING"],
-        timeout=s["REWARD_TIMEOUT"],
-    )
+    bound = dict(max_completion_length=s["MAX_COMPLETION_LENGTH"], enable_thinking=s["ENABLE_THINKING"])  # rewards'
+    reward_funcs = reward_guard.load(s["REWARD_FUNCS"], rewards.REWARDS, timeout=s["REWARD_TIMEOUT"], **bound)
     config = build_config(s, args.fields, cpu_only, train_dataset=datasets[0])
     preflight.refuse_before_loading(
         s, config, reward_funcs=reward_funcs, train_dataset=datasets[0], answer_blind=rewards.ANSWER_BLIND

@@ -203,9 +203,9 @@ def grade(completion, gold, truncated=False, thinking=False):
     """The grader's verdicts (grading.grade), `truncated`, and lm-evaluation-harness's two gsm8k verdicts, which
     read the text as lm-eval does (no rule for cut-off or unclosed thinking).
 
-    >>> v = grade("#### 18\\n#### 19", "19")
+    >>> v = grade("#### 18\\n#### 19", "19")  # a second #### pads past the answer: no credit
     >>> v["strict_correct"], v["lm_eval_strict"], v["lm_eval_flexible"]
-    (True, False, True)
+    (False, False, True)
     """
     verdicts = grading.grade(completion, gold, truncated=truncated, thinking=thinking)
     return {

@@ -412,11 +412,11 @@ def test_a_second_signal_in_a_step_ends_the_run_at_once(monkeypatch, capfd):
     finally:
         stopper.restore()
     assert codes == [130]
-    last = capfd.readouterr().err.strip().splitlines()[-1]
-    assert last == (
+    lines = capfd.readouterr().err.strip().splitlines()  # the stand-in os._exit returns: a warning may follow
+    assert (
         "stopped by SIGINT in step 1: SIGINT came while it ran, so it is not saved; rerun the same command to resume "
         "from the start"
-    )
+    ) in lines
 
 
 def test_the_grace_never_cuts_a_save_between_steps(monkeypatch):

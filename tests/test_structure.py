@@ -191,7 +191,7 @@ SETTING += [r"`([A-Z][A-Z0-9_]*_[A-Z0-9_]+|[A-Z]{3,})`"]
 # names the docs give for what they are: environment variables of the shell and the libraries, a placeholder in
 # "--KEY=value", and a misspelling shown with the message it gets
 ENVIRONMENT = {"CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "NCCL_DEBUG", "OMP_NUM_THREADS", "PYTHONPATH", "WORLD_SIZE"}
-ENVIRONMENT |= {"VLLM_SERVER_DEV_MODE", "SLURM_GPUS_ON_NODE", "CI"}
+ENVIRONMENT |= {"VLLM_SERVER_DEV_MODE", "SLURM_GPUS_ON_NODE", "CI", "WANDB_MODE", "WANDB_PROJECT", "TRACKIO_DIR"}
 NOT_SETTINGS = ENVIRONMENT | {"KEY", "CONSTANT", "TEMPRATURE"}
 
 
