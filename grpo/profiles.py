@@ -138,7 +138,7 @@ def model_config():
     """The smoke model's config, without building the model: what preflight checks LoRA settings against first."""
     from transformers import Qwen3Config
 
-    return Qwen3Config(vocab_size=VOCAB_SIZE, **TINY_QWEN3)
+    return Qwen3Config(vocab_size=VOCAB_SIZE, architectures=["Qwen3ForCausalLM"], **TINY_QWEN3)  # as it is saved
 
 
 def cpu_model(output_dir):
