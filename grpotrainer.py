@@ -3,6 +3,7 @@
     python grpotrainer.py                          # train with the constants below (CUDA GPU, bf16)
     python grpotrainer.py --smoke                  # the same pipeline offline on the CPU in seconds
     python grpotrainer.py --demo                   # a run that learns, on the CPU (docs/demo.md)
+    python grpotrainer.py --real                   # SmolLM2-135M-Instruct learning on the CPU (docs/real-model.md)
     python grpotrainer.py --plan                   # what the run will do and its time, without a GPU (or =json)
     python grpotrainer.py --LEARNING_RATE=2e-5     # a constant as --KEY=value (--help lists them)
     python grpotrainer.py --top_p=0.9              # any other GRPOConfig field, lower case
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 import rewards
-from demo import sums
+from demo import real, sums
 from grpo import checkpoints, cli, errors, files, gsm8k, hardware, modelcard, plan, preflight, profiles, reward_guard
 
 # --------------------------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds th
 # --------------------------------------------------------------------------------------------------
 
 # The offline profiles, on the CPU in fp32 (grpo/profiles.py, demo/sums.py): settings over the constants above.
-profile_settings = {"smoke": profiles.SMOKE, "demo": sums.DEMO}
+profile_settings = {"smoke": profiles.SMOKE, "demo": sums.DEMO, "real": real.REAL}
 # GRPOConfig fields a constant or the script sets: a --field=value for one is refused, naming it.
 owned = {
     "chat_template_kwargs": "ENABLE_THINKING",
@@ -284,6 +285,8 @@ def check_and_plan(s, args, cpu_only, machine=True):
     preflight.refuse_bad_settings(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields, machine=machine)
     if args.profile == "demo":
         s = sums.prepare(s, args.given, build=machine)  # its task and warm-started Qwen3
+    if args.profile == "real":
+        s = real.prepare(s, args.given)  # its task, and bf16 where the CPU has it
     train_dataset, eval_dataset = load_data(s)
     if args.profile == "smoke" and "MODEL_NAME" not in args.given:  # a tiny Qwen3, before torch.distributed starts
         model = profiles.cpu_model(s["OUTPUT_DIR"]) if machine else Path(s["OUTPUT_DIR"]) / "smoke-model"
