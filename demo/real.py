@@ -23,24 +23,26 @@ TEST_PROBLEMS = 256  # held out, scored before and after
 MODEL = "outputs/real-model/SmolLM2-135M-Instruct"  # where bench/real_model.py (make real-model) puts it
 
 # Each kind of problem: (question template, the steps of its solution as (left, operator, right) with "r" the
-# result of the step before, the operands' ranges). One-step sums, differences and products; two-step mixes.
+# result of the step before, the operands' range). One-step sums, differences and products; two-step mixes. The
+# numbers are small because the model is weak at arithmetic: with operands up to 40 it wrote 21 + 19 = 22 and
+# 5 * 7 = 30, and solved 2 of 24 problems greedy (docs/real-model.md).
 KINDS = [
-    ("{n} has {a} {item}. {p} buys {b} more. How many {item} does {n} have now?", [("a", "+", "b")], (2, 40)),
+    ("{n} has {a} {item}. {p} buys {b} more. How many {item} does {n} have now?", [("a", "+", "b")], (1, 10)),
     (
         "{n} has {a} {item} and gives {b} of them to {f}. How many {item} does {n} have left?",
         [("a", "-", "b")],
-        (2, 40),
+        (1, 10),
     ),
-    ("{n} buys {a} bags with {b} {item} in each bag. How many {item} does {n} buy?", [("a", "*", "b")], (2, 9)),
+    ("{n} buys {a} bags with {b} {item} in each bag. How many {item} does {n} buy?", [("a", "*", "b")], (2, 5)),
     (
         "{n} has {a} {item}. {p} buys {b} more, then gives {c} to {f}. How many {item} does {n} have now?",
         [("a", "+", "b"), ("r", "-", "c")],
-        (2, 30),
+        (1, 9),
     ),
     (
         "{n} buys {a} boxes of {b} {item} and {c} loose {item}. How many {item} does {n} buy in all?",
         [("a", "*", "b"), ("r", "+", "c")],
-        (2, 9),
+        (2, 5),
     ),
 ]
 OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
@@ -53,7 +55,10 @@ REAL = dict(
     DATASET="outputs/real/real-task-seed0",
     OUTPUT_DIR="outputs/real",
     SEED=0,
-    SYSTEM_PROMPT="Solve it. End with '#### N'.",  # short: the default is 40 tokens of a 90-token prompt
+    # half the default's length, and an example: "End with '#### N'" made it write "#### N" itself
+    SYSTEM_PROMPT=(
+        "Solve the problem. Write the final answer as a number on the last line after ####, like this: #### 12"
+    ),
     MAX_COMPLETION_LENGTH=64,  # a right answer takes 15-40 tokens; the base model's rambles are cut
     NUM_GENERATIONS=8,
     PER_DEVICE_TRAIN_BATCH_SIZE=32,  # 4 problems x 8 completions per step, one micro-batch
@@ -65,7 +70,7 @@ REAL = dict(
     BETA=0.0,  # no reference pass (TRL skips the reference model at 0)
     EVAL_BEFORE=TEST_PROBLEMS,
     EVAL_AFTER=TEST_PROBLEMS,
-    EVAL_SAMPLES=2,
+    EVAL_SAMPLES=1,  # one sampled answer per problem at TEMPERATURE: its flips give sampled accuracy a paired test
     EVAL_BATCH_SIZE=64,
     EVAL_STEPS=0,
     EVAL_SUBSET=64,
