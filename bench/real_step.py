@@ -1,14 +1,14 @@
 """Where a GRPO step of SmolLM2-135M-Instruct spends its CPU time, and what each lever saves, in one run.
 
-    python bench/real_step.py                     # every lever, 2 steps each; ~15-25 min on 2 shared cores
+    python bench/real_step.py                     # every lever, 2 steps each; ~10 CPU-minutes
     python bench/real_step.py --levers baseline,beta0 --json outputs/bench/real_step.json
 
 Needs the model folder (`make real-model`). Each lever is one `grpotrainer.py --smoke` run in its own process, 2
 GRPO steps on the `--real` task (demo/real.py, seed 0), no evaluation, no checkpoint. "baseline" is today's step
-as docs/real-model.md first ran it: 16 completions (4 problems x 4) of up to 64 tokens, the default system prompt,
-BETA 0.05 (a reference pass), fp32, micro-batches of 8, one thread. Each other lever changes one thing; "real" is
-the `--real` profile itself (32 completions a step, every lever it takes). baseline runs first and last, so that
-drift in the machine's load shows.
+as docs/real-model.md first ran it, made small to fit a shared machine: 8 completions (2 problems x 4) of up to 64
+tokens, the default system prompt, BETA 0.05 (a reference pass), fp32, micro-batches of 4, one thread. Each other
+lever changes one thing; "real" (only when named: 4 times the work) is the `--real` profile itself. baseline runs
+first and last, so that drift in the machine's load shows.
 
 CPU time is what survives a shared machine: each run's user+sys CPU of the child (os.wait4), its max RSS, and,
 measured inside it, the CPU time of `trainer.train()` (time.process_time, every thread) split between TRL's
@@ -43,7 +43,7 @@ COMMON = [  # the task and the run's length; the model and the task are added in
 BASELINE = [  # today's step: docs/real-model.md's first run, on the --real task
     "--MAX_COMPLETION_LENGTH=64",
     "--NUM_GENERATIONS=4",
-    "--PER_DEVICE_TRAIN_BATCH_SIZE=8",
+    "--PER_DEVICE_TRAIN_BATCH_SIZE=4",
     "--GRADIENT_ACCUMULATION_STEPS=2",
     "--TEMPERATURE=0.7",
     "--BETA=0.05",
@@ -57,9 +57,9 @@ LEVERS = {  # name: (extra arguments after BASELINE, environment)
     "short_prompt": ([SHORT_PROMPT], {}),
     "len32": (["--MAX_COMPLETION_LENGTH=32"], {}),
     "threads2": ([], {"OMP_NUM_THREADS": "2"}),
-    "microbatch16": (["--PER_DEVICE_TRAIN_BATCH_SIZE=16", "--GRADIENT_ACCUMULATION_STEPS=1"], {}),
+    "microbatch8": (["--PER_DEVICE_TRAIN_BATCH_SIZE=8", "--GRADIENT_ACCUMULATION_STEPS=1"], {}),
 }
-ORDER = ["baseline", "bf16", "beta0", "short_prompt", "len32", "threads2", "microbatch16", "real"]  # + baseline
+ORDER = ["baseline", "bf16", "beta0", "short_prompt", "len32", "threads2", "microbatch8"]  # + baseline; "real": 4x
 
 
 class Split:

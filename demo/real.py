@@ -61,8 +61,10 @@ REAL = dict(
     ),
     MAX_COMPLETION_LENGTH=64,  # a right answer takes 15-40 tokens; the base model's rambles are cut
     NUM_GENERATIONS=8,
-    PER_DEVICE_TRAIN_BATCH_SIZE=32,  # 4 problems x 8 completions per step, one micro-batch
-    GRADIENT_ACCUMULATION_STEPS=1,
+    # 4 problems x 8 completions per step, generated in one call of 32; the loss in micro-batches of 8, since a
+    # micro-batch's fp32 activations cost ~1.5 MB per token (docs/real-model.md, Memory): 32 at once peaked at GiBs
+    PER_DEVICE_TRAIN_BATCH_SIZE=8,
+    GRADIENT_ACCUMULATION_STEPS=4,
     LEARNING_RATE=2e-4,  # LoRA r16 on a 135M model: 1e-4 moved it too little in 4 steps (docs/real-model.md)
     MAX_STEPS=25,
     SAVE_STEPS=25,
