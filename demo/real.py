@@ -55,7 +55,7 @@ REAL = dict(
     DATASET="outputs/real/real-task-seed0",
     OUTPUT_DIR="outputs/real",
     SEED=0,
-    # half the default's length, and an example: "End with '#### N'" made it write "#### N" itself
+    # 26 tokens to the default's 38, and an example: "End with '#### N'" made it write "#### N" itself
     SYSTEM_PROMPT=(
         "Solve the problem. Write the final answer as a number on the last line after ####, like this: #### 12"
     ),
