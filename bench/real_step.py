@@ -210,7 +210,7 @@ def main(argv=None):
         runs = []
         for name in names:
             runs.append((name, run_lever(name, model, task, work, sys.executable)))
-            print(json.dumps({"lever": name, **runs[-1]}), flush=True)
+            print(json.dumps({"lever": name, **runs[-1][1]}), flush=True)
         rows, shares = summarize(runs)
     print("baseline's train CPU by part:", json.dumps(shares))
     print(f"{'lever':<14}{'ratio':>7}{'train CPU s':>13}{'child CPU s':>13}{'max RSS MiB':>13}{'wall s':>9}")

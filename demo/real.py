@@ -55,10 +55,8 @@ REAL = dict(
     DATASET="outputs/real/real-task-seed0",
     OUTPUT_DIR="outputs/real",
     SEED=0,
-    # 26 tokens to the default's 38, and an example: "End with '#### N'" made it write "#### N" itself
-    SYSTEM_PROMPT=(
-        "Solve the problem. Write the final answer as a number on the last line after ####, like this: #### 12"
-    ),
+    # SYSTEM_PROMPT: the default. Shorter ones with an example were copied: "End with '#### N'" gave "#### N" and
+    # "like this: #### 12" gave "#### 12" under every answer (docs/real-model.md)
     MAX_COMPLETION_LENGTH=64,  # a right answer takes 15-40 tokens; the base model's rambles are cut
     NUM_GENERATIONS=8,
     # 4 problems x 8 completions per step, generated in one call of 32; the loss in micro-batches of 8, since a
