@@ -205,13 +205,13 @@ def main(argv=None):
     names = args.levers.split(",")
     if names[-1] != "baseline" and names.count("baseline") == 1:
         names.append("baseline")
-    with tempfile.TemporaryDirectory(prefix="real-step-") as work:
-        task = real.write_task(Path(work) / "task", 0)
-        runs = []
-        for name in names:
-            runs.append((name, run_lever(name, model, task, work, sys.executable)))
-            print(json.dumps({"lever": name, **runs[-1][1]}), flush=True)
-        rows, shares = summarize(runs)
+    work = tempfile.mkdtemp(prefix="real-step-")  # kept: each lever's log and output folder
+    task = real.write_task(Path(work) / "task", 0)
+    runs = []
+    for name in names:
+        runs.append((name, run_lever(name, model, task, work, sys.executable)))
+        print(json.dumps({"lever": name, **runs[-1][1]}), flush=True)
+    rows, shares = summarize(runs)
     print("baseline's train CPU by part:", json.dumps(shares))
     print(f"{'lever':<14}{'ratio':>7}{'train CPU s':>13}{'child CPU s':>13}{'max RSS MiB':>13}{'wall s':>9}")
     for r in rows:
