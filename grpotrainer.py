@@ -3,6 +3,7 @@
     python grpotrainer.py                          # train with the constants below (CUDA GPU, bf16)
     python grpotrainer.py --smoke                  # the same pipeline offline on the CPU in seconds
     python grpotrainer.py --demo                   # a run that learns, on the CPU (docs/demo.md)
+    python grpotrainer.py --real                   # SmolLM2-135M-Instruct learning on the CPU (docs/real-model.md)
     python grpotrainer.py --plan                   # what the run will do and its time, without a GPU (or =json)
     python grpotrainer.py --LEARNING_RATE=2e-5     # a constant as --KEY=value (--help lists them)
     python grpotrainer.py --top_p=0.9              # any other GRPOConfig field, lower case
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 import rewards
-from demo import sums
+from demo import real, sums
 from grpo import checkpoints, cli, errors, files, gsm8k, hardware, modelcard, plan, preflight, profiles, reward_guard
 
 # --------------------------------------------------------------------------------------------------
@@ -97,8 +98,8 @@ CLIPPED_RATIO_MAX = 0.2  # advise raising MAX_COMPLETION_LENGTH when more than t
 GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds this (divergence)
 # --------------------------------------------------------------------------------------------------
 
-# The offline profiles, on the CPU in fp32 (grpo/profiles.py, demo/sums.py): settings over the constants above.
-profile_settings = {"smoke": profiles.SMOKE, "demo": sums.DEMO}
+# The offline profiles, on the CPU (grpo/profiles.py, demo/sums.py, demo/real.py): settings over the constants above.
+profile_settings = {"smoke": profiles.SMOKE, "demo": sums.DEMO, "real": real.REAL}
 # GRPOConfig fields the script sets whose name is no constant's: --gradient_checkpointing is read as the constant,
 # the others are refused with the sentence (grpo/cli.py's translate; TRL's own names are in cli.TRL_NAMES).
 owned = {
@@ -304,6 +305,8 @@ def check_and_plan(s, args, cpu_only, machine=True):
     preflight.refuse_bad_settings(s, cpu_only, known_rewards=rewards.REWARDS, fields=args.fields, machine=machine)
     if args.profile == "demo":
         s = sums.prepare(s, args.given, build=machine)  # its task and warm-started Qwen3
+    if args.profile == "real":
+        s = real.prepare(s, args.given)  # its task, and bf16 where the CPU has it
     train_dataset, eval_dataset = load_data(s)
     if machine:  # before the smoke model is written: a refusal leaves OUTPUT_DIR untouched
         config = build_config(s, args.fields, cpu_only, train_dataset=train_dataset)

@@ -1,62 +1,107 @@
-"""Plot the real-model GRPO run of docs/real-model.md from its TensorBoard events: reward, KL, completion length.
+"""Plot `grpotrainer.py --real` runs (one OUTPUT_DIR per seed, docs/real-model.md): reward, held-out accuracy, KL and
+completion length per GRPO step.
 
-    python bench/plot_real_model.py outputs/real-measure/grpo docs/real-model.png     # OUTPUT_DIR (or a run), PNG
+    python bench/plot_real_model.py outputs/real-s0 outputs/real-s1 outputs/real-s2 --out docs/real-model.png
 
-Each panel draws the per-step value (light) and its running mean over 5 steps (bench/plot_demo.py's); the reward
-panel adds its two parts, the length panel the share of completions cut off at MAX_COMPLETION_LENGTH.
+Four panels, one colour per run: the correctness reward of the training samples per step (light) and its running
+mean over 5 steps (bench/plot_demo.py's); held-out greedy lenient accuracy at every evaluation point of the run
+(OUTPUT_DIR/eval_test.jsonl: before, EVAL_STEPS points, after) with its 95 % Wilson interval, and sampled accuracy
+dashed; the mean per-token KL to the base model; the mean completion length, and dotted the share cut off at
+MAX_COMPLETION_LENGTH (right axis). An existing file is never replaced without --overwrite.
 """
 
+import argparse
+import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plot_demo import PARTS, REWARD, read_scalars, run_folder, running_mean  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # grpo/ and bench/, when run as a script
+from bench.plot_demo import CORRECTNESS, REWARD, read_scalars, run_folder, running_mean  # noqa: E402
+from grpo.stats import wilson  # noqa: E402
 
-PANELS = (  # (title, y label, {tag: legend label})
-    ("reward of the training samples", "reward", {REWARD: "train/reward (weighted sum)", **PARTS}),
-    ("KL to the base model", "mean per-token KL", {"train/kl": "train/kl"}),
-    ("completion length", "tokens", {"train/completions/mean_length": "mean length"}),
-)
-CLIPPED = "train/completions/clipped_ratio"  # 0-1, on the length panel's right axis
+KL = "train/kl"
+LENGTH = "train/completions/mean_length"
+CLIPPED = "train/completions/clipped_ratio"
 
 
-def plot(scalars, out, title):
-    """Write the three-panel PNG to `out`."""
+def eval_points(output_dir):
+    """[(step, lenient accuracy, (low, high), sampled accuracy or None)] from OUTPUT_DIR/eval_test.jsonl, by step."""
+    points = []
+    path = Path(output_dir) / "eval_test.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    for line in lines:
+        record = json.loads(line)
+        m = record["metrics"]
+        interval = wilson(round(m["lenient_accuracy"] * m["n"]), m["n"])
+        points.append((record["step"], m["lenient_accuracy"], interval, m.get("sampled_accuracy")))
+    return sorted(points, key=lambda p: p[0])
+
+
+def run_label(folder):
+    """ "SEED n" from the run's run_settings.json, else the folder's name."""
+    settings = Path(folder) / "run_settings.json"
+    return f"SEED {json.loads(settings.read_text())['SEED']}" if settings.is_file() else Path(folder).name
+
+
+def plot(runs, out):
+    """Write the four-panel PNG of `runs` ({label: (scalars, eval points)}) to `out`."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), dpi=100)
-    colors = ("tab:blue", "tab:orange", "tab:green")
-    for ax, (name, ylabel, tags) in zip(axes, PANELS, strict=True):
-        for (tag, label), color in zip(tags.items(), colors, strict=False):
+    fig, (reward, held_out, kl, length) = plt.subplots(1, 4, figsize=(15, 3.4), dpi=100)
+    clipped = length.twinx()
+    for (label, (scalars, points)), color in zip(runs.items(), plt.cm.tab10.colors, strict=False):
+        for ax, tag in ((reward, CORRECTNESS), (kl, KL), (length, LENGTH)):
             if tag in scalars:
                 steps, values = zip(*scalars[tag], strict=True)
                 ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
                 ax.plot(steps, running_mean(list(values)), color=color, linewidth=2, label=label)
-        ax.set(title=name, xlabel="GRPO step", ylabel=ylabel)
+        if CLIPPED in scalars:
+            steps, values = zip(*scalars[CLIPPED], strict=True)
+            clipped.plot(steps, running_mean(list(values)), color=color, linewidth=1, linestyle=":")
+        if points:
+            steps = [p[0] for p in points]
+            accuracy = [p[1] for p in points]
+            below = [a - low for a, (_, _, (low, _), _) in zip(accuracy, points, strict=True)]
+            above = [high - a for a, (_, _, (_, high), _) in zip(accuracy, points, strict=True)]
+            bars = dict(yerr=[below, above], capsize=3, marker="o", color=color)
+            held_out.errorbar(steps, accuracy, label=f"{label} greedy", **bars)
+            sampled = [(p[0], p[3]) for p in points if p[3] is not None]
+            if sampled:
+                steps, values = zip(*sampled, strict=True)
+                held_out.plot(steps, values, color=color, linestyle="--", marker="x", label=f"{label} sampled")
+    reward.set(title="correctness reward (training samples)", xlabel="GRPO step", ylabel="mean reward")
+    held_out.set(title="held-out accuracy, 95 % Wilson interval", xlabel="GRPO step", ylabel="accuracy", ylim=(0, 1))
+    kl.set(title="KL to the base model", xlabel="GRPO step", ylabel="mean per-token KL")
+    length.set(title="completion length", xlabel="GRPO step", ylabel="tokens")
+    clipped.set(ylabel="share cut off (dotted)", ylim=(-0.05, 1.05))
+    for ax in (reward, held_out, kl, length):
         ax.legend(loc="best", fontsize=7)
-    if CLIPPED in scalars:
-        steps, values = zip(*scalars[CLIPPED], strict=True)
-        right = axes[2].twinx()
-        right.plot(steps, running_mean(list(values)), color="tab:red", linewidth=1.5, linestyle="--")
-        right.set(ylabel="share cut off (dashed)", ylim=(-0.05, 1.05))
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle("SmolLM2-135M-Instruct, GRPO with LoRA on word problems (docs/real-model.md)", fontsize=10)
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
     return out
 
 
-def main(argv):
-    source = argv[0] if argv else "outputs/real-measure/grpo"
-    out = argv[1] if len(argv) > 1 else "docs/real-model.png"
-    scalars = read_scalars(run_folder(source))
-    if REWARD not in scalars:
-        raise SystemExit(f"{source} has no {REWARD}: is it a grpotrainer.py run?")
-    print(plot(scalars, out, "SmolLM2-135M-Instruct, GRPO with LoRA on word-problem sums (docs/real-model.md)"))
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="OUTPUT_DIRs of --real runs (one per seed)")
+    parser.add_argument("--out", type=Path, default=Path("real-model.png"), help="the PNG to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    args = parser.parse_args(argv)
+    if args.out.exists() and not args.overwrite:
+        raise SystemExit(f"{args.out} exists; pass --overwrite to replace it")
+    runs = {}
+    for folder in args.runs:
+        scalars = read_scalars(run_folder(folder))
+        runs[run_label(folder)] = (scalars, eval_points(folder))
+    if not any(REWARD in scalars for scalars, _ in runs.values()):
+        raise SystemExit(f"no {REWARD} in {', '.join(map(str, args.runs))}: are they grpotrainer.py runs?")
+    print(plot(runs, args.out))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -90,6 +90,15 @@ def bf16_gpu():
     return torch.cuda.is_bf16_supported()
 
 
+def cpu_bf16():
+    """Whether this CPU computes in bf16 natively (AVX512-BF16 or AMX tiles), where bf16 halves the bytes a CPU run
+    moves; without them torch emulates it. torch reads the flags (cpuinfo) behind these private helpers, and has no
+    public one (torch.backends.cpu.get_cpu_capability() says AVX512, not whether it has BF16)."""
+    import torch
+
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
 def capability():
     """The CUDA compute capability of GPU 0, e.g. (9, 0) on an H100/H200; (0, 0) without CUDA."""
     import torch

@@ -338,9 +338,10 @@ def hardware_problems(s, cpu_only):
         )
     if not cpu_only and not cuda:
         problems.append(no_gpu_problem(nvidia_driver()))
-    elif s["BF16"] and not (cuda and hardware.bf16_gpu()):
+    elif s["BF16"] and not (hardware.cpu_bf16() if cpu_only else cuda and hardware.bf16_gpu()):
         problems.append(
-            "BF16=True, but --smoke and --demo run on the CPU in fp32; set BF16=False there."
+            "BF16=True, but this CPU has no bf16 instructions (avx512_bf16 or AMX) and torch would emulate them.\n"
+            "Set BF16=False (fp32) here; --real sets it by itself."
             if cpu_only
             else "BF16=True needs an Ampere or newer GPU, and this one has no bf16.\n"
             "Set BF16=False (fp32: slower, twice the memory; consider LOAD_IN_4BIT or a smaller MODEL_NAME)."

@@ -3,6 +3,8 @@
 .venv/bin/python -m pytest tests/test_hardware.py -q
 """
 
+from pathlib import Path
+
 import pytest
 
 from grpo import hardware
@@ -84,3 +86,12 @@ def test_flash_versions_asks_transformers_with_its_hub_kernel_fallback(monkeypat
     assert hardware.flash_versions(hopper=False) == [2]
     assert asked == [(2, True)]  # off Hopper the FA3 kernel is not even loaded
     assert hardware.flash_versions(hopper=True) == [2, 3]
+
+
+def test_cpu_bf16_agrees_with_the_cpus_own_flags():
+    # torch reads the instruction set itself; on Linux the kernel lists the same flags in /proc/cpuinfo
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        pytest.skip("no /proc/cpuinfo on this system")
+    flags = next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")).split()
+    assert hardware.cpu_bf16() == bool({"avx512_bf16", "amx_bf16", "amx_tile"} & set(flags))

@@ -18,7 +18,7 @@ from conftest import REPO, custom_code_model, load_rewards, run_in_process, stan
 
 import grpotrainer
 import rewards
-from grpo import files, gsm8k, preflight, reward_guard
+from grpo import files, gsm8k, hardware, preflight, reward_guard
 from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -292,7 +292,6 @@ FIXTURE = str(gsm8k.FIXTURE)
             "REPORT_TO='tensorboard,wandbb': 'wandbb' is not one of tensorboard, trackio, wandb (or none). "
             "Did you mean wandb?",
         ),
-        (dict(BF16=True), "--smoke and --demo run on the CPU in fp32"),
         (dict(LOAD_IN_4BIT=True), "LOAD_IN_4BIT=True needs a CUDA GPU"),
         (dict(USE_VLLM=True), "USE_VLLM=True needs a CUDA GPU"),
         (dict(USE_VLLM=True, LOAD_IN_4BIT=True), "lossy in 4-bit"),
@@ -421,6 +420,18 @@ def test_bf16_needs_a_bf16_gpu(settings, gpu):
     with pytest.raises(ConfigError, match="this one has no bf16.\nSet BF16=False"):
         preflight.refuse_bad_settings(settings, cpu_only=False)
     preflight.refuse_bad_settings({**settings, "BF16": False}, cpu_only=False)  # fp32 on that GPU is allowed
+
+
+@pytest.mark.parametrize("flags", [True, False])
+def test_bf16_on_the_cpu_follows_its_bf16_instructions(smoke_ok, monkeypatch, flags):
+    monkeypatch.setattr(hardware, "cpu_bf16", lambda: flags)  # avx512_bf16 or AMX, or neither
+    bf16 = {**smoke_ok, "BF16": True}
+    if flags:  # a CPU that computes in bf16 runs the CPU profiles in it
+        preflight.refuse_bad_settings(bf16, cpu_only=True)
+    else:
+        with pytest.raises(ConfigError, match="this CPU has no bf16 instructions"):
+            preflight.refuse_bad_settings(bf16, cpu_only=True)
+    preflight.refuse_bad_settings({**bf16, "BF16": False}, cpu_only=True)  # fp32 runs everywhere
 
 
 def test_several_gpus_need_one_process_each(settings, gpu, monkeypatch):

