@@ -296,6 +296,7 @@ def test_every_real_task_target_is_a_correct_solution(seed):
             "correct": True,
             "strict_correct": True,
             "formatted": True,
+            "padded": False,
         }
         *steps, last = row["answer"].split("\n")
         assert last == f"#### {value}" and problem["value"] > 0 and 1 <= len(steps) <= 2

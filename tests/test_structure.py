@@ -204,7 +204,7 @@ def _constants(path):
 def _settings_of_every_kind():
     """Every name a user can set: the scripts' constants, rewards.py's and the demo's, the variables slurm/*.slurm
     reads from the environment (${NAME:-default}) and make's ARGS."""
-    names = set().union(*(_constants(path) for path in [*SCRIPT_FILES, "rewards.py", "demo/sums.py"]))
+    names = set().union(*(_constants(path) for path in [*SCRIPT_FILES, "rewards.py", "demo/sums.py", "demo/real.py"]))
     for slurm in (REPO / "slurm").glob("*.slurm"):
         names |= set(re.findall(r"\$\{([A-Z][A-Z0-9_]*):-", slurm.read_text(encoding="utf-8")))
     return names | set(re.findall(r"\$\(([A-Z]+)\)", (REPO / "Makefile").read_text(encoding="utf-8"))) - {"PY"}
