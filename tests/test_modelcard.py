@@ -5,6 +5,7 @@
 
 import json
 import re
+import time
 
 import pytest
 import yaml
@@ -293,3 +294,26 @@ def test_write_card_replaces_trls_card_and_reads_the_runs_metrics(tmp_path):
 )
 def test_licence_section_points_at_the_base_models_page(model, expected):
     assert expected in render({**SETTINGS, "MODEL_NAME": model})
+
+
+NINE = ", ".join(["*{}"] * 9)  # each level refers to the one before nine times
+ALIAS_BOMB = "---\na: &a [x, x, x, x, x, x, x, x, x]\n"
+ALIAS_BOMB += "".join(f"{c}: &{c} [{NINE.format(*[p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+ALIAS_BOMB += "---\n# a base model whose card would expand to 9**9 items\n"
+
+
+def test_a_base_model_in_a_hub_cache_layout_with_a_hostile_card_is_named_by_its_hub_id(tmp_path):
+    """A local MODEL_NAME laid out as the Hub cache (models--org--name/snapshots/<hash>) whose README.md front matter
+    is an alias bomb: the card step names the Hub id and never parses the base model's card, so it cannot hang."""
+    base = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc123"
+    base.mkdir(parents=True)
+    (base / "README.md").write_text(ALIAS_BOMB, encoding="utf-8")
+    (base / "config.json").write_text('{"model_type": "qwen3"}', encoding="utf-8")
+    out = tmp_path / "run"
+    out.mkdir()
+    start = time.process_time()  # CPU time: expanding the bomb costs seconds of it (4.9 s in huggingface_hub)
+    path = modelcard.write_card(out, {**SETTINGS, "MODEL_NAME": str(base)}, steps=4)
+    assert time.process_time() - start < 2
+    meta = front_matter(path.read_text(encoding="utf-8"))
+    assert meta["base_model"] == "org/tiny"
+    assert (base / "README.md").read_text(encoding="utf-8") == ALIAS_BOMB  # the base's files untouched
