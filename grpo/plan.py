@@ -146,7 +146,7 @@ def estimate_times(shape, sequences_per_call, calls_per_step, completions_per_st
             "training_seconds_per_step": round(training, 2),
             "decode_ms_per_token": round(per_token * 1e3, 1),
             "bandwidth_floor_ms_per_token": round(bandwidth_floor * 1e3, 1),
-            "hours_per_run": round(step * steps / 3600, 1),
+            "hours_per_run": round(step * steps / 3600, 3),
         }
     return table
 
