@@ -585,6 +585,18 @@ def _interrupt(signum, frame):
     raise Interrupted(signum, stop_message(signum))
 
 
+@contextlib.contextmanager
+def interruptible():
+    """SIGTERM and Ctrl-C unwind the block through `run`, with its one line for the phase, whatever handlers training
+    installed: for work inside train() that trains nothing (EVAL_BEFORE), where finishing "the step" would save it."""
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def run(main):
     """Call `main(argv)`: a ConfigError ends as one paragraph and exit 2; SIGTERM and Ctrl-C as one line saying
     where it stopped (`phase`), exit 128 + the signal. Training installs its own handlers meanwhile."""

@@ -470,7 +470,8 @@ class HeldOutEval(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         # at the first step, not at on_train_begin: there this callback runs before the trackers open their runs
         if state.global_step == 0 and "before" not in self.metrics:
-            self.score("before", self.before)
+            with cli.interruptible():  # a stop here trains and saves nothing: the same command starts again
+                self.score("before", self.before)
 
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
