@@ -142,9 +142,20 @@ def model_config():
 
 
 def cpu_model(output_dir):
-    """For the CPU profiles: one torch thread (fastest for the tiny model) and OUTPUT_DIR/smoke-model."""
+    """For the CPU profiles: one torch thread (fastest for the tiny model) and OUTPUT_DIR/smoke-model. Under torchrun
+    the process group is up by now, and transformers' save_pretrained writes the weights on rank 0 only: so rank 0
+    builds it in the shared OUTPUT_DIR and the others wait for it (a rank's own build would publish a folder of
+    tokenizer files alone)."""
+    import torch.distributed as dist
+
     hardware.one_cpu_thread()
-    return ensure_model_dir(Path(output_dir) / "smoke-model")
+    path = Path(output_dir) / "smoke-model"
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return ensure_model_dir(path)
+    if dist.get_rank() == 0:
+        ensure_model_dir(path)
+    dist.barrier()
+    return str(path)
 
 
 def ensure_model_dir(path):
