@@ -212,8 +212,9 @@ def test_evaluate_scores_8_gsm8k_problems(real, which, tmp_path):
     args = [f"--MODEL_NAME={folder}", f"--DATASET={GSM8K_DIR}", "--LIMIT=8", "--BF16=False"]
     proc = run_script("evaluate.py", *args, "--MAX_COMPLETION_LENGTH=48", f"--OUTPUT_DIR={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = json.loads((tmp_path / "eval_test.json").read_text())
-    rows = _lines(tmp_path / "eval_test_predictions.jsonl")
+    (result,) = tmp_path.glob("eval_gsm8k-*_test.json")  # DATASET given here: the files carry its name
+    metrics = json.loads(result.read_text())
+    rows = _lines(result.with_name(result.stem + "_predictions.jsonl"))
     assert metrics["n"] == 8 and len(rows) == 8
     # a completion that ended did so at an end-of-turn token, within the limit; one cut off used all 48 tokens
     assert all(r["completion_tokens"] == 48 for r in rows if r["truncated"])
