@@ -274,8 +274,9 @@ def main(argv=()):
             temperature=s["SAMPLE_TEMPERATURE"],
         )
     if baseline:  # the problems that flipped since BASELINE; the table below ends with the paired test
-        _, before, where = baseline
-        metrics["paired"] = gsm8k.compare(before, predictions, str(where))
+        before_metrics, before, where = baseline
+        samples = (before_metrics.get("samples", 0), s["SAMPLES"])
+        metrics["paired"] = gsm8k.compare(before, predictions, str(where), samples)
         flips = gsm8k.flip_lines(before, predictions)
         print(f"flips against {where} ({len(flips)} problems):", *flips, sep="\n  ", flush=True)
     stem = results_name(s, args.given)  # a second dataset gets its own files and TensorBoard run

@@ -454,13 +454,15 @@ def format_table(metrics, title="GSM8K"):
 # Two evaluations of the same problems: the paired test
 
 
-def compare(baseline, predictions, name=""):
+def compare(baseline, predictions, name="", samples=(0, 0)):
     """The paired exact test of two evaluations' greedy verdicts, problem by problem, when `predictions` covers the
     first problems of `baseline` (the same question texts in the same order): a held-out point of EVAL_SUBSET
-    problems pairs with an EVAL_BEFORE of as many or more. None when the problems differ.
+    problems pairs with an EVAL_BEFORE of as many or more. None when the problems differ. `samples`: how many
+    sampled answers per problem (baseline's, predictions'); when equal and above 0, sampled accuracy is paired too.
 
-    Returns {"baseline": name, "strict": stats.paired(...), "lenient": stats.paired(...)}: n, the flips up (wrong
-    -> right) and down, both_right, both_wrong, the exact McNemar p_value and the difference in accuracy.
+    Returns {"baseline": name, "strict": stats.paired(...), "lenient": stats.paired(...)}, and "sampled":
+    stats.paired_samples(...) on each problem's count of right samples: n, the flips up (wrong -> right) and down,
+    the exact McNemar (sign test) p_value and the difference in accuracy.
 
     >>> before = [{"question": q, "correct": c, "strict_correct": c} for q, c in zip("abc", (0, 0, 1))]
     >>> after = [{"question": q, "correct": c, "strict_correct": 0} for q, c in zip("ab", (1, 1))]
@@ -473,13 +475,14 @@ def compare(baseline, predictions, name=""):
     head = baseline[: len(predictions)]
     if not predictions or [b["question"] for b in head] != [p["question"] for p in predictions]:
         return None
-    return {
-        "baseline": name,
-        **{
-            label: stats.paired([bool(b[key]) for b in head], [bool(p[key]) for p in predictions])
-            for label, key in (("strict", "strict_correct"), ("lenient", "correct"))
-        },
+    tests = {
+        label: stats.paired([bool(b[key]) for b in head], [bool(p[key]) for p in predictions])
+        for label, key in (("strict", "strict_correct"), ("lenient", "correct"))
     }
+    both = [(b.get("sampled_correct"), p.get("sampled_correct")) for b, p in zip(head, predictions, strict=True)]
+    if samples[0] == samples[1] > 0 and all(b is not None and p is not None for b, p in both):
+        tests["sampled"] = stats.paired_samples([b for b, _ in both], [p for _, p in both], samples[0])
+    return {"baseline": name, **tests}
 
 
 def paired_lines(paired):
@@ -499,9 +502,15 @@ def paired_lines(paired):
 
 def pair_text(test):
     """One paired test (stats.paired's dict) as text, with both accuracies on the problems it pairs."""
-    before = (test["both_right"] + test["down"]) / test["n"]
-    after = (test["both_right"] + test["up"]) / test["n"]
+    before, after = accuracies(test)
     return stats.describe_pair(before, after, test)
+
+
+def accuracies(test):
+    """(before, after) accuracy on the problems a paired test (stats.paired or stats.paired_samples) covers."""
+    if "before" in test:
+        return test["before"], test["after"]
+    return (test["both_right"] + test["down"]) / test["n"], (test["both_right"] + test["up"]) / test["n"]
 
 
 def flip_lines(baseline, predictions, width=60):
@@ -571,18 +580,18 @@ def load_baseline(path, split, questions, name="BASELINE"):
     return metrics, predictions, path
 
 
-def paired_with_before(output_dir, predictions):
+def paired_with_before(output_dir, predictions, samples=0):
     """`compare` against the run's EVAL_BEFORE (OUTPUT_DIR/eval_test_before.json) when there is one on the same
     problems, else None. A before file that cannot be read is warned about and skipped: it must not stop a run."""
     path = Path(output_dir) / "eval_test_before.json"
     if not path.is_file():
         return None
     try:
-        _, before, _ = load_evaluation(path, name="the run's EVAL_BEFORE")
+        metrics, before, _ = load_evaluation(path, name="the run's EVAL_BEFORE")
     except ConfigError as err:
         log.warning("no paired test: %s", errors.first_line(err))
         return None
-    return compare(before, predictions, path.name)
+    return compare(before, predictions, path.name, (metrics.get("samples", 0), samples))
 
 
 def eos_ids(model, tokenizer):
@@ -731,6 +740,8 @@ def summary_line(steps, started, metrics=(None, None), now=time.monotonic):
     if before and after and "paired" in after:
         strict, lenient = after["paired"]["strict"], after["paired"]["lenient"]
         line += f"; GSM8K strict accuracy {pair_text(strict)}, lenient {pair_text(lenient)}"
+        if sampled := after["paired"].get("sampled"):
+            line += f", sampled {pair_text(sampled)}"
         line += f", paired exact test ({strict['n']} test problems)"
     elif before and after:
         line += f"; GSM8K strict accuracy {before['strict_accuracy']:.3f} -> {after['strict_accuracy']:.3f}"

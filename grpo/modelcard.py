@@ -167,10 +167,16 @@ def eval_results(name, settings, metrics):
             continue
         low, high = metrics[key + gsm8k.INTERVAL]
         args = {"ci95": [low, high], "n": metrics["n"]}
-        test = paired.get({"strict_accuracy": "strict", "lenient_accuracy": "lenient"}.get(key))
+        test = paired.get(
+            {"strict_accuracy": "strict", "lenient_accuracy": "lenient", "sampled_accuracy": "sampled"}.get(key)
+        )
         if test:
-            before = (test["both_right"] + test["down"]) / test["n"]
-            args |= {"before": round(before, 4), "up": test["up"], "down": test["down"], "p_value": test["p_value"]}
+            args |= {
+                "before": round(gsm8k.accuracies(test)[0], 4),
+                "up": test["up"],
+                "down": test["down"],
+                "p_value": test["p_value"],
+            }
         results.append(
             EvalResult(
                 **where,

@@ -654,7 +654,7 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     metrics, predictions = gsm8k.results(rows, seconds, thinking, sampled, samples, args.temperature)
     step = trainer.state.global_step
     if acc.is_main_process:
-        if when != "before" and (paired := gsm8k.paired_with_before(args.output_dir, predictions)):
+        if when != "before" and (paired := gsm8k.paired_with_before(args.output_dir, predictions, samples)):
             metrics["paired"] = paired  # the flips since EVAL_BEFORE on the same problems, and their exact test
             if (writer := tensorboard_writer(trainer)) is not None:
                 writer.add_text("eval/paired", "  \n".join(gsm8k.paired_lines(paired)), step)

@@ -119,6 +119,41 @@ def paired(before, after):
     }
 
 
+def paired_samples(before, after, samples):
+    """Compare two evaluations' sampled answers on the same problems: the sign test on each problem's count of
+    right samples (of `samples` per problem in both). A problem is up when more of its samples are right after,
+    down when fewer; the rest tie. With one sample per problem this is `paired` on the samples' verdicts.
+
+    Returns:
+        dict with n, samples, up, down, ties, before and after (the sampled accuracies), p_value (mcnemar_exact on
+        up and down) and difference (after minus before).
+
+    >>> test = paired_samples([0, 1, 0, 2], [2, 1, 1, 0], 2)
+    >>> test["up"], test["down"], test["before"], test["after"], test["p_value"]
+    (2, 1, 0.375, 0.5, 1.0)
+    """
+    if len(before) != len(after):
+        raise ValueError(
+            f"paired_samples: the two evaluations cover {len(before)} and {len(after)} problems; "
+            "a paired test needs the same problems in the same order"
+        )
+    n = len(before)
+    up = sum(1 for b, a in zip(before, after, strict=True) if a > b)
+    down = sum(1 for b, a in zip(before, after, strict=True) if a < b)
+    acc_before, acc_after = (sum(x) / (n * samples) if n and samples else 0.0 for x in (before, after))
+    return {
+        "n": n,
+        "samples": samples,
+        "up": up,
+        "down": down,
+        "ties": n - up - down,
+        "before": acc_before,
+        "after": acc_after,
+        "p_value": mcnemar_exact(up, down),
+        "difference": acc_after - acc_before,
+    }
+
+
 def pass_at_k(n, c, k):
     """Unbiased pass@k of one problem from n samples of which c are right (Chen et al. 2021, HumanEval).
 

@@ -306,6 +306,26 @@ def test_compare_counts_the_flips_and_tests_them_exactly():
     assert (paired["strict"]["up"], paired["strict"]["down"], paired["strict"]["p_value"]) == (1, 2, 1.0)
 
 
+def with_samples(records, counts):
+    return [{**r, "sampled_correct": c} for r, c in zip(records, counts, strict=True)]
+
+
+def test_compare_pairs_sampled_accuracy_when_both_drew_as_many_samples():
+    # 2 samples per problem. Up: 0 (0 -> 2), 1 (0 -> 1), 2 (1 -> 2), 3 (0 -> 2), 4 (0 -> 1); down: none. p = 2/32
+    before = with_samples(verdicts(QUESTIONS, [0] * 8), [0, 0, 1, 0, 0, 2, 1, 0])
+    after = with_samples(verdicts(QUESTIONS, [0] * 8), [2, 1, 2, 2, 1, 2, 1, 0])
+    sampled = gsm8k.compare(before, after, "b.json", samples=(2, 2))["sampled"]
+    assert (sampled["up"], sampled["down"], sampled["p_value"]) == (5, 0, 0.0625)
+    assert (sampled["before"], sampled["after"]) == (4 / 16, 11 / 16)
+    assert "sampled: 0.250 -> 0.688 (+0.438; 5 up / 0 down, p = 0.062)" in gsm8k.paired_lines(
+        gsm8k.compare(before, after, "b.json", samples=(2, 2))
+    )
+    # other sample counts, none drawn, or records without counts: greedy verdicts only
+    for samples in ((2, 4), (0, 0)):
+        assert "sampled" not in gsm8k.compare(before, after, "b.json", samples=samples)
+    assert "sampled" not in gsm8k.compare(verdicts(QUESTIONS, [0] * 8), after, "b.json", samples=(2, 2))
+
+
 def test_a_held_out_point_pairs_with_the_first_problems_of_a_longer_before():
     before = verdicts(QUESTIONS, [0] * 8)
     paired = gsm8k.compare(before, verdicts(QUESTIONS[:4], [1] * 4))

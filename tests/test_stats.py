@@ -18,6 +18,7 @@ from grpo.stats import (
     mcnemar_exact,
     mean_pass_at_k,
     paired,
+    paired_samples,
     pass_at_k,
     pass_at_ks,
     wilson,
@@ -113,6 +114,23 @@ def test_paired_counts_flips_and_difference():
         "p_value": 1.0,  # 2 * (1 + 3) / 8 = 1, capped
         "difference": pytest.approx(1 / 6),
     }
+
+
+def test_paired_samples_is_the_sign_test_on_each_problems_count():
+    # 3 samples each. Problem 0: 0 -> 3 up, 1: 1 -> 2 up, 2: 2 -> 2 tie, 3: 3 -> 1 down, 4: 0 -> 1 up, 5: 0 -> 0 tie.
+    # 3 up, 1 down: p = 2 * P[X <= 1] for X ~ binomial(4, 1/2) = 2 * 5/16. Accuracy 6/18 -> 9/18.
+    result = paired_samples([0, 1, 2, 3, 0, 0], [3, 2, 2, 1, 1, 0], 3)
+    assert (result["up"], result["down"], result["ties"], result["n"]) == (3, 1, 2, 6)
+    assert result["p_value"] == pytest.approx(10 / 16)
+    assert (result["before"], result["after"]) == (pytest.approx(6 / 18), pytest.approx(9 / 18))
+    assert result["difference"] == pytest.approx(3 / 18)
+
+
+def test_paired_samples_with_one_sample_is_mcnemar():
+    before, after = [0, 0, 0, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 1, 1, 1]
+    one = paired_samples(before, after, 1)
+    two = paired([bool(x) for x in before], [bool(x) for x in after])
+    assert (one["up"], one["down"], one["p_value"]) == (two["up"], two["down"], two["p_value"]) == (6, 1, 0.125)
 
 
 def test_paired_refuses_different_problem_counts():
