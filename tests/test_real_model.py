@@ -357,3 +357,5 @@ def test_the_real_profile_trains_2_steps_and_scores_before_and_after(real_model,
     for when in ("before", "after"):
         metrics = json.loads((out / f"eval_test_{when}.json").read_text())
         assert metrics["n"] == 8 and "sampled_accuracy" in metrics  # greedy and sampled, on the held-out task
+    paired = metrics["paired"]  # the after file: each accuracy's paired exact test against the before file
+    assert all(0 <= paired[label]["p_value"] <= 1 for label in ("strict", "lenient", "sampled"))
