@@ -7,7 +7,14 @@ Four panels, one colour per run: the correctness reward of the training samples 
 mean over 5 steps (bench/plot_demo.py's); held-out greedy lenient accuracy at every evaluation point of the run
 (OUTPUT_DIR/eval_test.jsonl: before, EVAL_STEPS points, after) with its 95 % Wilson interval, and sampled accuracy
 dashed; the mean per-token KL to the base model; the mean completion length, and dotted the share cut off at
-MAX_COMPLETION_LENGTH (right axis). An existing file is never replaced without --overwrite.
+MAX_COMPLETION_LENGTH (right axis). At BETA 0 (the --real profile) TRL computes no KL, and that panel stays empty.
+An existing file is never replaced without --overwrite.
+
+    python bench/plot_real_model.py outputs/real-s0 outputs/real-s1 outputs/real-s2 --table
+
+prints instead docs/real-model.md's before/after table from each run's eval_test_before.json and
+eval_test_after.json: each accuracy with its 95 % interval, the paired exact test's flips and p-value, and the
+shares of answers cut off or padded past their final answer.
 """
 
 import argparse
@@ -17,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # grpo/ and bench/, when run as a script
 from bench.plot_demo import CORRECTNESS, REWARD, read_scalars, run_folder, running_mean  # noqa: E402
-from grpo.stats import wilson  # noqa: E402
+from grpo.stats import format_interval, wilson  # noqa: E402
 
 KL = "train/kl"
 LENGTH = "train/completions/mean_length"
@@ -35,6 +42,29 @@ def eval_points(output_dir):
         interval = wilson(round(m["lenient_accuracy"] * m["n"]), m["n"])
         points.append((record["step"], m["lenient_accuracy"], interval, m.get("sampled_accuracy")))
     return sorted(points, key=lambda p: p[0])
+
+
+ACCURACIES = (("strict", "strict_accuracy"), ("lenient", "lenient_accuracy"), ("sampled", "sampled_accuracy"))
+
+
+def table(folders):
+    """The markdown before/after table of `--real` runs, a row per run and accuracy, from their eval files."""
+    rows = [
+        "| run | accuracy | before [95 % CI] | after [95 % CI] | flips up / down | p (paired exact) | n |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for folder in folders:
+        before, after = (json.loads((Path(folder) / f"eval_test_{w}.json").read_text()) for w in ("before", "after"))
+        label = run_label(folder)
+        for name, key in ACCURACIES:
+            cells = [format_interval(m[key], *m[key + "_ci95"]) if key in m else "-" for m in (before, after)]
+            test = after.get("paired", {}).get(name)
+            flips = f"{test['up']} / {test['down']}" if test else "-"
+            p = f"{test['p_value']:.2g}" if test else "-"
+            rows.append(f"| {label} | {name} | {cells[0]} | {cells[1]} | {flips} | {p} | {after['n']} |")
+        for name, key in (("cut off", "truncated_rate"), ("padded", "padded_rate")):
+            rows.append(f"| {label} | {name} (share) | {before.get(key, '-')} | {after.get(key, '-')} | | | |")
+    return rows
 
 
 def run_label(folder):
@@ -91,7 +121,11 @@ def main(argv=None):
     parser.add_argument("runs", nargs="+", type=Path, help="OUTPUT_DIRs of --real runs (one per seed)")
     parser.add_argument("--out", type=Path, default=Path("real-model.png"), help="the PNG to write")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--table", action="store_true", help="print the before/after table instead of plotting")
     args = parser.parse_args(argv)
+    if args.table:
+        print(*table(args.runs), sep="\n")
+        return
     if args.out.exists() and not args.overwrite:
         raise SystemExit(f"{args.out} exists; pass --overwrite to replace it")
     runs = {}

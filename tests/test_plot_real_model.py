@@ -48,3 +48,20 @@ def test_the_plot_script_draws_several_seeds_and_keeps_an_existing_picture(tmp_p
     assert out.read_bytes().startswith(PNG)
     again = run_script("bench/plot_real_model.py", str(tmp_path / "s0"), f"--out={out}")
     assert again.returncode != 0 and "--overwrite" in again.stderr  # the picture drawn above is not replaced
+
+
+def test_the_table_reads_each_runs_before_and_after_files(tmp_path):
+    write_real_run(tmp_path / "s0", seed=0)
+    interval = {"lenient_accuracy_ci95": [0.0715, 0.5907], "strict_accuracy_ci95": [0.0, 0.3244]}
+    before = {"n": 8, "strict_accuracy": 0.0, "lenient_accuracy": 0.25, "padded_rate": 0.5, **interval}
+    after = {**before, "lenient_accuracy": 0.75, "lenient_accuracy_ci95": [0.4093, 0.9286], "padded_rate": 0.0}
+    after["paired"] = {"lenient": {"up": 4, "down": 0, "p_value": 0.125}}
+    for when, metrics in (("before", before), ("after", after)):
+        (tmp_path / "s0" / f"eval_test_{when}.json").write_text(json.dumps(metrics))
+    proc = run_script("bench/plot_real_model.py", str(tmp_path / "s0"), "--table")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = proc.stdout.splitlines()
+    assert "| SEED 0 | lenient | 0.250 [0.072, 0.591] | 0.750 [0.409, 0.929] | 4 / 0 | 0.12 | 8 |" in rows
+    assert "| SEED 0 | sampled | - | - | - | - | 8 |" in rows  # not scored: a dash, not a number
+    assert "| SEED 0 | padded (share) | 0.5 | 0.0 | | | |" in rows
+    assert not (tmp_path / "real-model.png").exists()
