@@ -61,7 +61,7 @@ def test_the_table_reads_each_runs_before_and_after_files(tmp_path):
     proc = run_script("bench/plot_real_model.py", str(tmp_path / "s0"), "--table")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = proc.stdout.splitlines()
-    assert "| SEED 0 | lenient | 0.250 [0.072, 0.591] | 0.750 [0.409, 0.929] | 4 / 0 | 0.12 | 8 |" in rows
+    assert "| SEED 0 | lenient | 0.250 [0.071, 0.591] | 0.750 [0.409, 0.929] | 4 / 0 | 0.12 | 8 |" in rows
     assert "| SEED 0 | sampled | - | - | - | - | 8 |" in rows  # not scored: a dash, not a number
     assert "| SEED 0 | padded (share) | 0.5 | 0.0 | | | |" in rows
     assert not (tmp_path / "real-model.png").exists()
