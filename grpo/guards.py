@@ -30,6 +30,7 @@ log = logging.getLogger("grpotrainer")
 LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it (filelock's)
 HOLDER_NAME = "run.lock.json"  # beside it: the holding run's pid, host and start, for the refusal
 TORCH_DISTRIBUTED = ("/torch/distributed/", "/torch/nn/parallel/")  # where a collective raises, in torch
+AUTOGRAD_ENGINE = "/torch/autograd/graph.py"  # where backward's errors, DDP's all-reduce's included, come out
 # seconds after a stop signal in which another is its copy, not a second request: torchrun forwards the terminal's
 # Ctrl-C to workers that got it too, and Slurm signals torchrun and its workers alike
 COPY_WINDOW = 2.0
@@ -402,16 +403,20 @@ def disk_full_error(err, output_dir, then="rerun the same command to resume"):
 
 
 def stall_error(err, ddp_timeout):
-    """A ConfigError naming DDP_TIMEOUT when `err` is torch's DistError or a RuntimeError raised inside
-    torch.distributed (gloo's timeout), else None. Any other error, whatever its text, is not a stall."""
+    """A ConfigError naming DDP_TIMEOUT when `err` is torch's DistError, a RuntimeError raised inside
+    torch.distributed (gloo's timeout), or one raised by the autograd engine while more than one rank runs (DDP's
+    gradient all-reduce runs inside backward, and gloo's lost-peer and timeout errors come out of it as plain
+    RuntimeErrors), else None. Any other error, whatever its text, is not a stall."""
     import torch.distributed as dist
 
+    several = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     for e in chain(err):
         where = frames(e)
         # gloo's own timeout is a plain RuntimeError, raised by a collective in torch/distributed (or DDP's sync)
-        inner = where[-1][0] if where else ""
-        in_torch_distributed = type(e) is RuntimeError and any(d in inner for d in TORCH_DISTRIBUTED)
-        if isinstance(e, dist.DistError) or in_torch_distributed:
+        inner = where[-1] if where else ("", "")
+        in_torch_distributed = type(e) is RuntimeError and any(d in inner[0] for d in TORCH_DISTRIBUTED)
+        in_backward = type(e) is RuntimeError and several and inner[0].endswith(AUTOGRAD_ENGINE)
+        if isinstance(e, dist.DistError) or in_torch_distributed or in_backward:
             return ConfigError(
                 f"a process waited for the others and gave up (DDP_TIMEOUT={ddp_timeout} s; {first_line(e)}).\n"
                 "Check every rank's log for the first error (a stalled or dead rank), then NCCL and the network "

@@ -308,6 +308,26 @@ def test_stall_texts(error, is_stall):
     assert (guards.stall_error(error, 600) is not None) == is_stall
 
 
+@pytest.mark.parametrize("world", [1, 2])
+def test_an_error_out_of_backward_is_a_stall_only_while_several_ranks_run(monkeypatch, world):
+    # DDP's all-reduce runs inside the autograd engine, and gloo's lost peer comes out of it as a plain RuntimeError
+    import torch.distributed as dist
+
+    engine = {}
+    exec(
+        compile("def _engine_run_backward():\n    raise RuntimeError('gloo')\n", "/x/torch/autograd/graph.py", "exec"),
+        engine,
+    )
+    with pytest.raises(RuntimeError) as err:
+        engine["_engine_run_backward"]()
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: world)
+    assert (guards.stall_error(err.value, 600) is not None) == (world > 1)
+    with pytest.raises(RuntimeError) as elsewhere:  # the same error raised by the user's code is never a stall
+        raise RuntimeError("gloo")
+    assert guards.stall_error(elsewhere.value, 600) is None
+
+
 def write_state(path):
     path.write_text(json.dumps({"log_history": ["x" * 100] * 1000}))  # transformers' save_to_json, 100 kB
 
