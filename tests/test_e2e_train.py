@@ -161,6 +161,11 @@ def test_a_run_carries_the_paired_test_in_its_files_curve_text_card_and_last_lin
         # on the same 8 problems the flips are the change in accuracy, and the p-value is their exact test
         assert test["n"] == 8 and test["up"] - test["down"] == round((after[accuracy] - before[accuracy]) * 8)
         assert test["p_value"] == stats.mcnemar_exact(test["up"], test["down"])
+    sampled = after["paired"]["sampled"]  # 2 samples per problem in both: the sign test on each problem's count
+    assert (sampled["samples"], sampled["n"]) == (2, 8) and sampled["p_value"] == stats.mcnemar_exact(
+        sampled["up"], sampled["down"]
+    )
+    assert sampled["difference"] == pytest.approx(after["sampled_accuracy"] - before["sampled_accuracy"], abs=1e-3)
     # every evaluation carries its intervals, pass@k for k = 1..EVAL_SAMPLES and lm-eval's figures
     for metrics in (before, after):
         assert metrics["pass_at_k"]["1"] == pytest.approx(metrics["sampled_accuracy"], abs=1e-4)
@@ -173,6 +178,7 @@ def test_a_run_carries_the_paired_test_in_its_files_curve_text_card_and_last_lin
     ]
     assert paired == [("before", None), ("during", 4), ("after", 8)]
     last = out.stderr.strip().splitlines()[-1]
+    assert f"sampled {gsm8k.pair_text(sampled)}" in last
     assert "paired exact test (8 test problems)" in last and f"{after['paired']['lenient']['down']} down, p = " in last
     card = (tmp_path / "README.md").read_text()
     assert "model-index:" in card and "- lenient: " in card
