@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -409,11 +408,12 @@ def test_an_async_rewards_own_timeout_keeps_its_error_under_reward_timeout():
 
 def test_a_reward_that_returns_in_time_leaves_no_watchdog_behind():
     guard = reward_guard.Guard(brevity_reward, "m:brevity", timeout=60)
-    before = threading.active_count()
+    before = set(threading.enumerate())
     assert guard(completions=["ab"], trainer_state=State()) == [1 / 3]
     assert asyncio.run(reward_guard.AsyncGuard(async_reward, "m:a", timeout=60)(completions=["a"])) == [0.5]
-    time.sleep(0.05)  # a cancelled Timer's thread ends once it sees the cancel
-    assert threading.active_count() == before
+    for thread in set(threading.enumerate()) - before:
+        thread.join(10)  # a cancelled watchdog ends once it sees the cancel; a live one would wait its 60 s
+    assert set(threading.enumerate()) == before
 
 
 def mutating_reward(completions, prompts, answer, completion_ids, **kwargs):
