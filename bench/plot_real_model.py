@@ -7,7 +7,8 @@ Four panels, one colour per run: the correctness reward of the training samples 
 mean over 5 steps (bench/plot_demo.py's); held-out greedy lenient accuracy at every evaluation point of the run
 (OUTPUT_DIR/eval_test.jsonl: before, EVAL_STEPS points, after) with its 95 % Wilson interval, and sampled accuracy
 dashed; the mean per-token KL to the base model; the mean completion length, and dotted the share cut off at
-MAX_COMPLETION_LENGTH (right axis). At BETA 0 (the --real profile) TRL computes no KL, and that panel stays empty.
+MAX_COMPLETION_LENGTH (right axis). At BETA 0 (the --real profile) TRL computes no KL: the third panel then draws
+the policy's mean token entropy, which TRL logs at every BETA.
 An existing file is never replaced without --overwrite.
 
     python bench/plot_real_model.py outputs/real-s0 outputs/real-s1 outputs/real-s2 --table
@@ -27,6 +28,7 @@ from bench.plot_demo import CORRECTNESS, REWARD, read_scalars, run_folder, runni
 from grpo.stats import format_interval, wilson  # noqa: E402
 
 KL = "train/kl"
+ENTROPY = "train/entropy"
 LENGTH = "train/completions/mean_length"
 CLIPPED = "train/completions/clipped_ratio"
 
@@ -73,6 +75,13 @@ def run_label(folder):
     return f"SEED {json.loads(settings.read_text())['SEED']}" if settings.is_file() else Path(folder).name
 
 
+def third_panel(runs):
+    """(tag, title) of the third panel: the KL to the base model where any run logged it, else the entropy."""
+    if any(KL in scalars for scalars, _ in runs.values()):
+        return KL, "KL to the base model", "mean per-token KL"
+    return ENTROPY, "policy entropy (no KL at BETA 0)", "mean token entropy"
+
+
 def plot(runs, out):
     """Write the four-panel PNG of `runs` ({label: (scalars, eval points)}) to `out`."""
     import matplotlib
@@ -82,8 +91,9 @@ def plot(runs, out):
 
     fig, (reward, held_out, kl, length) = plt.subplots(1, 4, figsize=(15, 3.4), dpi=100)
     clipped = length.twinx()
+    kl_tag, kl_title, kl_label = third_panel(runs)
     for (label, (scalars, points)), color in zip(runs.items(), plt.cm.tab10.colors, strict=False):
-        for ax, tag in ((reward, CORRECTNESS), (kl, KL), (length, LENGTH)):
+        for ax, tag in ((reward, CORRECTNESS), (kl, kl_tag), (length, LENGTH)):
             if tag in scalars:
                 steps, values = zip(*scalars[tag], strict=True)
                 ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
@@ -104,7 +114,7 @@ def plot(runs, out):
                 held_out.plot(steps, values, color=color, linestyle="--", marker="x", label=f"{label} sampled")
     reward.set(title="correctness reward (training samples)", xlabel="GRPO step", ylabel="mean reward")
     held_out.set(title="held-out accuracy, 95 % Wilson interval", xlabel="GRPO step", ylabel="accuracy", ylim=(0, 1))
-    kl.set(title="KL to the base model", xlabel="GRPO step", ylabel="mean per-token KL")
+    kl.set(title=kl_title, xlabel="GRPO step", ylabel=kl_label)
     length.set(title="completion length", xlabel="GRPO step", ylabel="tokens")
     clipped.set(ylabel="share cut off (dotted)", ylim=(-0.05, 1.05))
     for ax in (reward, held_out, kl, length):

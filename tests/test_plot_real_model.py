@@ -65,3 +65,10 @@ def test_the_table_reads_each_runs_before_and_after_files(tmp_path):
     assert "| SEED 0 | sampled | - | - | - | - | 8 |" in rows  # not scored: a dash, not a number
     assert "| SEED 0 | padded (share) | 0.5 | 0.0 | | | |" in rows
     assert not (tmp_path / "real-model.png").exists()
+
+
+def test_the_third_panel_draws_entropy_where_no_run_logged_a_kl():
+    with_kl = {"a": ({plot_real_model.KL: [(1, 0.0)], plot_real_model.ENTROPY: [(1, 0.5)]}, [])}
+    without = {"a": ({plot_real_model.ENTROPY: [(1, 0.5)]}, [])}  # BETA 0: TRL logs no KL
+    assert plot_real_model.third_panel(with_kl)[0] == plot_real_model.KL
+    assert plot_real_model.third_panel(without)[0] == plot_real_model.ENTROPY
