@@ -144,23 +144,25 @@ def child(argv, out):
     Path(out).write_text(json.dumps({**info, **window, "split_s": dict(split.seconds)}))
 
 
-def run_lever(name, model, task, work, python):
+def run_lever(name, model, task, work, python, label=None):
+    """One lever's child run in work/<label> (default: the lever's name), with its log and result beside it."""
     extra, env = LEVERS[name]
-    output = Path(work) / name
+    label = label or name
+    output = Path(work) / label
     if extra is None:
         argv = ["--real", f"--OUTPUT_DIR={output}", *COMMON]
     else:
         argv = ["--smoke", f"--MODEL_NAME={model}", f"--DATASET={task}", f"--OUTPUT_DIR={output}"]
         argv += [*COMMON, *BASELINE, *extra]
-    result = Path(work) / f"{name}.json"
+    result = Path(work) / f"{label}.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", **env}
     cmd = [python, __file__, "--child", str(result), "--", *argv]
     started = time.perf_counter()
-    with open(Path(work) / f"{name}.log", "w") as log:
+    with open(Path(work) / f"{label}.log", "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{name} failed (exit {os.waitstatus_to_exitcode(status)}): see {Path(work) / name}.log")
+        raise SystemExit(f"{name} failed (exit {os.waitstatus_to_exitcode(status)}): see {Path(work) / label}.log")
     inside = json.loads(result.read_text())
     return {
         "wall_s": round(time.perf_counter() - started, 1),
@@ -208,8 +210,8 @@ def main(argv=None):
     work = tempfile.mkdtemp(prefix="real-step-")  # kept: each lever's log and output folder
     task = real.write_task(Path(work) / "task", 0)
     runs = []
-    for name in names:
-        runs.append((name, run_lever(name, model, task, work, sys.executable)))
+    for i, name in enumerate(names):  # a folder per run: the closing baseline must not find the first one finished
+        runs.append((name, run_lever(name, model, task, work, sys.executable, label=f"{i}-{name}")))
         print(json.dumps({"lever": name, **runs[-1][1]}), flush=True)
     rows, shares = summarize(runs)
     print("baseline's train CPU by part:", json.dumps(shares))

@@ -68,3 +68,32 @@ def test_summarize_gives_ratios_per_completion_against_the_mean_baseline():
         "generation": pytest.approx(120 / 220, abs=0.001),
         "backward": pytest.approx(100 / 220, abs=0.001),
     }
+
+
+def test_each_run_of_a_pass_has_its_own_folder(monkeypatch, tmp_path):
+    # the closing baseline once reused the first one's OUTPUT_DIR, found its run finished, and measured nothing
+    from demo import real
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    monkeypatch.setattr(real, "MODEL", str(tmp_path / "model"))
+    monkeypatch.setattr(real_step.tempfile, "mkdtemp", lambda prefix: str(tmp_path / "work"))
+    labels = []
+
+    def fake_run(name, model, task, work, python, label=None):
+        labels.append(label)
+        split = {"generation": 8.0}
+        return {
+            "train_cpu_s": 8.0,
+            "cpu_s": 9,
+            "max_rss_mib": 1,
+            "wall_s": 9,
+            "steps": 2,
+            "completions_per_step": 4,
+            "split_s": split,
+        }
+
+    monkeypatch.setattr(real_step, "run_lever", fake_run)
+    monkeypatch.setattr(real_step, "print", lambda *a, **k: None, raising=False)
+    assert real_step.main(["--levers", "baseline,bf16"]) == 0
+    assert labels == ["0-baseline", "1-bf16", "2-baseline"] and len(set(labels)) == 3
