@@ -167,9 +167,7 @@ def eval_results(name, settings, metrics):
             continue
         low, high = metrics[key + gsm8k.INTERVAL]
         args = {"ci95": [low, high], "n": metrics["n"]}
-        test = paired.get(
-            {"strict_accuracy": "strict", "lenient_accuracy": "lenient", "sampled_accuracy": "sampled"}.get(key)
-        )
+        test = paired.get(key.removesuffix("_accuracy"))  # strict, lenient, sampled: the paired tests' names
         if test:
             args |= {
                 "before": round(gsm8k.accuracies(test)[0], 4),

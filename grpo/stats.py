@@ -85,6 +85,19 @@ def mcnemar_exact(up, down):
     return min(1.0, 2 * tail / 2**flips)
 
 
+def flips(caller, before, after):
+    """(n, up, down) of two evaluations' per-problem scores (verdicts or counts of right samples): up where after's
+    is higher, down where lower. Different lengths are a ValueError naming `caller`."""
+    if len(before) != len(after):
+        raise ValueError(
+            f"{caller}: the two evaluations cover {len(before)} and {len(after)} problems; "
+            "a paired test needs the same problems in the same order"
+        )
+    up = sum(1 for b, a in zip(before, after, strict=True) if a > b)
+    down = sum(1 for b, a in zip(before, after, strict=True) if a < b)
+    return len(before), up, down
+
+
 def paired(before, after):
     """Compare two evaluations of the same problems, problem by problem.
 
@@ -99,14 +112,7 @@ def paired(before, after):
     >>> paired([False, False, True, True], [True, True, True, False])["up"]
     2
     """
-    if len(before) != len(after):
-        raise ValueError(
-            f"paired: the two evaluations cover {len(before)} and {len(after)} problems; "
-            "a paired test needs the same problems in the same order"
-        )
-    n = len(before)
-    up = sum(1 for b, a in zip(before, after, strict=True) if not b and a)
-    down = sum(1 for b, a in zip(before, after, strict=True) if b and not a)
+    n, up, down = flips("paired", before, after)
     both_right = sum(1 for b, a in zip(before, after, strict=True) if b and a)
     return {
         "n": n,
@@ -132,14 +138,7 @@ def paired_samples(before, after, samples):
     >>> test["up"], test["down"], test["before"], test["after"], test["p_value"]
     (2, 1, 0.375, 0.5, 1.0)
     """
-    if len(before) != len(after):
-        raise ValueError(
-            f"paired_samples: the two evaluations cover {len(before)} and {len(after)} problems; "
-            "a paired test needs the same problems in the same order"
-        )
-    n = len(before)
-    up = sum(1 for b, a in zip(before, after, strict=True) if a > b)
-    down = sum(1 for b, a in zip(before, after, strict=True) if a < b)
+    n, up, down = flips("paired_samples", before, after)
     acc_before, acc_after = (sum(x) / (n * samples) if n and samples else 0.0 for x in (before, after))
     return {
         "n": n,
