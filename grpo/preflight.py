@@ -243,6 +243,7 @@ CHECKOUT = Path(__file__).resolve().parents[1]  # the folder holding grpotrainer
 # What a run writes into OUTPUT_DIR before its run_settings.json: the CPU profiles' model and data folders, and
 # the demo's warm start in progress (demo-sums-model-seedN.sft<pid>), files.py's hidden work in progress, and the
 # run.lock of a run killed before it named itself in run.lock.json (guards.take_lock judges whether it is held).
+WRITE_PROBE = ".write-test-"  # the prefix of the empty folder that checks OUTPUT_DIR is writable, then goes
 PROFILE_FOLDERS = re.compile(
     r"smoke-model|demo-(sums-)?(data-|model-)?seed\d+(\.sft\d+)?|\..+\.(tmp|partial|old)-.+|run\.lock"
 )
@@ -261,7 +262,8 @@ def run_folder_problem(out):
                 f"OUTPUT_DIR={out} is {where}: a run writes README.md, tokenizer and adapter files there.\n"
                 "Give the run a folder of its own, e.g. --OUTPUT_DIR=outputs/run1."
             )
-    entries = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+    # another rank's writability probe (`writable`) may sit there for an instant: ours, never a user's file
+    entries = sorted(p.name for p in path.iterdir() if not p.name.startswith(WRITE_PROBE)) if path.is_dir() else []
     if is_run_folder(path) or all(PROFILE_FOLDERS.fullmatch(name) for name in entries):
         return None
     shown = ", ".join(entries[:3]) + (f", ... ({len(entries)} in all)" if len(entries) > 3 else "")
@@ -320,7 +322,7 @@ def output_dir_problem(out, name="OUTPUT_DIR"):
         existing = next(p for p in (path, *path.parents) if p.exists())
         if not existing.is_dir():
             return f"{name}={out}: {existing} is a file, not a folder; give a folder path."
-        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=existing))
+        os.rmdir(tempfile.mkdtemp(prefix=WRITE_PROBE, dir=existing))
     except OSError as err:
         return f"{name}={out} cannot be created or written ({err.strerror or err}); choose a folder you can write to."
     return None
