@@ -239,11 +239,11 @@ def _paths(s):
     return [p for p in (model_name_problem(s["MODEL_NAME"]), out) if p]
 
 
+WRITE_PROBE = ".write-test-"  # the prefix of the empty folder that checks OUTPUT_DIR is writable, then goes
 CHECKOUT = Path(__file__).resolve().parents[1]  # the folder holding grpotrainer.py
 # What a run writes into OUTPUT_DIR before its run_settings.json: the CPU profiles' model and data folders, and
 # the demo's warm start in progress (demo-sums-model-seedN.sft<pid>), files.py's hidden work in progress, and the
 # run.lock of a run killed before it named itself in run.lock.json (guards.take_lock judges whether it is held).
-WRITE_PROBE = ".write-test-"  # the prefix of the empty folder that checks OUTPUT_DIR is writable, then goes
 PROFILE_FOLDERS = re.compile(
     r"smoke-model|demo-(sums-)?(data-|model-)?seed\d+(\.sft\d+)?|\..+\.(tmp|partial|old)-.+|run\.lock"
 )
