@@ -4,14 +4,15 @@
     python evaluate.py --ADAPTER=outputs/qwen3-gsm8k-grpo    # the adapter a run saved (or one of its checkpoint-N)
     python evaluate.py --LIMIT=200                           # a quick subset: the first 200 problems
     python evaluate.py --smoke                               # tiny model and fixture, offline on CPU, in seconds
-    python evaluate.py --SAMPLES=8                           # also the accuracy of 8 sampled answers per problem
+    python evaluate.py --EVAL_SAMPLES=8                      # also the accuracy of 8 sampled answers per problem
     python evaluate.py --ADAPTER=outputs/run --BASELINE=outputs/eval/Qwen3-8B   # what changed, problem by problem
+    python evaluate.py --ADAPTER=outputs/run --ASK="Tom has 3 pens and buys 4. How many?"   # try it on a question
     python evaluate.py --help                                # every constant with its comment
 
 With --ADAPTER, the run's run_settings.json replaces the defaults below for the base model, prompt, thinking mode,
 completion length and data (a --KEY=value here still wins). Prompts and grader are training's own (grpo/gsm8k.py,
-which defines the metrics). Results: OUTPUT_DIR/eval_<SPLIT>.json, eval_<SPLIT>_predictions.jsonl and a
-TensorBoard run in OUTPUT_DIR/runs/; with DATASET given here, eval_<dataset>-<hash>_<SPLIT> (`results_name`).
+which defines the metrics). Results: OUTPUT_DIR/eval_<SPLIT>.json, eval_<SPLIT>_predictions.jsonl and the
+trackers of REPORT_TO; with DATASET given here, eval_<dataset>-<hash>_<SPLIT> (`results_name`).
 """
 
 import functools
@@ -20,7 +21,22 @@ import logging
 import os
 from pathlib import Path
 
-from grpo import checkpoints, cli, errors, files, gsm8k, hardware, hub, preflight, profiles
+from demo import smoke
+from grpo import (
+    checkpoints,
+    cli,
+    errors,
+    evaluation,
+    files,
+    generation,
+    grading,
+    gsm8k,
+    hardware,
+    hub,
+    preflight,
+    process,
+    settings,
+)
 from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -34,52 +50,54 @@ ENABLE_THINKING = False  # Qwen3 thinking mode; keep it as in training
 # data
 DATASET = "openai/gsm8k"  # Hub id, or a .jsonl file / folder of {split}.jsonl in GSM8K format
 DATASET_CONFIG = "main"  # Hub config name; ignored for local files
+QUESTION_FIELD = "question"  # the dataset's column holding the problem
+ANSWER_FIELD = "answer"  # the column holding the answer: a GSM8K solution ending "#### N", or a bare number
 SYSTEM_PROMPT = gsm8k.SYSTEM_PROMPT  # the instruction before every problem, as in training
 SPLIT = "test"  # test (1319 problems) or train
 LIMIT = 0  # score only the first N problems; 0 = all
 BASELINE = ""  # an earlier evaluation of the same problems (eval_<SPLIT>.json, or its folder): flips and exact test
+ASK = []  # questions of your own (--ASK="..." once per question): each answer and what the grader reads; no scoring
 # generation
-BATCH_SIZE = 64  # prompts per generate() call with transformers; lower it on out-of-memory
+EVAL_BATCH_SIZE = 64  # prompts per generate() call with transformers (old name BATCH_SIZE); lower it on out-of-memory
 MAX_COMPLETION_LENGTH = 256  # new tokens per answer; as in training, so numbers compare
 CACHE_IMPLEMENTATION = "dynamic"  # or static: static KV cache + compiled decode step (transformers; CUDA; ~1 min)
-USE_VLLM = True  # generate with vLLM when it is installed and a GPU is visible (several times faster); False = never
+USE_VLLM = "auto"  # auto = vLLM when it imports and a GPU is visible (several times faster); or True, False
 VLLM_GPU_MEMORY_UTILIZATION = 0.85  # share of GPU memory vLLM may take
-SAMPLES = 0  # sampled accuracy: answers sampled per problem (mean correctness = pass@1 estimated from k); 0 = off
-SAMPLE_TEMPERATURE = 0.7  # their temperature; with ADAPTER the run's TEMPERATURE, which is what GRPO sampled at
+EVAL_SAMPLES = 0  # answers sampled per problem (sampled accuracy, pass@k; old name SAMPLES); 0 = off
+TEMPERATURE = 0.7  # their temperature (old name SAMPLE_TEMPERATURE); with ADAPTER the run's, as GRPO sampled
 # output
 OUTPUT_DIR = ""  # results go here; "" = ADAPTER (eval-checkpoint-N beside a checkpoint), else outputs/eval/<model>
+REPORT_TO = "tensorboard"  # tensorboard, trackio, wandb, a list (tensorboard,wandb) or none
 # ---------------------------------------------------------------------------------------------------------------
 
 # --smoke: the tiny random Qwen3 of grpotrainer --smoke (built if missing) on the fixture, fp32 on CPU.
-profile_settings = {
+PROFILES = {
     "smoke": dict(
-        DATASET=str(gsm8k.FIXTURE), LIMIT=8, BATCH_SIZE=4, MAX_COMPLETION_LENGTH=32, BF16=False, USE_VLLM=False
+        DATASET=str(gsm8k.FIXTURE), LIMIT=8, EVAL_BATCH_SIZE=4, MAX_COMPLETION_LENGTH=32, BF16=False, USE_VLLM=False
     )
 }
 # What a training run's run_settings.json decides for its adapter (unless given on this command line). Never a
 # security setting: a folder someone sent must not switch on TRUST_REMOTE_CODE, nor name a Hub kernel (code from the
 # Hub) as ATTN_IMPLEMENTATION; those come from this file and its command line only.
-from_run = ("MODEL_NAME", "ATTN_IMPLEMENTATION", "BF16", "ENABLE_THINKING", "DATASET")
-from_run += ("DATASET_CONFIG", "SYSTEM_PROMPT", "MAX_COMPLETION_LENGTH")
-smoke_output = "outputs/smoke"  # --smoke builds the tiny model in its smoke-model folder when no run names one
+FROM_RUN = ("MODEL_NAME", "ATTN_IMPLEMENTATION", "BF16", "ENABLE_THINKING", "DATASET", "DATASET_CONFIG")
+FROM_RUN += ("QUESTION_FIELD", "ANSWER_FIELD", "SYSTEM_PROMPT", "MAX_COMPLETION_LENGTH", "TEMPERATURE")
+SMOKE_OUTPUT = "outputs/smoke"  # --smoke builds the tiny model in its smoke-model folder when no run names one
 log = logging.getLogger("grpotrainer.evaluate")
 
 
 def resolve(argv):
     """The settings: defaults < --smoke < the adapter's run settings < this command line. Returns (settings, args)."""
-    args = cli.parse(cli.constants(globals()), argv, profile_settings, source=__file__)
-    cli.require(("torch", "transformers", "peft", "datasets"), "evaluate.py")  # before --smoke builds its model
+    args = cli.parse(cli.constants(globals()), argv, PROFILES, source=__file__)
+    process.require(("torch", "transformers", "peft", "datasets"), "evaluate.py")  # before --smoke builds its model
     s = dict(args.settings)
-    types = {key: type(s[key]) for key in from_run} | {"TEMPERATURE": float}  # what is read from the run
+    types = {key: type(s[key]) for key in FROM_RUN} | {"TEMPERATURE": float}  # what is read from the run
     run = files.run_settings(s["ADAPTER"], types) if s["ADAPTER"] else {}
-    s.update({key: run[key] for key in from_run if key in run and key not in args.given})
+    s.update({key: run[key] for key in FROM_RUN if key in run and key not in args.given})
     if s["ATTN_IMPLEMENTATION"] not in hardware.ATTENTION and "ATTN_IMPLEMENTATION" not in args.given:
         kernel, s["ATTN_IMPLEMENTATION"] = s["ATTN_IMPLEMENTATION"], args.settings["ATTN_IMPLEMENTATION"]
         log.warning("not using the run's ATTN_IMPLEMENTATION=%s (code from the Hub); give it here to use it", kernel)
-    if "TEMPERATURE" in run and "SAMPLE_TEMPERATURE" not in args.given:
-        s["SAMPLE_TEMPERATURE"] = run["TEMPERATURE"]  # sampled accuracy as the run's groups were sampled
     if args.profile == "smoke" and "MODEL_NAME" not in args.given and "MODEL_NAME" not in run:
-        s["MODEL_NAME"] = profiles.cpu_model(smoke_output)
+        s["MODEL_NAME"] = smoke.cpu_model(SMOKE_OUTPUT)
     s["OUTPUT_DIR"] = s["OUTPUT_DIR"] or default_output_dir(s["ADAPTER"], s["MODEL_NAME"])
     return s, args
 
@@ -129,18 +147,7 @@ def refuse_bad_settings(s, cpu_only=False):
         )
     elif s["ADAPTER"] and (problem := checkpoints.adapter_problem(s["ADAPTER"])):
         problems.append(problem)
-    for name, low in (("LIMIT", 0), ("BATCH_SIZE", 1), ("MAX_COMPLETION_LENGTH", 1), ("SAMPLES", 0)):
-        if s[name] < low:
-            problems.append(f"{name}={s[name]} must be at least {low}.")
-    if s["SAMPLES"] and not s["SAMPLE_TEMPERATURE"] > 0:
-        problems.append(f"SAMPLE_TEMPERATURE={s['SAMPLE_TEMPERATURE']} must be above 0 to sample (SAMPLES > 0).")
-    if s["SPLIT"] not in ("train", "test"):
-        problems.append(f"SPLIT={s['SPLIT']!r} must be test or train (GSM8K has no other split).")
-    if not 0 < s["VLLM_GPU_MEMORY_UTILIZATION"] <= 1:  # also refuses nan
-        problems.append(
-            f"VLLM_GPU_MEMORY_UTILIZATION={s['VLLM_GPU_MEMORY_UTILIZATION']} is outside (0, 1]: it is the share "
-            "of GPU memory vLLM may take; 0.85 is usual here."
-        )
+    problems += settings.problems(s, cli.comments(__file__)) + preflight.report_problems(s["REPORT_TO"])
     if s["ENABLE_THINKING"] and s["MAX_COMPLETION_LENGTH"] < preflight.THINKING_MIN_TOKENS:
         problems.append(
             f"ENABLE_THINKING=True with MAX_COMPLETION_LENGTH={s['MAX_COMPLETION_LENGTH']}: thinking is cut off "
@@ -148,6 +155,7 @@ def refuse_bad_settings(s, cpu_only=False):
             f"{preflight.THINKING_MIN_TOKENS}, or ENABLE_THINKING=False."
         )
     paths = (preflight.model_name_problem(s["MODEL_NAME"]), preflight.output_dir_problem(s["OUTPUT_DIR"]))
+    paths += (None if s["ASK"] else preflight.dataset_problem(s["DATASET"]),)
     problems += [p for p in paths if p]
     if problems:  # the path and value mistakes at once, before anything imports torch (the checks below do)
         raise ConfigError("\n\n".join(problems))
@@ -217,23 +225,13 @@ def load_model(s, cpu_only=False):
     return model.eval(), tokenizer
 
 
-def main(argv=()):
-    cli.setup_logging("evaluate")
-    s, args = resolve(argv)
-    cpu_only = args.profile is not None
-    refuse_bad_settings(s, cpu_only)
-    step = files.adapter_step(s["ADAPTER"])  # a trainer_state.json edited by hand is named before any work
-    if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
-        raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
-    load_kwargs = dict(config=s["DATASET_CONFIG"], limit=s["LIMIT"], system_prompt=s["SYSTEM_PROMPT"])
-    with cli.phase("loading the data"):
-        dataset = gsm8k.load(s["DATASET"], s["SPLIT"], **load_kwargs)
-        baseline = gsm8k.load_baseline(s["BASELINE"], s["SPLIT"], dataset["question"]) if s["BASELINE"] else None
-    prompt_tokens = gsm8k.longest_prompt(dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"])
-    refuse_past_context(s, prompt_tokens)
-    vllm = s["USE_VLLM"] and hardware.on_gpu(cpu_only) and hardware.importable("vllm")
+def engine(s, cpu_only, prompt_tokens):
+    """(generate, prompts per call, its name): vLLM when USE_VLLM allows and a GPU has it, else transformers."""
+    vllm, note = generation.generation_choice(s["USE_VLLM"], hardware.on_gpu(cpu_only), hardware.importable("vllm"))
+    if note:
+        log.info(note)
     if vllm:
-        generate = gsm8k.vllm_generator(
+        generate = generation.vllm_generator(
             s["MODEL_NAME"],
             s["ADAPTER"],
             prompt_tokens=prompt_tokens,
@@ -243,52 +241,73 @@ def main(argv=()):
             trust_remote_code=s["TRUST_REMOTE_CODE"],
             gpu_memory_utilization=s["VLLM_GPU_MEMORY_UTILIZATION"],
         )
-        batch_size = len(dataset)  # vLLM schedules its own batches
-    else:
-        # One thread on the CPU, as training: issue 30's 8 problems took 350.7 s on torch's default 2, 20.7 s on 1.
-        if not hardware.on_gpu(cpu_only):
-            hardware.one_cpu_thread()
-        with cli.phase("loading the model"):
-            model, tokenizer = load_model(s, cpu_only)
-        generate = gsm8k.hf_generator(
-            model,
-            tokenizer,
-            s["MAX_COMPLETION_LENGTH"],
-            s["ENABLE_THINKING"],
-            cache_implementation=s["CACHE_IMPLEMENTATION"],
+        return generate, 1 << 30, "vLLM"  # vLLM schedules its own batches
+    # one thread on the CPU, as training: issue 30's 8 problems took 350.7 s on torch's default 2, 20.7 s on 1
+    if not hardware.on_gpu(cpu_only):
+        hardware.one_cpu_thread()
+    with process.phase("loading the model"):
+        model, tokenizer = load_model(s, cpu_only)
+    length, thinking, cache = s["MAX_COMPLETION_LENGTH"], s["ENABLE_THINKING"], s["CACHE_IMPLEMENTATION"]
+    generate = generation.hf_generator(model, tokenizer, length, thinking, cache_implementation=cache)
+    return generate, s["EVAL_BATCH_SIZE"], "transformers"
+
+
+def ask(s, generate):
+    """Each ASK question through the model as training prompts it: the answer, and what the grader reads in it."""
+    prompts = [gsm8k.make_prompt(question, s["SYSTEM_PROMPT"]) for question in s["ASK"]]
+    for question, (text, tokens, cut) in zip(s["ASK"], generate(prompts), strict=True):
+        reads = grading.extract_answer(text, truncated=cut, thinking=s["ENABLE_THINKING"]) or "no final answer"
+        print(f"Q: {question}\nA: {text}\n-> the grader reads {reads} ({tokens} tokens{', cut off' * cut})\n")
+
+
+def main(argv=()):
+    process.setup_logging("evaluate")
+    s, args = resolve(argv)
+    cpu_only = args.profile is not None
+    refuse_bad_settings(s, cpu_only)
+    step = files.adapter_step(s["ADAPTER"])  # a trainer_state.json edited by hand is named before any work
+    if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
+        raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
+    if s["ASK"]:
+        return ask(s, engine(s, cpu_only, prompt_tokens=512)[0])
+    options = dict(config=s["DATASET_CONFIG"], limit=s["LIMIT"], system_prompt=s["SYSTEM_PROMPT"])
+    with process.phase("loading the data"):
+        dataset = gsm8k.load(
+            s["DATASET"], s["SPLIT"], question=s["QUESTION_FIELD"], answer=s["ANSWER_FIELD"], **options
         )
-        batch_size = s["BATCH_SIZE"]
+        baseline = evaluation.load_baseline(s["BASELINE"], s["SPLIT"], dataset["question"]) if s["BASELINE"] else None
+    prompt_tokens = generation.longest_prompt(dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"])
+    refuse_past_context(s, prompt_tokens)
+    generate, batch_size, engine_name = engine(s, cpu_only, prompt_tokens)
     name = s["MODEL_NAME"] + (f" + {s['ADAPTER']}" if s["ADAPTER"] else "")
     split = s["SPLIT"]
-    log.info("%s on %d %s problems, greedy, with %s", name, len(dataset), split, "vLLM" if vllm else "transformers")
-    sampler = functools.partial(generate, temperature=s["SAMPLE_TEMPERATURE"])  # one model or engine serves both
-    with cli.phase(f"scoring {len(dataset)} {split} problems"):
-        metrics, predictions = gsm8k.evaluate(
+    log.info("%s on %d %s problems, greedy, with %s", name, len(dataset), split, engine_name)
+    sampler = functools.partial(generate, temperature=s["TEMPERATURE"])  # one model or engine serves both
+    with process.phase(f"scoring {len(dataset)} {split} problems"):
+        metrics, predictions = evaluation.evaluate(
             dataset,
             generate,
             batch_size,
             f"GSM8K {split}",
             s["ENABLE_THINKING"],
             sampler=sampler,
-            samples=s["SAMPLES"],
-            temperature=s["SAMPLE_TEMPERATURE"],
+            samples=s["EVAL_SAMPLES"],
+            temperature=s["TEMPERATURE"],
         )
     if baseline:  # the problems that flipped since BASELINE; the table below ends with the paired test
         before_metrics, before, where = baseline
-        samples = (before_metrics.get("samples", 0), s["SAMPLES"])
-        metrics["paired"] = gsm8k.compare(before, predictions, str(where), samples)
-        flips = gsm8k.flip_lines(before, predictions)
+        samples = (before_metrics.get("samples", 0), s["EVAL_SAMPLES"])
+        metrics["paired"] = evaluation.compare(before, predictions, str(where), samples)
+        flips = evaluation.flip_lines(before, predictions)
         print(f"flips against {where} ({len(flips)} problems):", *flips, sep="\n  ", flush=True)
     stem = results_name(s, args.given)  # a second dataset gets its own files and TensorBoard run
-    logdir = gsm8k.new_logdir(s["OUTPUT_DIR"], suffix="_eval-" + stem.removeprefix("eval_"))
     title = f"{name}, GSM8K {split}"
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
-    from grpo import guards  # transformers, which this Python has (cli.require)
-
-    with cli.phase("writing the results", redo), guards.disk_full(s["OUTPUT_DIR"], "rerun the same command"):
-        gsm8k.report(metrics, predictions, s["OUTPUT_DIR"], stem, logdir, step, title, s)
+    with process.phase("writing the results", redo), process.disk_full(s["OUTPUT_DIR"], "rerun the same command"):
+        evaluation.report(metrics, predictions, s["OUTPUT_DIR"], stem, step=step, title=title, settings=s)
+        evaluation.to_trackers(metrics, s, stem, step, name)
     return metrics
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    process.run(main)

@@ -20,7 +20,7 @@ import re
 import shutil
 from pathlib import Path
 
-from grpo import checkpoints, cli, errors, files, hub, modelcard, preflight
+from grpo import checkpoints, cli, errors, files, hub, modelcard, preflight, process
 from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -49,8 +49,8 @@ log = logging.getLogger("grpotrainer.export")
 def main(argv=()):
     args = cli.parse(cli.constants(globals()), list(argv), source=__file__)
     c = dict(args.settings)
-    cli.setup_logging("export")
-    cli.require(("torch", "transformers", "peft"), "export.py")
+    process.setup_logging("export")
+    process.require(("torch", "transformers", "peft"), "export.py")
     if c["PUSH_TO_HUB"]:
         refuse_bad_push(c["PUSH_TO_HUB"])  # before any work: a missing token must not cost a merge first
     run = resolve(c, given=args.given)
@@ -63,7 +63,7 @@ def main(argv=()):
         raise ConfigError(problem)
     what = "the adapter" if only else "the merged model"
     model = None  # with ADAPTER_ONLY, the adapter's own files are copied as they are
-    with cli.phase(f"loading {what}"):
+    with process.phase(f"loading {what}"):
         if not only:
             log.info("merging %s into %s (%s)", adapter, c["MODEL_NAME"], c["DTYPE"])
             model = merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
@@ -72,12 +72,10 @@ def main(argv=()):
     record = {**{k: c[k] for k in keys}, "step": c["STEP"], "run_settings": run}
     copied = [adapter / name for name in adapter_files if only and (adapter / name).is_file()]
     redo = f"{out} is as it was before; the same command exports again"  # publish_dir: the whole folder or none
-    from grpo import guards  # transformers, which this Python has (cli.require)
-
-    with cli.phase(f"writing {out}", redo), guards.disk_full(out, "rerun the same command"):
+    with process.phase(f"writing {out}", redo), process.disk_full(out, "rerun the same command"):
         write_folder(out, model, tokenizer, record, [*copied, *licence_files(c["MODEL_NAME"])], [card])
     redo = f"{out} is complete but its model card may be missing; the same command exports again"
-    with cli.phase("writing the model card", redo), guards.disk_full(out, "rerun the same command"):
+    with process.phase("writing the model card", redo), process.disk_full(out, "rerun the same command"):
         modelcard.write_card(
             out,
             run,
@@ -318,4 +316,4 @@ def push(out, repo_id, private, what="the merged model"):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    process.run(main)

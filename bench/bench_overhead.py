@@ -72,7 +72,7 @@ def smoke_constants():
     import grpotrainer
     from grpo import cli, profiles
 
-    return {**cli.constants(grpotrainer), **profiles.SMOKE}
+    return {**cli.constants(grpotrainer), **smoke.SMOKE}
 
 
 def run_bare(model_dir, steps, out_dir):

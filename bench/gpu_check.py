@@ -58,8 +58,8 @@ ROOT = Path(__file__).resolve().parent.parent  # the checkout: grpo/profiles.py,
 FIXTURE = ROOT / "data" / "smoke_gsm8k.jsonl"
 GIB = 2**30
 
-# Shapes from each model's config.json on the Hub. Complete on purpose: profiles.build_model starts from
-# profiles.TINY_QWEN3, whose values (initializer_range 0.2, ...) must not leak into a real shape.
+# Shapes from each model's config.json on the Hub. Complete on purpose: smoke.build_model starts from
+# smoke.TINY_QWEN3, whose values (initializer_range 0.2, ...) must not leak into a real shape.
 _QWEN3 = dict(head_dim=128, num_key_value_heads=8, vocab_size=151936, max_position_embeddings=40960)
 SHAPES = {  # the default MODEL_NAME (8B) first; the small ones run after it when time is left, or alone in --quick
     "qwen3-8b": dict(_QWEN3, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
@@ -301,9 +301,9 @@ def run_build(args):
     from grpo import profiles
 
     device, dtype = device_and_dtype(args.dry_run)
-    tokenizer = profiles.build_tokenizer()
+    tokenizer = smoke.build_tokenizer()
     with build_defaults(device, dtype):
-        model = profiles.build_model(tokenizer, **shape_of(args))
+        model = smoke.build_model(tokenizer, **shape_of(args))
     model.config.dtype = dtype
     model.save_pretrained(args.model_dir)
     tokenizer.save_pretrained(args.model_dir)
@@ -605,7 +605,7 @@ def run_step(args):
 def shape_of(args):
     from grpo import profiles
 
-    return {**profiles.TINY_QWEN3, **(DRY_SHAPES if args.dry_run else SHAPES)[args.model]}
+    return {**smoke.TINY_QWEN3, **(DRY_SHAPES if args.dry_run else SHAPES)[args.model]}
 
 
 def run_case(args):

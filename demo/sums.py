@@ -15,9 +15,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from demo.smoke import build_model, build_tokenizer
 from grpo import gsm8k, hardware
 from grpo.files import publish_dir
-from grpo.profiles import build_model, build_tokenizer
 
 log = logging.getLogger("grpotrainer.demo")
 
@@ -56,7 +56,7 @@ SFT_BATCH_SIZE = 32
 
 # `grpotrainer.py --demo`: these settings over the constants, then the command line's. DATASET and MODEL_NAME are
 # replaced by the generated task and warm-started model in OUTPUT_DIR (see `prepare`) unless given.
-DEMO = dict(
+SETTINGS = dict(
     DATASET="outputs/demo/demo-sums-seed0",
     OUTPUT_DIR="outputs/demo",
     SEED=0,
@@ -211,21 +211,29 @@ def warm_start(folder, seed, system_prompt=gsm8k.SYSTEM_PROMPT):
     return str(folder)
 
 
-def prepare(s, given, build=True):
-    """The settings with DATASET and MODEL_NAME (unless given) at the demo's task and model in OUTPUT_DIR, built
-    once per SEED: after changing SYSTEM_PROMPT or this module, use a new OUTPUT_DIR."""
+FIXED = ()  # nothing the advice names is set on purpose
+
+
+def prepare(s, given):
+    """The settings with DATASET and MODEL_NAME (unless given) at the demo's task and model in OUTPUT_DIR, named
+    once per SEED (`build` warm-starts the model): after changing SYSTEM_PROMPT or this module, use a new
+    OUTPUT_DIR."""
     hardware.one_cpu_thread()  # the warm start, too
     s = dict(s)
     out, seed = Path(s["OUTPUT_DIR"]), s["SEED"]
     if "DATASET" not in given:
         s["DATASET"] = write_task(out / f"demo-sums-seed{seed}", seed)
     if "MODEL_NAME" not in given:
-        model_dir = out / f"demo-sums-model-seed{seed}"
-        if build and not (model_dir / "config.json").is_file():  # --plan names it without building it
-            log.info("warm-starting the demo model in %s (a few minutes; cached for later runs)", model_dir)
-            warm_start(model_dir, seed, s["SYSTEM_PROMPT"])
-        s["MODEL_NAME"] = str(model_dir)
+        s["MODEL_NAME"] = str(out / f"demo-sums-model-seed{seed}")
     return s
+
+
+def build(s):
+    """The demo's warm-started model, when MODEL_NAME is its folder and it is not there yet (a few minutes)."""
+    model_dir = Path(s["MODEL_NAME"])
+    if model_dir.name == f"demo-sums-model-seed{s['SEED']}" and not (model_dir / "config.json").is_file():
+        log.info("warm-starting the demo model in %s (a few minutes; cached for later runs)", model_dir)
+        warm_start(model_dir, s["SEED"], s["SYSTEM_PROMPT"])
 
 
 def style_stats(predictions):
@@ -241,13 +249,7 @@ def style_stats(predictions):
     return stats
 
 
-def log_summary(output_dir, profile):
-    """Log `summary` at the end of a --demo run; other profiles log nothing."""
-    if profile == "demo":
-        log.info(summary(output_dir))
-
-
-def summary(output_dir):
+def finish(output_dir):
     """The demo's one before -> after line, from OUTPUT_DIR/eval_test_{before,after}.json and their predictions."""
     run = Path(output_dir)
     if not all((run / f"eval_test_{when}.json").is_file() for when in ("before", "after")):

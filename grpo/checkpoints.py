@@ -26,6 +26,7 @@ from grpo.files import (
     read_json_object,
     type_problem,
 )
+from grpo.settings import changeable
 
 log = logging.getLogger("grpotrainer")
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
@@ -131,9 +132,7 @@ def unsafe_pickle_problem(path):
     return None
 
 
-def resume_checkpoint(
-    output_dir, resume, model_name, lora_r, lora_alpha, target_modules, *, main_process=True, now=time.time
-):
+def resume_checkpoint(output_dir, s, *, main_process=True, now=time.time):
     """The newest intact checkpoint to resume from (None for a fresh start), after checking that resuming is safe.
 
     Broken ones are moved aside by the main process, not skipped: Trainer would otherwise rotate the intact ones away
@@ -141,7 +140,7 @@ def resume_checkpoint(
     ConfigError before any weights load: RESUME=False over an earlier run's files, and a checkpoint of another base
     model or LoRA shape (`adapter_mismatch`).
     """
-    output_dir = Path(output_dir)
+    output_dir, resume = Path(output_dir), s["RESUME"]
     if taken := names_taken(output_dir):
         raise ConfigError(
             f"OUTPUT_DIR {output_dir} holds {', '.join(taken)}: a file of yours where a run keeps checkpoint folders, "
@@ -165,30 +164,12 @@ def resume_checkpoint(
         return None
     config = json.loads((chosen / "adapter_config.json").read_text())
     given = read_json_object(output_dir / SETTINGS_FILE).get("LORA_TARGET_MODULES")  # what the run was told
-    if problem := adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, trained_with=given):
+    lora = (s["MODEL_NAME"], s["LORA_R"], s["LORA_ALPHA"], s["LORA_TARGET_MODULES"])
+    if problem := adapter_mismatch(config, *lora, trained_with=given):
         raise ConfigError(f"cannot resume {chosen}: {problem}, or give this run a new OUTPUT_DIR.")
     return chosen
 
 
-# The settings a resume may change: they decide how long the run goes, how it is saved, logged, evaluated, watched
-# and computed, not what the adapter learns. Every other one (MODEL_NAME, LOAD_IN_4BIT, LORA_*, the data and its rows
-# and order: DATASET, DATASET_CONFIG, MAX_SAMPLES, SKIP_BAD_ROWS, SEED; the prompt: SYSTEM_PROMPT, ENABLE_THINKING;
-# the objective: REWARD_*, NUM_GENERATIONS, MAX_COMPLETION_LENGTH, TEMPERATURE, BETA, LOSS_TYPE, SCALE_REWARDS,
-# NUM_ITERATIONS, STEPS_PER_GENERATION, MASK_TRUNCATED_COMPLETIONS; the optimisation: LEARNING_RATE, WARMUP_STEPS,
-# the batch; and any --field=value) makes the run what it is: another value would mix two runs in one adapter.
-CHANGEABLE = (
-    # length: the schedule is rebuilt for it (README: resuming)
-    *("MAX_STEPS", "NUM_TRAIN_EPOCHS"),
-    # saving, logging, evaluation and the health thresholds: what is recorded, not what is trained
-    *("OUTPUT_DIR", "RESUME", "SAVE_STEPS", "SAVE_TOTAL_LIMIT", "LOGGING_STEPS", "REPORT_TO", "profile"),
-    *("EVAL_BEFORE", "EVAL_AFTER", "EVAL_STEPS", "EVAL_SUBSET", "EVAL_BATCH_SIZE", "EVAL_SAMPLES"),
-    *("KL_WARN", "KL_ACT", "ZERO_STD_FRAC", "ZERO_STD_LOGS", "REWARD_FLAT_WINDOW", "REWARD_FLAT_DELTA"),
-    *("CLIPPED_RATIO_MAX", "GRAD_NORM_MAX", "REWARD_TIMEOUT", "DDP_TIMEOUT"),
-    # how the same maths is computed: kernels, memory, precision of the compute, the generation engine
-    *("ATTN_IMPLEMENTATION", "ACTIVATION_CHECKPOINTING", "BF16", "TRUST_REMOTE_CODE", "CACHE_IMPLEMENTATION"),
-    *("USE_TRANSFORMERS_CONTINUOUS_BATCHING", "USE_VLLM", "VLLM_MODE", "VLLM_GPU_MEMORY_UTILIZATION"),
-    *("VLLM_ENABLE_SLEEP_MODE", "VLLM_SERVER_BASE_URL"),
-)
 DERIVED = ("dataset_sizes", "segments")  # in the record, computed from the settings or by `resumed_record`
 
 
@@ -204,7 +185,7 @@ def resumed_record(output_dir, record, checkpoint):
     new = _flat(json.loads(json.dumps(record, default=str)))  # as it will be written, to compare like with like
     keys = [k for k in new if k in old or k.startswith("--")] + [k for k in old if k.startswith("--") and k not in new]
     changed = {k: (old.get(k, "(unset)"), new.get(k, "(unset)")) for k in keys if not _same(k, old.get(k), new.get(k))}
-    refused = [k for k in changed if k not in CHANGEABLE]
+    refused = [k for k in changed if k not in changeable()]
     if refused:
         raise ConfigError(
             f"cannot resume {checkpoint}: {_changes(changed, refused)} differ from its run's ({path}), and the "
@@ -421,14 +402,14 @@ def mark_finished(output_dir, global_step, epoch, max_steps, num_train_epochs):
     return output_dir / FINISHED_NAME
 
 
-def finished(output_dir, max_steps, num_train_epochs):
+def finished(s):
     """A one-line message when OUTPUT_DIR holds a run that already trained as far as asked, else None: the marker
     is there, the final adapter is whole, and its steps (or epochs) reach this run's. Raising them continues the run.
 
-    >>> finished("/nonexistent", 100, 3) is None
+    >>> finished({"OUTPUT_DIR": "/nonexistent", "MAX_STEPS": 100, "NUM_TRAIN_EPOCHS": 3}) is None
     True
     """
-    output_dir = Path(output_dir)
+    output_dir, max_steps, num_train_epochs = Path(s["OUTPUT_DIR"]), s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]
     try:
         done = json.loads((output_dir / FINISHED_NAME).read_text())
         step = int(done["global_step"])

@@ -205,13 +205,49 @@ def publish_dir(target, replace=False):
 
 
 def write_settings(output_dir, settings, main_process=True):
-    """Write the resolved settings of a run to OUTPUT_DIR/run_settings.json (atomically, by the main process of a
-    torchrun job only); return the path."""
+    """Write the resolved settings of a run, without credentials (`redact`), to OUTPUT_DIR/run_settings.json
+    (atomically, by the main process of a torchrun job only); return the path."""
     path = Path(output_dir) / SETTINGS_FILE
     if not main_process:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, json.dumps(settings, indent=2, default=str) + "\n")
+    return atomic_write(path, json.dumps(redact(settings), indent=2, default=str) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Credentials: never in a file a run, evaluation or export writes, nor in a tracker
+
+SECRET_KEY = re.compile(r"(^|[_-])(token|secret|password|passwd|api[_-]?key|authorization|credentials?)$", re.I)
+HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}")  # a Hugging Face access token, wherever it appears in a text
+URL_LOGIN = re.compile(r"([a-z][a-z0-9+.-]*://)[^/\s@]+@", re.I)  # the user:password@ of a URL
+REDACTED = "<redacted>"
+
+
+def redact(value, key=""):
+    """`value` (a record, a list, a text) with every credential replaced by REDACTED: the text under a key named
+    like one (token, secret, password, api_key, authorization), a Hugging Face token anywhere in a text, and the
+    user and password of a URL.
+
+    >>> redact({"model_init_kwargs": {"token": "abc", "revision": "main"}, "url": "http://u:p@host:8000"})
+    {'model_init_kwargs': {'token': '<redacted>', 'revision': 'main'}, 'url': 'http://<redacted>@host:8000'}
+    """
+    if isinstance(value, dict):
+        return {k: redact(v, k) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(redact(item) for item in value)
+    if isinstance(value, str):
+        if value and isinstance(key, str) and SECRET_KEY.search(key):
+            return REDACTED
+        return URL_LOGIN.sub(rf"\1{REDACTED}@", HF_TOKEN.sub(REDACTED, value))
+    return value
+
+
+def redact_fields(config):
+    """Redact, in place, every field of a dataclass (a GRPOConfig) that holds a credential (`redact`)."""
+    for name in config.__dataclass_fields__:
+        value = getattr(config, name, None)
+        if isinstance(value, str | dict | list | tuple) and (clean := redact(value, name)) != value:
+            setattr(config, name, clean)
 
 
 def run_settings(adapter, types=None):

@@ -12,7 +12,8 @@ import shlex
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from grpo import checkpoints, files, gsm8k, hardware, hub
+from grpo import checkpoints, evaluation, files, gsm8k, hardware, hub
+from grpo.settings import card_rows
 
 TAGS = ["grpo", "trl", "gsm8k", "lora"]  # front-matter tags; the Hub lists the model under each
 GSM8K_HUB_ID = "openai/gsm8k"
@@ -27,27 +28,6 @@ METRICS = (  # (key in eval_test_*.json, label, format); an accuracy's 95 % inte
     ("n", "test problems scored", "{}"),
 )
 CORE = ("strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens", "n")  # rows always shown
-SETTINGS = (  # (settings key, label) in the "Training settings" table, in this order
-    ("LEARNING_RATE", "learning rate"),
-    ("LORA_R", "LoRA rank r"),
-    ("LORA_ALPHA", "LoRA alpha"),
-    ("LORA_DROPOUT", "LoRA dropout"),
-    ("LORA_TARGET_MODULES", "LoRA target modules"),
-    ("LOAD_IN_4BIT", "4-bit base weights (QLoRA)"),
-    ("NUM_GENERATIONS", "completions per prompt (num_generations)"),
-    ("MAX_COMPLETION_LENGTH", "max completion length (tokens)"),
-    ("TEMPERATURE", "sampling temperature"),
-    ("BETA", "KL coefficient beta"),
-    ("LOSS_TYPE", "loss type"),
-    ("SCALE_REWARDS", "reward scaling"),
-    ("PER_DEVICE_TRAIN_BATCH_SIZE", "per-device batch size"),
-    ("GRADIENT_ACCUMULATION_STEPS", "gradient accumulation steps"),
-    ("MAX_STEPS", "max steps (-1 = by epochs)"),
-    ("NUM_TRAIN_EPOCHS", "epochs"),
-    ("BF16", "bf16"),
-    ("ENABLE_THINKING", "thinking mode (enable_thinking)"),
-    ("SEED", "seed"),
-)
 # The types of the run_settings.json values the card reads: a record edited by hand is refused naming the file.
 SETTING_TYPES = {
     "MODEL_NAME": str,
@@ -76,7 +56,7 @@ def write_card(output_dir, settings, *, library_name="peft", repo_id="", adapter
     instead of the folder; `adapter_dir`: the adapter a merged model came from; `shown`: render_card's metrics,
     steps and dataset_sizes. Call it after the last `save_model`: PEFT and TRL's checkpoints rewrite README.md.
     """
-    output_dir = Path(output_dir)
+    output_dir, settings = Path(output_dir), files.redact(settings)
     if shown.get("dataset_sizes") is None:
         shown["dataset_sizes"] = settings.get("dataset_sizes")  # run_settings.json records them
     text = render_card(
@@ -170,7 +150,7 @@ def eval_results(name, settings, metrics):
         test = paired.get(key.removesuffix("_accuracy"))  # strict, lenient, sampled: the paired tests' names
         if test:
             args |= {
-                "before": round(gsm8k.accuracies(test)[0], 4),
+                "before": round(evaluation.accuracies(test)[0], 4),
                 "up": test["up"],
                 "down": test["down"],
                 "p_value": test["p_value"],
@@ -234,7 +214,9 @@ def rewards_section(settings):
 
 
 def settings_section(settings, steps):
-    rows = [f"| {label} | {cell(settings[key]) if key in settings else 'not recorded'} |" for key, label in SETTINGS]
+    rows = [
+        f"| {label} | {'not recorded' if value is None else cell(value)} |" for label, value in card_rows(settings)
+    ]
     rows.append(f"| steps trained | {cell(steps) if steps is not None else 'not recorded'} |")
     extra = settings.get("grpo_config") or {}
     lines = ["## Training settings", "", "| setting | value |", "| --- | --- |", *rows]
@@ -280,7 +262,7 @@ def metrics_section(before, after, settings):
             f"Before -> after on the same {n} problems, with the exact McNemar test on the greedy flips:",
             "",
         ]
-        lines += [f"- {line}" for line in gsm8k.paired_lines(paired)[1:]]
+        lines += [f"- {line}" for line in evaluation.paired_lines(paired)[1:]]
     if pass_at := (after or {}).get("pass_at_k"):
         at = ", ".join(f"pass@{k} {v:.1%}" for k, v in pass_at.items())
         lines += ["", f"After training, of {after.get('samples')} samples per problem (unbiased estimator): {at}."]

@@ -15,7 +15,8 @@ import math
 import os
 from pathlib import Path
 
-from grpo import errors, hub
+from grpo import hub
+from grpo.settings import levers
 
 # --------------------------------------------------------------------------------------------------
 # hardware: per-GPU memory bandwidth (GB/s), dense bf16 tensor-core TFLOP/s (no sparsity), memory (GB).
@@ -77,7 +78,7 @@ def optimizer_steps(train_size, num_generations, per_device_batch, accumulation,
 
 
 def eval_steps(every, max_steps, final):
-    """The steps monitor.HeldOutEval scores: each `every` (-1: each 10 % of the run), the last left to EVAL_AFTER
+    """The steps callbacks.HeldOutEval scores: each `every` (-1: each 10 % of the run), the last left to EVAL_AFTER
     when `final`.
 
     >>> eval_steps(-1, 100, final=True)
@@ -276,6 +277,10 @@ def duration(seconds):
     return f"{seconds}s"
 
 
+LINES = ("model", "optimiser steps", "per step", "data", "generation", "held-out eval", "eval before", "final eval")
+LINES += ("checkpoints", "time (estimate)")  # format_plan's rows, which grpo/settings.py's plan column names
+
+
 def format_plan(plan):
     """The plan as the aligned block every run prints before loading weights; time figures labelled estimates."""
     points = plan["eval_points"]
@@ -292,7 +297,6 @@ def format_plan(plan):
         ("generation", f"{plan['generation']}: {plan['generation_calls']:,} calls x "
                        f"{plan['sequences_per_generation_call']} sequences (per process), "
                        f"up to {plan['max_completion_length']} tokens"),
-        *([("", plan["generation_note"])] if plan.get("generation_note") else []),
         ("held-out eval", held_out_text + _stderr(plan["eval_subset_stderr"]) if held_out else held_out_text),
         ("eval before", _eval(points, "before")),
         ("final eval", _eval(points, "after")),
@@ -338,127 +342,10 @@ def plan_json(plan):
     return json.dumps(plan, sort_keys=True)
 
 
-def progress_line(step, max_steps, seconds_per_step, generation_share):
-    """The line logged after the first steps: measured seconds per step, the ETA and generation's share.
-
-    >>> progress_line(5, 300, 12.3, 0.78)
-    'step 5/300: 12.3 s/step, ETA 1h00m, generation 78 % of the step'
-    """
-    eta = duration((max_steps - step) * seconds_per_step)
-    share = f"{generation_share * 100:.0f} %"
-    return f"step {step}/{max_steps}: {seconds_per_step:.1f} s/step, ETA {eta}, generation {share} of the step"
-
-
-generation_dominates = 0.6  # share of the step above which generation's lever is named
-
-
-def generation_advice(generation_share, use_vllm=False, sequences_per_call=None):
-    """Advice naming the lever when generation takes more than `generation_dominates` of the step, else None.
-
-    >>> generation_advice(0.4) is None
-    True
-    """
-    if generation_share <= generation_dominates:
-        return None
-    share = f"generation takes {generation_share * 100:.0f} % of each step"
-    batch = f" (now {sequences_per_call})" if sequences_per_call else ""
-    more = (
-        f"decode more sequences per generation call{batch}: raise STEPS_PER_GENERATION or "
-        "PER_DEVICE_TRAIN_BATCH_SIZE, so that decoding reads the weights once for many sequences"
-    )
-    if use_vllm:
-        return f"{share}; {more}"
-    return f"{share}; set USE_VLLM=True (requirements-vllm.txt) to generate with vLLM, or {more}"
-
-
-def take_flag(argv):
-    """(`argv` without --plan / --plan=json, None or "text" or "json"): the plan alone, printed, then exit 0.
-
-    >>> take_flag(["--smoke", "--plan=json"])
-    (['--smoke'], 'json')
-    """
-    flags = [arg for arg in argv if arg == "--plan" or arg.startswith("--plan=")]
-    if not flags:
-        return list(argv), None
-    mode = flags[-1].partition("=")[2] or "text"
-    if mode not in ("text", "json"):
-        raise errors.ConfigError(f"{flags[-1]}: write --plan (the block) or --plan=json (one JSON object).")
-    return [arg for arg in argv if arg not in flags], mode
-
-
-truthy, falsy = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
-
-
-def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate"):
-    """(USE_VLLM as a bool, a one-line note saying which generation runs and why, or None when chosen by hand).
-
-    >>> generation_choice("auto", cuda=False, vllm_installed=True)
-    (False, 'USE_VLLM=auto: HF generate, as no CUDA GPU is visible')
-    """
-    value = use_vllm.lower() if isinstance(use_vllm, str) else use_vllm
-    if isinstance(value, bool) or value in truthy or value in falsy:
-        return value is True or value in truthy, None
-    if value != "auto":
-        raise errors.ConfigError(f"USE_VLLM={use_vllm!r} is not one of auto, True, False.")
-    if cuda and vllm_installed:
-        return True, f"USE_VLLM=auto: vLLM ({mode}), as vllm imports and a CUDA GPU is visible"
-    why = "no CUDA GPU is visible" if not cuda else "vllm is not installed (requirements-vllm.txt adds it)"
-    return False, f"USE_VLLM=auto: HF generate, as {why}"
-
-
-vllm_overhead_gb = 3.0  # vLLM's CUDA graphs, activations and allocator slack besides weights and KV cache
-vllm_share_bounds = (0.1, 0.9)  # the automatic share stays within these
-vllm_share_fallback = 0.3  # ... and is this when the model's config or the card's memory is unknown
-
-
-def resolve_generation(s, cuda, vllm_installed, model_config=None):
-    """(settings, note): USE_VLLM as True or False for this machine (see generation_choice), and
-    VLLM_GPU_MEMORY_UTILIZATION as a number (see vllm_memory_share; "auto" stays "auto" until `model_config` is
-    given: the first call, before preflight, checks the values; the second, with the config, sizes the share)."""
-    use_vllm, note = generation_choice(s["USE_VLLM"], cuda, vllm_installed, s["VLLM_MODE"])
-    share = s["VLLM_GPU_MEMORY_UTILIZATION"]
-    if share != "auto" or model_config is not None:
-        card_gb = 0
-        if share == "auto" and use_vllm and cuda:
-            import torch
-
-            card_gb = torch.cuda.get_device_properties(0).total_memory / 1e9
-        sequences = s["PER_DEVICE_TRAIN_BATCH_SIZE"] * (s["STEPS_PER_GENERATION"] or s["GRADIENT_ACCUMULATION_STEPS"])
-        tokens = prompt_tokens + s["MAX_COMPLETION_LENGTH"]
-        share = vllm_memory_share(share, model_config, card_gb, sequences, tokens)
-    return {**s, "USE_VLLM": use_vllm, "VLLM_GPU_MEMORY_UTILIZATION": share}, note
-
-
-def vllm_memory_share(value, model_config=None, card_gb=0, sequences=0, tokens=0):
-    """VLLM_GPU_MEMORY_UTILIZATION: a number as given, or for "auto" (bf16 weights + twice the KV cache of one
-    generation call's `sequences` of `tokens` + vllm_overhead_gb) / the card's memory, within vllm_share_bounds.
-
-    >>> vllm_memory_share("auto", None, 80, 64, 406), vllm_memory_share("0.5", None, 80, 64, 406)
-    (0.3, 0.5)
-    """
-    if value != "auto":
-        try:
-            return float(value)
-        except ValueError:
-            raise errors.ConfigError(
-                f"VLLM_GPU_MEMORY_UTILIZATION={value!r} is not auto nor a share such as 0.3."
-            ) from None
-    if not model_config or not card_gb:
-        return vllm_share_fallback
-    c = model_config if isinstance(model_config, dict) else model_config.to_dict()
-    heads = c["num_attention_heads"]
-    head_dim = c.get("head_dim") or c["hidden_size"] // heads
-    kv_bytes_per_token = 2 * c["num_hidden_layers"] * (c.get("num_key_value_heads") or heads) * head_dim * 2
-    need_gb = model_shape(c)["params"] * 2 / 1e9 + 2 * kv_bytes_per_token * sequences * tokens / 1e9
-    low, high = vllm_share_bounds
-    return round(min(max((need_gb + vllm_overhead_gb) / card_gb, low), high), 2)
-
-
-def for_run(s, sizes, world_size, note, cuda):
-    """(settings, plan) for grpotrainer.py: the model's config read without its weights (read_model_config),
-    VLLM_GPU_MEMORY_UTILIZATION=auto sized from it and this GPU's memory, and the plan for `sizes` ({"train": n,
-    "test": n}) with `note`, USE_VLLM's choice, beside the generation row."""
+def for_run(s, datasets, world_size):
+    """The plan of the run with the settings `s` on `datasets` (train and test sets, or their sizes) on
+    `world_size` processes, with time estimates when the model's config can be read without its weights."""
+    sizes = [data if isinstance(data, int) else len(data or []) for data in datasets]
     model_config, source = read_model_config(s["MODEL_NAME"])
-    s, _ = resolve_generation(s, cuda, vllm_installed=False, model_config=model_config or {})  # USE_VLLM: chosen
-    run_plan = make_plan(s, sizes["train"], sizes["test"], world_size, model_config=model_config, model_source=source)
-    return s, {**run_plan, "generation_note": note}
+    plan = make_plan(s, *sizes, world_size, model_config=model_config, model_source=source)
+    return {**plan, "levers": {line: levers(line) for line in LINES}}  # the settings that move each line

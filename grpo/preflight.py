@@ -20,67 +20,17 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from grpo import checkpoints, errors, files, hardware, hub
+from grpo import checkpoints, errors, files, generation, hardware, hub, settings
 from grpo.errors import ConfigError
 
 log = logging.getLogger("grpotrainer.preflight")
 
-# The allowed values of each choice setting (TRL 1.16 / transformers for the first ones).
-CHOICES = {
-    "LOSS_TYPE": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
-    "SCALE_REWARDS": ("group", "batch", "none"),
-    "VLLM_MODE": ("colocate", "server"),
-    "CACHE_IMPLEMENTATION": ("dynamic", "static"),
-}
 TRACKERS = ("tensorboard", "trackio", "wandb")  # REPORT_TO's names, alone or as a comma list
-# (low, high, low_inclusive, high_inclusive, hint): a number outside fails inside TRL/peft, often after the weights
-# load, or silently wastes the run. Floats must also be finite.
-INF = math.inf
-RANGES = {
-    "LORA_R": (1, INF, True, True, "8-64"),
-    "LORA_ALPHA": (0, INF, False, True, "about 2 x LORA_R; 0 leaves the adapter out of the forward pass"),
-    "LORA_DROPOUT": (0, 1, True, False, "0-0.1"),
-    "MAX_SAMPLES": (0, INF, True, True, "0 = all problems"),
-    "NUM_GENERATIONS": (2, INF, True, True, "GRPO compares completions within a group: 4-8 is usual"),
-    "MAX_COMPLETION_LENGTH": (1, INF, True, True, "GSM8K solutions need ~100-250 tokens"),
-    "TEMPERATURE": (0.01, INF, True, False, "GRPO samples: 0.7-1.0 is usual; lower makes a group's completions alike"),
-    "BETA": (0, 10, True, True, "0 = no reference model; 0.01-0.1 is usual"),
-    "NUM_ITERATIONS": (1, INF, True, True, "1 is usual"),
-    "STEPS_PER_GENERATION": (0, INF, True, True, "0 = GRADIENT_ACCUMULATION_STEPS"),
-    "VLLM_GPU_MEMORY_UTILIZATION": (0, 1, False, True, "auto, or 0.3 is usual when colocated"),
-    "LEARNING_RATE": (0, 1, False, True, "1e-5 to 5e-5 for LoRA; a step size above 1 destroys the weights"),
-    "PER_DEVICE_TRAIN_BATCH_SIZE": (1, INF, True, True, "lower it on out-of-memory"),
-    "GRADIENT_ACCUMULATION_STEPS": (1, INF, True, True, "8 is the default"),
-    "NUM_TRAIN_EPOCHS": (0, INF, True, False, "used when MAX_STEPS=-1"),
-    "WARMUP_STEPS": (0, INF, True, False, "steps, or below 1 a share of the run"),
-    "SEED": (0, 2**32 - 1, True, True, "any number from 0 to 2**32-1"),
-    "DDP_TIMEOUT": (1, 7 * 86400, True, True, "seconds a process waits for the others"),
-    "LOGGING_STEPS": (1, INF, True, True, "1 logs every step"),
-    "LOG_COMPLETIONS_STEPS": (0, INF, True, True, "0 = off; 10 is a table every 10 steps"),
-    "SAVE_STEPS": (1, INF, True, True, "a killed run loses at most this many steps"),
-    "SAVE_TOTAL_LIMIT": (1, INF, True, True, "keep at least the newest checkpoint"),
-    "REWARD_TIMEOUT": (0, INF, True, False, "seconds; 0 = no limit"),
-    "STOP_GRACE": (0, INF, True, False, "seconds; 0 = wait for the step however long it takes"),
-    "EVAL_BEFORE": (0, INF, True, True, "0 = off"),
-    "EVAL_AFTER": (0, INF, True, True, "0 = off"),
-    "EVAL_STEPS": (-1, INF, True, True, "-1 = every 10 % of the run's steps, 0 = off"),
-    "EVAL_SUBSET": (1, INF, True, True, "test problems per EVAL_STEPS point; 64 is a few minutes on one GPU"),
-    "EVAL_BATCH_SIZE": (1, INF, True, True, "lower it on out-of-memory"),
-    "EVAL_SAMPLES": (0, INF, True, True, "0 = off; 4-8 is usual"),
-    "KL_WARN": (0, INF, False, False, "a per-token KL"),
-    "KL_ACT": (0, INF, False, False, "above KL_WARN"),
-    "ZERO_STD_FRAC": (0, 1, False, True, "a share of groups"),
-    "ZERO_STD_LOGS": (1, INF, True, True, "logs in a row"),
-    "REWARD_FLAT_WINDOW": (0, INF, True, True, "0 = off"),
-    "REWARD_FLAT_DELTA": (0, INF, True, False, "in reward units"),
-    "CLIPPED_RATIO_MAX": (0, 1, True, True, "a share of completions"),
-    "GRAD_NORM_MAX": (0, INF, False, False, "a gradient norm"),
-}
 # GRPOConfig fields a --field=value can set, which nothing checks before the first step: (name, low, high)
 FIELD_RANGES = (("epsilon", 0, 1), ("epsilon_high", 0, 10), ("top_entropy_quantile", 0, 1))
-FIELD_RANGES += (("dataloader_num_workers", 0, 1024), ("max_grad_norm", 0, INF), ("warmup_steps", 0, INF))
+FIELD_RANGES += (("dataloader_num_workers", 0, 1024), ("max_grad_norm", 0, math.inf), ("warmup_steps", 0, math.inf))
 # the optimizer's, for any --optim (torch checks only its own, at the first step): a beta of 1 torch refuses too
-FIELD_RANGES += (("adam_beta1", 0, 1), ("adam_beta2", 0, 1), ("adam_epsilon", 1e-30, 1), ("weight_decay", 0, INF))
+FIELD_RANGES += (("adam_beta1", 0, 1), ("adam_beta2", 0, 1), ("adam_epsilon", 1e-30, 1), ("weight_decay", 0, math.inf))
 FIELD_CHOICES = {"importance_sampling_level": ("token", "sequence")}  # (TRL 1.16's GRPOConfig documentation)
 # generation_kwargs keys (transformers' GenerationConfig, vLLM's SamplingParams) that TRL lets override what a constant
 # or a checked field sets: each is refused, naming the owner.
@@ -102,18 +52,33 @@ FSDP2_WARNING = (
 THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred tokens before the answer
 
 
-def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machine=True):
+def resolve(args, cpu_only, profiles, known_rewards, comments=None):
+    """The run's settings (cli.parse's `args`), each decided once and checked once, before anything heavy loads:
+    one weight per reward when REWARD_FUNCS was given without weights (as TRL weighs them), the profile's task and
+    model named (`profiles[name].prepare`, after the checks), USE_VLLM=auto and its memory share chosen for this
+    machine, and every value checked (`refuse_bad_settings`). With --plan, this machine's own refusals (no GPU) are warned about."""
+    s = dict(args.settings)
+    if "REWARD_FUNCS" in args.given and "REWARD_WEIGHTS" not in args.given:
+        s["REWARD_WEIGHTS"] = [1.0] * len(s["REWARD_FUNCS"])
+        log.info("REWARD_WEIGHTS=%s: 1 for each of REWARD_FUNCS, as TRL weighs them (give REWARD_WEIGHTS to change)",
+                 ",".join("1" for _ in s["REWARD_FUNCS"]))  # fmt: skip
+    s = generation.choose(s, hardware.on_gpu(cpu_only))
+    refuse_bad_settings(s, cpu_only, known_rewards, args.fields, machine=not args.plan, comments=comments)
+    return profiles[args.profile].prepare(s, args.given) if args.profile else s  # the profile's own files
+
+
+def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machine=True, comments=None):
     """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a run.
 
     `known_rewards`: the registry's names (rewards.REWARDS), against which plain REWARD_FUNCS names are checked;
-    `fields`: the command line's lower-case GRPOConfig fields; `machine=False` (--plan) skips this machine's checks."""
-    problems = [p for name in CHOICES if (p := _choice(name, s[name]))]
-    # "auto" values are resolved for the machine by grpotrainer.py (plan.generation_choice) before the run
-    problems += [p for name in RANGES if s.get(name, "auto") != "auto" and (p := _in_range(name, s[name]))]
-    floats = [n for n, v in s.items() if isinstance(v, float) and not math.isfinite(v) and n not in RANGES]
-    problems += [f"{n}={s[n]}: a number here must be finite." for n in floats]
-    problems += _report_to(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s)
-    problems += hardware_problems(s, cpu_only) if machine else []
+    `fields`: the command line's lower-case GRPOConfig fields; `machine=False` (--plan) warns about this machine's
+    problems instead; `comments`: each constant's comment, quoted in its range message."""
+    problems = settings.problems(s, comments)
+    problems += report_problems(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s)
+    if machine:
+        problems += hardware_problems(s, cpu_only)
+    for problem in [] if machine else hardware_problems(s, cpu_only):
+        log.warning("on this machine the run would stop: %s", problem.replace("\n", " "))
     # Trainer's push_to_hub uploads every checkpoint with TRL's card and the run's files; export.py pushes the merged
     # model or (ADAPTER_ONLY) the adapter, with our card (an allow-list): one way to publish, the right files
     if (fields or {}).get("push_to_hub"):
@@ -132,41 +97,14 @@ def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machin
         raise ConfigError("\n\n".join(dict.fromkeys(problems)))
 
 
-def trackers(text):
-    """REPORT_TO as GRPOConfig's report_to list: "none" is [], a comma list its names.
-
-    >>> trackers("tensorboard, trackio"), trackers("none")
-    (['tensorboard', 'trackio'], [])
-    """
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    return [] if names == ["none"] else names
-
-
-def _report_to(text):
-    names = trackers(text)
+def report_problems(text):
+    names = settings.trackers(text)
     if not names and text.strip() != "none":
         return [f"REPORT_TO={text!r} names no tracker: give tensorboard, trackio, wandb, a comma list, or none."]
     bad = [n for n in names if n not in TRACKERS]
     close = [c for n in bad for c in difflib.get_close_matches(n, TRACKERS, n=1)]
     hint = f" Did you mean {close[0]}?" if close else ""
     return [f"REPORT_TO={text!r}: {bad[0]!r} is not one of {', '.join(TRACKERS)} (or none).{hint}"] if bad else []
-
-
-def _choice(name, value):
-    if value not in CHOICES[name]:
-        close = difflib.get_close_matches(str(value), CHOICES[name], n=1)
-        hint = f" Did you mean {close[0]}?" if close else ""
-        return f"{name}={value!r} is not one of {', '.join(CHOICES[name])}.{hint}"
-    return None
-
-
-def _in_range(name, value):
-    low, high, low_in, high_in, hint = RANGES[name]
-    ok = (value >= low if low_in else value > low) and (value <= high if high_in else value < high)
-    if ok and not (isinstance(value, float) and not math.isfinite(value)):
-        return None
-    lo, hi = f"{'[' if low_in else '('}{low:g}", f"{high:g}{']' if high_in else ')'}"
-    return f"{name}={value} is outside {lo}, {hi}: {hint}."
 
 
 def _batch(s):
@@ -236,14 +174,14 @@ def _steps(s):
 
 def _paths(s):
     out = output_dir_problem(s["OUTPUT_DIR"]) or run_folder_problem(s["OUTPUT_DIR"])
-    return [p for p in (model_name_problem(s["MODEL_NAME"]), out) if p]
+    return [p for p in (model_name_problem(s["MODEL_NAME"]), dataset_problem(s["DATASET"]), out) if p]
 
 
 WRITE_PROBE = ".write-test-"  # the prefix of the empty folder that checks OUTPUT_DIR is writable, then goes
 CHECKOUT = Path(__file__).resolve().parents[1]  # the folder holding grpotrainer.py
 # What a run writes into OUTPUT_DIR before its run_settings.json: the CPU profiles' model and data folders, and
 # the demo's warm start in progress (demo-sums-model-seedN.sft<pid>), files.py's hidden work in progress, and the
-# run.lock of a run killed before it named itself in run.lock.json (guards.take_lock judges whether it is held).
+# run.lock of a run killed before it named itself in run.lock.json (process.take_lock judges whether it is held).
 PROFILE_FOLDERS = re.compile(
     r"smoke-model|demo-(sums-)?(data-|model-)?seed\d+(\.sft\d+)?|\..+\.(tmp|partial|old)-.+|run\.lock"
 )
@@ -306,6 +244,23 @@ def model_name_problem(model_name):
     return None
 
 
+def dataset_problem(dataset, name="DATASET"):
+    """Why DATASET names neither a local file or folder of {split}.jsonl that exists nor a valid Hub id, or None."""
+    if not str(dataset).strip():
+        return (
+            f"{name} is empty: give openai/gsm8k (a Hub id), or a .jsonl file or a folder of train.jsonl/test.jsonl."
+        )
+    if hub.is_local(dataset):
+        return None if Path(dataset).exists() else f"{name}={dataset}: no such file or folder."
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(dataset)
+    except HFValidationError as err:
+        return f"{name}={dataset!r} is neither a local file or folder nor a Hub id such as openai/gsm8k ({err})."
+    return None
+
+
 def output_dir_problem(out, name="OUTPUT_DIR"):
     """Why the folder `out` cannot be created and written, or None. Tried for real: a folder is made and removed
     in its nearest existing parent, since os.access misjudges read-only mounts, /proc and the like."""
@@ -356,7 +311,7 @@ def hardware_problems(s, cpu_only):
             problems.append(f"{flag}=True needs a CUDA GPU; set {flag}=False on this machine.")
         elif s[flag] is True and not hardware.importable(package):
             problems.append(f"{flag}=True needs the {package} package, which is not installed: {install}")
-    for tracker in [t for t in trackers(s["REPORT_TO"]) if t in ("trackio", "wandb")]:
+    for tracker in [t for t in settings.trackers(s["REPORT_TO"]) if t in ("trackio", "wandb")]:
         if not hardware.importable(tracker):
             problems.append(
                 f"REPORT_TO={s['REPORT_TO']} needs the {tracker} package: pip install {tracker}, "
@@ -434,9 +389,8 @@ def no_gpu_problem(driver):
 # Checks that need the data or the model's config (still before any weights load)
 
 
-def refuse_before_loading(s, config, reward_funcs, train_dataset, answer_blind=()):
-    """The checks that need the data, the built GRPOConfig or the model's config, still before any weights load."""
-    refuse_bad_grpo_config(config, s, len(train_dataset))
+def refuse_before_loading(s, reward_funcs, train_dataset, answer_blind=()):
+    """The checks that need the rewards, the data or the model's files, still before any weights load."""
     try_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"], answer_blind)
     if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries

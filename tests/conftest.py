@@ -1,11 +1,14 @@
 """Shared test helpers: the repo root on sys.path, settings fixtures, the one tiny model, the one way to launch
 training (`train`), subprocess runs of any other script, and TensorBoard readers."""
 
+import contextlib
 import errno
 import math
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,52 @@ GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"  # real GSM8K beside the c
 sys.path.insert(0, str(REPO))
 # offline; one thread per process: the tiny model gains nothing from more, and on 2 shared cores they thrash
 BASE_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+
+
+# the handlers the scripts and their guards install (process.run, StopOnSignal, reward_guard's clock)
+# set by pytest for each test, and by torch's compiler once per process for its cache: not a test's doing
+OWN_VARIABLES = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+WATCHED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGPROF, signal.SIGALRM, signal.SIGCONT, signal.SIGTSTP)
+
+
+@pytest.fixture(autouse=True)
+def leaves_nothing_behind():
+    """Every test leaves the process as it found it: no thread, child process, signal handler, environment variable
+    or working directory of its own behind, so the tests hold in any order. What is left is put back, and the test
+    errors naming it."""
+    import psutil
+
+    handlers = {signum: signal.getsignal(signum) for signum in WATCHED_SIGNALS}
+    threads, environ, cwd = set(threading.enumerate()), dict(os.environ), os.getcwd()
+    yield
+    left = []
+    for thread in set(threading.enumerate()) - threads:
+        thread.join(timeout=5)  # a watchdog being cancelled, a writer flushing: they end within moments
+        left += [f"thread {thread.name}"] if thread.is_alive() else []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            what = " ".join(child.cmdline()[:3]) if child.status() != psutil.STATUS_ZOMBIE else "never waited for"
+            child.kill()
+        except psutil.Error:  # it ended meanwhile
+            what = "ended"
+        left.append(f"child process {child.pid} ({what})")
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child.pid, 0)
+    for signum, handler in handlers.items():
+        if signal.getsignal(signum) != handler:
+            left.append(f"a {signal.Signals(signum).name} handler")
+            signal.signal(signum, handler)
+    now = {key: value for key, value in os.environ.items() if key not in OWN_VARIABLES}
+    if now != {key: value for key, value in environ.items() if key not in OWN_VARIABLES}:
+        left.append(f"environment variables {sorted({key for key, _ in set(now.items()) ^ set(environ.items())})}")
+        for key in set(now) - set(environ):
+            del os.environ[key]
+        os.environ.update({key: value for key, value in environ.items() if key not in OWN_VARIABLES})
+    if os.getcwd() != cwd:
+        left.append(f"working directory {os.getcwd()}")
+        os.chdir(cwd)
+    if left:
+        pytest.fail(f"the test left behind: {'; '.join(left)}", pytrace=False)
 
 
 @pytest.fixture
@@ -31,7 +80,7 @@ def smoke_settings(settings):
     """The --smoke settings, which pass preflight on this CPU machine."""
     from grpo import profiles
 
-    return {**settings, **profiles.SMOKE}
+    return {**settings, **smoke.SMOKE}
 
 
 @pytest.fixture
@@ -49,7 +98,7 @@ def tiny_model(tmp_path_factory):
     of the session: copy it before damaging it."""
     from grpo import profiles
 
-    return profiles.cpu_model(tmp_path_factory.mktemp("models"))
+    return smoke.cpu_model(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture(scope="session")
@@ -204,7 +253,7 @@ def train(
 
 
 def run_in_process(main, *args, capsys):
-    """`cli.run(main)` with `args` as the command line, in this process: (exit code, stderr). For mistakes that
+    """`process.run(main)` with `args` as the command line, in this process: (exit code, stderr). For mistakes that
     stop before any model or process group exists; it costs no new Python importing torch, as run_script does."""
     import sys as _sys
 
@@ -213,7 +262,7 @@ def run_in_process(main, *args, capsys):
     argv = _sys.argv
     _sys.argv = ["script", *args]
     try:
-        cli.run(main)
+        process.run(main)
         code = 0
     except SystemExit as end:
         code = end.code

@@ -33,11 +33,11 @@ def test_param_count_matches_the_model_transformers_builds(name):
     from grpo import profiles
 
     with gpu_check.build_defaults("meta", torch.bfloat16):  # shapes only: no memory, no initialisation maths
-        model = profiles.build_model(profiles.build_tokenizer(), **gpu_check.SHAPES[name])
+        model = smoke.build_model(smoke.build_tokenizer(), **gpu_check.SHAPES[name])
     shape = gpu_check.SHAPES[name]
     assert sum(p.numel() for p in model.parameters()) == gpu_check.param_count(shape) == REAL_SIZES[name][0]
     assert gpu_check.decode_params(shape) == REAL_SIZES[name][1]
-    assert model.config.initializer_range == 0.02  # Qwen's, not profiles.TINY_QWEN3's 0.2 (random logits stay sane)
+    assert model.config.initializer_range == 0.02  # Qwen's, not smoke.TINY_QWEN3's 0.2 (random logits stay sane)
 
 
 def test_decode_step_bytes_counts_weights_and_kv_cache():
@@ -203,7 +203,7 @@ def test_fp32_check_sees_a_bf16_rotary_buffer_and_adapter():
 
     from grpo import profiles
 
-    model = profiles.build_model(profiles.build_tokenizer())
+    model = smoke.build_model(smoke.build_tokenizer())
     model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))
     assert gpu_check.fp32_check(model) == {"lora": ["float32"], "inv_freq": ["float32"]}
     model.to(torch.bfloat16)  # what TRL does before continuous batching, without the guard

@@ -1,4 +1,4 @@
-"""Tests of grpo/cli.py: overrides, recipes on the command line, `~`, signals and cli.run's exits.
+"""Tests of grpo/cli.py: overrides, recipes on the command line, `~`, signals and process.run's exits.
 
 .venv/bin/python -m pytest tests/test_cli.py -q -m "not slow"
 """
@@ -27,14 +27,14 @@ from grpo.errors import ConfigError
 def run_main(main, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["script.py"])
     with pytest.raises(SystemExit) as stop:
-        cli.run(main)
+        process.run(main)
     return stop.value.code
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_in_any_phase_ends_with_one_line_naming_it_and_128_plus_the_signal(monkeypatch, capsys, signum, code):
     def main(argv):
-        with cli.phase("loading the model", "the same command resumes from checkpoint-4"):
+        with process.phase("loading the model", "the same command resumes from checkpoint-4"):
             os.kill(os.getpid(), signum)  # delivered here, between two bytecodes of the block
             raise AssertionError("the handler raises before this line")
 
@@ -52,12 +52,12 @@ def test_a_signal_before_any_phase_says_nothing_was_written(monkeypatch, capsys)
         os.kill(os.getpid(), signal.SIGTERM)
 
     assert run_main(main, monkeypatch) == 143
-    assert capsys.readouterr().err.strip() == f"stopped by SIGTERM while starting: {cli.NOTHING_WRITTEN}"
+    assert capsys.readouterr().err.strip() == f"stopped by SIGTERM while starting: {process.NOTHING_WRITTEN}"
 
 
 def test_a_keyboard_interrupt_raised_elsewhere_ends_the_same_way(monkeypatch, capsys):
     def main(argv):  # a library that put back Python's own SIGINT handler
-        cli.set_phase("scoring 16 test problems")
+        process.set_phase("scoring 16 test problems")
         raise KeyboardInterrupt
 
     assert run_main(main, monkeypatch) == 130
@@ -70,15 +70,15 @@ def test_run_puts_back_the_callers_handlers_and_a_phase_block_its_phase(monkeypa
 
     def main(argv):
         seen["during"] = signal.getsignal(signal.SIGTERM)
-        with cli.phase("outer", "o"), cli.phase("inner"):
-            seen["inner"] = cli.stop_message(signal.SIGTERM)
-        seen["after"] = cli.stop_message(signal.SIGTERM)
+        with process.phase("outer", "o"), process.phase("inner"):
+            seen["inner"] = process.stop_message(signal.SIGTERM)
+        seen["after"] = process.stop_message(signal.SIGTERM)
 
     monkeypatch.setattr(sys, "argv", ["script.py"])
-    cli.run(main)
-    assert seen["during"] is cli._interrupt  # installed from the first line of main
+    process.run(main)
+    assert seen["during"] is process._interrupt  # installed from the first line of main
     assert seen["inner"] == "stopped by SIGTERM while inner: o"  # an inner phase keeps the outer outcome
-    assert seen["after"] == f"stopped by SIGTERM while starting: {cli.NOTHING_WRITTEN}"
+    assert seen["after"] == f"stopped by SIGTERM while starting: {process.NOTHING_WRITTEN}"
     assert signal.getsignal(signal.SIGTERM) is mine
 
 
@@ -92,11 +92,11 @@ def test_a_stop_between_the_renames_of_a_replacing_publish_puts_the_old_folder_b
     def rename(self, to):
         calls.append(self)
         if len(calls) == 2:  # the new folder's rename into place: SIGTERM lands just before it
-            raise cli.Interrupted(signal.SIGTERM, "stopped")
+            raise process.Interrupted(signal.SIGTERM, "stopped")
         return real_rename(self, to)
 
     monkeypatch.setattr(Path, "rename", rename)
-    with pytest.raises(cli.Interrupted), files.publish_dir(target, replace=True) as tmp:
+    with pytest.raises(process.Interrupted), files.publish_dir(target, replace=True) as tmp:
         (tmp / "model.safetensors").write_text("the new export")
     monkeypatch.setattr(Path, "rename", real_rename)
     # the earlier export is whole where it was, and nothing half-written is left beside it

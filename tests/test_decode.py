@@ -78,8 +78,8 @@ torch.manual_seed(0)
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).eval()
 tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
 prompts = gsm8k.load(str(gsm8k.FIXTURE), "train", limit=4)["prompt"]
-eager = gsm8k.hf_generator(model, tokenizer, 24)(prompts)
-compiled = gsm8k.hf_generator(model, tokenizer, 24, cache_implementation="static")
+eager = generation.hf_generator(model, tokenizer, 24)(prompts)
+compiled = generation.hf_generator(model, tokenizer, 24, cache_implementation="static")
 assert compiled(prompts) == eager, "the first compiled call"  # (text, tokens, truncated) for each prompt, greedy
 assert hasattr(model, "_compiled_call"), "transformers did not compile the decode step"
 assert compiled(prompts) == eager, "the second call"  # it runs the compiled graph as it is
@@ -100,7 +100,7 @@ def trained_adapter_dtypes(tmp_path, tiny_model):
     step moved them."""
     import torch
 
-    s = {**cli.constants(grpotrainer), **profiles.SMOKE, "MODEL_NAME": tiny_model, "OUTPUT_DIR": str(tmp_path)}
+    s = {**cli.constants(grpotrainer), **smoke.SMOKE, "MODEL_NAME": tiny_model, "OUTPUT_DIR": str(tmp_path)}
     s |= {"BF16": True, "USE_TRANSFORMERS_CONTINUOUS_BATCHING": True, "MAX_STEPS": 1, "REPORT_TO": "none"}
     # a reward that tells a random model's completions apart (their lengths), so the step has a gradient
     s |= {"REWARD_FUNCS": ["overlong_reward"], "REWARD_WEIGHTS": [1.0]}
@@ -111,7 +111,7 @@ def trained_adapter_dtypes(tmp_path, tiny_model):
     funcs = reward_guard.load(s["REWARD_FUNCS"], rewards.REWARDS, max_completion_length=s["MAX_COMPLETION_LENGTH"])
     train_dataset, _ = grpotrainer.load_data(s)
     trainer = grpotrainer.build_trainer(s, config, reward_funcs=funcs, train_dataset=train_dataset)
-    for callback in guards.generation_guards(trainer):  # as grpotrainer.train adds them
+    for callback in patches.generation_guards(trainer):  # as grpotrainer.train adds them
         trainer.add_callback(callback)
     trainable = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
     before = {n: p.detach().float().clone() for n, p in trainable.items()}
@@ -133,6 +133,6 @@ def test_continuous_batching_in_bf16_keeps_the_adapter_fp32(tmp_path, tiny_model
 @pytest.mark.slow
 def test_without_the_guard_trl_leaves_the_adapter_bf16(tmp_path, tiny_model, monkeypatch):
     # what the guard undoes: TRL 1.16 casts the whole model, LoRA included, to bf16 before generate_batch
-    monkeypatch.setattr(guards, "KeepFp32", lambda model: guards.TrainerCallback())
+    monkeypatch.setattr(patches, "KeepFp32", lambda model: guards.TrainerCallback())
     dtypes, _, rope_kept = trained_adapter_dtypes(tmp_path, tiny_model)
     assert dtypes == {"torch.bfloat16"} and not rope_kept

@@ -205,7 +205,7 @@ trainer = SimpleNamespace(  # what evaluate_trainer reads of a GRPOTrainer insid
     callback_handler=CallbackHandler([DefaultFlowCallback()], None, None, None, None),
 )
 dataset = gsm8k.load(str(gsm8k.FIXTURE), "test", limit=5)
-metrics = monitor.evaluate_trainer(trainer, "during", limit=5, dataset=dataset, batch_size=2, samples=2)
+metrics = evaluation.evaluate_trainer(trainer, "during", limit=5, dataset=dataset, batch_size=2, samples=2)
 sharded = all(isinstance(p, DTensor) for p in model.parameters())
 report = {"rank": accelerator.process_index, "sharded": sharded, "n": metrics["n"], "forwards": len(forwards)}
 print(json.dumps(report), flush=True)

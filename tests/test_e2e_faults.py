@@ -75,7 +75,7 @@ def test_sigterm_saves_and_rerun_resumes(tmp_path):
     [saved] = list(out.glob("checkpoint-*"))  # the stop made the only checkpoint (SAVE_STEPS=1000)
     assert f"stopped by SIGTERM at step {steps(saved)}; checkpoint saved to {saved}; rerun the same command" in text
     assert checkpoints.checkpoint_problem(saved) is None
-    assert not (out / guards.LOCK_NAME).exists()  # released on the way out
+    assert not (out / process.LOCK_NAME).exists()  # released on the way out
     result = train(out, f"--MAX_STEPS={steps(saved) + 2}", "--SAVE_STEPS=1000")
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {saved}" in result.stderr
@@ -219,7 +219,7 @@ def test_sigterm_during_eval_before_says_so_in_one_line_and_the_rerun_finishes(t
     assert stop_lines(text) == [
         "stopped by SIGTERM while scoring EVAL_BEFORE: no step was trained; the same command starts again"
     ]
-    assert not (out / guards.LOCK_NAME).exists() and not list(out.glob("checkpoint-*"))
+    assert not (out / process.LOCK_NAME).exists() and not list(out.glob("checkpoint-*"))
     rerun = train(out, "--EVAL_BEFORE=16")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert (out / checkpoints.FINISHED_NAME).is_file()
@@ -431,7 +431,7 @@ def reached(event, out, before, started, delay):
     names = set(os.listdir(out)) if out.is_dir() else set()
     new = {n for n in names if n.startswith("checkpoint-")} - before[0]
     if event == "lock":
-        return guards.LOCK_NAME in names
+        return process.LOCK_NAME in names
     if event == "aside":
         return any(n.startswith(".") and (".tmp-" in n or ".partial-" in n) for n in names)
     if event == "checkpoint":

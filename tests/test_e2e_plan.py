@@ -70,7 +70,7 @@ def test_profiles_plan_without_building_their_model(profile, tmp_path):
     # the model the profile will use, named, not built: no folder, no warm start
     assert p["model"].startswith(str(tmp_path)) and not (tmp_path / "smoke-model").exists()
     assert not list(tmp_path.glob("demo-sums-model-*"))
-    expected = profiles.SMOKE if profile == "--smoke" else sums.DEMO
+    expected = smoke.SMOKE if profile == "--smoke" else sums.DEMO
     assert p["optimizer_steps"] == expected["MAX_STEPS"]
 
 
@@ -78,7 +78,7 @@ def test_plan_reads_a_models_config_and_never_its_weights(tmp_path, monkeypatch,
     import safetensors
     import transformers
 
-    model = profiles.ensure_model_dir(tmp_path / "model")
+    model = smoke.ensure_model_dir(tmp_path / "model")
 
     def refuse(*args, **kwargs):
         raise AssertionError("--plan loaded weights")

@@ -71,7 +71,7 @@ def test_help_lists_every_constant_with_its_comment():
     assert f"--MODEL_NAME={grpotrainer.MODEL_NAME}\n" in out.stdout
     assert f"--BF16={str(grpotrainer.BF16).lower()}\n" in out.stdout
     assert "--smoke sets, before the command line's own --KEY=value:" in out.stdout
-    assert f"MAX_STEPS={profiles.SMOKE['MAX_STEPS']}" in out.stdout.split("--smoke sets")[1]  # the profile's
+    assert f"MAX_STEPS={smoke.SMOKE['MAX_STEPS']}" in out.stdout.split("--smoke sets")[1]  # the profile's
 
 
 @pytest.mark.slow
@@ -123,7 +123,7 @@ def test_missing_test_split_fails_before_training(tmp_path):
 def test_a_python_without_the_packages_gets_the_command_that_fixes_it(tmp_path):
     # the system python of a fresh machine has no trl: a clear message and exit 2, not a ModuleNotFoundError
     out = run_script(
-        "-c", "from grpo import cli; cli.run(lambda argv: cli.require(['no_such_package_xyz'], 'grpotrainer.py'))"
+        "-c", "from grpo import cli; process.run(lambda argv: process.require(['no_such_package_xyz'], 'grpotrainer.py'))"
     )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "lacks no_such_package_xyz" in out.stderr and "make install" in out.stderr
@@ -132,7 +132,7 @@ def test_a_python_without_the_packages_gets_the_command_that_fixes_it(tmp_path):
 def test_logging_prints_each_library_message_once():
     # huggingface_hub attaches its own handler; configuring the root logger as well printed each Hub retry twice
     code = (
-        "import logging, huggingface_hub.utils.logging as h; from grpo import cli; cli.setup_logging('grpotrainer'); "
+        "import logging, huggingface_hub.utils.logging as h; from grpo import cli; process.setup_logging('grpotrainer'); "
         "h.get_logger('huggingface_hub.test').warning('retrying in 1s'); logging.getLogger('grpotrainer.x').info('hi')"
     )
     out = run_script("-c", code)
@@ -178,7 +178,7 @@ def test_a_run_carries_the_paired_test_in_its_files_curve_text_card_and_last_lin
     ]
     assert paired == [("before", None), ("during", 4), ("after", 8)]
     last = out.stderr.strip().splitlines()[-1]
-    assert f"sampled {gsm8k.pair_text(sampled)}" in last
+    assert f"sampled {evaluation.pair_text(sampled)}" in last
     assert "paired exact test (8 test problems)" in last and f"{after['paired']['lenient']['down']} down, p = " in last
     card = (tmp_path / "README.md").read_text()
     assert "model-index:" in card and "- lenient: " in card

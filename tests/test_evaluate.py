@@ -119,7 +119,7 @@ def save_adapter(folder, hidden=32, rank=2):
     config = {"base_model_name_or_path": "smoke-model", "peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank}
     (folder / "adapter_config.json").write_text(json.dumps({**config, "target_modules": ["q_proj"]}))
     prefix = "base_model.model.model.layers.0.self_attn.q_proj"
-    # q_proj maps hidden_size to heads x head_dim = 4 x 8 in profiles.TINY_QWEN3
+    # q_proj maps hidden_size to heads x head_dim = 4 x 8 in smoke.TINY_QWEN3
     tensors = {f"{prefix}.lora_A.weight": torch.zeros(rank, hidden), f"{prefix}.lora_B.weight": torch.zeros(32, rank)}
     save_file(tensors, str(folder / "adapter_model.safetensors"))
     return folder
@@ -156,8 +156,8 @@ def test_an_adapter_on_a_base_of_other_shapes_is_refused_naming_both(tmp_path):
     from grpo import profiles
 
     wide = tmp_path / "wide" / "smoke-model"  # the name the adapter records, so only the shapes differ
-    tokenizer = profiles.build_tokenizer()
-    profiles.build_model(tokenizer, hidden_size=48).save_pretrained(wide)
+    tokenizer = smoke.build_tokenizer()
+    smoke.build_model(tokenizer, hidden_size=48).save_pretrained(wide)
     tokenizer.save_pretrained(wide)
     adapter = save_adapter(tmp_path / "run")
     s = smoke_settings(tmp_path, MODEL_NAME=str(wide), ADAPTER=str(adapter))
@@ -247,7 +247,7 @@ def test_a_second_dataset_never_overwrites_the_first(tmp_path, tiny_model, monke
 
 def test_missing_adapter_exits_2_without_a_traceback(tmp_path):
     result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path / 'none'}")
-    assert result.returncode == 2  # cli.run's status for a ConfigError
+    assert result.returncode == 2  # process.run's status for a ConfigError
     assert "error: ADAPTER=" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -301,7 +301,7 @@ def write_baseline(folder, questions, right):
     """An evaluation as evaluate.py writes it, of `questions`, every verdict `right`."""
     predictions = [{"question": q, "correct": right, "strict_correct": right} for q in questions]
     metrics = gsm8k.summarize(predictions, [1] * len(predictions))
-    gsm8k.report(metrics, predictions, folder, "eval_test")
+    evaluation.report(metrics, predictions, folder, "eval_test")
     return folder / "eval_test.json"
 
 
@@ -421,7 +421,7 @@ def evil_model(folder, marker):
     """The tiny model folder, whose config and tokenizer point (auto_map) at its own evil.py, which writes `marker`."""
     from grpo import profiles
 
-    profiles.ensure_model_dir(folder)
+    smoke.ensure_model_dir(folder)
     (folder / "evil.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
         "from transformers import Qwen3Config, Qwen3ForCausalLM, PreTrainedTokenizerFast\n"

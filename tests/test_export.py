@@ -537,8 +537,8 @@ def test_a_base_model_of_other_shapes_is_refused(trained_run, tmp_path):
 
     # same folder name as the run's base (so the name check passes), but wider layers: only the shapes differ
     other = tmp_path / "smoke-model"
-    tokenizer = profiles.build_tokenizer()
-    profiles.build_model(tokenizer, hidden_size=48).save_pretrained(other)
+    tokenizer = smoke.build_tokenizer()
+    smoke.build_model(tokenizer, hidden_size=48).save_pretrained(other)
     tokenizer.save_pretrained(other)
     out = run_script(
         "export.py", f"--ADAPTER={trained_run}", f"--MODEL_NAME={other}", f"--OUTPUT_DIR={tmp_path / 'o'}"

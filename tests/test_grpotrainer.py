@@ -67,13 +67,13 @@ def test_a_static_cache_is_asked_of_trl_and_its_decode_step_compiled(settings):
     assert config.cache_implementation == "static"
     # TRL 1.16 builds its GenerationConfig with disable_compile=True; CompileDecode turns it back on at train begin
     trainer = SimpleNamespace(args=config, generation_config=GenerationConfig(disable_compile=True), model=None)
-    (callback,) = guards.generation_guards(trainer)  # no KeepFp32: no continuous batching here
+    (callback,) = patches.generation_guards(trainer)  # no KeepFp32: no continuous batching here
     callback.on_train_begin(config, None, None)
     compile_config = trainer.generation_config.compile_config
     assert trainer.generation_config.disable_compile is False
     assert (compile_config.dynamic, compile_config.mode) == (True, "reduce-overhead")
     default = grpotrainer.build_config({**settings, "BF16": False}, {}, cpu_only=True)
-    assert guards.generation_guards(SimpleNamespace(args=default)) == []  # the defaults need neither guard
+    assert patches.generation_guards(SimpleNamespace(args=default)) == []  # the defaults need neither guard
 
 
 def test_settings_are_values_not_module_state(settings):
@@ -167,7 +167,7 @@ def test_lora_config(settings):
     ],
 )
 def test_cli_errors_exit_2_without_traceback(args, message, tmp_path, capsys, monkeypatch):
-    # preflight's mistakes, through cli.run as `python grpotrainer.py` runs it, in this process
+    # preflight's mistakes, through process.run as `python grpotrainer.py` runs it, in this process
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     code, stderr = run_in_process(grpotrainer.main, *args, f"--OUTPUT_DIR={tmp_path}", capsys=capsys)
     assert code == 2
@@ -180,7 +180,7 @@ def test_cli_errors_exit_2_without_traceback(args, message, tmp_path, capsys, mo
 
 def test_vllm_context_is_bounded_by_the_data_unless_given(smoke_ok, tiny_model):
     data = gsm8k.load(FIXTURE, "train")
-    longest = gsm8k.longest_prompt(data, tiny_model)
+    longest = generation.longest_prompt(data, tiny_model)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
@@ -192,8 +192,8 @@ def test_vllm_context_is_bounded_by_the_data_unless_given(smoke_ok, tiny_model):
     s = {**smoke_ok, "USE_VLLM": True, "MODEL_NAME": tiny_model}
     config = grpotrainer.build_config(s, {}, cpu_only=True, train_dataset=data)
     # prompt + MAX_COMPLETION_LENGTH (32 in --smoke) + the margin: the rule evaluation's vllm_generator uses
-    assert config.vllm_max_model_length == longest + 32 + gsm8k.CONTEXT_MARGIN
-    assert config.vllm_max_model_length == gsm8k.context_length(longest, 32)
+    assert config.vllm_max_model_length == longest + 32 + generation.CONTEXT_MARGIN
+    assert config.vllm_max_model_length == generation.context_length(longest, 32)
     config = grpotrainer.build_config(s, {"vllm_max_model_length": 4096}, cpu_only=True, train_dataset=data)
     assert config.vllm_max_model_length == 4096  # the user's --vllm_max_model_length wins
     config = grpotrainer.build_config(smoke_ok, {}, cpu_only=True)
@@ -320,7 +320,7 @@ def test_a_config_or_lora_mistake_is_refused_before_the_smoke_model_is_built(arg
         raise AssertionError("the smoke model was built before the refusal")
 
     # the work a refusal must not do: build (and write) the smoke model, or load weights
-    monkeypatch.setattr(profiles, "ensure_model_dir", never)
+    monkeypatch.setattr(smoke, "ensure_model_dir", never)
     monkeypatch.setattr(grpotrainer, "build_trainer", never)
     code, stderr = run_in_process(grpotrainer.main, "--smoke", *args, f"--OUTPUT_DIR={tmp_path}", capsys=capsys)
     assert code == 2 and "Traceback" not in stderr, stderr

@@ -74,7 +74,7 @@ class Sampler:
 
 def test_evaluate_reports_sampled_accuracy_beside_the_greedy_one():
 
-    metrics, predictions = gsm8k.evaluate(
+    metrics, predictions = evaluation.evaluate(
         problems(4), StubGenerator(), 3, sampler=Sampler(), samples=4, temperature=1.0
     )
     # Problems 0..3 are right in 0, 1, 2, 3 of their 4 samples: (0 + 1/4 + 2/4 + 3/4) / 4 = 0.375, strict too.
@@ -93,7 +93,7 @@ def test_evaluate_reports_sampled_accuracy_beside_the_greedy_one():
 
 def test_without_samples_the_metrics_are_the_greedy_ones_only():
 
-    metrics, _ = gsm8k.evaluate(problems(2), StubGenerator(), 2)
+    metrics, _ = evaluation.evaluate(problems(2), StubGenerator(), 2)
     assert tuple(metrics)[: len(gsm8k.KEYS)] == gsm8k.KEYS  # the files of earlier runs keep their keys
     assert not set(gsm8k.SAMPLED_KEYS) & set(metrics)
 
@@ -105,14 +105,14 @@ def test_sampling_is_seeded_and_leaves_the_global_random_state_alone():
 
     tokenizer = build_tokenizer()
     model = build_model(tokenizer).eval()
-    sample = gsm8k.hf_generator(model, tokenizer, max_new_tokens=6, temperature=1.0)
+    sample = generation.hf_generator(model, tokenizer, max_new_tokens=6, temperature=1.0)
     dataset = gsm8k.load(gsm8k.FIXTURE, "train", limit=2)
     torch.manual_seed(123)
     before = torch.rand(1)
     torch.manual_seed(123)
-    first = gsm8k.sample_all(dataset, sample, 3, batch_size=6, progress=False, seed=5)
+    first = generation.sample_all(dataset, sample, 3, batch_size=6, progress=False, seed=5)
     after = torch.rand(1)
-    again = gsm8k.sample_all(dataset, sample, 3, batch_size=6, progress=False, seed=5)
+    again = generation.sample_all(dataset, sample, 3, batch_size=6, progress=False, seed=5)
     assert first == again  # same seed, same samples
     assert before == after  # training's own random stream is untouched by the evaluation
     assert [r["question"] for r in first] == [q for q in dataset["question"] for _ in range(3)]  # problem-major
@@ -217,7 +217,7 @@ class StubGenerator:
 
 def test_evaluate_with_a_stub_generator():
     stub = StubGenerator()
-    metrics, predictions = gsm8k.evaluate(problems(7), stub, batch_size=3)
+    metrics, predictions = evaluation.evaluate(problems(7), stub, batch_size=3)
     assert stub.batches == [3, 3, 1]  # 7 problems in batches of at most 3
     # i = 0..6. Strict (the even i): 0, 2, 4 -> 3/7 (6 was cut off: no credit). Lenient adds the boxed i = 1 -> 4/7.
     # Format ('####'): 0, 2, 4 plus the wrong "#### -1" for i = 3 and 5 -> 5/7. Tokens: mean of 1..7 = 4.
@@ -251,14 +251,14 @@ def test_evaluate_with_a_stub_generator():
 
 def test_a_generator_that_drops_completions_is_an_error():
     with pytest.raises(RuntimeError, match="returned 1 completions for 2"):
-        gsm8k.generate_all(problems(2), lambda prompts: [("#### 0", 1, False)], batch_size=2)
+        generation.generate_all(problems(2), lambda prompts: [("#### 0", 1, False)], batch_size=2)
 
 
 def test_report_writes_the_files_and_the_tensorboard_scalars(tmp_path, capsys):
     metrics = gsm8k.score(["18"] * 4, [c for c, _, _ in CASES], [1, 2, 3, 4])
     predictions = [{"question": "q", "gold": "18", "completion": c} for c, _, _ in CASES]
     settings = {"SYSTEM_PROMPT": "Be exact.", "MAX_COMPLETION_LENGTH": 24}
-    gsm8k.report(metrics, predictions, tmp_path, "eval_test", tmp_path / "runs" / "x", 7, settings=settings)
+    evaluation.report(metrics, predictions, tmp_path, "eval_test", tmp_path / "runs" / "x", 7, settings=settings)
 
     assert json.loads((tmp_path / "eval_test.json").read_text()) == {**metrics, "step": 7, "settings": settings}
     lines = (tmp_path / "eval_test_predictions.jsonl").read_text().splitlines()
@@ -293,7 +293,7 @@ def test_compare_counts_the_flips_and_tests_them_exactly():
     # of binomial(3, 1/2) = 2 * 4/8 = 1.
     before = verdicts(QUESTIONS, [0, 0, 0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1])
     after = verdicts(QUESTIONS, [1, 1, 1, 1, 1, 0, 1, 1], [0, 0, 0, 0, 0, 1, 0, 0])
-    paired = gsm8k.compare(before, after, "eval_test_before.json")
+    paired = evaluation.compare(before, after, "eval_test_before.json")
     assert paired["baseline"] == "eval_test_before.json"
     assert {k: paired["lenient"][k] for k in ("n", "up", "down", "both_right", "both_wrong")} == {
         "n": 8,
@@ -314,21 +314,21 @@ def test_compare_pairs_sampled_accuracy_when_both_drew_as_many_samples():
     # 2 samples per problem. Up: 0 (0 -> 2), 1 (0 -> 1), 2 (1 -> 2), 3 (0 -> 2), 4 (0 -> 1); down: none. p = 2/32
     before = with_samples(verdicts(QUESTIONS, [0] * 8), [0, 0, 1, 0, 0, 2, 1, 0])
     after = with_samples(verdicts(QUESTIONS, [0] * 8), [2, 1, 2, 2, 1, 2, 1, 0])
-    sampled = gsm8k.compare(before, after, "b.json", samples=(2, 2))["sampled"]
+    sampled = evaluation.compare(before, after, "b.json", samples=(2, 2))["sampled"]
     assert (sampled["up"], sampled["down"], sampled["p_value"]) == (5, 0, 0.0625)
     assert (sampled["before"], sampled["after"]) == (4 / 16, 11 / 16)
-    assert "sampled: 0.250 -> 0.688 (+0.438; 5 up / 0 down, p = 0.062)" in gsm8k.paired_lines(
-        gsm8k.compare(before, after, "b.json", samples=(2, 2))
+    assert "sampled: 0.250 -> 0.688 (+0.438; 5 up / 0 down, p = 0.062)" in evaluation.paired_lines(
+        evaluation.compare(before, after, "b.json", samples=(2, 2))
     )
     # other sample counts, none drawn, or records without counts: greedy verdicts only
     for samples in ((2, 4), (0, 0)):
-        assert "sampled" not in gsm8k.compare(before, after, "b.json", samples=samples)
-    assert "sampled" not in gsm8k.compare(verdicts(QUESTIONS, [0] * 8), after, "b.json", samples=(2, 2))
+        assert "sampled" not in evaluation.compare(before, after, "b.json", samples=samples)
+    assert "sampled" not in evaluation.compare(verdicts(QUESTIONS, [0] * 8), after, "b.json", samples=(2, 2))
 
 
 def test_a_held_out_point_pairs_with_the_first_problems_of_a_longer_before():
     before = verdicts(QUESTIONS, [0] * 8)
-    paired = gsm8k.compare(before, verdicts(QUESTIONS[:4], [1] * 4))
+    paired = evaluation.compare(before, verdicts(QUESTIONS[:4], [1] * 4))
     assert paired["lenient"]["n"] == 4 and paired["lenient"]["up"] == 4  # 4 up: p = 2 / 16
     assert paired["lenient"]["p_value"] == 0.125
 
@@ -343,13 +343,13 @@ def test_a_held_out_point_pairs_with_the_first_problems_of_a_longer_before():
     ],
 )
 def test_evaluations_of_other_problems_are_not_paired(after):
-    assert gsm8k.compare(verdicts(QUESTIONS, [0] * 8), after) is None
+    assert evaluation.compare(verdicts(QUESTIONS, [0] * 8), after) is None
 
 
 def test_flip_lines_name_each_flipped_problem_and_only_those():
     before = verdicts(QUESTIONS[:3], [0, 1, 1], [0, 1, 0])
     after = verdicts(QUESTIONS[:3], [1, 1, 0], [0, 1, 0])
-    assert gsm8k.flip_lines(before, after) == [
+    assert evaluation.flip_lines(before, after) == [
         "#0   strict -     lenient up    Problem 0: how many?",
         "#2   strict -     lenient down  Problem 2: how many?",
     ]
@@ -359,8 +359,8 @@ def test_report_writes_the_paired_test_to_the_json_table_and_tensorboard_text(tm
     before = verdicts(QUESTIONS, [0] * 8)
     predictions = verdicts(QUESTIONS, [1] * 6 + [0] * 2, [1] * 2 + [0] * 6)
     metrics = {"n": 8, "strict_accuracy": 0.25, "lenient_accuracy": 0.75}
-    metrics["paired"] = gsm8k.compare(before, predictions, "eval_test_before.json")
-    gsm8k.report(metrics, predictions, tmp_path, "eval_test_after", tmp_path / "runs" / "x", 5)
+    metrics["paired"] = evaluation.compare(before, predictions, "eval_test_before.json")
+    evaluation.report(metrics, predictions, tmp_path, "eval_test_after", tmp_path / "runs" / "x", 5)
 
     written = json.loads((tmp_path / "eval_test_after.json").read_text())
     assert (written["paired"]["lenient"]["up"], written["paired"]["lenient"]["p_value"]) == (6, 0.03125)  # 2/2^6
@@ -377,12 +377,12 @@ def test_report_writes_the_paired_test_to_the_json_table_and_tensorboard_text(tm
 def test_an_evaluation_reads_back_from_its_file_or_folder(tmp_path):
     metrics = gsm8k.score(["1", "2"], ["#### 1", "#### 3"])
     predictions = verdicts(QUESTIONS[:2], [1, 0])
-    gsm8k.report(metrics, predictions, tmp_path / "run", "eval_test_after")
+    evaluation.report(metrics, predictions, tmp_path / "run", "eval_test_after")
     for given in (tmp_path / "run", tmp_path / "run" / "eval_test_after.json"):  # a run folder: its EVAL_AFTER
-        read, back, path = gsm8k.load_evaluation(given)
+        read, back, path = evaluation.load_evaluation(given)
         assert (read["strict_accuracy"], back, path.name) == (0.5, predictions, "eval_test_after.json")
-    gsm8k.report(metrics, predictions, tmp_path / "run", "eval_test")
-    assert gsm8k.load_evaluation(tmp_path / "run")[2].name == "eval_test.json"  # evaluate.py's own comes first
+    evaluation.report(metrics, predictions, tmp_path / "run", "eval_test")
+    assert evaluation.load_evaluation(tmp_path / "run")[2].name == "eval_test.json"  # evaluate.py's own comes first
 
 
 @pytest.mark.parametrize(
@@ -405,7 +405,7 @@ def test_what_is_not_an_evaluation_is_refused_naming_the_setting(tmp_path, files
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     with pytest.raises(ConfigError, match=f"BASELINE={re.escape(str(tmp_path))}.*{re.escape(message)}"):
-        gsm8k.load_evaluation(tmp_path)
+        evaluation.load_evaluation(tmp_path)
 
 
 def test_the_runs_last_line_carries_the_paired_test():
@@ -413,9 +413,9 @@ def test_the_runs_last_line_carries_the_paired_test():
     after = {
         "strict_accuracy": 0.25,
         "n": 8,
-        "paired": gsm8k.compare(before, verdicts(QUESTIONS, [1] * 8, [1, 1] + [0] * 6)),
+        "paired": evaluation.compare(before, verdicts(QUESTIONS, [1] * 8, [1, 1] + [0] * 6)),
     }
-    line = gsm8k.summary_line(3, 0.0, ({"strict_accuracy": 0.0, "n": 8}, after), now=lambda: 61.0)
+    line = evaluation.summary_line(3, 0.0, ({"strict_accuracy": 0.0, "n": 8}, after), now=lambda: 61.0)
     assert line == (
         "finished: 3 steps in 1m01s; GSM8K strict accuracy 0.000 -> 0.250 (+0.250; 2 up / 0 down, p = 0.5), "
         "lenient 0.000 -> 1.000 (+1.000; 8 up / 0 down, p = 0.0078), paired exact test (8 test problems)"
@@ -429,7 +429,7 @@ def test_hf_generator_pads_on_the_left_so_batching_does_not_change_greedy_output
 
     tokenizer = build_tokenizer()
     model = build_model(tokenizer).eval()
-    generate = gsm8k.hf_generator(model, tokenizer, max_new_tokens=8)
+    generate = generation.hf_generator(model, tokenizer, max_new_tokens=8)
     prompts = [[{"role": "user", "content": q}] for q in ("Hi", "What is 12 plus 7 pencils in all, Mia?")]
     together = generate(prompts)
     alone = [generate([p])[0] for p in prompts]

@@ -38,10 +38,10 @@ def test_nan_probabilities_in_sampling_are_one_message_naming_weights_and_learni
     # torch.multinomial refusing NaN probabilities, raised from a frame of transformers' generation, as in _sample
     code = compile("torch.multinomial(probs, 1)", transformers.generation.utils.__file__, "exec")
     nonfinite = "(?s)NaN or inf.*MODEL_NAME's weights hold NaN or inf.*lower LEARNING_RATE"
-    with pytest.raises(ConfigError, match=nonfinite), guards.faults("/tmp", 600):
+    with pytest.raises(ConfigError, match=nonfinite), process.faults("/tmp", 600):
         exec(code, {"torch": torch, "probs": torch.tensor([[float("nan"), 1.0]])})
     # any other error keeps its traceback
-    with pytest.raises(RuntimeError, match="another error"), guards.faults("/tmp", 600):
+    with pytest.raises(RuntimeError, match="another error"), process.faults("/tmp", 600):
         raise RuntimeError("another error")
 
 
@@ -49,7 +49,7 @@ HOLDER = f"""
 import sys, time
 sys.path.insert(0, {str(REPO)!r})
 from grpo import checkpoints, guards
-with guards.output_lock(sys.argv[1], rank0=True):
+with process.output_lock(sys.argv[1], rank0=True):
     print("locked", flush=True)
     time.sleep(120)
 """
@@ -70,15 +70,15 @@ def test_second_run_is_refused_without_waiting_and_first_is_unaffected(tmp_path,
             raise AssertionError(f"waited {seconds} s for the lock instead of refusing at once")
 
         monkeypatch.setattr(time, "sleep", no_wait)  # filelock polls with time.sleep while it waits
-        with pytest.raises(ConfigError) as err, guards.output_lock(tmp_path, rank0=True):
+        with pytest.raises(ConfigError) as err, process.output_lock(tmp_path, rank0=True):
             pass
         monkeypatch.undo()
         assert f"is in use by another run (pid {holder.pid} on {socket.gethostname()}, since " in str(err.value)
         assert len(str(err.value).splitlines()) == 2
         assert holder.poll() is None  # still running
-        assert json.loads((tmp_path / guards.HOLDER_NAME).read_text())["pid"] == holder.pid  # its lock untouched
+        assert json.loads((tmp_path / process.HOLDER_NAME).read_text())["pid"] == holder.pid  # its lock untouched
         # the refused run wrote nothing
-        assert sorted(p.name for p in tmp_path.iterdir()) == [guards.LOCK_NAME, guards.HOLDER_NAME]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [process.LOCK_NAME, process.HOLDER_NAME]
     finally:
         holder.kill()
         holder.wait()
@@ -88,35 +88,35 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path, caplog):
     holder = start_holder(tmp_path)
     holder.kill()  # SIGKILL: no cleanup ran, run.lock still names it
     holder.wait()
-    assert json.loads((tmp_path / guards.HOLDER_NAME).read_text())["pid"] == holder.pid
-    with caplog.at_level(logging.INFO), guards.output_lock(tmp_path, rank0=True):
-        assert json.loads((tmp_path / guards.HOLDER_NAME).read_text())["pid"] == os.getpid()
+    assert json.loads((tmp_path / process.HOLDER_NAME).read_text())["pid"] == holder.pid
+    with caplog.at_level(logging.INFO), process.output_lock(tmp_path, rank0=True):
+        assert json.loads((tmp_path / process.HOLDER_NAME).read_text())["pid"] == os.getpid()
     assert f"took over run.lock from pid {holder.pid} on {socket.gethostname()}" in caplog.text
 
 
 def test_lock_is_released_after_the_block(tmp_path):
-    with guards.output_lock(tmp_path / "new", rank0=True):
-        assert (tmp_path / "new" / guards.LOCK_NAME).is_file()  # OUTPUT_DIR is created for it
-    assert not (tmp_path / "new" / guards.LOCK_NAME).exists()
-    with guards.output_lock(tmp_path / "new", rank0=True):  # and can be taken again at once
+    with process.output_lock(tmp_path / "new", rank0=True):
+        assert (tmp_path / "new" / process.LOCK_NAME).is_file()  # OUTPUT_DIR is created for it
+    assert not (tmp_path / "new" / process.LOCK_NAME).exists()
+    with process.output_lock(tmp_path / "new", rank0=True):  # and can be taken again at once
         pass
 
 
 def test_lock_is_released_when_the_block_raises(tmp_path):
-    with pytest.raises(ConfigError), guards.output_lock(tmp_path, rank0=True):
+    with pytest.raises(ConfigError), process.output_lock(tmp_path, rank0=True):
         raise ConfigError("a bad setting")
-    assert not (tmp_path / guards.LOCK_NAME).exists()
+    assert not (tmp_path / process.LOCK_NAME).exists()
 
 
 def test_other_ranks_take_no_lock(tmp_path):
-    with guards.output_lock(tmp_path / "out", rank0=False):
+    with process.output_lock(tmp_path / "out", rank0=False):
         assert not (tmp_path / "out").exists()  # one lock per run, held by global rank 0
 
 
 def test_unwritable_output_dir_is_a_message(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     message = r"cannot lock OUTPUT_DIR .*file/sub .*: it must be a folder this user"
-    with pytest.raises(ConfigError, match=message), guards.output_lock(tmp_path / "file" / "sub", rank0=True):
+    with pytest.raises(ConfigError, match=message), process.output_lock(tmp_path / "file" / "sub", rank0=True):
         pass
 
 
@@ -212,7 +212,7 @@ def two_rank_worker(rank, store, out):
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
-        with guards.output_lock(Path(out, "held"), rank0=rank == 0):  # the test process holds it
+        with process.output_lock(Path(out, "held"), rank0=rank == 0):  # the test process holds it
             refusal = "not refused"
     except ConfigError as err:
         refusal = str(err)
@@ -237,7 +237,7 @@ def two_rank_worker(rank, store, out):
         dist.all_reduce(torch.ones(1), group=impatient)
         text = "no error"
     except Exception as err:
-        known = guards.stall_error(err, 2)
+        known = process.stall_error(err, 2)
         text = str(known) if known else f"unrecognised {type(err).__name__}: {err}"
     Path(out, "rank0.txt").write_text(text)
     # the group is broken on purpose: tearing it down at exit may abort (SIGABRT under load), which is not tested
@@ -248,7 +248,7 @@ def two_rank_worker(rank, store, out):
 def two_ranks(tmp_path_factory):
     """Run two_rank_worker on two spawned processes once for the tests below; return the folder of their results."""
     out = tmp_path_factory.mktemp("two_ranks")
-    lock, _ = guards.take_lock(out / "held")
+    lock, _ = process.take_lock(out / "held")
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=two_rank_worker, args=(rank, out / "store", out)) for rank in (0, 1)]
     for p in procs:
@@ -267,7 +267,7 @@ def test_every_rank_of_a_second_torchrun_job_is_refused(two_ranks):
         two_ranks / "lock1.txt"
     ).read_text() == f"rank 0 could not lock OUTPUT_DIR {two_ranks / 'held'}; see its message."
     # nothing written
-    assert sorted(p.name for p in (two_ranks / "held").iterdir()) == [guards.LOCK_NAME, guards.HOLDER_NAME]
+    assert sorted(p.name for p in (two_ranks / "held").iterdir()) == [process.LOCK_NAME, process.HOLDER_NAME]
 
 
 @pytest.mark.slow  # shares the torchrun job above
@@ -284,7 +284,7 @@ def test_real_gloo_stall_is_named(two_ranks):
 
 
 def test_any_rank_without_a_process_group_is_the_flag():
-    assert (guards.any_rank(True), guards.any_rank(False)) == (True, False)
+    assert (process.any_rank(True), process.any_rank(False)) == (True, False)
 
 
 def test_store_timeout_is_a_stall():
@@ -294,7 +294,7 @@ def test_store_timeout_is_a_stall():
         dist.init_process_group(
             "gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=2, timeout=timedelta(seconds=1)
         )
-    assert "DDP_TIMEOUT=1 s; DistStoreError: Timed out after" in str(guards.stall_error(err.value, 1))
+    assert "DDP_TIMEOUT=1 s; DistStoreError: Timed out after" in str(process.stall_error(err.value, 1))
 
 
 @pytest.mark.parametrize(
@@ -307,7 +307,7 @@ def test_store_timeout_is_a_stall():
     ],
 )
 def test_stall_texts(error, is_stall):
-    assert (guards.stall_error(error, 600) is not None) == is_stall
+    assert (process.stall_error(error, 600) is not None) == is_stall
 
 
 @pytest.mark.parametrize("world", [1, 2])
@@ -324,10 +324,10 @@ def test_an_error_out_of_backward_is_a_stall_only_while_several_ranks_run(monkey
         engine["_engine_run_backward"]()
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: world)
-    assert (guards.stall_error(err.value, 600) is not None) == (world > 1)
+    assert (process.stall_error(err.value, 600) is not None) == (world > 1)
     with pytest.raises(RuntimeError) as elsewhere:  # the same error raised by the user's code is never a stall
         raise RuntimeError("gloo")
-    assert guards.stall_error(elsewhere.value, 600) is None
+    assert process.stall_error(elsewhere.value, 600) is None
 
 
 def write_state(path):
@@ -345,7 +345,7 @@ SAVERS = {  # how Trainer writes each kind of checkpoint file
 def test_real_full_disk_is_named(tiny_disk, saver):
     with pytest.raises(Exception) as err:
         SAVERS[saver](tiny_disk / "file")  # 400 kB into 64 KiB
-    message = str(guards.disk_full_error(err.value, tiny_disk))
+    message = str(process.disk_full_error(err.value, tiny_disk))
     assert message.startswith(f"No space left on device while writing to OUTPUT_DIR {tiny_disk} (")
     assert "MiB free now" in message and message.splitlines()[1].startswith("Free space there")
 
@@ -362,16 +362,16 @@ def test_real_full_disk_is_named(tiny_disk, saver):
     ],
 )
 def test_full_disk_texts(tmp_path, error, is_full):
-    assert (guards.disk_full_error(error, tmp_path) is not None) == is_full
+    assert (process.disk_full_error(error, tmp_path) is not None) == is_full
 
 
 def test_faults_wraps_a_cause_and_passes_others(tmp_path):
-    with pytest.raises(ConfigError, match="No space left on device"), guards.faults(tmp_path, 600):
+    with pytest.raises(ConfigError, match="No space left on device"), process.faults(tmp_path, 600):
         try:
             raise OSError(errno.ENOSPC, "No space left on device")
         except OSError as err:
             raise RuntimeError("saving the checkpoint failed") from err  # found through __cause__
-    with pytest.raises(RuntimeError, match="shape mismatch"), guards.faults(tmp_path, 600):
+    with pytest.raises(RuntimeError, match="shape mismatch"), process.faults(tmp_path, 600):
         raise RuntimeError("shape mismatch")  # not ours to explain: the traceback stays
 
 
@@ -422,7 +422,7 @@ def test_a_step_that_outlasts_the_grace_ends_the_run_unsaved(monkeypatch, capfd,
 
 def test_a_second_signal_in_a_step_ends_the_run_at_once(monkeypatch, capfd):
     codes, ended = stop_exits(monkeypatch)
-    monkeypatch.setattr(guards, "COPY_WINDOW", 0.0)  # every later signal is a person's second, none a copy
+    monkeypatch.setattr(process, "COPY_WINDOW", 0.0)  # every later signal is a person's second, none a copy
     stopper = guards.StopOnSignal(grace=0)  # no grace: only the second signal ends the step
     stopper.on_train_begin(None, None, None)
     try:
@@ -461,24 +461,24 @@ def test_the_grace_never_cuts_a_save_between_steps(monkeypatch):
     "error", [torch.distributed.DistBackendError, torch.distributed.DistStoreError, torch.distributed.DistNetworkError]
 )
 def test_torch_distributed_errors_are_the_stall_message_whatever_they_say(error):
-    with pytest.raises(ConfigError, match=r"DDP_TIMEOUT=9 s; .*\n.*NCCL_DEBUG=INFO"), guards.faults("/tmp", 9):
+    with pytest.raises(ConfigError, match=r"DDP_TIMEOUT=9 s; .*\n.*NCCL_DEBUG=INFO"), process.faults("/tmp", 9):
         raise RuntimeError("collective failed") from error("no words of a timeout here")
 
 
 @pytest.mark.parametrize("text", ["request timed out", "timeout", "Watchdog caught", "Connection reset by peer"])
 def test_a_runtime_error_that_reads_like_a_stall_keeps_its_traceback(text):
-    with pytest.raises(RuntimeError, match=text), guards.faults("/tmp", 600):
+    with pytest.raises(RuntimeError, match=text), process.faults("/tmp", 600):
         raise RuntimeError(text)
 
 
 def test_disk_full_is_found_by_errno_anywhere_in_the_chain(tmp_path):
     full = f"No space left on device while writing to OUTPUT_DIR {tmp_path}"
-    with pytest.raises(ConfigError, match=full), guards.faults(tmp_path, 600):
+    with pytest.raises(ConfigError, match=full), process.faults(tmp_path, 600):
         try:
             raise OSError(errno.EDQUOT, "quota")  # the words do not matter, the errno does
         except OSError:
             raise RuntimeError("saving failed")  # noqa: B904  (found through __context__)
-    with pytest.raises(RuntimeError), guards.faults(tmp_path, 600):
+    with pytest.raises(RuntimeError), process.faults(tmp_path, 600):
         raise RuntimeError("No space left on device")  # words alone are not a full disk
 
 
@@ -489,9 +489,9 @@ def sample(probs):
 
 
 def test_nan_probabilities_are_found_where_sampling_raised():
-    with pytest.raises(ConfigError, match="(?s)NaN or inf.*lower LEARNING_RATE"), guards.faults("/tmp", 600):
+    with pytest.raises(ConfigError, match="(?s)NaN or inf.*lower LEARNING_RATE"), process.faults("/tmp", 600):
         sample(torch.tensor([[float("nan"), 1.0]]))
-    with pytest.raises(RuntimeError), guards.faults("/tmp", 600):  # torch's words, raised elsewhere: a bug
+    with pytest.raises(RuntimeError), process.faults("/tmp", 600):  # torch's words, raised elsewhere: a bug
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
 
 
@@ -499,14 +499,14 @@ def test_filelock_refusal_names_the_holder_and_a_killed_holder_is_taken_over(tmp
     holder = start_holder(tmp_path)
     try:
         refusal = f"in use by another run \\(pid {holder.pid} on {socket.gethostname()}, since "
-        with pytest.raises(ConfigError, match=refusal), guards.output_lock(tmp_path, rank0=True):
+        with pytest.raises(ConfigError, match=refusal), process.output_lock(tmp_path, rank0=True):
             pass
     finally:
         holder.kill()  # SIGKILL: its files stay, naming it, but the OS released its flock
         holder.wait()
-    with guards.output_lock(tmp_path, rank0=True):
-        assert json.loads((tmp_path / guards.HOLDER_NAME).read_text())["pid"] == os.getpid()
-    assert not (tmp_path / guards.LOCK_NAME).exists() and not (tmp_path / guards.HOLDER_NAME).exists()
+    with process.output_lock(tmp_path, rank0=True):
+        assert json.loads((tmp_path / process.HOLDER_NAME).read_text())["pid"] == os.getpid()
+    assert not (tmp_path / process.LOCK_NAME).exists() and not (tmp_path / process.HOLDER_NAME).exists()
 
 
 def tiny_lora_model():
@@ -553,7 +553,7 @@ def generate_as_trl_does(model):
 def test_continuous_batching_keeps_the_adapter_and_rope_fp32():
     model = tiny_lora_model()
     rope = {n: b.clone() for n, b in inv_freqs(model).items()}
-    guard = guards.KeepFp32(model)
+    guard = patches.KeepFp32(model)
     guard.on_step_begin(None, None, None)
     generate_as_trl_does(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -585,7 +585,7 @@ def test_a_4bit_run_trains_all_of_lora_a_only_with_the_adapter_in_fp32(guarded):
     model = tiny_lora_model()
     quantized_style(model)
     if guarded:
-        guards.adapter_in_fp32(model)
+        patches.adapter_in_fp32(model)
     moved = adam_step(model)
     if guarded:
         assert moved == 1.0
@@ -598,7 +598,7 @@ import os, signal, sys
 sys.path.insert(0, {str(REPO)!r})
 from filelock import FileLock
 from grpo import guards
-FileLock(os.path.join(sys.argv[1], guards.LOCK_NAME), timeout=0).acquire()  # as take_lock does, first
+FileLock(os.path.join(sys.argv[1], process.LOCK_NAME), timeout=0).acquire()  # as take_lock does, first
 os.kill(os.getpid(), signal.SIGKILL)  # the instant before take_lock names its holder in run.lock.json
 """
 
@@ -610,18 +610,18 @@ def test_a_run_killed_between_locking_and_naming_itself_does_not_lock_the_folder
     out.mkdir()
     killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_LOCKING, str(out)])
     assert killed.returncode == -signal.SIGKILL
-    assert sorted(p.name for p in out.iterdir()) == [guards.LOCK_NAME]  # the state it left: run.lock alone
+    assert sorted(p.name for p in out.iterdir()) == [process.LOCK_NAME]  # the state it left: run.lock alone
     assert preflight.run_folder_problem(out) is None  # the rerun's folder check: its own run's file
-    with guards.output_lock(out, rank0=True):  # the OS released its flock: taken over
-        assert json.loads((out / guards.HOLDER_NAME).read_text())["pid"] == os.getpid()
+    with process.output_lock(out, rank0=True):  # the OS released its flock: taken over
+        assert json.loads((out / process.HOLDER_NAME).read_text())["pid"] == os.getpid()
 
 
 def test_a_held_lock_whose_holder_is_not_named_yet_is_refused_saying_so(tmp_path):
-    lock, _ = guards.take_lock(tmp_path)
-    (tmp_path / guards.HOLDER_NAME).unlink()  # as between another run's acquire and its holder file
+    lock, _ = process.take_lock(tmp_path)
+    (tmp_path / process.HOLDER_NAME).unlink()  # as between another run's acquire and its holder file
     try:
         refusal = r"pid \? on an unknown host, which has not named itself"
-        with pytest.raises(ConfigError, match=refusal), guards.output_lock(tmp_path, rank0=True):
+        with pytest.raises(ConfigError, match=refusal), process.output_lock(tmp_path, rank0=True):
             pass
     finally:
         lock.release()

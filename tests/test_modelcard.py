@@ -108,7 +108,7 @@ def scored_pair():
     after = [{"question": q, "correct": True, "strict_correct": i < 2} for i, q in enumerate(questions)]
     metrics = [gsm8k.summarize(p, [10] * 8) for p in (before, after)]
     metrics[1] |= gsm8k.sampled_summary([{"correct": c, "strict_correct": 0} for c in (0, 1, 2, 2) * 2], 2, 0.7)
-    metrics[1]["paired"] = gsm8k.compare(before, after, "eval_test_before.json")
+    metrics[1]["paired"] = evaluation.compare(before, after, "eval_test_before.json")
     return metrics
 
 

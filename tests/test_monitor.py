@@ -17,7 +17,7 @@ from transformers import TrainerControl, TrainerState
 
 from grpo import monitor
 
-T = monitor.Thresholds(
+T = advice.Thresholds(
     kl_warn=10.0,
     kl_act=20.0,
     zero_std_frac=0.9,
@@ -43,7 +43,7 @@ HEALTHY = {"loss": 0.01, "grad_norm": 0.3, "kl": 0.02, "frac_reward_zero_std": 0
 
 def advise(*logs, thresholds=T, **kwargs):
     """Feed logs to a fresh Advisor; return the advisories shown after each log, and the Advisor."""
-    advisor = monitor.Advisor(thresholds, SETTINGS, **kwargs)
+    advisor = advice.Advisor(thresholds, SETTINGS, **kwargs)
     return [advisor.update({**HEALTHY, **log}, step) for step, log in enumerate(logs, start=1)], advisor
 
 
@@ -108,12 +108,12 @@ def test_exploding_gradients_advise_a_lower_learning_rate():
 
 def test_entropy_pinned_at_noise_advises_a_lower_learning_rate():
     # vocab 512: log(512) = 6.24 nats is uniform noise; a model that began at 1.0 and sits at 6.1 has diverged ...
-    advisor = monitor.Advisor(T, {**SETTINGS, "vocab_size": 512})
+    advisor = advice.Advisor(T, {**SETTINGS, "vocab_size": 512})
     shown = [advisor.update({**HEALTHY, "entropy": e}) for e in (1.0, 6.1, 6.1, 6.1)]
     assert [[a.signal for a in s] for s in shown] == [[], [], [], ["diverging"]]
     assert "uniform noise" in shown[3][0].message and "LEARNING_RATE" in shown[3][0].message
     # ... but a random model that starts as noise (the smoke model) has not
-    advisor = monitor.Advisor(T, {**SETTINGS, "vocab_size": 512})
+    advisor = advice.Advisor(T, {**SETTINGS, "vocab_size": 512})
     assert [advisor.update({**HEALTHY, "entropy": 6.1}) for _ in range(5)] == [[]] * 5
 
 
@@ -123,7 +123,7 @@ def test_every_line_break_stays_inside_its_cell():
 
     for br in ("\r", "\r\n", "\n", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"):
         row = {"question": "Q", "completion": f"a{br}| b", "extracted": "6", "gold": "6", "rewards": {"r": 1.0}}
-        rendered = markdown_to_safe_html(monitor.render_table([{**row, "advantage": 0.5}]))
+        rendered = markdown_to_safe_html(callbacks.render_table([{**row, "advantage": 0.5}]))
         assert rendered.count("<td>") == 6, repr(br)
 
 
@@ -168,14 +168,14 @@ def test_padded_advice_fires_when_the_share_of_padded_completions_rises(shares, 
 
 def test_padded_advice_names_the_share_and_what_to_change():
     settings = {**SETTINGS, "mask_truncated_completions": True}
-    advisor = monitor.Advisor(replace(T, reward_flat_window=0), settings)
+    advisor = advice.Advisor(replace(T, reward_flat_window=0), settings)
     shown = [advisor.update({**HEALTHY, **log}) for log in padded(0.0, 0.5, 0.6, 0.7)]
     (advice,) = shown[-1]
     assert advice.level == "warn"
     assert "70% of completions repeat or pad past their final answer" in advice.message
     assert "up from 0%" in advice.message  # the run's lowest share, the baseline it rose from
     assert "MASK_TRUNCATED_COMPLETIONS=True" in advice.message  # it hides the cost of padding to the limit
-    unmasked = monitor.Advisor(replace(T, reward_flat_window=0), SETTINGS)
+    unmasked = advice.Advisor(replace(T, reward_flat_window=0), SETTINGS)
     (advice,) = [unmasked.update({**HEALTHY, **log}) for log in padded(0.0, 0.5, 0.6, 0.7)][-1]
     assert "MASK_TRUNCATED_COMPLETIONS" not in advice.message  # not the cause here: the rewards, or tied groups
     assert "REWARD_FUNCS" in advice.message and "NUM_GENERATIONS (now 4)" in advice.message
@@ -200,7 +200,7 @@ def test_nan_stops(key, value, names):
 
 
 def test_thresholds_are_read_from_the_settings(settings):
-    t = monitor.Thresholds.from_settings({**settings, "KL_WARN": 3.0, "GRAD_NORM_MAX": 7.0})
+    t = advice.Thresholds.from_settings({**settings, "KL_WARN": 3.0, "GRAD_NORM_MAX": 7.0})
     assert (t.kl_warn, t.kl_act, t.clipped_ratio_max, t.grad_norm_max) == (3.0, settings["KL_ACT"], 0.2, 7.0)
 
 
@@ -214,7 +214,7 @@ def callback_event(callback, method, logs=None, world_zero=True, step=7):
 
 @pytest.mark.parametrize("world_zero", [True, False])
 def test_health_monitor_stops_without_saving_on_every_rank(world_zero):
-    health = monitor.HealthMonitor(T)
+    health = callbacks.HealthMonitor(T)
     control = callback_event(health, "on_log", {"loss": 0.1, "grad_norm": 0.2}, world_zero)
     assert not control.should_training_stop and control.should_save  # a healthy log changes nothing
     control = callback_event(health, "on_log", {"loss": 0.1, "grad_norm": math.nan}, world_zero)
@@ -238,7 +238,7 @@ def test_markdown_cells_cannot_format_break_the_table_or_inject_html():
         "rewards": {"r": 1.0},
         "advantage": 0.5,
     }
-    rendered = markdown_to_safe_html(monitor.render_table([row]))  # what TensorBoard's Text tab shows
+    rendered = markdown_to_safe_html(callbacks.render_table([row]))  # what TensorBoard's Text tab shows
     assert rendered.count("<td>") == 6  # question, completion, extracted, gold, r, advantage: no extra cell
     assert "&lt;think&gt;**2 | 3**&lt;/think&gt;" in rendered  # shown literally: no bold, no cell break
     assert "<script" not in rendered and "<a " not in rendered and "<em>" not in rendered and "<code>" not in rendered
@@ -263,7 +263,7 @@ def test_sample_rows_spread_over_prompts_with_gold_and_rewards():
         }
         for i in range(6)
     ]
-    rows = monitor.sample_rows(records, ["correctness_reward", "format_reward"], n=4)
+    rows = callbacks.sample_rows(records, ["correctness_reward", "format_reward"], n=4)
     # Round robin: first completions of A and B (0, 3), then second ones (1, 4); shown in batch order.
     assert [(r["question"], r["completion"], r["gold"], r["extracted"]) for r in rows] == [
         ("A?", "#### 0", "1", "0"),
@@ -275,11 +275,11 @@ def test_sample_rows_spread_over_prompts_with_gold_and_rewards():
     assert [r["advantage"] for r in rows] == [-0.5, 1.0, -0.5, -0.5]
     # without the log_extra columns (a run without correctness_reward): extracted here, gold unknown
     bare = [{k: v for k, v in r.items() if k not in ("extracted", "gold")} for r in records]
-    assert [(r["extracted"], r["gold"]) for r in monitor.sample_rows(bare, [], n=1)] == [("0", None)]
+    assert [(r["extracted"], r["gold"]) for r in callbacks.sample_rows(bare, [], n=1)] == [("0", None)]
 
 
 def test_only_latest_rewards_reads_trls_private_logs():
-    # TRL has no public hook for a batch's rewards: one named function reads them (monitor.latest_rewards)
+    # TRL has no public hook for a batch's rewards: one named function reads them (patches.latest_rewards)
     for path in [*REPO.glob("*.py"), *REPO.glob("grpo/*.py")]:
         text = path.read_text(encoding="utf-8")
         uses = text.count('_logs"') + text.count("._logs")
@@ -299,7 +299,7 @@ def test_tied_groups_are_counted_at_any_group_size(group, weights):
     tied, varied = 3, 1
     correct = [1.0] * group * tied + [float(i % 2) for i in range(group * varied)]
     formatted = [1.0] * group * (tied + varied)
-    assert monitor.tied_fraction([correct, formatted], weights, group) == tied / (tied + varied)
+    assert advice.tied_fraction([correct, formatted], weights, group) == tied / (tied + varied)
 
 
 def test_trls_zero_std_test_misses_a_tie_of_eight_rewards_of_1_2():
@@ -308,7 +308,7 @@ def test_trls_zero_std_test_misses_a_tie_of_eight_rewards_of_1_2():
     # TRL 1.16: is_std_zero = torch.isclose(std, 0), atol 1e-8; eight equal float32 rewards of 1.2 have std ~1.3e-7
     std = torch.tensor([1.2] * 8, dtype=torch.float32).std()
     assert not torch.isclose(std, torch.zeros_like(std))
-    assert monitor.tied_fraction([[1.2] * 8], [1.0], 8) == 1.0  # our count sees the tie
+    assert advice.tied_fraction([[1.2] * 8], [1.0], 8) == 1.0  # our count sees the tie
 
 
 class _FakeTrainer:
@@ -323,7 +323,7 @@ class _FakeTrainer:
 def test_a_reward_that_ties_every_group_reads_one_and_brings_the_zero_std_advice():
     # one reward giving every completion 1.2, 8 generations, 4 prompts a batch
     trainer = _FakeTrainer({"constant_reward": [1.2] * 32})
-    health = monitor.HealthMonitor(T, trainer)
+    health = callbacks.HealthMonitor(T, trainer)
     args = SimpleNamespace(reward_weights=[1.0], num_generations=8)
     for step in range(1, T.zero_std_logs + 1):
         logs = {"reward": 1.2, "frac_reward_zero_std": 0.0}  # what TRL logs for such groups
@@ -335,7 +335,7 @@ def test_a_reward_that_ties_every_group_reads_one_and_brings_the_zero_std_advice
 
 
 def test_a_quiet_run_says_it_is_healthy_every_n_logs():
-    advisor = monitor.Advisor(T, SETTINGS, healthy_every=3)
+    advisor = advice.Advisor(T, SETTINGS, healthy_every=3)
     shown = [advisor.update({**HEALTHY, "reward": 0.5 + step / 10}, step) for step in range(1, 7)]
     # logs 3 and 6: an explicit line, so silence between them is not a monitor that stopped
     assert [[a.level for a in s] for s in shown] == [[], [], ["ok"], [], [], ["ok"]]
@@ -351,7 +351,7 @@ def test_time_generation_counts_the_generation_calls():
         return ["done"] * len(prompts)
 
     trainer = SimpleNamespace(_generate=generate)
-    clock = monitor.time_generation(trainer)
+    clock = patches.time_generation(trainer)
     assert trainer._generate(["a", "b"]) == ["done", "done"]  # what the trainer's own call returns, unchanged
     assert clock["calls"] == 1 and clock["seconds"] >= 0.01 and calls == [["a", "b"]]
 
@@ -365,8 +365,8 @@ def test_time_generation_wraps_trls_own_method():
 
 def test_every_eval_point_is_kept(tmp_path):
     for step in (2, 4, 6):
-        monitor.append_eval_point(tmp_path, "during", step, {"n": 8, "lenient_accuracy": step / 10})
-    monitor.append_eval_point(tmp_path, "after", 6, {"n": 32})
+        evaluation.append_eval_point(tmp_path, "during", step, {"n": 8, "lenient_accuracy": step / 10})
+    evaluation.append_eval_point(tmp_path, "after", 6, {"n": 32})
     rows = [json.loads(line) for line in (tmp_path / "eval_test.jsonl").read_text().splitlines()]
     assert [(r["step"], r["when"]) for r in rows] == [(2, "during"), (4, "during"), (6, "during"), (6, "after")]
     assert rows[1]["metrics"]["lenient_accuracy"] == 0.4
@@ -374,8 +374,8 @@ def test_every_eval_point_is_kept(tmp_path):
 
 @pytest.mark.parametrize(("solved", "lever"), [(0.95, "harder subset"), (0.3, "tells the responses apart")])
 def test_tied_groups_advice_names_the_levers_for_a_model_that_already_solves_most(solved, lever):
-    thresholds = monitor.Thresholds(10.0, 20.0, 0.9, 2, 0, 0.02, 0.2, 50.0)
-    advisor = monitor.Advisor(thresholds, {"num_generations": 8, "temperature": 0.7})
+    thresholds = advice.Thresholds(10.0, 20.0, 0.9, 2, 0, 0.02, 0.2, 50.0)
+    advisor = advice.Advisor(thresholds, {"num_generations": 8, "temperature": 0.7})
     logs = {"frac_tied_groups": 0.95, "rewards/correctness_reward/mean": solved}
     (shown,) = [advisor.update(logs, step) for step in (1, 2)][-1]
     # mostly solved: the groups are all right, so the levers are a larger group, TEMPERATURE and harder data
@@ -384,7 +384,7 @@ def test_tied_groups_advice_names_the_levers_for_a_model_that_already_solves_mos
 
 def test_perf_monitor_logs_the_pace_and_names_the_lever(caplog):
     trainer = SimpleNamespace(_generate=lambda prompts: prompts, callback_handler=SimpleNamespace(callbacks=[]))
-    perf = monitor.PerfMonitor(trainer)
+    perf = callbacks.PerfMonitor(trainer)
     args = SimpleNamespace(per_device_train_batch_size=8, steps_per_generation=8, use_vllm=False)
     state = SimpleNamespace(global_step=1, max_steps=100, is_world_process_zero=True)
     with caplog.at_level("INFO", logger="grpotrainer.monitor"):
@@ -415,7 +415,7 @@ def test_held_out_points_reach_the_trackers_through_the_trainers_log_once(tmp_pa
         _metrics={"train": {"reward": [0.5]}},  # GRPOTrainer's buffer of training metrics, averaged at its next log
     )
     trainer.callback_handler.callbacks.append(recorder)
-    monitor.log_metrics(trainer, {"n": 8, "strict_accuracy": 0.25, "lenient_accuracy": 0.5, "format_rate": 0.75})
+    callbacks.log_metrics(trainer, {"n": 8, "strict_accuracy": 0.25, "lenient_accuracy": 0.5, "format_rate": 0.75})
     # every callback gets the eval_ keys, which the trackers write as eval/...; nothing of TRL's buffer is taken
     (logs,) = seen
     expected = {"eval_gsm8k_strict_accuracy": 0.25, "eval_gsm8k_lenient_accuracy": 0.5, "eval_gsm8k_format_rate": 0.75}
@@ -429,7 +429,7 @@ def test_held_out_points_reach_the_trackers_through_the_trainers_log_once(tmp_pa
 
 
 def test_health_monitor_leaves_held_out_points_out_of_its_advice():
-    health = monitor.HealthMonitor(T)
+    health = callbacks.HealthMonitor(T)
     callback_event(health, "on_log", {"eval_gsm8k_strict_accuracy": math.nan})
     # a held-out point is not a training log: no NaN stop, and the quiet-log count is untouched
     assert health.advisor.logs_seen == 0 and health.stopped is None
@@ -438,7 +438,7 @@ def test_health_monitor_leaves_held_out_points_out_of_its_advice():
 @pytest.mark.parametrize(("every", "due"), [(3, [3, 6]), (1, [1, 2, 3, 4, 5, 6]), (0, [])])
 def test_completions_are_logged_every_n_steps(every, due):
     trainer = SimpleNamespace(log_completions=True)
-    samples = monitor.CompletionSamples(trainer, every)
+    samples = callbacks.CompletionSamples(trainer, every)
     logged = []
     for step in range(1, 7):
         samples.on_step_end(None, TrainerState(global_step=step), TrainerControl())
@@ -450,7 +450,7 @@ def test_completions_are_logged_every_n_steps(every, due):
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 @pytest.mark.parametrize("n", [1, 5, 8, 9])
 def test_every_rank_scores_a_shard_of_the_same_length(n, world):
-    shards = [monitor.shard_indices(n, rank, world) for rank in range(world)]
+    shards = [evaluation.shard_indices(n, rank, world) for rank in range(world)]
     assert len({len(shard) for shard in shards}) == 1  # the same generate calls on every rank (ZeRO-3, FSDP)
     gathered = [i for shard in shards for i in shard]  # gather_object's order: rank 0's first
     assert gathered[:n] == list(range(n)) and set(gathered[n:]) <= {n - 1}  # each problem once, then padding
@@ -463,7 +463,7 @@ def test_advice_becomes_an_alert_in_wandb_and_trackio(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", SimpleNamespace(run=run, AlertLevel=levels))
     trackio = SimpleNamespace(alert=lambda **alert: alerts.append(("trackio", alert)), AlertLevel=levels)
     monkeypatch.setitem(sys.modules, "trackio", trackio)
-    health = monitor.HealthMonitor(T)
+    health = callbacks.HealthMonitor(T)
     args = SimpleNamespace(report_to=["trackio", "wandb"], reward_weights=None, num_generations=4)
     state = TrainerState(global_step=3, is_world_process_zero=True)
     health.on_log(args, state, TrainerControl(), logs={"kl": 25.0})

@@ -282,7 +282,7 @@ def test_a_lost_node_stops_the_run(tmp_path, nodes, how, says):
     stderr = err0.read_text()
     assert "grpotrainer.py FAILED" in stderr  # torchrun's summary: the job ends with a report, not silence
     assert says in stderr  # the cause as gloo words it ...
-    # ... and our message (guards.stall_error) naming the setting and what to check, from a worker that printed
+    # ... and our message (process.stall_error) naming the setting and what to check, from a worker that printed
     # no traceback (torchrun's own report of the failed worker, after "failed (exitcode: 2)", prints one)
     ours = stderr.split("failed (exitcode")[0]
     assert f"DDP_TIMEOUT={DDP_TIMEOUT} s" in ours and "Check every rank's log" in ours and "Traceback" not in ours

@@ -67,7 +67,7 @@ def tiny(tmp_path_factory):
     from grpo import hardware
 
     hardware.one_cpu_thread()
-    model = profiles.ensure_model_dir(tmp_path_factory.mktemp("plan") / "model")
+    model = smoke.ensure_model_dir(tmp_path_factory.mktemp("plan") / "model")
     return model, gsm8k.load(str(gsm8k.FIXTURE), "train")
 
 
@@ -245,11 +245,11 @@ def test_read_model_config_offline_without_the_cache(monkeypatch):
 
 
 def test_progress_line_and_advice():
-    assert plan.progress_line(5, 300, 12.3, 0.78) == "step 5/300: 12.3 s/step, ETA 1h00m, generation 78 % of the step"
-    assert plan.generation_advice(0.5) is None
-    assert "USE_VLLM" in plan.generation_advice(0.8)
+    assert advice.progress_line(5, 300, 12.3, 0.78) == "step 5/300: 12.3 s/step, ETA 1h00m, generation 78 % of the step"
+    assert advice.generation_advice(0.5) is None
+    assert "USE_VLLM" in advice.generation_advice(0.8)
     # with vLLM on, the lever left is a larger generation batch
-    advice = plan.generation_advice(0.8, use_vllm=True, sequences_per_call=8)
+    advice = advice.generation_advice(0.8, use_vllm=True, sequences_per_call=8)
     assert "USE_VLLM" not in advice and "STEPS_PER_GENERATION" in advice
 
 
@@ -259,10 +259,10 @@ def test_progress_line_and_advice():
 )
 def test_use_vllm_auto_follows_the_machine(gpu, settings, cuda, packages, expected, why):
     gpu(count=1 if cuda else 0, packages=packages)
-    s, note = plan.resolve_generation(settings, hardware.on_gpu(False), hardware.importable("vllm"))
+    s, note = generation.resolve_generation(settings, hardware.on_gpu(False), hardware.importable("vllm"))
     assert s["USE_VLLM"] is expected and why in note
     # chosen by hand: no note, and a text from the command line is read as a boolean
-    s, note = plan.resolve_generation({**settings, "USE_VLLM": "false"}, True, True)
+    s, note = generation.resolve_generation({**settings, "USE_VLLM": "false"}, True, True)
     assert s["USE_VLLM"] is False and note is None
 
 
@@ -270,9 +270,9 @@ def test_vllm_memory_share_fits_the_model_on_the_card(settings):
     s = {**settings, "USE_VLLM": True}
     config = plan.known_configs["Qwen/Qwen3-8B"]
     sequences, tokens = 64, plan.prompt_tokens + 256
-    share_48 = plan.vllm_memory_share("auto", config, 48, sequences, tokens)
-    share_80 = plan.vllm_memory_share("auto", config, 80, sequences, tokens)
+    share_48 = generation.vllm_memory_share("auto", config, 48, sequences, tokens)
+    share_80 = generation.vllm_memory_share("auto", config, 80, sequences, tokens)
     # 16.4 GB of bf16 weights alone are 0.34 of a 48 GB card: the old fixed 0.3 could not hold them
-    assert share_48 * 48 > 16.4 + plan.vllm_overhead_gb and share_80 < share_48
+    assert share_48 * 48 > 16.4 + generation.vllm_overhead_gb and share_80 < share_48
     with pytest.raises(cli.ConfigError, match="VLLM_GPU_MEMORY_UTILIZATION"):
-        plan.resolve_generation({**s, "VLLM_GPU_MEMORY_UTILIZATION": "lots"}, True, True)
+        generation.resolve_generation({**s, "VLLM_GPU_MEMORY_UTILIZATION": "lots"}, True, True)

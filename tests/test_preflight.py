@@ -380,7 +380,7 @@ def test_the_batch_rule_suggests_only_fixes_that_pass(smoke_ok, gens, per_device
 def test_a_model_folder_cut_short_is_refused_before_loading(tmp_path):
     from grpo import profiles
 
-    model = Path(profiles.ensure_model_dir(tmp_path / "m"))
+    model = Path(smoke.ensure_model_dir(tmp_path / "m"))
     preflight.refuse_torn_model_folder(str(model))  # whole: fine
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
@@ -544,7 +544,7 @@ def test_a_reward_that_raises_in_preflight_keeps_its_traceback(name, error, func
     funcs = load_rewards(["correctness_reward", name], 32)
     with pytest.raises(error) as excinfo:
         preflight.try_rewards(funcs, ["correctness_reward", name], gsm8k.load(FIXTURE, limit=4), 32)
-    assert not isinstance(excinfo.value, ConfigError)  # a bug, not a setting: cli.run shows its traceback
+    assert not isinstance(excinfo.value, ConfigError)  # a bug, not a setting: process.run shows its traceback
     assert f"REWARD_FUNCS entry {name!r}" in "\n".join(excinfo.value.__notes__)
     if error is RuntimeError:  # raised from the SystemExit, whose traceback goes into the reward
         assert isinstance(excinfo.value.__cause__, SystemExit)
@@ -601,7 +601,7 @@ def test_a_generation_round_larger_than_the_data_is_refused(smoke_ok):
 def test_the_models_config_decides_before_its_weights_load(smoke_ok, tmp_path, changes, message):
     from grpo import profiles
 
-    model = profiles.ensure_model_dir(tmp_path / "m")
+    model = smoke.ensure_model_dir(tmp_path / "m")
     preflight.refuse_misfit_model({**smoke_ok, "MODEL_NAME": model})  # the defaults fit
     with pytest.raises(ConfigError, match=re.escape(message)):
         preflight.refuse_misfit_model({**smoke_ok, "MODEL_NAME": model, **changes})
@@ -610,7 +610,7 @@ def test_the_models_config_decides_before_its_weights_load(smoke_ok, tmp_path, c
 def test_weights_that_do_not_fit_the_config_are_refused(smoke_ok, tmp_path):
     from grpo import profiles
 
-    model = Path(profiles.ensure_model_dir(tmp_path / "m"))
+    model = Path(smoke.ensure_model_dir(tmp_path / "m"))
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "intermediate_size": 128}))
     with pytest.raises(ConfigError, match=r"mlp.down_proj.weight is \[32, 64\] in model.safetensors, \[32, 128\]"):

@@ -39,7 +39,7 @@ def raw_like(tmp_path_factory):
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     folder = tmp_path_factory.mktemp("raw-like")
-    tokenizer = profiles.build_tokenizer()
+    tokenizer = smoke.build_tokenizer()
     tokenizer.pad_token = None
     tokenizer.eos_token = "<|im_start|>"
     tokenizer.chat_template = SMOLLM2_TEMPLATE
@@ -71,7 +71,7 @@ def load(folder):
 def test_evaluation_pads_a_tokenizer_without_pad_token_with_its_eos_and_batches_unchanged(raw_like):
     model, tokenizer = load(raw_like)
     assert tokenizer.pad_token is None  # the case: transformers refused to pad such a tokenizer (issue 18)
-    generate = gsm8k.hf_generator(model, tokenizer, max_new_tokens=6)
+    generate = generation.hf_generator(model, tokenizer, max_new_tokens=6)
     prompts = [gsm8k.make_prompt("Tom has 7 apples and buys 5 more. How many?"), gsm8k.make_prompt("1 + 1?")]
     together = generate(prompts)
     # the EOS, as GRPOTrainer pads; left padding leaves each greedy answer as it is alone
@@ -83,14 +83,14 @@ def test_a_completion_ends_at_the_tokenizer_eos_and_the_generation_configs_end_o
     model, tokenizer = load(raw_like)
     ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")]
     # GRPOTrainer's rule (trl 1.16, GRPOTrainer.__init__): the tokenizer's EOS first, then the generation config's
-    assert gsm8k.eos_ids(model, tokenizer) == ids
+    assert generation.eos_ids(model, tokenizer) == ids
 
 
 def test_thinking_on_with_a_template_that_never_reads_it_warns(raw_like, caplog):
     warning = preflight.thinking_ignored(str(raw_like), enable_thinking=True)
     assert warning.startswith(f"ENABLE_THINKING=True, but the chat template of MODEL_NAME={raw_like} never reads")
     assert preflight.thinking_ignored(str(raw_like), enable_thinking=False) is None  # the default: nothing to say
-    smoke = profiles.ensure_model_dir(raw_like.parent / "smoke-model")  # Qwen3's template reads it
+    smoke = smoke.ensure_model_dir(raw_like.parent / "smoke-model")  # Qwen3's template reads it
     assert preflight.thinking_ignored(smoke, enable_thinking=True) is None
 
 

@@ -138,7 +138,7 @@ def test_errors_is_the_lowest_module():
 
 # Libraries whose import costs seconds or memory, which a module may defer into the function that needs them; the
 # project's modules that import one at their top count as heavy too (guards, monitor: transformers' callbacks).
-# yaml too, though light: a third-party package, and cli.py must import in a bare Python so that cli.require can say
+# yaml too, though light: a third-party package, and cli.py must import in a bare Python so that process.require can say
 # what is missing instead of a ModuleNotFoundError traceback.
 HEAVY = {"torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm", "safetensors", "huggingface_hub"}
 HEAVY |= {"tokenizers", "tensorboard", "pyarrow", "tqdm", "numpy", "bitsandbytes", "deepspeed", "kernels", "yaml"}

@@ -10,7 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
-from grpo import gsm8k, hardware
+from grpo import gsm8k, hardware, preflight
 from grpo.files import publish_dir
 
 log = logging.getLogger("grpotrainer.profiles")
@@ -18,7 +18,7 @@ FIXTURE = gsm8k.FIXTURE  # our own GSM8K-format problems
 
 # `grpotrainer.py --smoke`: these settings over the constants, then the command line's. The same pipeline, offline on
 # the CPU in fp32 with one thread, on the tiny model below (built in OUTPUT_DIR/smoke-model unless MODEL_NAME is set).
-SMOKE = dict(
+SETTINGS = dict(
     DATASET=str(FIXTURE),
     OUTPUT_DIR="outputs/smoke",
     MAX_COMPLETION_LENGTH=32,
@@ -42,6 +42,30 @@ SMOKE = dict(
     USE_VLLM=False,
     VLLM_GPU_MEMORY_UTILIZATION=0.3,
 )
+
+FIXED = ("MAX_COMPLETION_LENGTH",)  # set short on purpose: advice does not ask to raise it here
+
+
+def prepare(s, given):
+    """The settings with MODEL_NAME (unless given) at OUTPUT_DIR/smoke-model, which `build` writes."""
+    return s if "MODEL_NAME" in given else {**s, "MODEL_NAME": str(Path(s["OUTPUT_DIR"]) / "smoke-model")}
+
+
+def build(s):
+    """The smoke model, unless there or MODEL_NAME names another: its LoRA targets checked against its config
+    first, so that a refusal leaves OUTPUT_DIR untouched."""
+    if s["MODEL_NAME"] == str(Path(s["OUTPUT_DIR"]) / "smoke-model") and not Path(s["MODEL_NAME"]).is_dir():
+        preflight.refuse_misfit_model(s, config=model_config())
+        cpu_model(s["OUTPUT_DIR"])
+
+
+def finish(output_dir):
+    """The smoke run's last word: what it showed."""
+    return (
+        "smoke: the whole pipeline ran offline (data, rewards, GRPO steps, checkpoints, adapter, card); the model is "
+        "random, so rewards and accuracy stay near 0. `--demo` learns for real on the CPU (docs/demo.md)."
+    )
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # the smoke model

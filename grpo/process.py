@@ -1,29 +1,29 @@
-"""Process guards for a training run, in the order grpotrainer.py uses them. Training only: imports transformers.
+"""Process safety for the scripts: clean exits, what a stop leaves, one run per folder, SIGTERM and Ctrl-C in
+training, and faults told by their type and where they were raised.
 
+- `run`: a ConfigError ends as one paragraph and exit 2; SIGTERM or Ctrl-C as one line saying where it stopped
+  (`phase`), exit 128 + the signal; a closed stdout quietly, as SIGPIPE would.
 - `output_lock`: two runs writing into one OUTPUT_DIR (filelock's flock, which the OS releases even on kill -9).
-- `StopOnSignal`: SIGTERM (a scheduler's preemption notice) and Ctrl-C: all ranks finish the step and save, or,
-  past STOP_GRACE or at a second signal, end without saving it.
-- `faults`: a full disk, a distributed stall or NaN sampling, told by type and where raised, as one message.
-- `generation_guards`, `adapter_in_fp32`: undo TRL's casts of the adapter to bf16, and its generation that never
-  compiles.
+- `StopOnSignal`: in training, all ranks finish the step and save, or, past STOP_GRACE or at a second signal, end
+  without saving it.
+- `faults`, `disk_full`: a full disk, a distributed stall or NaN sampling as one message.
 """
 
 import contextlib
 import errno
+import importlib.util
 import json
 import logging
 import os
+import select
 import shutil
 import signal
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-from transformers import TrainerCallback
-
-from grpo import cli, hardware
 from grpo.errors import ConfigError, first_line
 
 log = logging.getLogger("grpotrainer")
@@ -34,6 +34,129 @@ AUTOGRAD_ENGINE = "/torch/autograd/graph.py"  # where backward's errors, DDP's a
 # seconds after a stop signal in which another is its copy, not a second request: torchrun forwards the terminal's
 # Ctrl-C to workers that got it too, and Slurm signals torchrun and its workers alike
 COPY_WINDOW = 2.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# exits
+
+
+class Interrupted(BaseException):
+    """SIGTERM or Ctrl-C outside training: unwinds the script through every `finally` (the lock, a publish_dir).
+    A BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it."""
+
+    def __init__(self, signum, message):
+        super().__init__(signum, message)
+        self.signum, self.message = signum, message  # the phase as it was when the signal came
+
+
+# What the script is doing now and what an interruption there leaves, set with `phase`; read by `run`'s message.
+NOTHING_WRITTEN = "nothing was written; the same command starts again"
+
+
+_phase = ["starting", NOTHING_WRITTEN]
+
+
+def set_phase(doing, outcome=None):
+    """What the script does now and what a stop leaves (None keeps the current outcome), for `run`'s message."""
+    _phase[:] = [doing, _phase[1] if outcome is None else outcome]
+
+
+@contextlib.contextmanager
+def phase(doing, outcome=None):
+    """`set_phase` for the block only."""
+    before = list(_phase)
+    set_phase(doing, outcome)
+    try:
+        yield
+    finally:
+        _phase[:] = before
+
+
+def stop_message(signum):
+    """The one line for a signal `signum` in the current phase.
+    >>> with phase("loading the model", "nothing was written"):
+    ...     stop_message(signal.SIGTERM)
+    'stopped by SIGTERM while loading the model: nothing was written'
+    """
+    return f"stopped by {signal.Signals(signum).name} while {_phase[0]}: {_phase[1]}"
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signum, stop_message(signum))
+
+
+@contextlib.contextmanager
+def interruptible():
+    """SIGTERM and Ctrl-C unwind the block through `run`, with its one line for the phase, whatever handlers training
+    installed: for work inside train() that trains nothing (EVAL_BEFORE), where finishing "the step" would save it."""
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run(main):
+    """Call `main(argv)`: a ConfigError ends as one paragraph and exit 2; SIGTERM and Ctrl-C as one line saying
+    where it stopped (`phase`), exit 128 + the signal. Training installs its own handlers meanwhile."""
+    set_phase("starting", NOTHING_WRITTEN)
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return main(sys.argv[1:])
+    except ConfigError as err:
+        print(f"\nerror: {err}\n", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except BrokenPipeError:
+        if not _stdout_broken():  # another pipe's: a bug, with its traceback
+            raise
+        # stdout's reader went away (`--help | head -1`): end quietly, as SIGPIPE ends a command-line tool, with
+        # stdout pointed at /dev/null so that Python's own flush at exit finds nothing to complain about
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
+    except (Interrupted, KeyboardInterrupt) as err:
+        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        for other in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut this line into a traceback
+            signal.signal(other, signal.SIG_IGN)
+        message = err.message if isinstance(err, Interrupted) else stop_message(signum)
+        print(f"\n{message}", file=sys.stderr, flush=True)
+        sys.exit(128 + signum)
+    finally:
+        for signum, handler in previous.items():  # a caller's own (pytest's), once main is done
+            signal.signal(signum, handler)
+
+
+def _stdout_broken():
+    """Whether stdout is a pipe or socket whose reader has gone (poll says POLLERR or POLLHUP)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (OSError, ValueError, AttributeError):  # no file descriptor behind stdout (a test's capture)
+        return False
+    return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+
+
+def setup_logging(prefix, rank0=True):
+    """Log the "grpotrainer" loggers to stderr as "[prefix] message". The root logger stays unconfigured: a
+    library with its own handler (huggingface_hub) would otherwise print every message twice."""
+
+    logger = logging.getLogger("grpotrainer")
+    if not logger.handlers:
+        logger.addHandler(logging.StreamHandler())
+    logger.handlers[0].stream = sys.stderr  # today's (setStream would flush a closed one: a test's capture)
+    logger.handlers[0].setFormatter(logging.Formatter(f"[{prefix}] %(message)s"))
+    logger.setLevel(logging.INFO if rank0 else logging.WARNING)
+    logger.propagate = False
+    return logger
+
+
+def require(packages, script):
+    """Refuse to start, with the command that fixes it, when this Python lacks a package the script needs."""
+    if missing := [p for p in packages if importlib.util.find_spec(p) is None]:
+        raise ConfigError(
+            f"this Python ({sys.executable}) lacks {', '.join(missing)}.\n"
+            f"Run `make install` once, then `.venv/bin/python {script} ...` (or `make smoke`, `make train`)."
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -69,6 +192,8 @@ def read_holder(path):
 def take_lock(output_dir):
     """Lock OUTPUT_DIR for this process: (the held FileLock, None), or (None, why it is refused). A killed run's
     lock is taken over; the holder's pid, host and time go to run.lock.json, since filelock owns the lock file."""
+    from filelock import FileLock, Timeout
+
     output_dir = Path(output_dir)
     lock = FileLock(output_dir / LOCK_NAME, timeout=0, thread_local=False)
     try:
@@ -119,33 +244,38 @@ def output_lock(output_dir, rank0):
             lock.release()
 
 
-class ResumedSettings(TrainerCallback):
-    """A resumed run takes this run's SAVE_STEPS and LOGGING_STEPS, and the learning rate of the schedule Trainer
-    built for this run's length at the step reached (README: resuming).
-
-    Trainer restores the checkpoint's trainer_state.json over the new intervals (its old SAVE_STEPS would then
-    decide what a kill loses), and the optimizer's learning rate is the old schedule's: after a raised MAX_STEPS,
-    the old end's 0 for the first resumed step. The new scheduler (its length, warm-up and decay) then runs from
-    the next step only. On a fresh start, or a resume at the same length, both are what Trainer has already.
-    """
-
-    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
-        state.compute_steps(args, state.max_steps)
-        scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate's wrapper, when there is one
-        if optimizer is None or not hasattr(scheduler, "lr_lambdas"):  # not a LambdaLR (DeepSpeed's own)
-            return
-        step = scheduler.last_epoch
-        rates = [base * rate(step) for base, rate in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
-        for group, lr in zip(optimizer.param_groups, rates, strict=True):
-            group["lr"] = lr
-        scheduler._last_lr = rates  # what get_last_lr(), the logged learning_rate, reads; no public setter
-
-
 # ---------------------------------------------------------------------------------------------------------------
-# SIGTERM and Ctrl-C
+# SIGTERM and Ctrl-C in training
 
 
-class StopOnSignal(TrainerCallback):
+class Watchdog(threading.Thread):
+    """Calls `fire(*args)` once `seconds` of the process's running time have passed, unless cancelled first. Time
+    the process spent stopped (Ctrl-Z, SIGSTOP, a scheduler's suspend) does not count: every thread stops with it,
+    so a tick that took far longer than asked is counted as one tick. A daemon thread: it never holds the exit."""
+
+    TICK = 0.25  # seconds per tick; a tick counts at most TICK + SLACK (a busy machine delays threads a little)
+    SLACK = 1.0
+
+    def __init__(self, seconds, fire, *args):
+        super().__init__(name=f"watchdog-{seconds:g}s", daemon=True)
+        self.seconds, self.fire, self.args = seconds, fire, args
+        self.cancelled = threading.Event()
+        self.start()
+
+    def run(self):
+        left = self.seconds
+        while left > 0:
+            start = time.monotonic()
+            if self.cancelled.wait(min(self.TICK, left)):
+                return
+            left -= min(time.monotonic() - start, self.TICK + self.SLACK)
+        self.fire(*self.args)
+
+    def cancel(self):
+        self.cancelled.set()
+
+
+class GracefulStop:
     """On SIGTERM or SIGINT, finish the current optimiser step, save a checkpoint and stop training.
 
     The handlers only record the signal; at each step end the processes agree (`any_rank`), so all stop at the same
@@ -158,13 +288,13 @@ class StopOnSignal(TrainerCallback):
     """
 
     def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), resuming=None, grace=0):
-        # until training begins, a signal unwinds through cli.run, whose line says what the same command does then
+        # until training begins, a signal unwinds through run, whose line says what the same command does then
         again = (
             f"the same command resumes from {resuming}"
             if resuming
             else "no step was trained; the same command starts again"
         )
-        cli.set_phase("loading the model", again)
+        set_phase("loading the model", again)
         self.signals = tuple(signals)
         self.grace = grace  # STOP_GRACE: seconds the step may take after the signal; 0 = no limit
         self.received = None  # the first signal's number
@@ -178,6 +308,7 @@ class StopOnSignal(TrainerCallback):
         self.timer = None  # ends the process when the step outlasts `grace`
         self.deciding = threading.RLock()  # the step end and the timer: one of them decides, save or end
         self.between = True  # from a step's end to the next one's begin: the Trainer logs, evaluates, saves
+        self.during = None  # "EVAL_AFTER", ...: the evaluation a signal cut short
 
     def handle(self, signum, frame):
         """Record the first signal and start the grace timer; a later one ends a step still running at once, or is
@@ -204,11 +335,7 @@ class StopOnSignal(TrainerCallback):
     def arm(self):
         """Start the grace timer (none when STOP_GRACE is 0)."""
         if self.grace:
-            self.timer = threading.Timer(
-                self.grace, self.end_step, args=(f"not ended within STOP_GRACE={self.grace:g} s",)
-            )
-            self.timer.daemon = True
-            self.timer.start()
+            self.timer = Watchdog(self.grace, self.end_step, f"not ended within STOP_GRACE={self.grace:g} s")
 
     def end_step(self, why):
         """End the process now, with the step in progress unsaved and the newest whole checkpoint kept; unless the
@@ -227,45 +354,37 @@ class StopOnSignal(TrainerCallback):
             os.write(2, f"\n{line}rerun the same command to resume {again}\n".encode())
             os._exit(self.exit_code)
 
-    def on_train_begin(self, args, state, control, **kwargs):
-        for signum in self.signals:
-            self.previous[signum] = signal.signal(signum, self.handle)
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        with self.deciding:
-            self.step = state.global_step
-            self.between = False
-
-    def on_step_end(self, args, state, control, **kwargs):
-        stop = any_rank(self.received is not None, args.device)  # a collective: not under the lock the timer takes
-        with self.deciding:
-            self.between = True
-            if stop and self.signal_name is None:
-                self.signal_name = signal.Signals(self.received).name if self.received else "a signal on another rank"
-                self.stopped_at = state.global_step
-                control.should_save = True
-                control.should_training_stop = True
-        return control
-
-    def on_save(self, args, state, control, **kwargs):
-        self.newest = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if self.signal_name is not None and self.saved is None:
-            self.saved = self.newest
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.restore()
-
     def restore(self):
-        """Put back the handlers that were there before training (safe to call more than once): cli.run's, whose
+        """Put back the handlers that were there before training (safe to call more than once): run's, whose
         line for a stop from now on says that the run is not finished."""
-        cli.set_phase(
-            "finishing the run", "it is not marked finished; the same command finishes it from its checkpoint"
-        )
+        set_phase("finishing the run", "it is not marked finished; the same command finishes it from its checkpoint")
         while self.previous:
             signum, handler = self.previous.popitem()
             signal.signal(signum, handler)
         if self.timer is not None:
             self.timer.cancel()
+
+    @contextlib.contextmanager
+    def evaluating(self, when):
+        """A held-out evaluation (`when`: before, during or after) that a SIGTERM or Ctrl-C ends at once, rather than
+        after it has scored every problem: yields a list that holds the signal once one came (or had come before).
+        Before training nothing is saved, so there the signal unwinds the script (`run` says what it left)."""
+        cut = [self.received] if self.received is not None else []
+        previous = {signum: signal.signal(signum, _interrupt) for signum in self.signals} if not cut else {}
+        try:
+            with phase(f"scoring EVAL_{when.upper()}"):
+                yield cut  # the caller scores only while it is empty
+        except Interrupted as err:
+            if when == "before":
+                raise
+            cut.append(err.signum)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        if cut:
+            self.received = self.received or cut[0]
+            self.received_at = self.received_at or time.monotonic()
+            self.signal_name, self.during = signal.Signals(self.received).name, f"EVAL_{when.upper()}"
 
     @property
     def exit_code(self):
@@ -273,88 +392,15 @@ class StopOnSignal(TrainerCallback):
 
     def message(self):
         where = f"checkpoint saved to {self.saved}" if self.saved else "no checkpoint was saved"
-        return f"stopped by {self.signal_name} at step {self.stopped_at}; {where}; rerun the same command to resume"
+        if self.during == "EVAL_AFTER":
+            where = "the adapter is saved, the run not marked finished; rerun the same command to score it and finish"
+            return f"stopped by {self.signal_name} while scoring EVAL_AFTER at step {self.stopped_at}; {where}"
+        during = f" while scoring {self.during}" if self.during else ""
+        return f"stopped by {self.signal_name}{during} at step {self.stopped_at}; {where}; rerun the same command to resume"
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# full disks and stalls
-
-
-class KeepFp32(TrainerCallback):
-    """Keep what the model holds in fp32 in fp32 under USE_TRANSFORMERS_CONTINUOUS_BATCHING with BF16.
-
-    TRL 1.16 casts the whole model to bf16 right before `generate_batch` and never back: the LoRA weights would then
-    train in bf16 (an Adam step of 1e-5 rounds away above ~3e-3), and the rotary `inv_freq` drifts 0.35 rad of phase
-    at position 300. Right after generation this puts back every fp32 tensor held here (torch's cast swaps `.data`
-    for a new tensor, so the originals stay intact). No public hook sits between generation and the loss, so
-    `generate_batch` is wrapped on the PeftModel TRL generates with.
-    """
-
-    def __init__(self, model):
-        import torch
-
-        self.model = model
-        self.params = []  # (parameter, its fp32 tensor), taken at each step's start
-        self.buffers = [
-            (module, name, buffer)
-            for module in model.modules()
-            for name, buffer in module._buffers.items()
-            if buffer is not None and buffer.dtype == torch.float32
-        ]
-        generate_batch = model.generate_batch
-
-        def generate_then_restore(*args, **kwargs):
-            try:
-                return generate_batch(*args, **kwargs)
-            finally:
-                self.restore()
-
-        model.generate_batch = generate_then_restore
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        import torch
-
-        self.params = [(p, p.data) for p in self.model.parameters() if p.dtype == torch.float32]
-
-    on_train_begin = on_step_begin
-
-    def restore(self):
-        for param, data in self.params:
-            param.data = data
-        for module, name, buffer in self.buffers:
-            module._buffers[name] = buffer
-
-
-def adapter_in_fp32(model):
-    """Put the trainable (LoRA) weights of a 4-bit model back in fp32, before the optimizer is built: TRL 1.16 casts
-    them to bf16, where at LEARNING_RATE=1e-5 75 % of q_proj's lora_A entries never move (updates round away)."""
-    import torch
-
-    for param in model.parameters():
-        if param.requires_grad and param.dtype != torch.float32:
-            param.data = param.data.float()
-
-
-class CompileDecode(TrainerCallback):
-    """CACHE_IMPLEMENTATION=static in training: TRL 1.16 builds its GenerationConfig with disable_compile=True, so
-    the decode step would never compile. This turns it back on, on trainer.generation_config (no public hook)."""
-
-    def __init__(self, generation_config):
-        self.generation_config = generation_config
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.generation_config.disable_compile = False
-        self.generation_config.compile_config = hardware.decode_options("static")["compile_config"]
-
-
-def generation_guards(trainer):
-    """The callbacks undoing TRL 1.16's generation choices that this run's settings meet (CompileDecode, KeepFp32)."""
-    callbacks = []
-    if trainer.args.cache_implementation == "static":
-        callbacks.append(CompileDecode(trainer.generation_config))
-    if trainer.args.use_transformers_continuous_batching and trainer.args.bf16:
-        callbacks.append(KeepFp32(trainer.model))
-    return callbacks
+# full disks, stalls and NaN sampling
 
 
 def chain(err):

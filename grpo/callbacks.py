@@ -1,0 +1,426 @@
+"""The training run's callbacks: what it logs, advises and scores while it trains, and how a signal stops it.
+
+- `StopOnSignal`: SIGTERM and Ctrl-C (grpo/process.py's GracefulStop) at the step ends.
+- `HealthMonitor`: grpo/advice.py's advice, printed and sent to every tracker; stops cleanly on a NaN.
+- `PerfMonitor`: the measured pace and generation's share (perf/*).
+- `HeldOutEval`: EVAL_BEFORE, EVAL_STEPS and EVAL_AFTER (grpo/evaluation.py), at the trainer's step.
+- `CompletionSamples`: a few completions of the newest batch as a table.
+Every number goes through the trainer's log and every text through `log_text`, so TensorBoard, W&B and trackio see
+the same things.
+"""
+
+import html
+import logging
+import math
+import re
+import signal
+import sys
+import time
+from itertools import zip_longest
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from grpo import advice, evaluation, grading, gsm8k, patches, plan, process
+from grpo.advice import Advisor
+
+log = logging.getLogger("grpotrainer.monitor")
+
+
+class StopOnSignal(process.GracefulStop, TrainerCallback):
+    """GracefulStop's handlers from the first step on; the processes agree at each step end."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        for signum in self.signals:
+            self.previous[signum] = signal.signal(signum, self.handle)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        with self.deciding:
+            self.step = state.global_step
+            self.between = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        stop = process.any_rank(self.received is not None, args.device)  # a collective: outside the timer's lock
+        with self.deciding:
+            self.between = True
+            if stop and self.signal_name is None:
+                self.signal_name = signal.Signals(self.received).name if self.received else "a signal on another rank"
+                self.stopped_at = state.global_step
+                control.should_save = True
+                control.should_training_stop = True
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        self.newest = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if self.signal_name is not None and self.saved is None:
+            self.saved = self.newest
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.restore()
+
+
+# TensorBoard's Custom Scalars tab: the charts README's table names, one per row, so a run opens on them rather
+# than on TRL's ~40 tags in alphabetical order (Multiline tags are regular expressions). Each held-out accuracy has
+# a chart of its own, its 95 % interval drawn as the margin (each point is a measurement: nothing to smooth).
+ACCURACY_CHARTS = {
+    "strict (#### N)": "eval/gsm8k_strict_accuracy",
+    "lenient (any answer form)": "eval/gsm8k_lenient_accuracy",
+    "sampled (at TEMPERATURE)": "eval/gsm8k_sampled_accuracy",
+}
+LAYOUT = {
+    "GRPO health": {
+        "reward": ["Multiline", ["train/reward$", r"train/rewards/.*/mean$"]],
+        "tied groups (ours; TRL's zero std)": [
+            "Multiline",
+            ["train/frac_tied_groups$", "train/frac_reward_zero_std$"],
+        ],
+        "kl (BETA > 0) or entropy": ["Multiline", ["train/kl$", "train/entropy$"]],
+        "grad_norm": ["Multiline", ["train/grad_norm$"]],
+        "clipped and padded": ["Multiline", ["train/completions/clipped_ratio$", "train/completions/padded_ratio$"]],
+        "seconds per step, generation's share": ["Multiline", ["perf/seconds_per_step$", "perf/generation_share$"]],
+    },
+    "GSM8K held out": {
+        **{title: ["Margin", [tag, f"{tag}_ci95_low", f"{tag}_ci95_high"]] for title, tag in ACCURACY_CHARTS.items()},
+        "format and padded rates": ["Multiline", ["eval/gsm8k_format_rate$", "eval/gsm8k_padded_rate$"]],
+    },
+}
+ADVISED = ("beta", "learning_rate", "num_generations", "temperature", "max_completion_length")
+ADVISED += ("mask_truncated_completions",)  # the GRPOConfig values advice quotes
+
+
+def publish(trainer, step, scalars=None, texts=None):
+    """Numbers and markdown texts at the trainer's `step`, under the same tags, to every tracker of REPORT_TO by its
+    own API: TensorBoard's writer, W&B's run (at train/global_step, as transformers logs it) and trackio's run. The
+    trainer's log would file them under train/ and drop the texts. Main process only."""
+    scalars, texts = scalars or {}, texts or {}
+    report = trainer.args.report_to or []
+    if not trainer.accelerator.is_main_process or not (scalars or texts):
+        return
+    if (writer := tensorboard_writer(trainer)) is not None:
+        for tag, value in scalars.items():
+            writer.add_scalar(tag, value, step)
+        for tag, text in texts.items():
+            writer.add_text(tag, text, step)
+        writer.flush()
+    if "wandb" in report and (wandb := sys.modules.get("wandb")) and wandb.run is not None:
+        import markdown
+
+        html_texts = {tag: wandb.Html(markdown.markdown(text, extensions=["tables"])) for tag, text in texts.items()}
+        wandb.run.log({**scalars, **html_texts, "train/global_step": step})
+    if "trackio" in report and (run := trackio_run()) is not None:
+        run.log({**scalars, **{tag: sys.modules["trackio"].Markdown(text) for tag, text in texts.items()}}, step=step)
+
+
+def trackio_run():
+    """trackio's current run, once its callback has opened it (at the first log), or None."""
+    trackio = sys.modules.get("trackio")
+    return trackio.context_vars.current_run.get() if trackio is not None else None
+
+
+def send_alerts(trainer, step, shown):
+    """Each Advice as an alert of W&B and trackio, where they are in REPORT_TO and their run is open: the channel
+    those trackers have for a message, as the Text tab is TensorBoard's (trackio's at the trainer's step)."""
+    report = trainer.args.report_to or []
+    for a in shown:
+        title, error = f"{a.level} {a.signal}", a.level == "stop"
+        if "wandb" in report and (wandb := sys.modules.get("wandb")) and wandb.run is not None:
+            level = wandb.AlertLevel.ERROR if error else wandb.AlertLevel.WARN
+            wandb.run.alert(title=title, text=a.message, level=level)
+        if "trackio" in report and (run := trackio_run()) is not None:
+            trackio = sys.modules["trackio"]
+            run.alert(title, a.message, trackio.AlertLevel.ERROR if error else trackio.AlertLevel.WARN, step=step)
+
+
+class HealthMonitor(TrainerCallback):
+    """Prints the Advisor's advisories and publishes them (health/advice, alerts); stops cleanly on a NaN.
+
+    Every rank runs the same Advisor on the same (averaged) logs, so all stop at the same step; only rank 0 writes.
+    A stop sets `should_save = False` for the rest of the run, so the newest checkpoint holds the last good weights.
+    `fixed`: the settings the profile fixes on purpose (--smoke's completion limit), whose advice is not given.
+    """
+
+    def __init__(self, thresholds, trainer, fixed=()):
+        self.advisor = Advisor(thresholds, fixed=fixed)
+        self.trainer = trainer
+        self.layout_written = False
+
+    @property
+    def stopped(self):
+        return self.advisor.stop
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.advisor.settings.update({name: getattr(args, name, None) for name in ADVISED})
+        self.advisor.settings["vocab_size"] = getattr(getattr(model, "config", None), "vocab_size", None)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = {} if logs is None else logs
+        if any(key.startswith("eval_") for key in logs):  # a held-out point (HeldOutEval), not a training log
+            return
+        if "reward" in logs and (rewards := patches.latest_rewards(self.trainer)):
+            weights = args.reward_weights or [1.0] * len(rewards)
+            # into the log itself: the trackers' callbacks, after this one (`install`), record it as train/...
+            logs["frac_tied_groups"] = advice.tied_fraction(rewards, weights, args.num_generations)
+        shown = self.advisor.update(logs, state.global_step)
+        if self.advisor.stop:
+            control.should_training_stop = True
+            control.should_save = False
+        writer = tensorboard_writer(self.trainer) if state.is_world_process_zero else None
+        if writer is not None and not self.layout_written:  # the writer exists from the first log on
+            writer.add_custom_scalars(LAYOUT)
+            self.layout_written = True
+        if not shown or not state.is_world_process_zero:
+            return
+        for a in shown:
+            log.warning("health %s", a)
+        text = "\n\n".join(f"**{a.level.upper()}** {md(a.message)}" for a in shown)
+        publish(self.trainer, state.global_step, texts={"health/advice": text})
+        send_alerts(self.trainer, state.global_step, [a for a in shown if a.level != "ok"])
+
+    def install(self, trainer):
+        """First in the list (transformers calls callbacks in order), so the trackers see frac_tied_groups."""
+        trainer.callback_handler.callbacks.insert(0, self)
+        return self
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.advisor.stop:  # the flow callback may ask for a save at this step; the weights are not worth it
+            control.should_save = False
+
+    on_epoch_end = on_step_end
+
+
+class HeldOutEval(TrainerCallback):
+    """Held-out GSM8K accuracy at the trainer's step in every tracker (`log_point`): EVAL_BEFORE (`before`
+    problems) as the first step begins, at step 0; EVAL_STEPS every `every` steps (-1: every 10 % of the run) on
+    `subset` problems; EVAL_AFTER (`after`) when training ends, if `finished()` says the run was not stopped. The
+    last step is left to EVAL_AFTER when that is on (it scores the same model). `scoring`: evaluate_trainer's
+    dataset, batch_size, settings and samples; `stopper`: the run's StopOnSignal.
+
+    A SIGTERM or Ctrl-C while it scores ends the scoring at once (`stopper.evaluating`): during training the step
+    is saved and the run stops; at the end the adapter is saved and the run is left unfinished; the same command
+    then does the evaluation. Inside train(), so that DeepSpeed and FSDP have wrapped the model, and first among
+    the callbacks (`install`): the trackers' own on_train_end closes their runs, after the "after" point."""
+
+    def __init__(self, trainer, stopper, every, subset, scoring, before=0, after=0, finished=lambda: True):
+        self.trainer, self.stopper = trainer, stopper
+        self.every, self.subset, self.before, self.after = every, subset, before, after
+        self.scoring = scoring
+        self.finished = finished
+        self.metrics = {}  # "before", "after", or the step of an EVAL_STEPS point -> its metrics
+        self.interrupted = None  # what a signal cut short: "before", "during" or "after"
+
+    def install(self, trainer):
+        trainer.callback_handler.callbacks.insert(0, self)
+        return self
+
+    def score(self, when, limit, key=None):
+        """Score `limit` problems now, as `when` ("before", "during" or "after"), kept under `key` (default
+        `when`); False when a signal cut it short."""
+        metrics = None
+        with self.stopper.evaluating(when) as cut:
+            if not cut:
+                metrics = evaluation.evaluate_trainer(self.trainer, when, limit=limit, **self.scoring)
+        if cut:
+            self.interrupted, self.stopper.stopped_at = when, self.trainer.state.global_step
+            return False
+        if metrics is not None:
+            self.metrics[when if key is None else key] = metrics
+            log_point(self.trainer, metrics)
+        return True
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        # at the first step, not at on_train_begin: there this callback runs before the trackers open their runs
+        step = state.global_step
+        if step == 0 and "before" not in self.metrics:
+            self.score("before", self.before)
+        elif step in self.due(state) and step not in self.metrics and not evaluation.scored(args.output_dir, step):
+            self.score("during", self.subset, key=step)  # resumed at a point a signal cut short: the rerun does it
+        if self.interrupted:
+            control.should_training_stop = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in self.due(state) and not self.score("during", self.subset, key=state.global_step):
+            control.should_save = control.should_training_stop = True
+
+    def due(self, state):
+        return plan.eval_steps(self.every, state.max_steps, final=bool(self.after))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.finished() and not self.interrupted:
+            self.score("after", self.after)
+
+
+def log_point(trainer, metrics):
+    """A held-out point as eval/gsm8k_* (with each accuracy's interval as _ci95_low and _ci95_high) at the trainer's
+    step, to every callback and the run's log_history: transformers' Trainer.log, whose `eval_` prefix the trackers
+    write as `eval/` (not GRPOTrainer.log, which would average TRL's buffer into it and clear it); and the paired
+    test against EVAL_BEFORE as the text eval/paired (`publish`)."""
+    from transformers import Trainer
+
+    logs = {}
+    for key, tag in gsm8k.SCALARS.items():
+        name = "eval_" + tag.removeprefix("eval/")
+        logs |= {name: metrics[key]} if key in metrics else {}
+        low_high = metrics.get(key + gsm8k.INTERVAL)
+        logs |= {f"{name}_ci95_low": low_high[0], f"{name}_ci95_high": low_high[1]} if low_high else {}
+    tensorboard = tensorboard_callback(trainer)
+    if tensorboard is not None and not tensorboard.logging_dir:  # outside train(): a run resumed past its last step
+        tensorboard.logging_dir = evaluation.new_logdir(trainer.args.output_dir)  # in OUTPUT_DIR/runs, not ./runs
+    Trainer.log(trainer, logs)
+    if lines := evaluation.paired_lines(metrics.get("paired")):  # markdown: two spaces end a line
+        publish(trainer, trainer.state.global_step, texts={"eval/paired": "  \n".join(lines)})
+
+
+class CompletionSamples(TrainerCallback):
+    """Every `every` steps (LOG_COMPLETIONS_STEPS; 0 = never), at that step's log, a table of a few completions of
+    the newest batch in TensorBoard's Text tab. The rows come from TRL's completion records
+    (completions/completions_NNNNN.parquet), which it writes right after the callbacks' `on_log`: so the table is
+    written when the next step begins, or at the save that follows the log.
+
+    TRL writes those records, and logs its completions table to W&B and trackio, at every log while the trainer's
+    `log_completions` is on (GRPOTrainer.log reads it each time): it is switched on for the steps due, off between."""
+
+    def __init__(self, trainer, every, num_samples=4, tag="completions/samples"):
+        self.trainer = trainer  # for TensorBoard's writer and the reward functions' names
+        self.every = every
+        self.num_samples = num_samples
+        self.tag = tag
+        self.pending = None  # the step of a log whose records TRL is about to write
+
+    def on_step_end(self, args, state, control, **kwargs):  # before this step's log
+        self.trainer.log_completions = bool(self.every) and state.global_step % self.every == 0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if "reward" in (logs or {}):  # a new batch was generated since the last log
+            self.pending = state.global_step
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        step, self.pending = self.pending, None
+        path = Path(args.output_dir) / "completions" / f"completions_{step or 0:05d}.parquet"
+        if step is None or not state.is_world_process_zero or not path.is_file():
+            return
+        import pyarrow.parquet as pq
+
+        records = pq.read_table(path).to_pylist()  # one dict per completion, in batch order
+        rows = sample_rows(records, self.trainer.reward_func_names, self.num_samples)
+        if rows:
+            publish(self.trainer, step, texts={self.tag: render_table(rows)})
+
+    on_save = on_step_begin  # the last step's table: the final checkpoint is saved after the log, before train end
+
+
+def sample_rows(records, reward_names, n=4):
+    """Up to `n` of TRL's completion records, round robin over their prompts: a batch of one prompt shows its
+    group, a batch of many shows many prompts."""
+    questions = [question_of(r.get("prompt")) for r in records]
+    groups = {}  # question -> indices of its completions, in batch order
+    for i, question in enumerate(questions):
+        groups.setdefault(question, []).append(i)
+    round_robin = [i for rank in zip_longest(*groups.values()) for i in rank if i is not None]
+    rows = []
+    for i in sorted(round_robin[:n]):  # shown in batch order, so a group's completions stay together
+        record, text = records[i], grading.completion_to_text(records[i].get("completion"))
+        rows.append(
+            {
+                "question": questions[i],
+                "completion": text,
+                "extracted": record["extracted"] if "extracted" in record else grading.extract_answer(text),
+                "gold": record.get("gold"),
+                "rewards": {name: record.get(name) for name in reward_names},
+                "advantage": record.get("advantage"),
+            }
+        )
+    return rows
+
+
+def question_of(prompt):
+    """The user's text of a chat prompt (its last user message), or the prompt itself when it is plain text."""
+    if isinstance(prompt, str):
+        return prompt
+    users = [m.get("content", "") for m in prompt or [] if isinstance(m, dict) and m.get("role") == "user"]
+    return grading.completion_to_text([{"content": users[-1]}]) if users else ""
+
+
+def render_table(rows, max_chars=1500):
+    """A markdown table of sample rows. Model output is data: every cell is escaped (see `md`)."""
+    names = list(rows[0]["rewards"])
+    header = ["question", "completion", "extracted", "gold", *names, "advantage"]
+    lines = ["| " + " | ".join(md(h) for h in header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [
+            md(row["question"], max_chars),
+            md(row["completion"], max_chars),
+            md("-" if row["extracted"] is None else row["extracted"]),
+            md("?" if row["gold"] is None else row["gold"]),
+            *(number(row["rewards"][name]) for name in names),
+            number(row["advantage"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def number(value):
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3g}"
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|])")  # what Python-Markdown (TensorBoard's) lets one escape
+
+
+def md(text, max_chars=None):
+    """`text` as literal markdown for one table cell. TensorBoard sanitises HTML after rendering, which would drop
+    a model's `<think>` tags: so punctuation is escaped, `&<>` become entities and line breaks `<br>`.
+
+    >>> md("<think>2*3</think>\\n#### 6 | ok")
+    '&lt;think&gt;2\\\\*3&lt;/think&gt;<br>\\\\#\\\\#\\\\#\\\\# 6 \\\\| ok'
+    """
+    text = str(text)
+    if max_chars and len(text) > max_chars:
+        text = text[:max_chars] + f" ... ({len(text) - max_chars} more characters)"
+    text = html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False)
+    return "<br>".join(text.splitlines()) if text else text  # \r, \r\n, \x0b, \u2028, ...: each breaks a row
+
+
+def tensorboard_writer(trainer):
+    """The SummaryWriter of the trainer's TensorBoardCallback, or None: text lands in the run's own event file."""
+    return getattr(tensorboard_callback(trainer), "tb_writer", None)
+
+
+def tensorboard_callback(trainer):
+    from transformers.integrations import TensorBoardCallback
+
+    callbacks = trainer.callback_handler.callbacks if trainer is not None else []
+    return next((cb for cb in callbacks if isinstance(cb, TensorBoardCallback)), None)
+
+
+class PerfMonitor(TrainerCallback):
+    """After the first steps and at every tenth of the run: the measured seconds per step, the ETA and generation's
+    share of the step (advice.progress_line), printed and published as perf/seconds_per_step, perf/eta_hours and
+    perf/generation_share; when generation dominates, advice.generation_advice's lever is printed and published
+    (perf/advice). The first step (compilation, allocator warm-up) is left out of the pace."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.clock = patches.time_generation(trainer)
+        self.start = None  # (step, time, generation seconds) at the end of the first step
+        self.advised = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.perf_counter()
+        if self.start is None:
+            self.start = (state.global_step, now, self.clock["seconds"])
+            return
+        step0, t0, g0 = self.start
+        steps = state.global_step - step0
+        report_every = max(1, round(state.max_steps / 10))
+        if steps < 2 or not (steps == 2 or state.global_step % report_every == 0) or not state.is_world_process_zero:
+            return
+        per_step = (now - t0) / steps
+        share = min(1.0, (self.clock["seconds"] - g0) / max(now - t0, 1e-9))
+        log.info(advice.progress_line(state.global_step, state.max_steps, per_step, share))
+        sequences = args.per_device_train_batch_size * args.steps_per_generation  # one call's, as plan.py counts
+        lever = None if self.advised or args.use_cpu else advice.generation_advice(share, args.use_vllm, sequences)
+        if lever:
+            log.warning("perf %s", lever)
+            self.advised = True
+        eta_hours = (state.max_steps - state.global_step) * per_step / 3600
+        scalars = {"perf/seconds_per_step": per_step, "perf/generation_share": share, "perf/eta_hours": eta_hours}
+        publish(self.trainer, state.global_step, scalars, {"perf/advice": md(lever)} if lever else {})

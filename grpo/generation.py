@@ -1,0 +1,295 @@
+"""The generation engines that evaluation runs on, one contract for all: `generate(prompts, temperature=...)` takes
+chat prompts and returns one `(text, completion tokens, cut off)` per prompt. `hf_generator` wraps a transformers
+model as training generates with it, `vllm_generator` a vLLM engine of its own; `generate_all` and `sample_all`
+run one over a dataset. `generation_choice` decides USE_VLLM=auto for a machine.
+"""
+
+import contextlib
+import json
+import logging
+from pathlib import Path
+
+from grpo import errors, hardware
+from grpo.cli import FALSE, TRUE
+from grpo.errors import ConfigError
+from grpo.plan import model_shape
+
+CONTEXT_MARGIN = 64  # tokens of vLLM context over the longest prompt plus a completion (see `context_length`)
+PROMPT_TOKENS = 150  # a GSM8K prompt with system prompt and chat template, in Qwen's tokens (typical)
+log = logging.getLogger("grpotrainer.generation")
+
+
+def generate_all(dataset, generate, batch_size, desc="GSM8K", progress=True):
+    """Run `generate` over the dataset's prompts in batches, with a progress bar.
+
+    `generate(prompts)` takes a list of chat prompts (lists of messages) and returns one `(text, n_tokens, truncated)`
+    per prompt: `hf_generator` and `vllm_generator` make one from a model, and a test can pass a stub.
+    Returns one row per problem: question, gold, completion, completion_tokens, truncated.
+    """
+    from tqdm.auto import tqdm
+
+    rows = []
+    with tqdm(total=len(dataset), desc=desc, unit="problem", disable=not (progress and len(dataset))) as bar:
+        for start in range(0, len(dataset), batch_size):
+            batch = dataset[start : start + batch_size]
+            outputs = generate(batch["prompt"])
+            if len(outputs) != len(batch["prompt"]):
+                raise RuntimeError(f"the generator returned {len(outputs)} completions for {len(batch['prompt'])}")
+            for question, gold, (text, n_tokens, cut) in zip(batch["question"], batch["answer"], outputs, strict=True):
+                rows.append(
+                    {
+                        "question": question,
+                        "gold": gold,
+                        "completion": text,
+                        "completion_tokens": n_tokens,
+                        "truncated": cut,
+                    }
+                )
+            bar.update(len(batch["prompt"]))
+    return rows
+
+
+def sample_all(dataset, generate, samples, batch_size, desc="GSM8K", progress=True, seed=0):
+    """`samples` completions per problem from a sampling `generate`, problem-major, as `generate_all` returns rows.
+
+    The random state is seeded with `seed` for the sampling and restored afterwards, so a training run's own
+    sampling stream is the same with or without this evaluation.
+    """
+    repeated = dataset.select([i for i in range(len(dataset)) for _ in range(samples)])
+    with seeded(seed):
+        return generate_all(repeated, generate, batch_size, f"{desc}, {samples} samples each", progress)
+
+
+@contextlib.contextmanager
+def seeded(seed):
+    """torch's random state seeded with `seed` inside the block and put back as it was after it."""
+    import torch
+
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def eos_ids(model, tokenizer):
+    """Token ids that end a completion, by GRPOTrainer's rule: the tokenizer's EOS, then the generation config's
+    (Qwen3: <|im_end|>, <|endoftext|>). A converted folder may name another EOS than the end of turn its generation
+    config stops at (SmolLM2's GGUF: <|im_start|> and <|im_end|>): then either ends a completion, as in training.
+
+    >>> from types import SimpleNamespace as NS
+    >>> eos_ids(NS(generation_config=NS(eos_token_id=2)), NS(eos_token_id=1))
+    [1, 2]
+    >>> eos_ids(NS(generation_config=NS(eos_token_id=[2, 0])), NS(eos_token_id=2))
+    [2, 0]
+    """
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
+        eos = [tokenizer.eos_token_id, *eos]
+    return eos
+
+
+def hf_generator(
+    model, tokenizer, max_new_tokens, enable_thinking=False, temperature=0.0, cache_implementation="dynamic", eos=None
+):
+    """A `generate(prompts, temperature=temperature)` for `generate_all` on a transformers model, as training
+    generates: its chat template and `enable_thinking`, left padding, greedy at temperature 0 else sampled from the
+    full distribution (no top-k or top-p, GRPOTrainer's default). Tokens are counted up to and including the first
+    end-of-turn token (`eos`, a trainer's `eos_token_ids`, else `eos_ids`) and the text decoded without special
+    tokens, as TRL does for the rewards; no end-of-turn token means cut off. A tokenizer without a pad token is
+    given the first end-of-turn token, as GRPOTrainer does."""
+    import torch
+    from transformers import GenerationConfig
+
+    eos = eos_ids(model, tokenizer) if eos is None else list(eos)
+    if not eos:
+        raise ConfigError(
+            "the model names no EOS token in its tokenizer or generation config, so no completion could end.\n"
+            "Set eos_token_id in the model folder's generation_config.json to its end-of-turn token."
+        )
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(eos[0])
+    pad = tokenizer.pad_token_id
+
+    def generate(prompts, temperature=temperature):
+        sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {}
+        config = GenerationConfig(
+            **{"do_sample": False, **sampling}, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad
+        )
+        texts = [
+            tokenizer.apply_chat_template(
+                p, tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
+            )
+            for p in prompts
+        ]
+        inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        inputs = inputs.to(model.device)
+        with torch.no_grad():
+            output = model.generate(
+                **inputs, generation_config=config, **hardware.decode_options(cache_implementation)
+            )
+        outputs = []
+        for ids in output[:, inputs["input_ids"].shape[1] :].tolist():
+            end = next((i for i, t in enumerate(ids) if t in eos), None)
+            n_tokens = len(ids) if end is None else end + 1
+            outputs.append((tokenizer.decode(ids[:n_tokens], skip_special_tokens=True), n_tokens, end is None))
+        return outputs
+
+    return generate
+
+
+def longest_prompt(dataset, model_name, enable_thinking=False, trust_remote_code=False):
+    """The token count of the longest prompt of `dataset` as training and evaluation render it: MODEL_NAME's chat
+    template with the generation prompt. Loads only the tokenizer (a second for all of GSM8K's train split)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_name, trust_remote_code=trust_remote_code)
+    texts = [
+        tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking)
+        for p in dataset["prompt"]
+    ]
+    return max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+
+def context_length(prompt_tokens, max_completion_length):
+    """vLLM's context bound for a GSM8K run, training's `vllm_max_model_length` and evaluation's `max_model_len`:
+    the longest prompt plus a whole completion plus CONTEXT_MARGIN. Without it vLLM reserves KV cache for the
+    model's full context (40,960 positions for Qwen3-8B) when a prompt and its completion need ~1,300.
+
+    >>> context_length(180, 256)
+    500
+    """
+    return prompt_tokens + max_completion_length + CONTEXT_MARGIN
+
+
+def vllm_generator(
+    model_name,
+    adapter,
+    *,
+    prompt_tokens,
+    max_completion_length,
+    enable_thinking,
+    bf16,
+    trust_remote_code,
+    gpu_memory_utilization,
+    temperature=0.0,
+):
+    """A `generate(prompts, temperature=temperature)` backed by vLLM, greedy at temperature 0, with the adapter (if
+    any) as a LoRA request. One engine serves every temperature. `prompt_tokens`: the longest prompt's length
+    (`longest_prompt`), which bounds vLLM's context (`context_length`)."""
+    from vllm import LLM, SamplingParams
+    from vllm.lora.request import LoRARequest
+
+    rank = json.loads((Path(adapter) / "adapter_config.json").read_text())["r"] if adapter else 0
+    llm = LLM(
+        model=model_name,
+        dtype="bfloat16" if bf16 else "float32",
+        trust_remote_code=trust_remote_code,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=context_length(prompt_tokens, max_completion_length),
+        enable_lora=bool(adapter),
+        max_lora_rank=hardware.vllm_lora_rank(rank) if adapter else 16,
+        seed=0,
+    )
+    lora = LoRARequest("adapter", 1, str(Path(adapter).resolve())) if adapter else None
+
+    def generate(prompts, temperature=temperature):
+        params = SamplingParams(temperature=temperature, max_tokens=max_completion_length)
+        kwargs = {"enable_thinking": enable_thinking}
+        outs = llm.chat(prompts, params, lora_request=lora, chat_template_kwargs=kwargs, use_tqdm=True)
+        return [(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason == "length") for o in outs]
+
+    return generate
+
+
+@contextlib.contextmanager
+def generation_ready(trainer):
+    """The trainer's model ready to generate as GRPOTrainer's own generation gets it: unwrapped, DeepSpeed ZeRO-3
+    parameters gathered (unless ds3_gather_for_generation is off), FSDP1 parameters summoned, without activation
+    checkpointing (TRL's unwrap_model_for_generation), in eval mode (no LoRA dropout), under no_grad; the
+    train/eval mode is put back after."""
+    import torch
+    from trl.distributed import DistributedBackend
+    from trl.models import unwrap_model_for_generation
+
+    was_training = trainer.model.training
+    with (
+        unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model,
+        torch.no_grad(),
+        DistributedBackend(trainer.accelerator).summon_full_params(trainer.model_wrapped, recurse=False),
+    ):
+        model.eval()
+        try:
+            yield model
+        finally:
+            trainer.model.train(was_training)
+
+
+def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate"):
+    """(USE_VLLM as a bool, a one-line note saying which generation runs and why, or None when chosen by hand).
+
+    >>> generation_choice("auto", cuda=False, vllm_installed=True)
+    (False, 'USE_VLLM=auto: HF generate, as no CUDA GPU is visible')
+    """
+    value = use_vllm.lower() if isinstance(use_vllm, str) else use_vllm
+    if isinstance(value, bool) or value in TRUE | FALSE:
+        return value is True or value in TRUE, None
+    if value != "auto":
+        raise errors.ConfigError(f"USE_VLLM={use_vllm!r} is not one of auto, True, False.")
+    if cuda and vllm_installed:
+        return True, f"USE_VLLM=auto: vLLM ({mode}), as vllm imports and a CUDA GPU is visible"
+    why = "no CUDA GPU is visible" if not cuda else "vllm is not installed (requirements-vllm.txt adds it)"
+    return False, f"USE_VLLM=auto: HF generate, as {why}"
+
+
+VLLM_OVERHEAD_GB = 3.0  # vLLM's CUDA graphs, activations and allocator slack besides weights and KV cache
+VLLM_SHARE_BOUNDS = (0.1, 0.9)  # the automatic share stays within these
+VLLM_SHARE_FALLBACK = 0.3  # ... and is this when the model's config or the card's memory is unknown
+
+
+def choose(s, cuda):
+    """The settings with USE_VLLM as True or False for this machine (`generation_choice`, its reason logged) and
+    VLLM_GPU_MEMORY_UTILIZATION as a share (`vllm_memory_share`, from the model's config and this GPU's memory)."""
+    use_vllm, note = generation_choice(s["USE_VLLM"], cuda, hardware.importable("vllm"), s["VLLM_MODE"])
+    if note:
+        log.info(note)
+    share, card_gb, config = s["VLLM_GPU_MEMORY_UTILIZATION"], 0, None
+    if share == "auto" and use_vllm and cuda:
+        import torch
+
+        from grpo.plan import read_model_config
+
+        card_gb, config = torch.cuda.get_device_properties(0).total_memory / 1e9, read_model_config(s["MODEL_NAME"])[0]
+    sequences = s["PER_DEVICE_TRAIN_BATCH_SIZE"] * (s["STEPS_PER_GENERATION"] or s["GRADIENT_ACCUMULATION_STEPS"])
+    share = vllm_memory_share(share, config, card_gb, sequences, PROMPT_TOKENS + s["MAX_COMPLETION_LENGTH"])
+    return {**s, "USE_VLLM": use_vllm, "VLLM_GPU_MEMORY_UTILIZATION": share}
+
+
+def vllm_memory_share(value, model_config=None, card_gb=0, sequences=0, tokens=0):
+    """VLLM_GPU_MEMORY_UTILIZATION: a number as given, or for "auto" (bf16 weights + twice the KV cache of one
+    generation call's `sequences` of `tokens` + vllm_overhead_gb) / the card's memory, within vllm_share_bounds.
+
+    >>> vllm_memory_share("auto", None, 80, 64, 406), vllm_memory_share("0.5", None, 80, 64, 406)
+    (0.3, 0.5)
+    """
+    if value != "auto":
+        try:
+            return float(value)
+        except ValueError:
+            raise errors.ConfigError(
+                f"VLLM_GPU_MEMORY_UTILIZATION={value!r} is not auto nor a share such as 0.3."
+            ) from None
+    if not model_config or not card_gb:
+        return VLLM_SHARE_FALLBACK
+    c = model_config if isinstance(model_config, dict) else model_config.to_dict()
+    heads = c["num_attention_heads"]
+    head_dim = c.get("head_dim") or c["hidden_size"] // heads
+    kv_bytes_per_token = 2 * c["num_hidden_layers"] * (c.get("num_key_value_heads") or heads) * head_dim * 2
+    need_gb = model_shape(c)["params"] * 2 / 1e9 + 2 * kv_bytes_per_token * sequences * tokens / 1e9
+    low, high = VLLM_SHARE_BOUNDS
+    return round(min(max((need_gb + VLLM_OVERHEAD_GB) / card_gb, low), high), 2)
