@@ -126,7 +126,7 @@ PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
 log = logging.getLogger("grpotrainer")
 
 
-def build_config(s, fields, cpu_only):
+def build_config(s, fields, cpu_only, train_dataset=None):
     """The GRPOConfig of the settings `s` (each constant's field: grpo/settings.py) and the command line's
     lower-case `fields`, checked by TRL itself (for --plan without a GPU, as the CPU would run it)."""
     from trl import GRPOConfig
@@ -142,7 +142,11 @@ def build_config(s, fields, cpu_only):
     owners["chat_template_kwargs"] = "ENABLE_THINKING"
     extra = dict(num_completions_to_print=0, use_cpu=cpu_only, ddp_find_unused_parameters=False)
     if s["USE_VLLM"] is True and s["VLLM_MODE"] == "colocate":  # vLLM's context, as long as a run needs
-        ours["vllm_max_model_length"] = generation.context_length(s["PROMPT_TOKENS"], s["MAX_COMPLETION_LENGTH"])
+        thinking, remote = s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"]
+        longest = generation.longest_prompt(train_dataset, s["MODEL_NAME"], thinking, remote) if train_dataset else 0
+        ours["vllm_max_model_length"] = generation.context_length(
+            longest or generation.PROMPT_TOKENS, s["MAX_COMPLETION_LENGTH"]
+        )
     if cpu_only:  # one thread; gloo with DDP_TIMEOUT (transformers drops it on the CPU)
         hardware.one_cpu_thread()
         hardware.init_cpu_process_group(s["DDP_TIMEOUT"])
@@ -217,6 +221,8 @@ def train(s, record, config, reward_funcs, datasets, started):
     for callback in [stopper, callbacks.PerfMonitor(trainer), *patches.callbacks(trainer)]:
         trainer.add_callback(callback)
     trainer.add_callback(callbacks.CompletionSamples(trainer, s["LOG_COMPLETIONS_STEPS"]))
+    if rank0:  # a hard-linked backup of OUTPUT_DIR keeps its files as they were
+        files.unshare(out)
     files.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
     try:
         if last and checkpoints.reached(last, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]):
@@ -251,17 +257,17 @@ def main(argv=()):
     args = cli.parse(cli.constants(globals()), argv, profiles, CONFIG_CLASS, source=__file__)
     started = time.monotonic()
     process.setup_logging("grpotrainer", hardware.is_main_process())
+    process.require(PACKAGES, "grpotrainer.py")
     for note in args.notes:  # names read as constants, recipe keys ignored: a line each
         log.info(note)
     done = args.settings["RESUME"] and checkpoints.finished(args.settings)
     if done and not args.plan:
         return log.info(done)  # a finished run, run again: said in a second, before TRL or the demo's warm start
-    process.require(PACKAGES, "grpotrainer.py")
     cpu_only = args.profile is not None
     s = preflight.resolve(args, cpu_only, PROFILES, rewards.REWARDS)  # every setting decided, and checked, here
     datasets = load_data(s, plan_only=bool(args.plan))
     run_plan = plan.for_run(s, datasets, hardware.world_size())
-    config = build_config(s, args.fields, cpu_only)
+    config = build_config(s, args.fields, cpu_only, train_dataset=None if args.plan else datasets[0])
     preflight.refuse_bad_grpo_config(config, s, run_plan["train_problems"])
     if args.plan:  # --plan or --plan=json: what the run will do, and nothing more
         return print(plan.plan_json(run_plan) if args.plan == "json" else plan.format_plan(run_plan), flush=True)
@@ -272,7 +278,7 @@ def main(argv=()):
         PROFILES[args.profile].build(s)
     preflight.refuse_before_loading(s, reward_funcs, datasets[0], answer_blind=rewards.ANSWER_BLIND)
     sizes = {"train": run_plan["train_problems"], "test": run_plan["test_problems"]}  # for the model card
-    record = {**s, "grpo_config": args.fields, "profile": args.profile, "dataset_sizes": sizes}
+    record = files.record(s, args.fields, args.profile, sizes, processes=hardware.world_size())
     lock = process.output_lock(s["OUTPUT_DIR"], config.process_index == 0)
     with lock, process.faults(s["OUTPUT_DIR"], s["DDP_TIMEOUT"]):
         return train(s, record, config, reward_funcs=reward_funcs, datasets=datasets, started=started)

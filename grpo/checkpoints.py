@@ -30,6 +30,7 @@ from grpo.settings import changeable
 
 log = logging.getLogger("grpotrainer")
 FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that trained to the end
+FINISHED_TYPES = {"global_step": int, "MAX_STEPS": int, "NUM_TRAIN_EPOCHS": float}
 BROKEN_DIR = "broken"  # OUTPUT_DIR/broken/checkpoint-N-<time>: checkpoints that cannot be resumed, kept for a look
 TORCH_FILES = (".pt", ".pth", ".bin")  # torch.save writes zip archives under these names in a checkpoint
 
@@ -410,11 +411,10 @@ def finished(s):
     True
     """
     output_dir, max_steps, num_train_epochs = Path(s["OUTPUT_DIR"]), s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]
-    try:
-        done = json.loads((output_dir / FINISHED_NAME).read_text())
-        step = int(done["global_step"])
-    except (OSError, ValueError, KeyError, TypeError):
+    done = read_json_object(output_dir / FINISHED_NAME, FINISHED_TYPES)  # a hand-edited one is named
+    if "global_step" not in done:
         return None
+    step = done["global_step"]
     if safetensors_problem(output_dir / "adapter_model.safetensors"):
         return None  # the final save was lost after the marker: resume and save again
     if max_steps > 0:

@@ -235,6 +235,8 @@ def source_fields(sources=CONFIG_SOURCES):
     for relative, class_name in sources.items():
         top, _, rest = relative.partition("/")
         spec = importlib.util.find_spec(top)  # finds the package's folder without running its __init__
+        if spec is None:  # not installed: process.require says so
+            return names
         tree = ast.parse(Path(next(iter(spec.submodule_search_locations)), rest).read_text(encoding="utf-8"))
         node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
         for item in node.body:

@@ -204,6 +204,30 @@ def publish_dir(target, replace=False):
 # The record of a run: its settings, written by grpotrainer.py and read back by evaluate.py and export.py
 
 
+def record(s, fields, profile, sizes, processes=1):
+    """What a run records of itself (run_settings.json, the card, evaluations' settings): its settings with local
+    paths made absolute (so that evaluate.py and export.py find them from any folder), the command line's GRPOConfig
+    fields, the profile, the data's sizes and the number of processes, which the batch counts (a resume with
+    another is refused like any other change of what the run is)."""
+    paths = {key: os.path.abspath(s[key]) for key in PATH_SETTINGS if key in s and _is_path(s[key])}
+    return {**s, **paths, "grpo_config": fields, "profile": profile, "dataset_sizes": sizes, "processes": processes}
+
+
+def _is_path(value):
+    return isinstance(value, str) and bool(value) and os.path.exists(os.path.expanduser(value))
+
+
+def unshare(output_dir):
+    """Give every file under OUTPUT_DIR that another name shares (a `cp -al` or `rsync --link-dest` backup) a copy
+    of its own, so that what transformers and peft rewrite in place (README.md, adapter_config.json,
+    training_args.bin, the weights) changes this run's files and never the backup's."""
+    for path in Path(output_dir).rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_nlink > 1:
+            copy = _aside(path, "tmp")
+            shutil.copy2(path, copy)
+            os.replace(copy, path)
+
+
 def write_settings(output_dir, settings, main_process=True):
     """Write the resolved settings of a run, without credentials (`redact`), to OUTPUT_DIR/run_settings.json
     (atomically, by the main process of a torchrun job only); return the path."""

@@ -230,7 +230,7 @@ def generation_ready(trainer):
             trainer.model.train(was_training)
 
 
-def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate"):
+def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate", load_in_4bit=False):
     """(USE_VLLM as a bool, a one-line note saying which generation runs and why, or None when chosen by hand).
 
     >>> generation_choice("auto", cuda=False, vllm_installed=True)
@@ -241,6 +241,8 @@ def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate"):
         return value is True or value in TRUE, None
     if value != "auto":
         raise errors.ConfigError(f"USE_VLLM={use_vllm!r} is not one of auto, True, False.")
+    if cuda and vllm_installed and load_in_4bit:  # TRL merges LoRA into the weights it sends vLLM: lossy in 4 bits
+        return False, "USE_VLLM=auto: HF generate, as LOAD_IN_4BIT=True (vLLM would get a lossy 4-bit merge)"
     if cuda and vllm_installed:
         return True, f"USE_VLLM=auto: vLLM ({mode}), as vllm imports and a CUDA GPU is visible"
     why = "no CUDA GPU is visible" if not cuda else "vllm is not installed (requirements-vllm.txt adds it)"
@@ -255,7 +257,9 @@ VLLM_SHARE_FALLBACK = 0.3  # ... and is this when the model's config or the card
 def choose(s, cuda):
     """The settings with USE_VLLM as True or False for this machine (`generation_choice`, its reason logged) and
     VLLM_GPU_MEMORY_UTILIZATION as a share (`vllm_memory_share`, from the model's config and this GPU's memory)."""
-    use_vllm, note = generation_choice(s["USE_VLLM"], cuda, hardware.importable("vllm"), s["VLLM_MODE"])
+    use_vllm, note = generation_choice(
+        s["USE_VLLM"], cuda, hardware.importable("vllm"), s["VLLM_MODE"], load_in_4bit=s["LOAD_IN_4BIT"]
+    )
     if note:
         log.info(note)
     share, card_gb, config = s["VLLM_GPU_MEMORY_UTILIZATION"], 0, None

@@ -38,6 +38,11 @@ train_launch_factor = 4  # a micro-batch's launches vs one decode token: forward
 vllm_launch_seconds_per_token = 0.0  # vLLM decodes through CUDA graphs: no per-token host floor
 vllm_sync_seconds_per_gb = 0.1  # colocate: pushing merged weights into vLLM per generation call (~1.6 s at 16 GB)
 prompt_tokens = 150  # GSM8K prompt with system prompt and chat template, tokens (Qwen tokenizer, typical)
+vllm_max_num_seqs = 256  # vLLM's default batch of sequences: evaluation's prompts go in at that width
+trainer_start_seconds = 60  # imports, CUDA context, building the trainer and LoRA, before the weights are read
+load_gbs = 1.0  # GB/s reading weights from a local disk (or the page cache: faster)
+vllm_start_seconds = 120  # vLLM's engine: profiling, KV-cache allocation, CUDA-graph capture (1-3 minutes)
+save_seconds = 2.0  # a checkpoint's fixed cost besides its bytes: the trainer state, RNG, rotation
 completion_fill = 1.0  # share of MAX_COMPLETION_LENGTH decoded: 1.0 = every call runs to the cap (the upper bound)
 mfu = 0.3  # model FLOPs utilisation of prefill and training (bf16, micro-batches of a few sequences)
 train_flops_per_token = 6  # x params: forward 2 + backward 2 (LoRA: no weight grads) + recompute 2 (checkpointing)
@@ -113,43 +118,72 @@ def model_shape(config):
     attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
     mlp = 3 * hidden * c["intermediate_size"]
     embeddings = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
-    return {"params": embeddings + layers * (attention + mlp), "layers": layers}
+    # in + out of each linear layer of a block: q, k, v, o, then gate, up, down
+    sides = 2 * (hidden + heads * head_dim) + 2 * (hidden + kv_heads * head_dim)
+    sides += 3 * (hidden + c["intermediate_size"])
+    return {"params": embeddings + layers * (attention + mlp), "layers": layers, "linear_sides": sides}
 
 
-def estimate_times(shape, sequences_per_call, calls_per_step, completions_per_step, steps, s):
-    """Seconds per optimiser step and per run on each GPU in `gpus`, per process; an estimate (see the assumptions).
+def estimate_times(shape, s, plan):
+    """Seconds per optimiser step, and hours per run by phase (training, evaluation, start-up, checkpoint saves), on
+    each GPU in `gpus`, per process; an estimate (see the assumptions).
 
     Decoding one token for a call's sequences takes the largest of: reading the weights once (bandwidth floor), the
-    host's kernel launches (HF generate; none with vLLM), and the FLOPs of all sequences at `mfu`."""
-    params, layers = shape["params"], shape["layers"]
+    host's kernel launches (HF generate; none with vLLM's CUDA graphs), and the FLOPs of all sequences at `mfu`.
+    Evaluation runs on the same engine as training's generation (vLLM's batches up to vllm_max_num_seqs)."""
+    params, layers, world = shape["params"], shape["layers"], plan["world_size"]
     weight_bytes = params * bytes_per_param["4bit" if s.get("LOAD_IN_4BIT") else "bf16"]
     decoded = math.ceil(s["MAX_COMPLETION_LENGTH"] * completion_fill)
     launches = launches_per_token_reference * layers / launches_reference_layers
     host = vllm_launch_seconds_per_token if s["USE_VLLM"] else launches * launch_seconds
     sync = vllm_sync_seconds_per_gb * weight_bytes / 1e9 if s["USE_VLLM"] else 0.0
     tokens = prompt_tokens + decoded
-    # a forward of the step's completions: the reference model's when BETA > 0; the old policy's when reused
-    forwards = (s["BETA"] > 0) + (s["NUM_ITERATIONS"] > 1)
-    micro_batches = s["GRADIENT_ACCUMULATION_STEPS"]
+    # a forward of the step's completions: the reference model's when BETA > 0; the old policy's when reused or
+    # when vLLM sampled them (TRL's importance-sampling correction needs the trainer's own log-probs)
+    forwards = (s["BETA"] > 0) + (s["NUM_ITERATIONS"] > 1 or bool(s["USE_VLLM"]))
+    completions = s["PER_DEVICE_TRAIN_BATCH_SIZE"] * s["GRADIENT_ACCUMULATION_STEPS"]
+    eval_batch = max(s["EVAL_BATCH_SIZE"], vllm_max_num_seqs) if s["USE_VLLM"] else s["EVAL_BATCH_SIZE"]
+    eval_calls = [  # per point, per process: the greedy answers, then EVAL_SAMPLES samples each
+        (math.ceil(n / world / eval_batch), math.ceil(n * s["EVAL_SAMPLES"] / world / eval_batch), min(n, eval_batch))
+        for n in (point["problems"] for point in plan["eval_points"])
+    ]
+    lora_bytes = 3 * 4 * lora_params(shape, s["LORA_R"])  # fp32 weights and Adam's two moments
+    startup = trainer_start_seconds + weight_bytes / 1e9 / load_gbs
+    startup += vllm_start_seconds + weight_bytes / 1e9 / load_gbs if s["USE_VLLM"] else 0.0
+    saves = len(plan["checkpoints"]) * (save_seconds + lora_bytes / 1e9 / load_gbs)
     table = {}
     for name, gpu in gpus.items():
         flops = gpu["bf16_tflops"] * 1e12 * mfu
         bandwidth_floor = weight_bytes / (gpu["bandwidth_gbs"] * 1e9)
-        per_token = max(bandwidth_floor, host, 2 * params * sequences_per_call / flops)
-        prefill = 2 * params * prompt_tokens * sequences_per_call / flops
-        generation = calls_per_step * (decoded * per_token + prefill + sync)
+
+        def call(sequences, flops=flops, floor=bandwidth_floor):  # one generate call: (seconds, per-token seconds)
+            per_token = max(floor, host, 2 * params * sequences / flops)
+            return decoded * per_token + 2 * params * prompt_tokens * sequences / flops, per_token
+
+        generate, per_token = call(plan["sequences_per_generation_call"])
+        generation = plan["generation_calls_per_step"] * (generate + sync)
         train_flops = (train_flops_per_token + forward_flops_per_token * forwards) * params * tokens
-        training = max(completions_per_step * train_flops / flops, micro_batches * train_launch_factor * host)
+        launched = s["GRADIENT_ACCUMULATION_STEPS"] * train_launch_factor * host
+        training = max(completions * train_flops / flops, launched)
         step = generation + training
+        evaluation = sum((greedy + sampled) * call(batch)[0] + sync for greedy, sampled, batch in eval_calls)
+        phases = {"training": step * plan["optimizer_steps"], "evaluation": evaluation, "startup": startup}
+        phases["checkpoint"] = saves
         table[name] = {
             "seconds_per_step": round(step, 2),
             "generation_seconds_per_step": round(generation, 2),
             "training_seconds_per_step": round(training, 2),
             "decode_ms_per_token": round(per_token * 1e3, 1),
             "bandwidth_floor_ms_per_token": round(bandwidth_floor * 1e3, 1),
-            "hours_per_run": round(step * steps / 3600, 3),
+            **{f"{phase}_hours": round(seconds / 3600, 3) for phase, seconds in phases.items()},
+            "hours_per_run": round(sum(phases.values()) / 3600, 3),
         }
     return table
+
+
+def lora_params(shape, rank):
+    """The adapter's parameters with LoRA of `rank` on every linear layer (all-linear): r x (in + out) each."""
+    return rank * shape["layers"] * shape["linear_sides"]
 
 
 def make_plan(s, train_size, test_size, world_size=1, model_config=None, model_source=None):
@@ -209,9 +243,7 @@ def make_plan(s, train_size, test_size, world_size=1, model_config=None, model_s
         shape = model_shape(model_config)
         plan["params"] = shape["params"]
         plan["layers"] = shape["layers"]
-        plan["estimates"] = estimate_times(
-            shape, sequences_per_call, plan["generation_calls_per_step"], per_device * accumulation, steps, s
-        )
+        plan["estimates"] = estimate_times(shape, s, plan)
         plan["estimates_omitted"] = None
         plan["assumptions"] = assumptions()
     return plan
@@ -221,7 +253,8 @@ def assumptions():
     """The time model's assumptions, for the plan's JSON."""
     names = ["launches_per_token_reference", "launches_reference_layers", "launch_seconds", "train_launch_factor",
              "vllm_sync_seconds_per_gb", "prompt_tokens", "completion_fill", "mfu", "train_flops_per_token",
-             "forward_flops_per_token"]  # fmt: skip
+             "forward_flops_per_token", "vllm_max_num_seqs", "trainer_start_seconds", "load_gbs",
+             "vllm_start_seconds", "save_seconds"]  # fmt: skip
     return {name: globals()[name] for name in names}
 
 
@@ -277,6 +310,7 @@ def duration(seconds):
     return f"{seconds}s"
 
 
+PHASES = ("training", "evaluation", "startup", "checkpoint")  # hours_per_run's parts: <phase>_hours in the JSON
 LINES = ("model", "optimiser steps", "per step", "data", "generation", "held-out eval", "eval before", "final eval")
 LINES += ("checkpoints", "time (estimate)")  # format_plan's rows, which grpo/settings.py's plan column names
 
@@ -305,10 +339,11 @@ def format_plan(plan):
     if plan["estimates"]:
         rows.append(("time (estimate)", f"{_params(plan['params'])} params, {plan['layers']} layers; per step"))
         for name, e in plan["estimates"].items():
+            phases = ", ".join(f"{phase} {duration(e[f'{phase}_hours'] * 3600)}" for phase in PHASES)
             rows.append((
                 f"  {name}",
-                f"{e['seconds_per_step']:.1f} s/step (generation {e['generation_seconds_per_step']:.1f} s), "
-                f"run {duration(e['hours_per_run'] * 3600)}  estimate",
+                f"{e['seconds_per_step']:.1f} s/step (generation {e['generation_seconds_per_step']:.1f} s); "
+                f"run {duration(e['hours_per_run'] * 3600)} = {phases}  estimate",
             ))  # fmt: skip
     else:
         rows.append(("time (estimate)", f"omitted: {plan['estimates_omitted']}"))

@@ -56,7 +56,8 @@ def resolve(args, cpu_only, profiles, known_rewards, comments=None):
     """The run's settings (cli.parse's `args`), each decided once and checked once, before anything heavy loads:
     one weight per reward when REWARD_FUNCS was given without weights (as TRL weighs them), the profile's task and
     model named (`profiles[name].prepare`, after the checks), USE_VLLM=auto and its memory share chosen for this
-    machine, and every value checked (`refuse_bad_settings`). With --plan, this machine's own refusals (no GPU) are warned about."""
+    machine, and every value checked (`refuse_bad_settings`). With --plan, this machine's own refusals (no GPU) are
+    warnings."""
     s = dict(args.settings)
     if "REWARD_FUNCS" in args.given and "REWARD_WEIGHTS" not in args.given:
         s["REWARD_WEIGHTS"] = [1.0] * len(s["REWARD_FUNCS"])
@@ -376,6 +377,12 @@ def no_gpu_problem(driver):
             f"nvidia-smi reports NVIDIA driver {driver}, new enough for torch {torch.__version__}, but torch sees "
             f"no GPU{f' (CUDA_VISIBLE_DEVICES={hidden!r})' if hidden is not None else ''}.\n"
             "Check CUDA_VISIBLE_DEVICES and that python -c 'import torch; torch.cuda.init()' works on this node."
+        )
+    if not built and int(driver.partition(".")[0]) >= DRIVER_FLOOR[13]:  # a CPU-only torch on a new driver
+        return (
+            f"nvidia-smi reports NVIDIA driver {driver}, but torch {torch.__version__} is a CPU-only build: it sees "
+            f"no GPU.\nInstall its CUDA build: pip install --force-reinstall torch=={version} (PyPI's CUDA 13 build "
+            f"runs on this driver), then rerun."
         )
     why = f"built for CUDA {built}, which needs driver >= {floor}" if built else "a CPU-only build"
     return (

@@ -107,8 +107,11 @@ def run(main):
     except ConfigError as err:
         print(f"\nerror: {err}\n", file=sys.stderr, flush=True)
         sys.exit(2)
-    except BrokenPipeError:
-        if not _stdout_broken():  # another pipe's: a bug, with its traceback
+    except OSError as err:
+        if _cwd_gone():  # a relative path resolved against a folder that is gone: no fault of the code
+            print("\nerror: the working folder was deleted while this ran; cd to one that exists.", file=sys.stderr)
+            sys.exit(2)
+        if not isinstance(err, BrokenPipeError) or not _stdout_broken():  # another pipe's: a bug, with its traceback
             raise
         # stdout's reader went away (`--help | head -1`): end quietly, as SIGPIPE ends a command-line tool, with
         # stdout pointed at /dev/null so that Python's own flush at exit finds nothing to complain about
@@ -124,6 +127,14 @@ def run(main):
     finally:
         for signum, handler in previous.items():  # a caller's own (pytest's), once main is done
             signal.signal(signum, handler)
+
+
+def _cwd_gone():
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def _stdout_broken():
@@ -396,7 +407,7 @@ class GracefulStop:
             where = "the adapter is saved, the run not marked finished; rerun the same command to score it and finish"
             return f"stopped by {self.signal_name} while scoring EVAL_AFTER at step {self.stopped_at}; {where}"
         during = f" while scoring {self.during}" if self.during else ""
-        return f"stopped by {self.signal_name}{during} at step {self.stopped_at}; {where}; rerun the same command to resume"
+        return f"stopped by {self.signal_name}{during} at step {self.stopped_at}; {where}; rerun the same command"
 
 
 # ---------------------------------------------------------------------------------------------------------------

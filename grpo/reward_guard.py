@@ -15,11 +15,13 @@ import math
 import numbers
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
 
 from grpo.errors import ConfigError
+from grpo.process import Watchdog
 
 
 def load(names, registry, *, max_completion_length, enable_thinking=False, timeout=0):
@@ -114,10 +116,11 @@ class Guard:
         self.__name__ = getattr(func, "__name__", entry.rpartition(":")[2])
 
     def __call__(self, *args, **kwargs):
+        count = _count(kwargs)  # before the call: a reward may empty its own copy of the list
         args, kwargs = own_copy(args), own_copy(kwargs)
         with self.guarding(kwargs) as where:
             values = self.func(*args, **kwargs)
-        return check_values(values, kwargs.get("completions"), self.entry, where)
+        return check_values(values, count, self.entry, where)
 
     @contextlib.contextmanager
     def guarding(self, kwargs, grace=0):
@@ -125,7 +128,8 @@ class Guard:
         is, "at training step N"."""
         where = f"at training step {getattr(kwargs.get('trainer_state'), 'global_step', '?')}"
         try:
-            with deadline(self.timeout and self.timeout + grace, timeout_message(self.timeout, self.entry, where)):
+            message = timeout_message(self.timeout, self.entry, where)
+            with deadline(self.timeout and self.timeout + grace, message, source=_source(self.func)):
                 yield where
         except (Exception, SystemExit) as err:
             note = f"raised by the reward REWARD_FUNCS entry {self.entry!r} {where}"
@@ -144,6 +148,7 @@ class AsyncGuard(Guard):
     a little later if the reward blocks the event loop itself and cannot be cancelled."""
 
     async def __call__(self, *args, **kwargs):
+        count = _count(kwargs)
         args, kwargs = own_copy(args), own_copy(kwargs)
         with self.guarding(kwargs, grace=min(self.timeout, UNWIND_GRACE)) as where:
             try:
@@ -153,7 +158,21 @@ class AsyncGuard(Guard):
                 if not bound.expired():
                     raise  # the reward's own timeout (a request's): its error, with the note
                 raise RewardTimeout(timeout_message(self.timeout, self.entry, where)) from err  # err: the await line
-        return check_values(values, kwargs.get("completions"), self.entry, where)
+        return check_values(values, count, self.entry, where)
+
+
+def _count(kwargs):
+    completions = kwargs.get("completions")
+    return len(completions) if isinstance(completions, list | tuple) else None
+
+
+def _source(func):
+    """The file defining a reward (a partial's or an instance's function), for the timeout's "stuck at" line."""
+    func = getattr(func, "func", func)  # functools.partial
+    try:
+        return inspect.getsourcefile(func if inspect.isroutine(func) else type(func))
+    except TypeError:  # a builtin
+        return None
 
 
 def own_copy(values):
@@ -169,7 +188,7 @@ def own_copy(values):
 REWARD_LIMIT = 1e15
 
 
-def check_values(values, completions, entry, where):
+def check_values(values, count, entry, where):
     """`values` when it is a reward function's proper answer: a list (a tuple, a 1-D numpy array) with one finite
     number within +-REWARD_LIMIT, or None (TRL's "no reward for this one"), per completion. Anything else is a
     ConfigError naming `entry` and `where`: booleans too, which would silently count as 0/1 where `x == y` was meant
@@ -182,8 +201,8 @@ def check_values(values, completions, entry, where):
         if not (isinstance(values, numpy.ndarray) and values.ndim == 1):
             got = "None" if values is None else f"a {type(values).__name__}"
             raise ConfigError(f"{said} returned {got}, not a list of numbers.\n{fix}")
-    if completions is not None and len(values) != len(completions):
-        raise ConfigError(f"{said} returned {len(values)} values for {len(completions)} completions.\n{fix}")
+    if count is not None and len(values) != count:
+        raise ConfigError(f"{said} returned {len(values)} values for {count} completions.\n{fix}")
     for i, value in enumerate(values):
         number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's scalars are Real
         if value is None:
@@ -224,9 +243,10 @@ def timeout_message(seconds, entry, where):
 
 
 @contextlib.contextmanager
-def deadline(seconds, message):
+def deadline(seconds, message, source=None):
     """End the process once the block has run `seconds` (0 = no limit): every thread's stack, then `message`
-    (`timeout_message`: the REWARD_FUNCS entry, the step, REWARD_TIMEOUT), then exit 1.
+    (`timeout_message`: the REWARD_FUNCS entry, the step, REWARD_TIMEOUT) with the line of the reward's file
+    `source` the call was on, then exit 1. Time the process spent stopped (Ctrl-Z) does not count.
 
     A watchdog thread with its own clock, which a reward cannot cancel, as it cancels a SIGALRM timer (math-verify
     sets and clears signal.alarm on every parse), and which fires wherever the reward waits: in a worker thread, on
@@ -238,12 +258,11 @@ def deadline(seconds, message):
     if not seconds:
         yield
         return
-    watchdog = threading.Timer(seconds, _expire, args=(message,))
-    watchdog.daemon = True
-    watchdog.start()
+    caller = threading.get_ident()
+    watchdog = Watchdog(seconds, lambda: _expire(message, sys._current_frames().get(caller), source))
     main = threading.current_thread() is threading.main_thread()  # where signal handlers run
     try:
-        with _cpu_clock(seconds, message) if main else contextlib.nullcontext():
+        with _cpu_clock(seconds, message, source) if main else contextlib.nullcontext():
             yield
     except RewardTimeout:
         raise
@@ -254,7 +273,7 @@ def deadline(seconds, message):
 
 
 @contextlib.contextmanager
-def _cpu_clock(seconds, message):
+def _cpu_clock(seconds, message, source=None):
     """The second clock, for a reward spinning in C code that holds the GIL (a regular expression backtracking),
     where the watchdog thread never gets to run: SIGPROF after `seconds` of the process's CPU time, a timer of its
     own that signal.alarm leaves alone. Its handler runs where that code checks for signals (the regex engine does)
@@ -264,7 +283,7 @@ def _cpu_clock(seconds, message):
     def check(signum, frame):
         left = seconds - (time.monotonic() - start)
         if left <= 0:
-            _expire(message)
+            _expire(message, frame, source)
         signal.setitimer(signal.ITIMER_PROF, left)
 
     previous = signal.signal(signal.SIGPROF, check)
@@ -276,10 +295,15 @@ def _cpu_clock(seconds, message):
         signal.signal(signal.SIGPROF, previous)
 
 
-def _expire(message):
-    """The watchdog's end: written straight to file descriptor 2, since the stuck thread may hold sys.stderr's
-    lock."""
+def _expire(message, frame=None, source=None):
+    """The watchdog's end, with where in the reward's file `source` the stuck call's `frame` was: written straight
+    to file descriptor 2, since the stuck thread may hold sys.stderr's lock."""
     os.write(2, b"\nREWARD_TIMEOUT: the stack of every thread, most recent call first:\n")
     faulthandler.dump_traceback(file=2, all_threads=True)
-    os.write(2, f"\nerror: {message}\n".encode())
+    inner = []  # the frames of the reward's own file, innermost first
+    while frame is not None:
+        inner += [frame] if source and frame.f_code.co_filename == source else []
+        frame = frame.f_back
+    where = f"It was at {source}:{inner[0].f_lineno}, in {inner[0].f_code.co_name}. " if inner else ""
+    os.write(2, f"\nerror: {message.replace('Fix the reward', where + 'Fix the reward', 1)}\n".encode())
     os._exit(1)
