@@ -148,6 +148,7 @@ def refuse_bad_settings(s, cpu_only=False):
     elif s["ADAPTER"] and (problem := checkpoints.adapter_problem(s["ADAPTER"])):
         problems.append(problem)
     problems += settings.problems(s, cli.comments(__file__)) + preflight.report_problems(s["REPORT_TO"])
+    problems += preflight.tracker_problems(s["REPORT_TO"])
     if s["ENABLE_THINKING"] and s["MAX_COMPLETION_LENGTH"] < preflight.THINKING_MIN_TOKENS:
         problems.append(
             f"ENABLE_THINKING=True with MAX_COMPLETION_LENGTH={s['MAX_COMPLETION_LENGTH']}: thinking is cut off "
@@ -252,9 +253,9 @@ def engine(s, cpu_only, prompt_tokens):
     return generate, s["EVAL_BATCH_SIZE"], "transformers"
 
 
-def ask(s, generate):
+def ask(s, generate, fold=False):
     """Each ASK question through the model as training prompts it: the answer, and what the grader reads in it."""
-    prompts = [gsm8k.make_prompt(question, s["SYSTEM_PROMPT"]) for question in s["ASK"]]
+    prompts = [gsm8k.make_prompt(question, s["SYSTEM_PROMPT"], fold) for question in s["ASK"]]
     for question, (text, tokens, cut) in zip(s["ASK"], generate(prompts), strict=True):
         reads = grading.extract_answer(text, truncated=cut, thinking=s["ENABLE_THINKING"]) or "no final answer"
         print(f"Q: {question}\nA: {text}\n-> the grader reads {reads} ({tokens} tokens{', cut off' * cut})\n")
@@ -268,9 +269,10 @@ def main(argv=()):
     step = files.adapter_step(s["ADAPTER"])  # a trainer_state.json edited by hand is named before any work
     if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
+    fold = generation.refuses_system_turn(s["MODEL_NAME"], s["TRUST_REMOTE_CODE"])  # Gemma's, Mistral's templates
     if s["ASK"]:
-        return ask(s, engine(s, cpu_only, prompt_tokens=512)[0])
-    options = dict(config=s["DATASET_CONFIG"], limit=s["LIMIT"], system_prompt=s["SYSTEM_PROMPT"])
+        return ask(s, engine(s, cpu_only, prompt_tokens=512)[0], fold)
+    options = dict(config=s["DATASET_CONFIG"], limit=s["LIMIT"], system_prompt=s["SYSTEM_PROMPT"], fold=fold)
     with process.phase("loading the data"):
         dataset = gsm8k.load(
             s["DATASET"], s["SPLIT"], question=s["QUESTION_FIELD"], answer=s["ANSWER_FIELD"], **options

@@ -191,6 +191,9 @@ def load_data(s, plan_only=False):
     options |= dict(question=s["QUESTION_FIELD"], answer=s["ANSWER_FIELD"])
     if plan_only and (sizes := gsm8k.known_sizes(s["DATASET"], s["DATASET_CONFIG"])):
         return sizes
+    options["fold"] = generation.refuses_system_turn(s["MODEL_NAME"], s["TRUST_REMOTE_CODE"])
+    if options["fold"]:
+        log.info("MODEL_NAME's chat template refuses a system turn: SYSTEM_PROMPT goes before each question instead")
     train_dataset = gsm8k.load(s["DATASET"], "train", limit=s["MAX_SAMPLES"], **options)
     evals = max(s["EVAL_BEFORE"], s["EVAL_AFTER"], s["EVAL_SUBSET"] if s["EVAL_STEPS"] else 0)
     return train_dataset, gsm8k.load(s["DATASET"], "test", limit=evals, **options) if evals else None

@@ -138,6 +138,26 @@ def hf_generator(
     return generate
 
 
+def refuses_system_turn(model_name, trust_remote_code=False):
+    """Whether MODEL_NAME's chat template raises on a system turn (Gemma's and Mistral's do), read from a local
+    folder or the Hugging Face cache without the weights; False when it cannot be read here."""
+    from jinja2.exceptions import TemplateError
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=True, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):  # not cached, or not a tokenizer: loading says why
+        return False
+    turns = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    try:
+        tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    except TemplateError:  # the template's own raise_exception("System role not supported")
+        return True
+    except ValueError:  # no chat template at all: preflight names that
+        return False
+    return False
+
+
 def longest_prompt(dataset, model_name, enable_thinking=False, trust_remote_code=False):
     """The token count of the longest prompt of `dataset` as training and evaluation render it: MODEL_NAME's chat
     template with the generation prompt. Loads only the tokenizer (a second for all of GSM8K's train split)."""

@@ -59,17 +59,22 @@ THOUSANDS = re.compile(r"[0-9]+|[0-9]{1,3}(?:,[0-9]{3})+")  # 1080 or 1,080: a c
 GOLD_NUMBER = re.compile(r"[ \t]*\$?[ \t]*-?[0-9][0-9,]*(?:\.[0-9]+)?(?P<rest>.*)", re.S)
 
 
-def make_prompt(question, system_prompt=SYSTEM_PROMPT):
-    """Chat messages for one problem: the system prompt, then the question.
+def make_prompt(question, system_prompt=SYSTEM_PROMPT, fold=False):
+    """Chat messages for one problem: the system prompt, then the question; with `fold` (a chat template that
+    refuses a system turn, as Gemma's and Mistral's do) one user turn holding both.
 
     >>> make_prompt("1+1?", "Be brief.")
     [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': '1+1?'}]
+    >>> make_prompt("1+1?", "Be brief.", fold=True)
+    [{'role': 'user', 'content': 'Be brief.\\n\\n1+1?'}]
     """
+    if fold:
+        return [{"role": "user", "content": f"{system_prompt}\n\n{question}" if system_prompt else question}]
     return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
 
 
 def load(dataset, split="train", *, config="main", limit=0, skip_bad_rows=False, system_prompt=SYSTEM_PROMPT,
-         question="question", answer="answer", name="DATASET"):  # fmt: skip
+         question="question", answer="answer", fold=False, name="DATASET"):  # fmt: skip
     """GSM8K (or a dataset shaped like it) as a Dataset with `prompt` (chat messages), `answer` and `solution` (the
     gold number, under both names so that TRL's own rewards, which read `solution`, run beside ours) and `question`.
 
@@ -98,7 +103,7 @@ def load(dataset, split="train", *, config="main", limit=0, skip_bad_rows=False,
     questions = [rows[i]["question"] for i in keep]
     return datasets.Dataset.from_dict(
         {
-            "prompt": [make_prompt(q, system_prompt) for q in questions],
+            "prompt": [make_prompt(q, system_prompt, fold) for q in questions],
             "answer": [golds[i] for i in keep],
             "solution": [golds[i] for i in keep],
             "question": questions,

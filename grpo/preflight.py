@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from grpo import checkpoints, errors, files, generation, hardware, hub, settings
+from grpo import checkpoints, errors, files, generation, hardware, hub, reward_guard, settings
 from grpo.errors import ConfigError
 
 log = logging.getLogger("grpotrainer.preflight")
@@ -76,6 +76,7 @@ def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machin
     problems instead; `comments`: each constant's comment, quoted in its range message."""
     problems = settings.problems(s, comments)
     problems += report_problems(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s)
+    problems += prompt_problems(s) + launcher_problems(os.environ)
     if machine:
         problems += hardware_problems(s, cpu_only)
     for problem in [] if machine else hardware_problems(s, cpu_only):
@@ -96,6 +97,89 @@ def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machin
         )
     if problems:
         raise ConfigError("\n\n".join(dict.fromkeys(problems)))
+
+
+# Chat markers of common templates (ChatML, Llama 3, Gemma, Mistral): in SYSTEM_PROMPT they end the system turn and
+# forge another in every prompt. A local tokenizer's own special tokens are added to these (`special_tokens`).
+CHAT_MARKERS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|start_header_id|>")
+CHAT_MARKERS += ("<|end_header_id|>",)
+CHAT_MARKERS += ("<start_of_turn>", "<end_of_turn>", "[INST]", "[/INST]", "<|begin_of_text|>")
+# the rewards that pay a right answer (this project's, TRL's, open-r1's names): a negative weight pays wrong ones
+CORRECTNESS = ("correctness_reward", "math_reward", "accuracy_reward", "reasoning_accuracy_reward", "accuracy")
+FORMAT_READERS = ("correctness_reward", "format_reward", "math_reward", "accuracy", "format")  # read '#### N'
+
+
+def prompt_problems(s):
+    """SYSTEM_PROMPT holding the tokenizer's control tokens (refused), or no longer asking for the '#### N' the
+    chosen rewards read, and a negative weight on a correctness reward (warned about)."""
+    prompt = s["SYSTEM_PROMPT"]
+    if forged := [m for m in (*CHAT_MARKERS, *special_tokens(s["MODEL_NAME"])) if m and m in prompt]:
+        return [
+            f"SYSTEM_PROMPT holds {forged[0]!r}, a control token of the chat template: it would end the system turn "
+            "and forge another in every prompt.\nRemove it from SYSTEM_PROMPT (write plain instructions)."
+        ]
+    if "####" not in prompt and (readers := [f for f in s["REWARD_FUNCS"] if f in FORMAT_READERS]):
+        log.warning(
+            "SYSTEM_PROMPT does not ask for the final answer as '#### <number>', which %s and strict accuracy read "
+            "(a recipe's unquoted '#' starts a YAML comment): %r",
+            ", ".join(readers),
+            prompt[-80:],
+        )
+    for name, weight in zip(s["REWARD_FUNCS"], s["REWARD_WEIGHTS"], strict=False):
+        if name in CORRECTNESS and weight < 0:
+            log.warning("REWARD_WEIGHTS gives %s the weight %g: wrong answers earn more than right ones", name, weight)
+    return []
+
+
+def special_tokens(model_name):
+    """The special tokens a local tokenizer (tokenizer.json's added tokens) declares; () for a Hub id."""
+    try:
+        data = json.loads((Path(model_name) / "tokenizer.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return ()
+    added = data.get("added_tokens") if isinstance(data, dict) else None
+    return tuple(t["content"] for t in added or () if isinstance(t, dict) and t.get("special") and t.get("content"))
+
+
+def launcher_problems(environ):
+    """WORLD_SIZE, RANK or LOCAL_RANK left in the shell by an earlier job, in a process no launcher started (a
+    launcher also sets MASTER_ADDR): torch would wait for processes that never come."""
+    left = [f"{key}={environ[key]}" for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK") if key in environ]
+    if not left or "MASTER_ADDR" in environ:
+        return []
+    return [
+        f"{', '.join(left)} set, but no launcher started this process (no MASTER_ADDR): left from an earlier job?\n"
+        "Unset them (unset WORLD_SIZE RANK LOCAL_RANK), or start with torchrun (docs/launch.md)."
+    ]
+
+
+def tracker_problems(report_to, environ=os.environ):
+    """A tracker of REPORT_TO whose package is missing, or W&B without a login (an API key in the environment or in
+    ~/.netrc, as `wandb login` leaves it) outside offline mode: it would fail once the run has begun."""
+    problems = []
+    for tracker in [t for t in settings.trackers(report_to) if t in ("trackio", "wandb")]:
+        if not hardware.importable(tracker):
+            problems.append(f"REPORT_TO={report_to} needs the {tracker} package: pip install {tracker}.")
+    offline = environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun")
+    if "wandb" in settings.trackers(report_to) and not problems and not offline and not _wandb_key(environ):
+        problems.append(
+            f"REPORT_TO={report_to}, but W&B is not logged in here: run `wandb login` (or set WANDB_API_KEY), or "
+            "log offline with WANDB_MODE=offline and `wandb sync` later."
+        )
+    return problems
+
+
+def _wandb_key(environ):
+    if environ.get("WANDB_API_KEY"):
+        return True
+    import netrc
+    from urllib.parse import urlparse
+
+    host = urlparse(environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        return netrc.netrc().authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):  # no ~/.netrc, or one that does not parse
+        return False
 
 
 def report_problems(text):
@@ -152,8 +236,11 @@ def _rewards(s, known):
         )
     elif any(not math.isfinite(w) for w in weights) or not any(weights):
         problems.append(f"REWARD_WEIGHTS={weights}: every weight must be finite and one at least non-zero.")
-    for name in [f for f in funcs if known and isinstance(f, str) and f not in known and not {":", "."} & set(f)]:
-        close = difflib.get_close_matches(name, known, n=1)
+    plain = [f for f in funcs if known and isinstance(f, str) and not {":", "."} & set(f)]
+    for name in [f for f in plain if f in reward_guard.UNSUPPORTED]:
+        problems.append(f"REWARD_FUNCS names open-r1's {name!r}, unused here: {reward_guard.UNSUPPORTED[name]}.")
+    for name in [f for f in plain if f not in known and f not in reward_guard.OTHER_NAMES | reward_guard.UNSUPPORTED]:
+        close = difflib.get_close_matches(name, [*known, *reward_guard.OTHER_NAMES], n=1)
         hint = f"Did you mean {close[0]}? " if close else ""
         problems.append(
             f"REWARD_FUNCS names an unknown reward {name!r}. {hint}\n"
@@ -312,12 +399,7 @@ def hardware_problems(s, cpu_only):
             problems.append(f"{flag}=True needs a CUDA GPU; set {flag}=False on this machine.")
         elif s[flag] is True and not hardware.importable(package):
             problems.append(f"{flag}=True needs the {package} package, which is not installed: {install}")
-    for tracker in [t for t in settings.trackers(s["REPORT_TO"]) if t in ("trackio", "wandb")]:
-        if not hardware.importable(tracker):
-            problems.append(
-                f"REPORT_TO={s['REPORT_TO']} needs the {tracker} package: pip install {tracker}, "
-                "or REPORT_TO=tensorboard."
-            )
+    problems += tracker_problems(s["REPORT_TO"])
     attn = hardware.attention_problem(
         s["ATTN_IMPLEMENTATION"], cuda=cuda, bf16=s["BF16"], importable=hardware.importable
     )

@@ -11,6 +11,7 @@ import faulthandler
 import functools
 import importlib
 import inspect
+import logging
 import math
 import numbers
 import os
@@ -23,15 +24,39 @@ from pathlib import Path
 from grpo.errors import ConfigError
 from grpo.process import Watchdog
 
+log = logging.getLogger("grpotrainer.rewards")
+
+
+# The names other tools give rewards, read as an entry here: TRL's own (trl grpo's reward_funcs) and open-r1's
+# registry (its recipes' reward_funcs), each as this project's equivalent, with a line saying so when they differ.
+OPEN_R1_FORMAT = "open-r1's format wants <think>...</think><answer>...</answer>; format_reward wants '#### N' last"
+OTHER_NAMES = {
+    "accuracy_reward": ("trl.rewards:accuracy_reward", None),
+    "reasoning_accuracy_reward": ("trl.rewards:reasoning_accuracy_reward", None),
+    "think_format_reward": ("trl.rewards:think_format_reward", None),
+    "get_soft_overlong_punishment": ("overlong_reward", "TRL's soft overlong punishment is overlong_reward here"),
+    "soft_overlong_punishment": ("overlong_reward", "open-r1's soft overlong punishment is overlong_reward here"),
+    "accuracy": ("correctness_reward", "open-r1's accuracy is correctness_reward here (answers read by value)"),
+    "format": ("format_reward", OPEN_R1_FORMAT),
+    "reasoning_steps": ("reasoning_reward", "open-r1's reasoning_steps is reasoning_reward here (arithmetic shown)"),
+}
+# open-r1's rewards for other tasks: refused naming the nearest one here (preflight)
+UNSUPPORTED = dict.fromkeys(("code", "code_format", "binary_code", "ioi_code", "cf_code"), "GSM8K has no code task")
+UNSUPPORTED |= dict.fromkeys(("cosine", "length", "repetition_penalty", "tag_count"), "overlong_reward or math_reward")
+
 
 def load(names, registry, *, max_completion_length, enable_thinking=False, timeout=0):
-    """A `Guard` for each REWARD_FUNCS entry in `names` (a `registry` name, "module:function" or TRL's
-    "module.function"), `timeout` seconds per plain call (REWARD_TIMEOUT; 0 = no limit). An unknown module or name is
-    a ConfigError; a module or class that raises while loading keeps its traceback, with a note naming the entry."""
+    """A `Guard` for each REWARD_FUNCS entry in `names` (a `registry` name, one of OTHER_NAMES, "module:function"
+    or TRL's "module.function"), `timeout` seconds per plain call (REWARD_TIMEOUT; 0 = no limit). An unknown module
+    or name is a ConfigError; a module or class that raises while loading keeps its traceback, with a note naming
+    the entry."""
     settings = {"max_completion_length": max_completion_length, "enable_thinking": enable_thinking}
     guards = []
     for name in names:
-        func = registry[name] if name in registry else _import(name)
+        entry, note = OTHER_NAMES.get(name, (name, None))
+        if note:
+            log.info("REWARD_FUNCS entry %r: %s", name, note)
+        func = registry[entry] if entry in registry else _import(entry)
         try:
             func = bind(func, **settings)
         except Exception as err:
