@@ -61,14 +61,14 @@ def _truncated(completion_ids, max_completion_length: int | None, n: int) -> lis
 
 
 def _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric) -> tuple[list, list[bool]]:
-    """Each completion's final answer, and whether it stopped there: not cut off, and nothing after the final answer
-    repeats or pads it (grading.pads_answer). The padded share goes to TRL's `log_metric` hook, so TensorBoard shows
-    it as train/completions/padded_ratio."""
+    """Each completion's reading (grading.read_answer: its answer, whether it pads past it, the values that count as
+    it), and whether it stopped at its answer: not cut off, not padded. The padded share goes to TRL's `log_metric`
+    hook, so TensorBoard shows it as train/completions/padded_ratio."""
     cut = _truncated(completion_ids, max_completion_length, len(texts))
     read = [read_answer(t, truncated=c, thinking=enable_thinking) for t, c in zip(texts, cut, strict=True)]
     if callable(log_metric) and read:
-        log_metric("completions/padded_ratio", sum(padded for _, padded in read) / len(read))
-    return [value for value, _ in read], [not (padded or c) for (_, padded), c in zip(read, cut, strict=True)]
+        log_metric("completions/padded_ratio", sum(r[1] for r in read) / len(read))
+    return read, [not (r[1] or c) for r, c in zip(read, cut, strict=True)]
 
 
 def correctness_reward(
@@ -116,13 +116,13 @@ def correctness_reward(
     """
     texts = [completion_to_text(c) for c in completions or []]
     golds = _golds(solution if answer is None else answer, len(texts))
-    extracted, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
+    read, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
     if callable(log_extra):
-        log_extra("extracted", extracted)
+        log_extra("extracted", [r[0] for r in read])
         log_extra("gold", golds)
     return [
-        None if gold is None else float(ok and answers_match(pred, gold))
-        for pred, gold, ok in zip(extracted, golds, stopped, strict=True)
+        None if gold is None else float(ok and answers_match(r[2], gold))
+        for r, gold, ok in zip(read, golds, stopped, strict=True)
     ]
 
 
@@ -227,9 +227,9 @@ def math_reward(
     """
     texts = [completion_to_text(c) for c in completions or []]
     golds = _golds(solution if answer is None else answer, len(texts))
-    preds, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
+    read, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
     rewards = []
-    for text, gold, pred, ok in zip(texts, golds, preds, stopped, strict=True):
+    for text, gold, (pred, _, accepted), ok in zip(texts, golds, read, stopped, strict=True):
         if gold is None or not ok or answer_region(text, enable_thinking) is None:
             rewards.append(None if gold is None else 0.0)
             continue
@@ -237,7 +237,7 @@ def math_reward(
             2 * (extract_hash_answer(text, thinking=enable_thinking) is not None)
             + 2 * (working_score(text) > 0)
             + 2 * (pred is not None)
-            + 4 * answers_match(pred, gold)
+            + 4 * answers_match(accepted, gold)
         )
         rewards.append(tenths / 10)
     return rewards

@@ -64,7 +64,7 @@ MAX_BOX_CHARS = 1000  # characters searched for the closing brace of \boxed{
 MAX_MARKERS = 64  # occurrences of one kind of marker tried, from the last, before giving up on that kind
 MAX_FALLBACK_CHARS = 65536  # digit-bearing characters read back for the last number before giving up
 # Past the final answer (`pads_answer`)
-MAX_TAIL_CHARS = 160  # characters a `#### N` line may be followed by: a sign-off ("I hope this helps!"), no more
+MAX_TAIL_CHARS = 1000  # characters after the final answer's line: an explanation or a sign-off; more is filler
 MAX_BLANK_CHARS = 8  # whitespace in a row from the final answer on: a line break or two, not a run to the limit
 
 # Every scan of a whole completion is a str.find/rfind for a literal (C speed); regular expressions only run on
@@ -125,6 +125,7 @@ _POWER = re.compile(r"(?<=[0-9])[ \t]*+\*\*[ \t]*+(?=[0-9(])")  # Python's 9**2 
 _CHARS = str.maketrans(
     "\u2212\u00d7\u00b7\u2217\u00f7\u2248\u00a0\u2009\u202f", "-***/=   ", "${}\u20ac\u00a3\u00a5\u20b9"
 )
+_MONEY_CHARS = _CHARS | str.maketrans("$\u20ac\u00a3\u00a5\u20b9", "$$$$$")  # the same, keeping money's "$"
 
 # Answer markers, each matched where str.rfind found its literal.
 _HASH_LINE = re.compile(r"[ \t]*+####[ \t]*+-?(?:[0-9]{1,3}(?:,[0-9]{3})++|[0-9]++)(?:\.[0-9]++)?[ \t]*+")
@@ -169,12 +170,12 @@ _MODAL_TO = re.compile(
 _CONTEXT = re.compile(
     r"(?:\b(?:after|before|for|per|each|every|in|within|over|during|on|above|below|until|than)|(?<!total )\bof)[ \t]++"
     r"(?:[a-z]{1,20}?ing[ \t]++(?:away[ \t]++)?)?"
-    r"(?:(?:the|a|an|another|its|his|her|their|those|these|this|that|all|both|next|first|last)[ \t]++)?$",
+    r"(?:(?:(?P<det>the|its|his|her|their|those|these|this|that|all|both)|a|an|another|next|first|last)[ \t]++)?$",
     re.IGNORECASE,
 )
 # An operand: an operator or "=" and then a number, or a comparison ("50 < 52"); a number after "<" or ">".
 _OPERAND_TAIL = re.compile(
-    r"[ \t]*+(?:(?:[-+*/^=<>]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\.?[0-9]|[<>\u2264\u2265])"
+    r"[ \t]*+(?:(?:[-+*/^=<>]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\$?\.?[0-9]|[<>\u2264\u2265])"
 )
 _COMPARED = re.compile(r"(?:[<>\u2264\u2265]|[0-9%)][ \t]*+(?:[-+*/^]|[xX]))[ \t]*+\(?[ \t]*+$")  # "50 < 52", "1 - 3"
 _RESULT_BEFORE = re.compile(r"=[ \t]*+$")
@@ -191,7 +192,45 @@ _CLAUSE_END = re.compile(r"[,;:=]")  # "... when she started = 90 more pounds": 
 _RESULT_AT = re.compile(r"(?:=|>>)[ \t]*+")  # where a computed result follows: "= 18", GSM8K's "<<3*6=18>>18"
 # Past the final answer: a run of whitespace, and another question or turn starting on a line of its own.
 _BLANK_RUN = re.compile(rf"\s{{{MAX_BLANK_CHARS + 1}}}")
-_NEW_TURN = re.compile(r"^[ \t*#>]*+(?:question|problem|q|user|human)\b[^\n:]{0,20}:", re.IGNORECASE | re.MULTILINE)
+_NEW_TURN = re.compile(
+    r"^[ \t*#>]*+(?:question|problem|q|user|human)(?:[ \t]*+#?[0-9]++)?[ \t*]*+:|<\|im_start\|>",
+    re.IGNORECASE | re.MULTILINE,
+)
+_UNIT_PRICE = re.compile(r"[ \t]*+(?:each|apiece|per|a[ \t]++piece)\b", re.IGNORECASE)  # "for $2 each"
+# Between two numbers of an answer's statement: a first unit, then "or" (a hedge when the units agree, the same
+# quantity again when they differ: "2 hours, or 120 minutes") or a restatement ("which is", "i.e.", "(").
+_LINK = re.compile(
+    r"[ \t]*+(?P<unit>(?!(?:or|and|but|which|that|it|i)\b)[A-Za-z]++|%)?[ \t]*+[,;(]?[ \t]*+"
+    r"(?:(?P<hedge>(?:either[ \t]++)?or(?:[ \t]++(?:maybe|possibly|perhaps|even))?"
+    r"|(?:but[ \t]++)?(?:it[ \t]++)?(?:might|could|may)(?:[ \t]++also)?[ \t]++be)"
+    r"|which[ \t]++(?:is|equals)|that[ \t]++is|that's|i\.e\.,?|equals|=)?[ \t]*+\(?[ \t]*+(?:about[ \t]++)?",
+    re.IGNORECASE,
+)
+_UNIT_WORD = re.compile(r"[ \t]*+([A-Za-z]++|%)")
+_OPERATOR_END = re.compile(r"[-+*/^][ \t]*+$")  # "5A/5 or 20 = A": an operand, no hedge
+# fmt: off
+_UNIT_SIZES = {  # a unit -> what it measures, and its size in the smallest unit listed for that
+    word: (kind, size)
+    for kind, sizes in {
+        "time": {"second seconds sec secs": 1, "minute minutes min mins": 60, "hour hours hr hrs": 3600,
+                 "day days": 86400, "week weeks": 604800},
+        "months": {"month months": 1, "year years": 12},
+        "money": {"cent cents": 1, "dollar dollars $": 100},
+        "length": {"inch inches": 1, "foot feet ft": 12, "yard yards": 36, "mile miles": 63360},
+        "metres": {"centimeter centimeters cm": 1, "meter meters metre metres": 100, "kilometer kilometers km": 10**5},
+        "weight": {"ounce ounces oz": 1, "pound pounds lb lbs": 16},
+        "grams": {"gram grams g": 1, "kilogram kilograms kg": 1000},
+        "volume": {"cup cups": 1, "pint pints": 2, "quart quarts": 4, "gallon gallons": 16},
+        "litres": {"milliliter milliliters ml": 1, "liter liters litre litres": 1000},
+        "share": {"% percent": 1},
+    }.items()
+    for names, size in sizes.items()
+    for word in names.split()
+}
+_UNIT_SIZES[None] = ("share", 100)  # a bare number: "0.6, or 60%"
+# fmt: on
+# A bold line that opens the answer region, "**18 pens**", answers first when the explanation after it has no marker.
+_BOLD_FIRST = re.compile(r"\s*+(?:#{1,6}[ \t]++)?(\*\*|__)(?P<body>[^\n*_]{1,100}?)\1[ \t.!]*+(?:\n|$)")
 
 # Numbers written as words, read after an answer phrase: "eighteen", "twenty-five", "a dozen".
 # fmt: off
@@ -214,8 +253,9 @@ _WORD_NUMBER = re.compile(
 )
 _WORD_CUE = re.compile(
     r"(?i:\b(?:is|are|was|were|be|has|have|had|gets?|got|makes?|made|needs?|costs?|spends?|spent|pays?|paid"
-    r"|earns?|earned|equals?|totals?|of)|=)[ \t]++$"
+    r"|earns?|earned|equals?|totals?|of|takes?|took|sells?|sold|buys?|bought|saves?|saved|uses?|used)|=)[ \t]++$"
 )
+_LINE_START = re.compile(r"(?:^|[.!?:\n])[ \t*_#>]*+$")  # "Eighteen dollars.": a number word opening a sentence
 
 # Shown working, for reasoning_reward: an operation "36 / 3", then the rest of its chain and an "= result".
 _OPS = r"(?:[-+*/^xX\u2212\u00d7\u00f7\u00b7\u2217]|\\(?:times|cdot|div)(?![a-zA-Z]))"
@@ -300,11 +340,7 @@ def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False
     >>> extract_answer("#### 9*2") is None
     True
     """
-    text = answer_region(text if isinstance(text, str) else completion_to_text(text), thinking)
-    if text is None:
-        return None
-    final = _final_answer(text, truncated)
-    return None if final is None else final[0]
+    return read_answer(text, truncated=truncated, thinking=thinking)[0]
 
 
 def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
@@ -318,13 +354,12 @@ def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
     >>> extract_hash_answer("#### Final answer\\nThe answer is 12.") is None
     True
     """
-    text = answer_region(text if isinstance(text, str) else completion_to_text(text), thinking)
-    found = None if text is None else _hash_answer(text)
-    return None if found is None else found[0]
+    return read_answer(text, thinking=thinking, strict=True)[0]
 
 
 def answers_match(pred: str | None, gold: str | None) -> bool:
-    """Whether two answers are the same number, compared with `decimal.Decimal` (exact, no float rounding).
+    """Whether two answers are the same number, compared with `decimal.Decimal` (exact, no float rounding); `pred`
+    may be a tuple of values that all count as the answer (`read_answer`'s third part): any one of them.
 
     None, and anything that is not a finite number, never matches.
 
@@ -333,12 +368,14 @@ def answers_match(pred: str | None, gold: str | None) -> bool:
     >>> answers_match(None, None)
     False
     """
+    if isinstance(pred, tuple):
+        return any(answers_match(value, gold) for value in pred)
     a, b = _to_decimal(pred), _to_decimal(gold)
     return a is not None and b is not None and a == b
 
 
 def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) -> dict:
-    """One completion against its gold answer: what the lenient extractor reads, and the three verdicts.
+    """One completion against its gold answer: what the lenient extractor reads, and the verdicts.
 
     Args:
         completion (`str` or `list[dict]`): a plain or chat completion.
@@ -347,47 +384,41 @@ def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) 
         thinking (`bool`): thinking mode was on (ENABLE_THINKING).
 
     Returns:
-        `dict`: `extracted` (`extract_answer`'s reading, or None), `correct` (it equals the gold), `strict_correct`
-        (the `#### N` answer equals the gold), `formatted` (there is a readable `#### N`), `padded` (text after the
-        final answer repeats or pads it: `pads_answer`). A padded or cut-off completion is neither correct nor
-        formatted, whatever it read; unclosed thinking gives None, False, False, False, False.
+        `dict`: `extracted` (`extract_answer`'s reading, or None), `correct` (the answer equals the gold),
+        `strict_correct` (the `#### N` answer equals the gold), `formatted` (there is a readable `#### N`), `padded`
+        (`pads_answer`: the rewards' reason to pay nothing, beside the verdicts, which judge the answer alone).
+        Unclosed thinking gives None, False, False, False, False.
 
     >>> grade("9 * 2 = 18\\n#### 18", "18")
     {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True, 'padded': False}
     >>> grade("So the answer is \\\\boxed{18}.", "18")
     {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False, 'padded': False}
     >>> grade("9 * 2 = 18\\n#### 18\\n#### 18", "18")
-    {'extracted': '18', 'correct': False, 'strict_correct': False, 'formatted': False, 'padded': True}
+    {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True, 'padded': True}
     """
     text = completion_to_text(completion)
     gold = gold_value(gold)
-    extracted, padded = read_answer(text, truncated=truncated, thinking=thinking)
-    strict = extract_hash_answer(text, thinking=thinking)
-    credited = not (truncated or padded)  # no credit for a completion that did not stop at its answer
+    extracted, padded, accepted = read_answer(text, truncated=truncated, thinking=thinking)
+    strict, _, strict_accepted = read_answer(text, thinking=thinking, strict=True)
     return {
         "extracted": extracted,
-        "correct": credited and answers_match(extracted, gold),
-        "strict_correct": credited and answers_match(strict, gold),
-        "formatted": credited and strict is not None,
+        "correct": answers_match(accepted, gold),
+        "strict_correct": answers_match(strict_accepted, gold),
+        "formatted": strict is not None,
         "padded": padded,
     }
 
 
 def pads_answer(text, *, truncated: bool = False, thinking: bool = False) -> bool:
-    """Whether the completion goes on past its final answer, repeating or padding it instead of stopping there.
+    """Whether the completion goes on past its final answer instead of stopping there: the rewards pay it nothing.
 
-    A `#### N` answer (the asked format) must be the only `####` answer, followed by at most MAX_TAIL_CHARS of text
-    without a number, the answer in words, another answer marker or another question. Any final answer (a box, a
-    phrase, the last number) pads when it repeats the statement just before it (`#### 5\\n#### 5`, `\\boxed{5}
-    \\boxed{5}`, "The answer is 5. The answer is 5."), when more than MAX_BLANK_CHARS of whitespace run after it
-    starts, or when a `####`, a `\\boxed` or another question ("Question:", "Q:", "User:") follows its line. A text
-    without a final answer pads nothing. Linear in the length of the text.
+    Padding is: the answer repeated (a second `####`, `\\boxed` or answer phrase, the statement said twice, a
+    sentence whose only number is the answer: "#### 5\\nSo Sam has five pens."); filler (more than MAX_TAIL_CHARS,
+    a sentence said twice in a row) or a run of more than MAX_BLANK_CHARS whitespace; another question or turn
+    ("Question:", "Q:", "User:", `<|im_start|>`). An explanation or a check with other numbers, or a sign-off, is not.
+    A text without a final answer pads nothing. Linear in the length of the text.
 
-    Args:
-        text (`str` or `list[dict]`): a plain or chat completion.
-        truncated, thinking (`bool`): as for `extract_answer` (a cut-off completion's last number is no answer).
-
-    >>> pads_answer("9 * 2 = 18\\n#### 18\\n"), pads_answer("#### 18\\nI hope this helps!")
+    >>> pads_answer("9 * 2 = 18\\n#### 18\\n"), pads_answer("#### 18\\nCheck: 18 / 6 = 3, as given. Hope this helps!")
     (False, False)
     >>> pads_answer("#### 18\\n#### 18"), pads_answer("#### 18 #### 18"), pads_answer("#### 18\\nThe answer is 18.")
     (True, True, True)
@@ -397,37 +428,73 @@ def pads_answer(text, *, truncated: bool = False, thinking: bool = False) -> boo
     return read_answer(text, truncated=truncated, thinking=thinking)[1]
 
 
-def read_answer(text, *, truncated: bool = False, thinking: bool = False) -> tuple[str | None, bool]:
-    """`extract_answer`'s reading and `pads_answer`'s verdict, from one reading of the text (grade and the rewards
-    need both).
+def read_answer(text, *, truncated=False, thinking=False, strict=False) -> tuple[str | None, bool, tuple[str, ...]]:
+    """The final answer as `extract_answer` reads it (strict: `extract_hash_answer`), whether the text pads past it
+    (`pads_answer`), and the values that count as that answer: it, and the same quantity restated in other units
+    ("2 hours, or 120 minutes"). A hedge between two answers ("18 or 20") is no answer.
 
-    >>> read_answer("#### 18\\n#### 18")
-    ('18', True)
+    >>> read_answer("#### 18\\n#### 18"), read_answer("It takes 2 hours, or 120 minutes.")
+    (('18', True, ('18',)), ('120', False, ('120', '2')))
     """
-    region = answer_region(text if isinstance(text, str) else completion_to_text(text), thinking)
-    final = None if region is None else _final_answer(region, truncated)
-    return (None, False) if final is None else (final[0], _pads(region, *final))
+    region = answer_region(completion_to_text(text), thinking)
+    head = None if region is None else region[: _turn_at(region)]  # a base model's next question is no answer
+    found = None if head is None else (_hash_answer(head) if strict else _final_answer(head, truncated))
+    if found is None:
+        return None, False, ()
+    value, accepted = _statement(head, *found)
+    return value, _pads(region, *found), accepted
 
 
 def _pads(region: str, value: str | None, start: int, end: int) -> bool:
     """pads_answer's rules, for the final answer `value` whose marker starts at `start`, its line ending at `end`."""
     tail = region[end:]
-    if _BLANK_RUN.search(region, max(start, end - SPAN_CHARS)):  # from the answer's number on
-        return True
+    if len(tail) > MAX_TAIL_CHARS or _BLANK_RUN.search(region, max(start, end - SPAN_CHARS)):
+        return True  # filler, or a run of whitespace from the answer's number on
     if "####" in tail or "\\boxed" in tail or _NEW_TURN.search(tail):
-        return True
-    if region.startswith("####", start):  # the asked format: one `#### N` line, ending the completion
-        if len(tail) > MAX_TAIL_CHARS or any(digit in tail for digit in _DIGITS) or _hash_answer(region[:start]):
+        return True  # another answer marker, another question or turn
+    if (found := _phrase_answer(tail, _Computed(tail))) is not None and found[0] is not None:
+        return True  # "The answer is 5." after the answer
+    if region.startswith("####", start) and _hash_answer(region[:start]):
+        return True  # an earlier `#### N`: this one repeats it
+    previous = None
+    for sentence in _SENTENCE_END.split(tail):  # the answer said again, or a sentence said twice in a row
+        numbers = {_normalise(n) for n in _NUMBER.finditer(_digits_for_words(_clean(sentence)))}
+        if numbers == {value} or (sentence.strip() and sentence.strip() == previous):
             return True
-        if any(_word_value(words.group()) == value for words in _WORD_NUMBER.finditer(tail)):
-            return True  # "#### 5\\nFive."
+        previous = sentence.strip()
     # The statement of the final answer: from its marker, or for a phrase or the last number, from its sentence.
     if not region.startswith(("####", "\\boxed", "\\fbox"), start):
-        low = max(0, start - SENTENCE_CHARS)
-        start = max((i + len(e) for e in _RAW_SENTENCE_ENDS if (i := region.rfind(e, low, start)) >= 0), default=low)
+        start = _sentence_start(region, max(0, start - SENTENCE_CHARS), start)
     statement = region[start : min(end, start + 2 * SPAN_CHARS)].strip()  # a longer one repeats no answer
     before = region[max(0, start - 2 * SPAN_CHARS) : start].rstrip()
     return 0 < len(statement) <= SPAN_CHARS and before.endswith(statement)
+
+
+def _statement(text: str, value: str | None, start: int, end: int) -> tuple[str | None, tuple[str, ...]]:
+    """The final answer as its statement gives it: None when it hedges between two answers ("18 or 20 apples", "18,
+    but it might be 20"); else the answer and the values that restate it in other units ("2 hours (120 minutes)")."""
+    statement = _clean(text[start : min(end, start + SPAN_CHARS)], money=True)
+    numbers = list(_NUMBER.finditer(statement))
+    accepted = [value] if value is not None else []
+    for a, b in zip(numbers, numbers[1:], strict=False):
+        pair = (_normalise(a), _normalise(b))
+        link = _LINK.fullmatch(statement, a.end(), b.start())
+        if value not in pair or pair[0] == pair[1] or link is None or _is_operand(statement, b):
+            continue
+        after_b = _UNIT_WORD.match(statement, b.end())
+        units = [_unit(a, link.group("unit")), _unit(b, after_b and after_b.group(1))]
+        sizes = [_UNIT_SIZES.get(unit) for unit in units]
+        same_kind = None not in sizes and sizes[0][0] == sizes[1][0] and units[0] != units[1]
+        if same_kind and _CTX.multiply(Decimal(pair[0]), sizes[0][1]) == _CTX.multiply(Decimal(pair[1]), sizes[1][1]):
+            accepted.append(pair[1] if pair[0] == value else pair[0])  # the same quantity in other units
+            continue
+        if link.group("hedge") and units[0] in (None, units[1]) and not _OPERATOR_END.search(statement, 0, a.start()):
+            return None, ()  # two answers: no answer
+    return value, tuple(accepted)
+
+
+def _unit(number: re.Match, word: str | None) -> str | None:
+    return "$" if "$" in number.group() else word.lower() if word else None
 
 
 def _to_decimal(value) -> Decimal | None:
@@ -477,14 +544,62 @@ class _Computed:
 def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, int] | None:
     """The final answer of an answer region by precedence (see the module docstring), as the finders return it."""
     computed = _Computed(text)
-    for find in (_hash_answer, _boxed_answer, _phrase_answer):
+    for find in (_hash_answer, _boxed_answer, _phrase_answer, _bold_answer):
         if (found := find(text, computed, truncated)) is not None:
             return found
-    last_digit = -1 if truncated else max(text.rfind(digit) for digit in _DIGITS)
-    if last_digit < 0:
+    last = -1 if truncated else _last_number_at(text)
+    if last < 0:
         return None
-    value = _last_answer(text, computed, last_digit)
-    return value, text.rfind("\n", 0, last_digit) + 1, _line_end(text, last_digit)
+    start = _sentence_start(text, max(0, last - SENTENCE_CHARS), last)
+    return _last_answer(text, computed, last), start, _line_end(text, last)
+
+
+def _turn_at(region: str) -> int:
+    """Where another question or turn starts after the answer's first digit (a base model's next few-shot
+    question), else the end of the region."""
+    first_digit = min((i for digit in _DIGITS if (i := region.find(digit)) >= 0), default=len(region))
+    turn = _NEW_TURN.search(region, first_digit)
+    return len(region) if turn is None else turn.start()
+
+
+def _sentence_start(text: str, low: int, pos: int) -> int:
+    """Where the sentence that holds `pos` starts, read back no further than `low` (str.rfind: fast)."""
+    return max((i + len(end) for end in _RAW_SENTENCE_ENDS if (i := text.rfind(end, low, pos)) >= 0), default=low)
+
+
+def _last_number_at(text: str) -> int:
+    """Where the text's last number is: its last digit, or a number word after it ("so he has fourteen"); else -1."""
+    last_digit = max(text.rfind(digit) for digit in _DIGITS)
+    words = _last(_spelled(text, max(last_digit + 1, len(text) - 2 * SENTENCE_CHARS)))
+    return last_digit if words is None else words.start()
+
+
+def _spelled(text: str, pos: int = 0):
+    """The numbers written as words in text[pos:] that state a number: after a verb ("he has fourteen pens", not
+    "in eight stalls", "this one" or "4 million") or opening a sentence ("Eighteen dollars.")."""
+    for words in _WORD_NUMBER.finditer(text, pos):
+        low = max(0, words.start() - 12)
+        if _WORD_CUE.search(text, low, words.start()) or _LINE_START.search(text, low, words.start()):
+            yield words
+
+
+def _digits_for_words(text: str) -> str:
+    """The text with its number words written as digits: "he has fourteen pens" -> "he has 14 pens"."""
+    parts, done = [], 0
+    for words in _spelled(text):
+        parts += [text[done : words.start()], _word_value(words.group())]
+        done = words.end()
+    return "".join(parts) + text[done:]
+
+
+def _bold_answer(text: str, computed, truncated: bool = False) -> tuple[str | None, int, int] | None:
+    """A bold line that opens the text and states a number ("**18 pens**"), before the explanation; not a heading
+    ("**Step 1: ...**", "**Given:**") nor a line of working."""
+    bold = _BOLD_FIRST.match(text)
+    if bold is None or bold.group("body").rstrip().endswith(":") or _is_working(bold.group("body")):
+        return None
+    found, value = _read_span(bold.group("body"), computed=computed)
+    return (value, bold.start("body"), len(text)) if found and value is not None else None
 
 
 def _line_end(text: str, pos: int) -> int:
@@ -579,14 +694,11 @@ def _is_working(line: str) -> bool:
 def _last_answer(text: str, computed, last_digit: int | None = None) -> str | None:
     """The answer number of the sentence that holds the text's last number (see `_sentence_answer`); `last_digit`,
     where the text's last digit is, when the caller has found it."""
-    last_digit = max(text.rfind(digit) for digit in _DIGITS) if last_digit is None else last_digit
+    last_digit = _last_number_at(text) if last_digit is None else last_digit
     if last_digit < 0:
         return None
-    low = max(0, last_digit - SENTENCE_CHARS)  # the sentence around the last digit, found with str.rfind: fast
-    start = max(
-        (i + len(end) for end in _RAW_SENTENCE_ENDS if (i := text.rfind(end, low, last_digit)) >= 0), default=low
-    )
-    window = _clean(text[start : last_digit + SPAN_CHARS])
+    start = _sentence_start(text, max(0, last_digit - SENTENCE_CHARS), last_digit)
+    window = _digits_for_words(_clean(text[start : last_digit + SPAN_CHARS], money=True))
     numbers = list(_NUMBER.finditer(window))
     if numbers and not (numbers[0].start() == 0 and start > 0 and not text[start - 1].isspace()):
         last = numbers[-1]
@@ -670,9 +782,13 @@ def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | 
     context, previous = [], False
     for n in kept:  # a number after "and" continues the list before it: "for 3 gallons of milk and 5 boxes"
         before = sentence[max(0, n.start() - 30) : n.start()]
-        previous = bool(_CONTEXT.search(before)) or (previous and _AND_BEFORE.search(before) is not None)
+        found = _CONTEXT.search(before)
+        if found and found.group().strip() == "for" and "$" in n.group() and not _UNIT_PRICE.match(sentence, n.end()):
+            found = None  # "6 shirts for $240": the amount paid, not a condition
+        previous = bool(found) or (previous and _AND_BEFORE.search(before) is not None)
         context.append(previous)
-    if context[-1] and _normalise(last) not in computed:
+    # A restated number ("after 60 days") gives way, unless computed and not a given one ("of the 18 he bought").
+    if context[-1] and (_normalise(last) not in computed or found and found.group("det")):
         earlier = [n for n in kept[:-1] if _normalise(n) in computed]
         plain = [n for n, c in zip(kept, context, strict=True) if not c]
         last = (earlier or plain or [last])[-1]
@@ -802,7 +918,7 @@ def _word_value(words: str) -> str:
     return str(total + current)
 
 
-def _clean(text: str) -> str:
+def _clean(text: str, money: bool = False) -> str:
     """Strip LaTeX and markdown around numbers: \\frac{1}{2} -> 0.5, 1,\\!080 -> 1,080, \\$18 -> 18, **18** -> 18."""
     if "\\" in text:
         text = _replace_fractions(text)
@@ -817,7 +933,7 @@ def _clean(text: str) -> str:
         text = _COMMAND.sub(" ", text)
     if "**" in text:
         text = _POWER.sub("^", text).replace("**", " ")
-    return text.translate(_CHARS)
+    return text.translate(_MONEY_CHARS if money else _CHARS)
 
 
 def _scientific_text(match: re.Match) -> str:

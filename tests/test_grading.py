@@ -307,8 +307,8 @@ def test_f_smaller_cases(text, expected):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# G. Past the final answer: text that repeats or pads it earns nothing (issue 30: a model learned to repeat its
-# `#### N` line to the token limit). Gold 5 throughout; each shape reads 5, so only the padding costs the credit.
+# G. Past the final answer: text that repeats or pads it earns no reward (issue 30: a model learned to repeat its
+# `#### N` line to the token limit), while evaluation still judges the answer (issue 37). Gold 5 throughout.
 
 PADDED = [
     "2 + 3 = 5\n#### 5\n#### 5\n#### 5",  # the answer line repeated
@@ -353,15 +353,15 @@ STOPPED = [
 
 @pytest.mark.parametrize("text", PADDED)
 @pytest.mark.parametrize("form", ["plain", "chat"])
-def test_g_padding_past_the_answer_gets_no_credit(text, form):
+def test_g_padding_is_marked_but_the_answer_is_still_judged(text, form):
     completion = text if form == "plain" else [{"role": "assistant", "content": text}]
     assert grading.pads_answer(completion)
-    # the answer is still read (the completions table shows it), but no verdict credits it
+    # a careful grader reads the answer (5, right) and notes the padding beside it; the rewards pay it nothing
     assert grade(completion, "5") == {
         "extracted": "5",
-        "correct": False,
-        "strict_correct": False,
-        "formatted": False,
+        "correct": True,
+        "strict_correct": "####" in text,
+        "formatted": "####" in text,
         "padded": True,
     }
 
@@ -374,11 +374,12 @@ def test_g_an_answer_that_stops_keeps_its_credit(text):
     assert out["strict_correct"] == out["formatted"] == ("####" in text)
 
 
-@pytest.mark.parametrize("text", ["2 + 3 = 5\n#### 5", "So the answer is $\\boxed{5}$."])
-def test_g_a_cut_off_completion_gets_no_credit(text):
-    # cut off at the token limit (no end-of-turn): whatever it wrote, it never finished
+@pytest.mark.parametrize("text", ["2 + 3 = 5\n#### 5", "So the answer is $\\boxed{5}$.", "#### 5\n" * 30])
+def test_g_a_cut_off_completion_is_judged_by_the_answer_it_wrote(text):
+    # cut off at the token limit: an answer it wrote is still its answer (truncated_rate reports the cut); the
+    # rewards pay it nothing (test_rewards.py)
     out = grade(text, "5", truncated=True)
-    assert (out["extracted"], out["correct"], out["strict_correct"], out["formatted"]) == ("5", False, False, False)
+    assert (out["extracted"], out["correct"]) == ("5", True)
 
 
 def test_g_padding_inside_closed_thinking_is_not_padding():
@@ -399,7 +400,7 @@ def test_g_padding_inside_closed_thinking_is_not_padding():
         ("#### 17", "18", {}, ("17", False, False, True)),
         ("#### 1,080", "Tom packs 40 * 27 = 1080 pens.\n#### 1,080", {}, ("1080", True, True, True)),
         ("3 * 6 = 18", "18", {"truncated": True}, (None, False, False, False)),
-        ("3 * 6 = 18\n#### 18", "18", {"truncated": True}, ("18", False, False, False)),  # read, but cut off
+        ("3 * 6 = 18\n#### 18", "18", {"truncated": True}, ("18", True, True, True)),  # cut off after its answer
         ("</think>\n#### 18", "18", {"thinking": True}, ("18", True, True, True)),
         ("#### 18", None, {}, ("18", False, False, True)),  # no gold: nothing is correct
     ],
