@@ -200,10 +200,11 @@ _UNIT_PRICE = re.compile(r"[ \t]*+(?:each|apiece|per|a[ \t]++piece)\b", re.IGNOR
 # Between two numbers of an answer's statement: a first unit, then "or" (a hedge when the units agree, the same
 # quantity again when they differ: "2 hours, or 120 minutes") or a restatement ("which is", "i.e.", "(").
 _LINK = re.compile(
-    r"[ \t]*+(?P<unit>(?!(?:or|and|but|which|that|it|i)\b)[A-Za-z]++|%)?[ \t]*+[,;(]?[ \t]*+"
+    r"[ \t]*+(?P<unit>(?!(?:or|and|but|which|that|it|i)\b)[A-Za-z]++|%)?[ \t]*+[,;]?[ \t]*+"
     r"(?:(?P<hedge>(?:either[ \t]++)?or(?:[ \t]++(?:maybe|possibly|perhaps|even))?"
     r"|(?:but[ \t]++)?(?:it[ \t]++)?(?:might|could|may)(?:[ \t]++also)?[ \t]++be)"
-    r"|which[ \t]++(?:is|equals)|that[ \t]++is|that's|i\.e\.,?|equals|=)?[ \t]*+\(?[ \t]*+(?:about[ \t]++)?",
+    r"|(?P<restated>which[ \t]++(?:is|equals)|that[ \t]++is|that's|i\.e\.,?|equals|=|\())?"
+    r"[ \t]*+\(?[ \t]*+(?:about[ \t]++)?",
     re.IGNORECASE,
 )
 _UNIT_WORD = re.compile(r"[ \t]*+([A-Za-z]++|%)")
@@ -454,8 +455,10 @@ def _pads(region: str, value: str | None, start: int, end: int) -> bool:
         return True  # another answer marker, another question or turn
     if (found := _phrase_answer(tail, _Computed(tail))) is not None and found[0] is not None:
         return True  # "The answer is 5." after the answer
-    if region.startswith("####", start) and _hash_answer(region[:start]):
-        return True  # an earlier `#### N`: this one repeats it
+    boxed = region.startswith(("\\boxed", "\\fbox"), start)
+    earlier = (_boxed_answer if boxed else _hash_answer)(region[:start], ())
+    if earlier and (region.startswith("####", start) or boxed and earlier[0] == value):
+        return True  # an earlier `#### N`, or the same box: this one repeats it
     previous = None
     for sentence in _SENTENCE_END.split(tail):  # the answer said again, or a sentence said twice in a row
         numbers = {_normalise(n) for n in _NUMBER.finditer(_digits_for_words(_clean(sentence)))}
@@ -490,6 +493,8 @@ def _statement(text: str, value: str | None, start: int, end: int) -> tuple[str 
             continue
         if link.group("hedge") and units[0] in (None, units[1]) and not _OPERATOR_END.search(statement, 0, a.start()):
             return None, ()  # two answers: no answer
+        if same_kind and (link.group("hedge") or link.group("restated")):
+            return None, ()  # "2 hours, or 100 minutes": two quantities said to be one
     return value, tuple(accepted)
 
 
