@@ -208,7 +208,7 @@ _LINK = re.compile(
     re.IGNORECASE,
 )
 _UNIT_WORD = re.compile(r"[ \t]*+([A-Za-z]++|%)")
-_OPERATOR_END = re.compile(r"[-+*/^][ \t]*+$")  # "5A/5 or 20 = A": an operand, no hedge
+_OPERATOR_END = re.compile(r"(?:[-+*/^]|(?<![A-Za-z])[xX])[ \t]*+$")  # a right operand: "3 x 20 hours = 60 hours"
 # fmt: off
 _UNIT_SIZES = {  # a unit -> what it measures, and its size in the smallest unit listed for that
     word: (kind, size)
@@ -461,8 +461,8 @@ def _pads(region: str, value: str | None, start: int, end: int) -> bool:
         return True  # an earlier `#### N`, or the same box: this one repeats it
     previous = None
     for sentence in _SENTENCE_END.split(tail):  # the answer said again, or a sentence said twice in a row
-        numbers = {_normalise(n) for n in _NUMBER.finditer(_digits_for_words(_clean(sentence)))}
-        if numbers == {value} or (sentence.strip() and sentence.strip() == previous):
+        numbers = [_normalise(n) for n in _NUMBER.finditer(_digits_for_words(_clean(sentence)))]
+        if numbers == [value] or (sentence.strip() and sentence.strip() == previous):
             return True
         previous = sentence.strip()
     # The statement of the final answer: from its marker, or for a phrase or the last number, from its sentence.
@@ -484,6 +484,8 @@ def _statement(text: str, value: str | None, start: int, end: int) -> tuple[str 
         link = _LINK.fullmatch(statement, a.end(), b.start())
         if value not in pair or pair[0] == pair[1] or link is None or _is_operand(statement, b):
             continue
+        if _OPERATOR_END.search(statement, max(0, a.start() - 8), a.start()):
+            continue  # "1250 hours / 250 days = 5 hours", "5A/5 or 20 = A": an operand, then a result
         after_b = _UNIT_WORD.match(statement, b.end())
         units = [_unit(a, link.group("unit")), _unit(b, after_b and after_b.group(1))]
         sizes = [_UNIT_SIZES.get(unit) for unit in units]
@@ -491,7 +493,7 @@ def _statement(text: str, value: str | None, start: int, end: int) -> tuple[str 
         if same_kind and _CTX.multiply(Decimal(pair[0]), sizes[0][1]) == _CTX.multiply(Decimal(pair[1]), sizes[1][1]):
             accepted.append(pair[1] if pair[0] == value else pair[0])  # the same quantity in other units
             continue
-        if link.group("hedge") and units[0] in (None, units[1]) and not _OPERATOR_END.search(statement, 0, a.start()):
+        if link.group("hedge") and units[0] in (None, units[1]):
             return None, ()  # two answers: no answer
         if same_kind and (link.group("hedge") or link.group("restated")):
             return None, ()  # "2 hours, or 100 minutes": two quantities said to be one
