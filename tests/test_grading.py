@@ -467,7 +467,7 @@ JUDGED = [
         True,
     ),
     (
-        "She makes 9 * 2 = $18.\n#### 18\n\nQuestion: A farmer has 12 cows. He buys 7 more.\nAnswer: 12 + 7 = 19\n#### 19",
+        "She makes 9 * 2 = $18.\n#### 18\n\nQuestion: A farmer has 12 cows and buys 7.\nAnswer: 12 + 7 = 19\n#### 19",
         "18",
         True,
         True,
