@@ -1,51 +1,39 @@
-"""The GSM8K answer reader: the final number of a completion, and whether it matches the gold answer.
+"""The GSM8K answer reader: the final answer of a completion, judged as a careful human grader would.
 
-rewards.py (the reward functions), evaluation (grpo/gsm8k.py) and monitoring (grpo/monitor.py) all grade with it.
-
-The reward is what GRPO optimises, so the grader has to read a right answer as right in every format a model
-writes it, and a wrong one as wrong:
+rewards.py (the rewards), evaluation (grpo/gsm8k.py) and monitoring (grpo/monitor.py) all grade with it:
 
     extract_answer(text)        the final number of a completion or a GSM8K gold solution ("1,080" -> "1080")
     answers_match(pred, gold)   equal by value, in exact decimal arithmetic ("18.00" == "18", "18.5" != "18")
-    pads_answer(text)           text after the final answer repeats or pads it (`#### 5\n#### 5`): no credit
+    pads_answer(text)           the text goes on past its final answer (`#### 5\n#### 5`): the rewards pay nothing
     grade(completion, gold)     one completion's verdicts, for evaluate.py: extracted, correct, strict_correct, ...
 
-Where the answer is, in order of precedence (the last occurrence of each wins):
+Where the answer is, in order of precedence (the last occurrence of each wins), in the text before a next question
+or turn ("Question:", "Q:", "User:" after the answer began: a base model going on with its few-shot prompt):
     1. `#### N`, GSM8K's own format and the one the prompt asks for (a markdown heading, `#### Step 2`, is not);
     2. `\\boxed{N}`; a box of words only (`\\boxed{\\text{Cannot be determined}}`) is a final answer that is no number;
     3. an answer phrase: "the answer is N", "Final answer: N", "Answer: N", "A: N", `<answer>N</answer>`,
-       `"answer": "N"` in JSON. "Step by step answer:" and the like are headings for working, not answer phrases;
-    4. the last sentence with a number in it (the last-number fallback).
-What follows a phrase is read so: a number first (after "about", "$", "**") is the answer, or the stated result
-when it starts a sum (`9*2 = 18`, `12.8 ha / 0.4 = 32 ha`); a sentence ("Answer: After 60 days, she will spend
-$16") gives its answer number; a number word counts ("eighteen", "twenty-five", "a dozen"); a phrase at the end of
-a line reads the next line, or, when that line is working (a list item, a sum), the block's final result. A phrase
-followed by no number at all ("The answer cannot be determined.") is a final answer that is no number: None, never
-an earlier number.
-The answer number of a sentence (`_sentence_answer`): operands and comparisons (`18 - 4 = 14` gives 14), numbers in
-a purpose clause ("babysit 5 times to make 15 flans" gives 5) and in a reason or condition ("because he scored 30")
-are passed over; a sentence that ends with an equation gives its result; otherwise the last number, unless it
-restates a stated result ("= $240 for the 6 shirts" gives 240) or follows "after", "for", "in" ... while an
-earlier one was computed ("$16 after 60 days" gives 16). Numbers: `1,080`, `1{,}080`, `1,\\!080`, `1\\,080`,
-`1\\ 080` are 1080, `2.4 \\times 10^{3}` is 2400, `\\frac{3}{4}` is 0.75, and the time `2:00 pm` is 2.
+       `"answer": "N"` in JSON ("Step by step answer:" heads working);
+    4. a bold line that opens the text, "**18 pens**", explained below it;
+    5. the last sentence with a number in it, digits or words ("so he has fourteen pens left").
+After a phrase, a number first (after "about", "$", "**") is the answer, or the stated result of a sum (`9*2 = 18`);
+a sentence gives its answer number; a number word counts; at the end of a line, the next line or, when that is
+working, the block's final result; no number at all ("cannot be determined") is a final answer that is no number.
+The answer number of a sentence: operands and comparisons, numbers in a purpose clause ("to make 15 flans") or a
+reason or condition ("because he scored 30") are passed over; a sentence that ends with an equation gives its
+result; otherwise the last number, unless it restates a stated result ("= $240 for the 6 shirts") or a given
+quantity ("$16 after 60 days", "12 pens out of the 18") while another was computed; "6 shirts for $240" pays 240.
+The statement of the final answer decides: a hedge between two answers ("18 or 20", "18, but it might be 20") is no
+answer, and the same quantity restated in other units ("2 hours, or 120 minutes", "0.6, or 60%") is the answer
+either way. Numbers: `1,\\!080`, `1{,}080`, `1\\,080` are 1080, `2.4 \\times 10^{3}` is 2400, `\\frac{3}{4}` is 0.75,
+the time `2:00 pm` is 2. An expression (`#### 9*2`) is no answer: model output is never evaluated.
 
-No final answer, no credit (`extract_answer(..., truncated=, thinking=)`, `grade`, correctness_reward, math_reward,
-and format_reward for the thinking part; reasoning_reward and overlong_reward do not depend on an answer):
-    - thinking that never closed has no answer, whatever it says: a `<think>` (or `<thinking>`) with no `</think>`
-      after it, or thinking mode on (ENABLE_THINKING, `thinking=True`) and no `</think>` at all;
-    - a cut-off completion (`truncated=True`) gets no answer from the last-number fallback, nor from the working
-      under a heading: only a `####`, a box or an answer phrase it wrote is read.
-Text inside a closed thinking block is skipped when text follows the block.
-Stop at the answer, or no credit (`pads_answer`, `grade`, and the four rewards that pay): a completion cut off at the
-limit earns nothing, whatever it read, and so does one whose text after its final answer repeats or pads it:
-`#### 5\n#### 5`, `#### 5 #### 5`, a whitespace run, "The answer is 5." or "five" after `#### 5`, another question.
-The answer is still read (grade's `extracted`, the completions table), so a padded completion shows what it said.
-In training, a reward counts a completion with max_completion_length token ids as cut off (rewards.py; TRL gives a
-reward no EOS ids, so one whose EOS was its last allowed token counts too). evaluate.py passes `truncated` = the
-limit was reached without an end-of-turn.
-
-An answer that is an expression (`#### 9*2`) is no answer unless it states its result (`9*2 = 18`): model output is
-never evaluated. Every scan is linear in the length of the text, and nothing here raises on any text.
+No final answer, no credit: thinking that never closed has no answer, whatever it says (a `<think>` with no
+`</think>` after it, or thinking mode on and no `</think>` at all); text inside a closed thinking block is skipped
+when text follows it. A cut-off completion (`truncated=True`) gets no answer from the last number nor from working
+under a heading: only an answer it wrote is read, and evaluation judges that.
+Padding (`pads_answer`) is judged beside the answer, not in it: evaluation marks a padded completion `padded` and
+judges its answer; the four rewards that pay give it 0.0, as they do a cut-off one. Every scan is linear in the
+length of the text, and nothing here raises on any text.
 
 Run the examples in the docstrings and the tests:
     python -m pytest tests/test_grading.py tests/test_rewards.py grpo/grading.py -q
@@ -193,8 +181,7 @@ _RESULT_AT = re.compile(r"(?:=|>>)[ \t]*+")  # where a computed result follows: 
 # Past the final answer: a run of whitespace, and another question or turn starting on a line of its own.
 _BLANK_RUN = re.compile(rf"\s{{{MAX_BLANK_CHARS + 1}}}")
 _NEW_TURN = re.compile(
-    r"^[ \t*#>]*+(?:question|problem|q|user|human)(?:[ \t]*+#?[0-9]++)?[ \t*]*+:|<\|im_start\|>",
-    re.IGNORECASE | re.MULTILINE,
+    r"\n[ \t*#>]*+(?:question|problem|q|user|human)(?:[ \t]*+#?[0-9]++)?[ \t*]*+:|<\|im_start\|>", re.IGNORECASE
 )
 _UNIT_PRICE = re.compile(r"[ \t]*+(?:each|apiece|per|a[ \t]++piece)\b", re.IGNORECASE)  # "for $2 each"
 # Between two numbers of an answer's statement: a first unit, then "or" (a hedge when the units agree, the same
@@ -203,33 +190,31 @@ _LINK = re.compile(
     r"[ \t]*+(?P<unit>(?!(?:or|and|but|which|that|it|i)\b)[A-Za-z]++|%)?[ \t]*+[,;]?[ \t]*+"
     r"(?:(?P<hedge>(?:either[ \t]++)?or(?:[ \t]++(?:maybe|possibly|perhaps|even))?"
     r"|(?:but[ \t]++)?(?:it[ \t]++)?(?:might|could|may)(?:[ \t]++also)?[ \t]++be)"
-    r"|(?P<restated>which[ \t]++(?:is|equals)|that[ \t]++is|that's|i\.e\.,?|equals|=|\())?"
+    r"|(?P<restated>which[ \t]++(?:is|equals)|that[ \t]++is|that's|i\.e\.,?|\())?"
     r"[ \t]*+\(?[ \t]*+(?:about[ \t]++)?",
     re.IGNORECASE,
 )
+_LINK_WORDS = (" or ", "might", "could", "may ", "which", "that is", "that's", "i.e", "(")  # what _LINK needs
 _UNIT_WORD = re.compile(r"[ \t]*+([A-Za-z]++|%)")
 _OPERATOR_END = re.compile(r"(?:[-+*/^]|(?<![A-Za-z])[xX])[ \t]*+$")  # a right operand: "3 x 20 hours = 60 hours"
-# fmt: off
-_UNIT_SIZES = {  # a unit -> what it measures, and its size in the smallest unit listed for that
+_UNIT_SIZES = {  # a unit (singular: "hours" is looked up as "hour") -> what it measures, its size in the smallest
     word: (kind, size)
     for kind, sizes in {
-        "time": {"second seconds sec secs": 1, "minute minutes min mins": 60, "hour hours hr hrs": 3600,
-                 "day days": 86400, "week weeks": 604800},
-        "months": {"month months": 1, "year years": 12},
-        "money": {"cent cents": 1, "dollar dollars $": 100},
-        "length": {"inch inches": 1, "foot feet ft": 12, "yard yards": 36, "mile miles": 63360},
-        "metres": {"centimeter centimeters cm": 1, "meter meters metre metres": 100, "kilometer kilometers km": 10**5},
-        "weight": {"ounce ounces oz": 1, "pound pounds lb lbs": 16},
-        "grams": {"gram grams g": 1, "kilogram kilograms kg": 1000},
-        "volume": {"cup cups": 1, "pint pints": 2, "quart quarts": 4, "gallon gallons": 16},
-        "litres": {"milliliter milliliters ml": 1, "liter liters litre litres": 1000},
+        "time": {"second sec": 1, "minute min": 60, "hour hr": 3600, "day": 86400, "week": 604800},
+        "months": {"month": 1, "year": 12},
+        "money": {"cent": 1, "dollar $": 100},
+        "length": {"inch inche": 1, "foot feet ft": 12, "yard yd": 36, "mile": 63360},
+        "metres": {"centimeter cm": 1, "meter metre": 100, "kilometer km": 10**5},
+        "weight": {"ounce oz": 1, "pound lb": 16},
+        "grams": {"gram g": 1, "kilogram kg": 1000},
+        "volume": {"cup": 1, "pint": 2, "quart": 4, "gallon": 16},
+        "litres": {"milliliter ml": 1, "liter litre": 1000},
         "share": {"% percent": 1},
     }.items()
     for names, size in sizes.items()
     for word in names.split()
 }
 _UNIT_SIZES[None] = ("share", 100)  # a bare number: "0.6, or 60%"
-# fmt: on
 # A bold line that opens the answer region, "**18 pens**", answers first when the explanation after it has no marker.
 _BOLD_FIRST = re.compile(r"\s*+(?:#{1,6}[ \t]++)?(\*\*|__)(?P<body>[^\n*_]{1,100}?)\1[ \t.!]*+(?:\n|$)")
 
@@ -451,20 +436,12 @@ def _pads(region: str, value: str | None, start: int, end: int) -> bool:
     tail = region[end:]
     if len(tail) > MAX_TAIL_CHARS or _BLANK_RUN.search(region, max(start, end - SPAN_CHARS)):
         return True  # filler, or a run of whitespace from the answer's number on
-    if "####" in tail or "\\boxed" in tail or _NEW_TURN.search(tail):
-        return True  # another answer marker, another question or turn
-    if (found := _phrase_answer(tail, _Computed(tail))) is not None and found[0] is not None:
-        return True  # "The answer is 5." after the answer
-    boxed = region.startswith(("\\boxed", "\\fbox"), start)
-    earlier = (_boxed_answer if boxed else _hash_answer)(region[:start], ())
-    if earlier and (region.startswith("####", start) or boxed and earlier[0] == value):
+    if tail.strip() and ("####" in tail or "\\boxed" in tail or _NEW_TURN.search(tail) or _repeats(tail, value)):
+        return True  # another answer marker, another question or turn, the answer said again, filler
+    hashed, boxed = region.startswith("####", start), region.startswith(("\\boxed", "\\fbox"), start)
+    earlier = (hashed or boxed) and (_boxed_answer if boxed else _hash_answer)(region[:start], ())
+    if earlier and (hashed or earlier[0] == value):
         return True  # an earlier `#### N`, or the same box: this one repeats it
-    previous = None
-    for sentence in _SENTENCE_END.split(tail):  # the answer said again, or a sentence said twice in a row
-        numbers = [_normalise(n) for n in _NUMBER.finditer(_digits_for_words(_clean(sentence)))]
-        if numbers == [value] or (sentence.strip() and sentence.strip() == previous):
-            return True
-        previous = sentence.strip()
     # The statement of the final answer: from its marker, or for a phrase or the last number, from its sentence.
     if not region.startswith(("####", "\\boxed", "\\fbox"), start):
         start = _sentence_start(region, max(0, start - SENTENCE_CHARS), start)
@@ -473,16 +450,35 @@ def _pads(region: str, value: str | None, start: int, end: int) -> bool:
     return 0 < len(statement) <= SPAN_CHARS and before.endswith(statement)
 
 
+def _repeats(tail: str, value: str | None) -> bool:
+    """Whether the text after the final answer says it again: an answer phrase ("The answer is 5."), a sentence
+    whose one number is the answer ("So Sam has five pens."), or a sentence twice in a row (filler)."""
+    if (found := _phrase_answer(tail, _Computed(tail))) is not None and found[0] is not None:
+        return True
+    previous = None
+    for sentence in _SENTENCE_END.split(tail):
+        numbers = [_normalise(n) for n in _NUMBER.finditer(_digits_for_words(_clean(sentence)))]
+        if numbers == [value] or (sentence.strip() and sentence.strip() == previous):
+            return True
+        previous = sentence.strip()
+    return False
+
+
 def _statement(text: str, value: str | None, start: int, end: int) -> tuple[str | None, tuple[str, ...]]:
     """The final answer as its statement gives it: None when it hedges between two answers ("18 or 20 apples", "18,
     but it might be 20"); else the answer and the values that restate it in other units ("2 hours (120 minutes)")."""
+    lowered = text[start : min(end, start + SPAN_CHARS)].lower()
+    if value is None or not any(word in lowered for word in _LINK_WORDS):
+        return value, () if value is None else (value,)
     statement = _clean(text[start : min(end, start + SPAN_CHARS)], money=True)
     numbers = list(_NUMBER.finditer(statement))
-    accepted = [value] if value is not None else []
+    accepted = [value]
     for a, b in zip(numbers, numbers[1:], strict=False):
-        pair = (_normalise(a), _normalise(b))
         link = _LINK.fullmatch(statement, a.end(), b.start())
-        if value not in pair or pair[0] == pair[1] or link is None or _is_operand(statement, b):
+        if link is None or not (link.group("hedge") or link.group("restated")):
+            continue
+        pair = (_normalise(a), _normalise(b))
+        if value not in pair or pair[0] == pair[1] or _is_operand(statement, b):
             continue
         if _OPERATOR_END.search(statement, max(0, a.start() - 8), a.start()):
             continue  # "1250 hours / 250 days = 5 hours", "5A/5 or 20 = A": an operand, then a result
@@ -501,7 +497,9 @@ def _statement(text: str, value: str | None, start: int, end: int) -> tuple[str 
 
 
 def _unit(number: re.Match, word: str | None) -> str | None:
-    return "$" if "$" in number.group() else word.lower() if word else None
+    """The unit after a number, as `_UNIT_SIZES` names it: "$" for money, "hour" for "hours"; None for none."""
+    word = "$" if "$" in number.group() else word.lower() if word else None
+    return word if word in _UNIT_SIZES or word is None else word.removesuffix("s")
 
 
 def _to_decimal(value) -> Decimal | None:
@@ -519,6 +517,8 @@ def answer_region(text: str, thinking: bool = False) -> str | None:
 
     None when thinking never closed: an opening tag after the last closing one, or thinking mode and no closing tag.
     """
+    if "<" not in text:  # no tag at all: the common case, at str.find speed
+        return None if thinking else text
     close = max((text.rfind(tag) for tag in _THINK_CLOSES), default=-1)
     opened = max((text.rfind(tag) for tag in _THINK_OPENS), default=-1)
     if opened > close or (thinking and close < 0):
@@ -557,27 +557,31 @@ def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, 
     last = -1 if truncated else _last_number_at(text)
     if last < 0:
         return None
-    start = _sentence_start(text, max(0, last - SENTENCE_CHARS), last)
+    start = _sentence_start(text, max(0, last - SENTENCE_CHARS), last)  # "  Therefore, ... = $350.": its sentence
     return _last_answer(text, computed, last), start, _line_end(text, last)
 
 
 def _turn_at(region: str) -> int:
     """Where another question or turn starts after the answer's first digit (a base model's next few-shot
     question), else the end of the region."""
-    first_digit = min((i for digit in _DIGITS if (i := region.find(digit)) >= 0), default=len(region))
-    turn = _NEW_TURN.search(region, first_digit)
+    first_digit = _DIGIT.search(region)
+    if first_digit is None or (region.find(":", first_digit.start()) < 0 and "<|im_start|>" not in region):
+        return len(region)
+    turn = _NEW_TURN.search(region, first_digit.start())
     return len(region) if turn is None else turn.start()
 
 
 def _sentence_start(text: str, low: int, pos: int) -> int:
-    """Where the sentence that holds `pos` starts, read back no further than `low` (str.rfind: fast)."""
-    return max((i + len(end) for end in _RAW_SENTENCE_ENDS if (i := text.rfind(end, low, pos)) >= 0), default=low)
+    """Where the sentence that holds `pos` starts, at its first non-space, read back no further than `low`."""
+    start = max((i + len(end) for end in _RAW_SENTENCE_ENDS if (i := text.rfind(end, low, pos)) >= 0), default=low)
+    return pos - len(text[start:pos].lstrip())
 
 
 def _last_number_at(text: str) -> int:
     """Where the text's last number is: its last digit, or a number word after it ("so he has fourteen"); else -1."""
     last_digit = max(text.rfind(digit) for digit in _DIGITS)
-    words = _last(_spelled(text, max(last_digit + 1, len(text) - 2 * SENTENCE_CHARS)))
+    pos = max(last_digit + 1, len(text) - 2 * SENTENCE_CHARS)
+    words = _WORD_NUMBER.search(text, pos) and _last(_spelled(text, pos))
     return last_digit if words is None else words.start()
 
 
@@ -705,52 +709,23 @@ def _last_answer(text: str, computed, last_digit: int | None = None) -> str | No
     if last_digit < 0:
         return None
     start = _sentence_start(text, max(0, last_digit - SENTENCE_CHARS), last_digit)
-    window = _digits_for_words(_clean(text[start : last_digit + SPAN_CHARS], money=True))
+    window = _clean(text[start : last_digit + SPAN_CHARS], money=True)
+    window = window if text[last_digit].isdigit() else _digits_for_words(window)  # "so he has fourteen pens"
     numbers = list(_NUMBER.finditer(window))
     if numbers and not (numbers[0].start() == 0 and start > 0 and not text[start - 1].isspace()):
         last = numbers[-1]
         sentence = window[: last.end()]
-    else:  # digits but no number here ("x2"): read back in windows
-        found = _last_number(text)
-        if found is None:
+    else:  # digits but no number here ("x2"): the last number before them, read back MAX_FALLBACK_CHARS at most
+        window = _clean(text[max(0, last_digit - MAX_FALLBACK_CHARS) : last_digit], money=True)
+        last = _last(_NUMBER.finditer(window))
+        if last is None:
             return None
-        window, last = found
-        boundary = _last(_SENTENCE_END.finditer(window, max(0, last.start() - SENTENCE_CHARS), last.start()))
-        sentence = window[boundary.end() if boundary else max(0, last.start() - SENTENCE_CHARS) : last.end()]
+        start = _sentence_start(window, max(0, last.start() - SENTENCE_CHARS), last.start())
+        sentence = window[start : last.end()]
         numbers = list(_NUMBER.finditer(sentence))
     if _NO_ANSWER.search(window, last.end()):  # "... so the answer cannot be determined." after the last number
         return None
     return _sentence_answer(sentence, numbers, computed)
-
-
-def _last_number(text: str) -> tuple[str, re.Match] | None:
-    """The cleaned window that holds the last number in the text, and that number; read in windows from the end,
-    from just after the last digit.
-
-    Windows without a digit are skipped at str.find speed; at most MAX_FALLBACK_CHARS characters of windows with
-    digits but no number in them ("x2", "v1.3") are read before giving up.
-    """
-    last_digit = max(text.rfind(digit) for digit in _DIGITS)
-    end = min(len(text), last_digit + SPAN_CHARS)  # room for a scale word and "cannot be determined" after it
-    size, budget = 256, MAX_FALLBACK_CHARS
-    while end > 0 and budget > 0:
-        start = max(0, end - min(size, budget))
-        if start > 0:  # begin the window after a space, so that it cuts no number in two
-            low = max(0, start - 256)
-            start = max(text.rfind(" ", low, start), text.rfind("\n", low, start), start - 1) + 1
-        if not any(text.find(digit, start, end) >= 0 for digit in _DIGITS):
-            end, size = start, size * 2
-            continue
-        budget -= end - start
-        window = _clean(text[start:end])
-        last = _last(_NUMBER.finditer(window))
-        if last is None:  # digits, but none of them a number: read further back
-            end, size = start, size * 2
-        elif last.start() == 0 and start > 0 and not text[start - 1].isspace():
-            size *= 2  # the number may begin before the window: read it again in a wider one
-        else:
-            return window, last
-    return None
 
 
 def _last(matches) -> re.Match | None:
