@@ -7,33 +7,26 @@ rewards.py (the rewards), evaluation (grpo/gsm8k.py) and monitoring (grpo/monito
     pads_answer(text)           the text goes on past its final answer (`#### 5\n#### 5`): the rewards pay nothing
     grade(completion, gold)     one completion's verdicts, for evaluate.py: extracted, correct, strict_correct, ...
 
-Where the answer is, in order of precedence (the last occurrence of each wins), in the text before a next question
-or turn ("Question:", "Q:", "User:" after the answer began: a base model going on with its few-shot prompt):
-    1. `#### N`, GSM8K's own format and the one the prompt asks for (a markdown heading, `#### Step 2`, is not);
-    2. `\\boxed{N}`; a box of words only (`\\boxed{\\text{Cannot be determined}}`) is a final answer that is no number;
-    3. an answer phrase: "the answer is N", "Final answer: N", "Answer: N", "A: N", `<answer>N</answer>`,
-       `"answer": "N"` in JSON ("Step by step answer:" heads working);
-    4. a bold line that opens the text, "**18 pens**", explained below it;
-    5. the last sentence with a number in it, digits or words ("so he has fourteen pens left").
-After a phrase, a number first (after "about", "$", "**") is the answer, or the stated result of a sum (`9*2 = 18`);
-a sentence gives its answer number; a number word counts; at the end of a line, the next line or, when that is
-working, the block's final result; no number at all ("cannot be determined") is a final answer that is no number.
-The answer number of a sentence: operands and comparisons, numbers in a purpose clause ("to make 15 flans") or a
-reason or condition ("because he scored 30") are passed over; a sentence that ends with an equation gives its
-result; otherwise the last number, unless it restates a stated result ("= $240 for the 6 shirts") or a given
-quantity ("$16 after 60 days", "12 pens out of the 18") while another was computed; "6 shirts for $240" pays 240.
-The statement of the final answer decides: a hedge between two answers ("18 or 20", "18, but it might be 20") is no
-answer, and the same quantity restated in other units ("2 hours, or 120 minutes", "0.6, or 60%") is the answer
-either way. Numbers: `1,\\!080`, `1{,}080`, `1\\,080` are 1080, `2.4 \\times 10^{3}` is 2400, `\\frac{3}{4}` is 0.75,
-the time `2:00 pm` is 2. An expression (`#### 9*2`) is no answer: model output is never evaluated.
+Where the answer is, by precedence (the last of each kind wins), before any next question or turn ("Question:",
+"User:" once the answer began: a base model going on with its few-shot prompt): 1. `#### N` (not a heading,
+`#### Step 2`); 2. `\\boxed{N}` (of words only: a final answer that is no number); 3. an answer phrase: "the answer
+is N", "Answer: N", "A: N", `<answer>N</answer>`, `"answer": "N"` ("Step by step answer:" heads working); 4. a bold
+line that opens the text, "**18 pens**", explained below it; 5. the last sentence with a number, digits or words
+("so he has fourteen pens left"). After a phrase: a number first, or a sum's stated result (`9*2 = 18`); a sentence's
+answer number; a number word; at a line's end, the next line or the final result of the working below it.
+A sentence's answer number: operands, purpose clauses ("to make 15 flans"), reasons and conditions ("because he
+scored 30") are passed over; an equation's result; else the last, unless it restates a stated result ("= $240 for
+the 6 shirts") or a given quantity ("$16 after 60 days", "12 pens out of the 18"); "6 shirts for $240" pays 240.
+Then the statement decides: a hedge ("18 or 20", "18, but it might be 20") is no answer, and the same quantity in
+other units ("2 hours, or 120 minutes", "0.6, or 60%") is the answer either way. `1,\\!080`, `1{,}080` are 1080,
+`2.4 \\times 10^{3}` is 2400, `\\frac{3}{4}` is 0.75, `2:00 pm` is 2; an expression (`#### 9*2`) is no answer: model
+output is never evaluated. Every scan is linear in the text's length, and nothing here raises on any text.
 
-No final answer, no credit: thinking that never closed has no answer, whatever it says (a `<think>` with no
-`</think>` after it, or thinking mode on and no `</think>` at all); text inside a closed thinking block is skipped
-when text follows it. A cut-off completion (`truncated=True`) gets no answer from the last number nor from working
-under a heading: only an answer it wrote is read, and evaluation judges that.
-Padding (`pads_answer`) is judged beside the answer, not in it: evaluation marks a padded completion `padded` and
-judges its answer; the four rewards that pay give it 0.0, as they do a cut-off one. Every scan is linear in the
-length of the text, and nothing here raises on any text.
+No final answer, no credit: thinking that never closed says nothing (a `<think>` with no `</think>` after it, or
+thinking mode and no `</think>`); a closed block is skipped when text follows it. A cut-off completion
+(`truncated=True`) gets no answer from its last number nor from working under a heading, only from an answer it
+wrote, which evaluation judges. Padding (`pads_answer`) is judged beside the answer: evaluation marks it `padded`;
+the four rewards that pay give it 0.0, as they do a cut-off completion.
 
 Run the examples in the docstrings and the tests:
     python -m pytest tests/test_grading.py tests/test_rewards.py grpo/grading.py -q
@@ -50,7 +43,7 @@ SPAN_CHARS = 300  # characters read after an answer marker
 SENTENCE_CHARS = 400  # characters read back from the last number for its sentence
 MAX_BOX_CHARS = 1000  # characters searched for the closing brace of \boxed{
 MAX_MARKERS = 64  # occurrences of one kind of marker tried, from the last, before giving up on that kind
-MAX_FALLBACK_CHARS = 65536  # digit-bearing characters read back for the last number before giving up
+MAX_FALLBACK_CHARS = 65536  # characters read back for the last number when the last digits are none ("x2")
 # Past the final answer (`pads_answer`)
 MAX_TAIL_CHARS = 1000  # characters after the final answer's line: an explanation or a sign-off; more is filler
 MAX_BLANK_CHARS = 8  # whitespace in a row from the final answer on: a line break or two, not a run to the limit
@@ -237,11 +230,12 @@ _WORD_NUMBER = re.compile(
     rf"(?:(?:[ \t]*+-[ \t]*+|[ \t]++(?:and[ \t]++)?){_NUMBER_WORD})*+(?![ \t]++of\b)",
     re.IGNORECASE,
 )
+# Before a number word that states a number: a verb, or the start of a sentence ("Eighteen dollars.").
 _WORD_CUE = re.compile(
-    r"(?i:\b(?:is|are|was|were|be|has|have|had|gets?|got|makes?|made|needs?|costs?|spends?|spent|pays?|paid"
-    r"|earns?|earned|equals?|totals?|of|takes?|took|sells?|sold|buys?|bought|saves?|saved|uses?|used)|=)[ \t]++$"
+    r"(?:(?i:\b(?:is|are|was|were|be|has|have|had|gets?|got|makes?|made|needs?|costs?|spends?|spent|pays?|paid"
+    r"|earns?|earned|equals?|totals?|of|takes?|took|sells?|sold|buys?|bought|saves?|saved|uses?|used)|=)[ \t]++"
+    r"|(?:^|[.!?:\n])[ \t*_#>]*+)$"
 )
-_LINE_START = re.compile(r"(?:^|[.!?:\n])[ \t*_#>]*+$")  # "Eighteen dollars.": a number word opening a sentence
 
 # Shown working, for reasoning_reward: an operation "36 / 3", then the rest of its chain and an "= result".
 _OPS = r"(?:[-+*/^xX\u2212\u00d7\u00f7\u00b7\u2217]|\\(?:times|cdot|div)(?![a-zA-Z]))"
@@ -300,8 +294,7 @@ def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False
     """The final numeric answer of a completion or of a GSM8K gold solution, as a normalised decimal string.
 
     Normalised: no `$`, thousands separators, units or `%`, no trailing zeros after the point; a leading `-` kept.
-    Precedence: the last `#### N`, else the last `\\boxed{N}`, else the last answer phrase, else the last number
-    (see the module docstring for how each is read).
+    Where it is and how it is read: the module docstring.
 
     Args:
         text (`str`): a completion or a gold solution (chat messages are accepted too).
@@ -311,19 +304,13 @@ def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False
     Returns:
         `str | None`: e.g. "1080", "-3", "18.5"; None when there is no readable final answer.
 
-    >>> extract_answer("Tom sells 20 - 5 - 3 = 12 pens at $1.50: 12 * 1.5 = $18.\\n#### 18")
-    '18'
-    >>> extract_answer(r"So he packs $\\boxed{1,\\!080}$ pens.")
-    '1080'
-    >>> extract_answer("Answer: After 60 days, Cynthia will spend $16.00")
-    '16'
-    >>> extract_answer("<think>Is it 17? 9 * 2 = 18.</think>The answer is 18.")
-    '18'
-    >>> extract_answer("<think>9 * 2 = 18, so the answer is 18") is None  # the thinking never closed
-    True
+    >>> extract_answer("12 * 1.5 = $18.\\n#### 18"), extract_answer(r"So he packs $\\boxed{1,\\!080}$ pens.")
+    ('18', '1080')
+    >>> extract_answer("Answer: After 60 days, Cynthia will spend $16.00"), extract_answer("#### 9*2")
+    ('16', None)
+    >>> extract_answer("<think>Is it 17?</think>The answer is 18."), extract_answer("<think>So the answer is 18")
+    ('18', None)
     >>> extract_answer("9 * 2 = 18, and then", truncated=True) is None  # cut off: no last-number fallback
-    True
-    >>> extract_answer("#### 9*2") is None
     True
     """
     return read_answer(text, truncated=truncated, thinking=thinking)[0]
@@ -335,10 +322,8 @@ def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
     `####` followed by words (a markdown heading) or by an expression without its result does not count, nor does
     one inside thinking that never closed.
 
-    >>> extract_hash_answer("A third of 36 is 12.\\n#### 12")
-    '12'
-    >>> extract_hash_answer("#### Final answer\\nThe answer is 12.") is None
-    True
+    >>> extract_hash_answer("A third of 36 is 12.\\n#### 12"), extract_hash_answer("#### Final answer\\nIt is 12.")
+    ('12', None)
     """
     return read_answer(text, thinking=thinking, strict=True)[0]
 
@@ -375,11 +360,9 @@ def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) 
         (`pads_answer`: the rewards' reason to pay nothing, beside the verdicts, which judge the answer alone).
         Unclosed thinking gives None, False, False, False, False.
 
-    >>> grade("9 * 2 = 18\\n#### 18", "18")
-    {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True, 'padded': False}
     >>> grade("So the answer is \\\\boxed{18}.", "18")
     {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False, 'padded': False}
-    >>> grade("9 * 2 = 18\\n#### 18\\n#### 18", "18")
+    >>> grade("9 * 2 = 18\\n#### 18\\n#### 18", "18")  # the answer, right, and padded
     {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True, 'padded': True}
     """
     text = completion_to_text(completion)
@@ -404,12 +387,10 @@ def pads_answer(text, *, truncated: bool = False, thinking: bool = False) -> boo
     ("Question:", "Q:", "User:", `<|im_start|>`). An explanation or a check with other numbers, or a sign-off, is not.
     A text without a final answer pads nothing. Linear in the length of the text.
 
-    >>> pads_answer("9 * 2 = 18\\n#### 18\\n"), pads_answer("#### 18\\nCheck: 18 / 6 = 3, as given. Hope this helps!")
-    (False, False)
-    >>> pads_answer("#### 18\\n#### 18"), pads_answer("#### 18 #### 18"), pads_answer("#### 18\\nThe answer is 18.")
+    >>> pads_answer("#### 18\\n"), pads_answer("#### 18\\nCheck: 18 / 6 = 3. Thanks!"), pads_answer("#### 18 #### 18")
+    (False, False, True)
+    >>> pads_answer("#### 18\\nThe answer is 18."), pads_answer("#### 18" + " " * 40), pads_answer("#### 18\\nQ: Why?")
     (True, True, True)
-    >>> pads_answer("#### 18" + " " * 40), pads_answer("#### 18\\n\\nQuestion: How many pens are left?")
-    (True, True)
     """
     return read_answer(text, truncated=truncated, thinking=thinking)[1]
 
@@ -438,15 +419,13 @@ def _pads(region: str, value: str | None, start: int, end: int) -> bool:
         return True  # filler, or a run of whitespace from the answer's number on
     if tail.strip() and ("####" in tail or "\\boxed" in tail or _NEW_TURN.search(tail) or _repeats(tail, value)):
         return True  # another answer marker, another question or turn, the answer said again, filler
-    hashed, boxed = region.startswith("####", start), region.startswith(("\\boxed", "\\fbox"), start)
-    earlier = (hashed or boxed) and (_boxed_answer if boxed else _hash_answer)(region[:start], ())
-    if earlier and (hashed or earlier[0] == value):
-        return True  # an earlier `#### N`, or the same box: this one repeats it
-    # The statement of the final answer: from its marker, or for a phrase or the last number, from its sentence.
+    if region.startswith("####", start) and _hash_answer(region[:start]):
+        return True  # an earlier `#### N`: this one repeats it
+    # The statement of the final answer (from its marker, or its sentence) said just before it: `\\boxed{5} \\boxed{5}`
     if not region.startswith(("####", "\\boxed", "\\fbox"), start):
         start = _sentence_start(region, max(0, start - SENTENCE_CHARS), start)
-    statement = region[start : min(end, start + 2 * SPAN_CHARS)].strip()  # a longer one repeats no answer
-    before = region[max(0, start - 2 * SPAN_CHARS) : start].rstrip()
+    statement = region[start : min(end, start + 2 * SPAN_CHARS)].strip().rstrip(".!")  # a longer one repeats none
+    before = region[max(0, start - 2 * SPAN_CHARS) : start].rstrip(" \t\n.!")
     return 0 < len(statement) <= SPAN_CHARS and before.endswith(statement)
 
 
@@ -589,8 +568,7 @@ def _spelled(text: str, pos: int = 0):
     """The numbers written as words in text[pos:] that state a number: after a verb ("he has fourteen pens", not
     "in eight stalls", "this one" or "4 million") or opening a sentence ("Eighteen dollars.")."""
     for words in _WORD_NUMBER.finditer(text, pos):
-        low = max(0, words.start() - 12)
-        if _WORD_CUE.search(text, low, words.start()) or _LINE_START.search(text, low, words.start()):
+        if _WORD_CUE.search(text, max(0, words.start() - 12), words.start()):
             yield words
 
 
@@ -736,15 +714,10 @@ def _last(matches) -> re.Match | None:
 
 
 def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | None:
-    """The answer number among a sentence's numbers.
-
-    Passed over: operands and comparisons (`18 - 4 = 14`, `50 < 52`), numbers in a purpose clause ("to make 15
-    flans") or a reason or condition ("because he averages 30 points"). A sentence that ends with an equation
-    gives its result. Of the rest, the last, unless it restates a result stated with "=" before it ("= 0.5 hour,
-    which is 30 minutes" gives 30, "= $240 for the 6 shirts" gives 240); a last one after "after", "for", "in",
-    "of" ... ("$16 after 60 days", "for 3 gallons and 5 boxes") gives way to an earlier one that the text computed
-    (`= 16`), or, when none is, to the last one not after such a word.
-    """
+    """The answer number among a sentence's numbers, read as the module docstring says: operands, purpose
+    clauses, reasons and conditions passed over; an equation's result; else the last, unless a result stated with
+    "=" comes before it ("= $240 for the 6 shirts"), or it restates a given quantity ("$16 after 60 days", "for 3
+    gallons and 5 boxes", "of the 18") and another was computed (`= 16`) or stands before it."""
     if len(numbers) <= 1:
         return _normalise(numbers[0]) if numbers else None
     if _RESULT_BEFORE.search(sentence, max(0, numbers[-1].start() - 12), numbers[-1].start()):
@@ -876,13 +849,10 @@ def _stated(span: str, number: re.Match) -> str | None:
 
 
 def _cued_word_number(span: str) -> str | None:
-    """A number word right after a verb in the span's first sentence: "Answer: Tom has eighteen pens." -> "18"."""
+    """A number word stated in the span's first sentence: "Answer: Tom has eighteen pens." -> "18"."""
     end = _SENTENCE_END.search(span)
-    sentence = span[: end.start() if end else len(span)]
-    for words in _WORD_NUMBER.finditer(sentence):
-        if _WORD_CUE.search(sentence, max(0, words.start() - 12), words.start()):
-            return _word_value(words.group())
-    return None
+    words = next(_spelled(span[: end.start() if end else len(span)]), None)
+    return None if words is None else _word_value(words.group())
 
 
 def _word_value(words: str) -> str:
