@@ -12,10 +12,10 @@ read is grpo/grading.py's job. A parameter named max_completion_length or enable
     math_reward          the tutorial's combined partial credit, summing to 1.0 for a right, shown answer
     overlong_reward      DAPO's soft overlong punishment, from the token counts
 
-A completion earns credit only where it stops at its answer. One cut off at max_completion_length, or one whose
-text after the final answer repeats or pads it (`#### 5\n#### 5`, a whitespace run, "The answer is 5." after
-`#### 5`, another question: grading.pads_answer), scores 0.0 on the first four: a model must not learn to pad to
-the limit. They log the share of padded completions as completions/padded_ratio.
+A completion earns credit only where it stops at its answer. One cut off at max_completion_length, or one that pads
+past it (grading.pads_answer: the answer repeated, filler, another question; not an explanation or a sign-off),
+scores 0.0 on the first four, though evaluation still judges its answer: a model must not learn to pad to the limit.
+They log the share of padded completions as completions/padded_ratio.
 
 Your own reward goes in a module on the Python path (the repository root, or a folder on PYTHONPATH), selected as
 `--REWARD_FUNCS=correctness_reward,mymodule:my_reward`. Run the examples and the tests:
