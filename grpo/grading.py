@@ -396,9 +396,8 @@ def pads_answer(text, *, truncated: bool = False, thinking: bool = False) -> boo
 
 
 def read_answer(text, *, truncated=False, thinking=False, strict=False) -> tuple[str | None, bool, tuple[str, ...]]:
-    """The final answer as `extract_answer` reads it (strict: `extract_hash_answer`), whether the text pads past it
-    (`pads_answer`), and the values that count as that answer: it, and the same quantity restated in other units
-    ("2 hours, or 120 minutes"). A hedge between two answers ("18 or 20") is no answer.
+    """`extract_answer`'s answer (strict: `extract_hash_answer`'s), `pads_answer`'s verdict, and the values that
+    count as the answer: it, and the same quantity in other units. A hedge ("18 or 20") is no answer.
 
     >>> read_answer("#### 18\\n#### 18"), read_answer("It takes 2 hours, or 120 minutes.")
     (('18', True, ('18',)), ('120', False, ('120', '2')))
@@ -457,10 +456,9 @@ def _statement(text: str, value: str | None, start: int, end: int) -> tuple[str 
         if link is None or not (link.group("hedge") or link.group("restated")):
             continue
         pair = (_normalise(a), _normalise(b))
-        if value not in pair or pair[0] == pair[1] or _is_operand(statement, b):
+        operand = _is_operand(statement, b) or _OPERATOR_END.search(statement, max(0, a.start() - 8), a.start())
+        if value not in pair or pair[0] == pair[1] or operand:  # "250 days = 5 hours", "5A/5 or 20 = A": sums
             continue
-        if _OPERATOR_END.search(statement, max(0, a.start() - 8), a.start()):
-            continue  # "1250 hours / 250 days = 5 hours", "5A/5 or 20 = A": an operand, then a result
         after_b = _UNIT_WORD.match(statement, b.end())
         units = [_unit(a, link.group("unit")), _unit(b, after_b and after_b.group(1))]
         sizes = [_UNIT_SIZES.get(unit) for unit in units]
@@ -468,10 +466,8 @@ def _statement(text: str, value: str | None, start: int, end: int) -> tuple[str 
         if same_kind and _CTX.multiply(Decimal(pair[0]), sizes[0][1]) == _CTX.multiply(Decimal(pair[1]), sizes[1][1]):
             accepted.append(pair[1] if pair[0] == value else pair[0])  # the same quantity in other units
             continue
-        if link.group("hedge") and units[0] in (None, units[1]):
-            return None, ()  # two answers: no answer
-        if same_kind and (link.group("hedge") or link.group("restated")):
-            return None, ()  # "2 hours, or 100 minutes": two quantities said to be one
+        if same_kind or (link.group("hedge") and units[0] in (None, units[1])):
+            return None, ()  # two answers ("18 or 20"), or two quantities said to be one ("2 hours, or 100 minutes")
     return value, tuple(accepted)
 
 
@@ -515,11 +511,8 @@ class _Computed:
     def __contains__(self, value: str | None) -> bool:
         if self.values is None:
             clean = _clean(self.text[-MAX_FALLBACK_CHARS:])
-            self.values = {
-                _normalise(number)
-                for at in _RESULT_AT.finditer(clean)
-                if (number := _NUMBER.match(clean, at.end())) is not None
-            }
+            results = (_NUMBER.match(clean, at.end()) for at in _RESULT_AT.finditer(clean))
+            self.values = {_normalise(number) for number in results if number is not None}
         return value in self.values
 
 
@@ -541,8 +534,7 @@ def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, 
 
 
 def _turn_at(region: str) -> int:
-    """Where another question or turn starts after the answer's first digit (a base model's next few-shot
-    question), else the end of the region."""
+    """Where a next question or turn starts after the first digit (a base model's next few-shot question)."""
     first_digit = _DIGIT.search(region)
     if first_digit is None or (region.find(":", first_digit.start()) < 0 and "<|im_start|>" not in region):
         return len(region)
@@ -564,26 +556,23 @@ def _last_number_at(text: str) -> int:
     return last_digit if words is None else words.start()
 
 
+def _says_number(words: re.Match) -> bool:
+    """Whether a run of number words states a number: after a verb ("he has fourteen pens", not "in eight stalls",
+    "this one" or "4 million") or opening a sentence ("Eighteen dollars.")."""
+    return _WORD_CUE.search(words.string, max(0, words.start() - 12), words.start()) is not None
+
+
 def _spelled(text: str, pos: int = 0):
-    """The numbers written as words in text[pos:] that state a number: after a verb ("he has fourteen pens", not
-    "in eight stalls", "this one" or "4 million") or opening a sentence ("Eighteen dollars.")."""
-    for words in _WORD_NUMBER.finditer(text, pos):
-        if _WORD_CUE.search(text, max(0, words.start() - 12), words.start()):
-            yield words
+    return (words for words in _WORD_NUMBER.finditer(text, pos) if _says_number(words))
 
 
 def _digits_for_words(text: str) -> str:
-    """The text with its number words written as digits: "he has fourteen pens" -> "he has 14 pens"."""
-    parts, done = [], 0
-    for words in _spelled(text):
-        parts += [text[done : words.start()], _word_value(words.group())]
-        done = words.end()
-    return "".join(parts) + text[done:]
+    """The text with its stated number words as digits: "he has fourteen pens" -> "he has 14 pens"."""
+    return _WORD_NUMBER.sub(lambda words: _word_value(words.group()) if _says_number(words) else words.group(), text)
 
 
 def _bold_answer(text: str, computed, truncated: bool = False) -> tuple[str | None, int, int] | None:
-    """A bold line that opens the text and states a number ("**18 pens**"), before the explanation; not a heading
-    ("**Step 1: ...**", "**Given:**") nor a line of working."""
+    """A bold line that opens the text with a number ("**18 pens**"); not a heading ("**Step 1:**") nor working."""
     bold = _BOLD_FIRST.match(text)
     if bold is None or bold.group("body").rstrip().endswith(":") or _is_working(bold.group("body")):
         return None
