@@ -156,14 +156,11 @@ def format_reward(
     """
     texts = [completion_to_text(c) for c in completions or []]
     stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)[1]
+    # A `#### N` inside unclosed thinking, or cut off by a next question, is none: extract_hash_answer gives None.
     rewards = []
     for text, ok in zip(texts, stopped, strict=True):
-        if not ok or answer_region(text, enable_thinking) is None:
-            rewards.append(0.0)
-        elif ends_with_hash_line(text):
-            rewards.append(1.0)
-        else:
-            rewards.append(0.5 if extract_hash_answer(text, thinking=enable_thinking) is not None else 0.0)
+        hashed = ok and extract_hash_answer(text, thinking=enable_thinking) is not None
+        rewards.append((1.0 if ends_with_hash_line(text) else 0.5) if hashed else 0.0)
     return rewards
 
 

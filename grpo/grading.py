@@ -330,14 +330,10 @@ def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
 
 def answers_match(pred: str | None, gold: str | None) -> bool:
     """Whether two answers are the same number, compared with `decimal.Decimal` (exact, no float rounding); `pred`
-    may be a tuple of values that all count as the answer (`read_answer`'s third part): any one of them.
-
-    None, and anything that is not a finite number, never matches.
+    may be a tuple of values that all count as the answer (`read_answer`'s third part). None never matches.
 
     >>> answers_match("18", "18.00"), answers_match("1,080", "1080"), answers_match("18.5", "18")
     (True, True, False)
-    >>> answers_match(None, None)
-    False
     """
     if isinstance(pred, tuple):
         return any(answers_match(value, gold) for value in pred)
