@@ -40,15 +40,10 @@ def _golds(answer, n: int) -> list[str | None]:
     """The gold answers, one per completion, normalised; a missing or unreadable gold is None."""
     if not isinstance(answer, list | tuple):  # one gold for every completion, or None
         answer = [answer] * n
-    cache = {}  # a GRPO batch repeats each gold once per generation
-    golds = []
-    for i in range(n):
-        gold = answer[i] if i < len(answer) else None
-        if isinstance(gold, str):
-            golds.append(cache[gold] if gold in cache else cache.setdefault(gold, gold_value(gold)))
-        else:
-            golds.append(gold_value(gold))
-    return golds
+    answer = [answer[i] if i < len(answer) else None for i in range(n)]
+    texts = dict.fromkeys(gold for gold in answer if isinstance(gold, str))  # a GRPO batch repeats each gold
+    cache = {gold: gold_value(gold) for gold in texts}
+    return [cache[gold] if isinstance(gold, str) else gold_value(gold) for gold in answer]
 
 
 def _truncated(completion_ids, max_completion_length: int | None, n: int) -> list[bool]:

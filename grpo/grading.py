@@ -417,7 +417,7 @@ def _pads(region: str, value: str | None, start: int, end: int) -> bool:
     if region.startswith("####", start) and _hash_answer(region[:start]):
         return True  # an earlier `#### N`: this one repeats it
     # The statement of the final answer (from its marker, or its sentence) said just before it: `\\boxed{5} \\boxed{5}`
-    if not region.startswith(("####", "\\boxed", "\\fbox"), start):
+    if region.startswith(("answer", "Answer", "ANSWER", "A:"), start):  # a phrase: its sentence
         start = _sentence_start(region, max(0, start - SENTENCE_CHARS), start)
     statement = region[start : min(end, start + 2 * SPAN_CHARS)].strip().rstrip(".!")  # a longer one repeats none
     before = region[max(0, start - 2 * SPAN_CHARS) : start].rstrip(" \t\n.!")
@@ -526,7 +526,7 @@ def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, 
     if last < 0:
         return None
     start = _sentence_start(text, max(0, last - SENTENCE_CHARS), last)  # "  Therefore, ... = $350.": its sentence
-    return _last_answer(text, computed, last), start, _line_end(text, last)
+    return _last_answer(text, computed, last, start), start, _line_end(text, last)
 
 
 def _turn_at(region: str) -> int:
@@ -665,13 +665,13 @@ def _is_working(line: str) -> bool:
     return _WORKING_LINE.match(line) is not None or _OPERATION.search(_clean(line)) is not None
 
 
-def _last_answer(text: str, computed, last_digit: int | None = None) -> str | None:
+def _last_answer(text: str, computed, last_digit: int | None = None, start: int | None = None) -> str | None:
     """The answer number of the sentence that holds the text's last number (see `_sentence_answer`); `last_digit`,
-    where the text's last digit is, when the caller has found it."""
+    where the text's last number is, and `start`, where its sentence starts, when the caller has found them."""
     last_digit = _last_number_at(text) if last_digit is None else last_digit
     if last_digit < 0:
         return None
-    start = _sentence_start(text, max(0, last_digit - SENTENCE_CHARS), last_digit)
+    start = _sentence_start(text, max(0, last_digit - SENTENCE_CHARS), last_digit) if start is None else start
     window = _clean(text[start : last_digit + SPAN_CHARS], money=True)
     window = window if text[last_digit].isdigit() else _digits_for_words(window)  # "so he has fourteen pens"
     numbers = list(_NUMBER.finditer(window))
@@ -802,9 +802,10 @@ def _read_span(span: str, lead: bool = False, single: bool = False, computed=())
     first_end = _SENTENCE_END.search(span, head)
     if words is not None and (number is None or (first_end is not None and first_end.end() <= number.start())):
         return True, _word_value(words.group())  # "The answer is eighteen."
-    if number is None:
-        value = None if lead or single else _cued_word_number(span)
-        return value is not None, value
+    if number is None:  # a number word stated in the first sentence: "Answer: Tom has eighteen pens."
+        end = _SENTENCE_END.search(span)
+        words = None if lead or single else next(_spelled(span[: end.start() if end else len(span)]), None)
+        return words is not None, words and _word_value(words.group())
     if lead and (_HASH_LEAD.fullmatch(span, 0, number.start()) is None or _HEADING_TAIL.match(span, number.end())):
         return False, None
     if single and _NUMBER.search(span, number.end()) is not None:
@@ -831,13 +832,6 @@ def _stated(span: str, number: re.Match) -> str | None:
         if number is None or _EXPRESSION_TAIL.match(span, number.end()):
             return None  # an expression without its result: never evaluated
     return _normalise(number)
-
-
-def _cued_word_number(span: str) -> str | None:
-    """A number word stated in the span's first sentence: "Answer: Tom has eighteen pens." -> "18"."""
-    end = _SENTENCE_END.search(span)
-    words = next(_spelled(span[: end.start() if end else len(span)]), None)
-    return None if words is None else _word_value(words.group())
 
 
 def _word_value(words: str) -> str:
