@@ -12,10 +12,10 @@ read is grpo/grading.py's job. A parameter named max_completion_length or enable
     math_reward          the tutorial's combined partial credit, summing to 1.0 for a right, shown answer
     overlong_reward      DAPO's soft overlong punishment, from the token counts
 
-A completion earns credit only where it stops at its answer. One cut off at max_completion_length, or one whose
-text after the final answer repeats or pads it (`#### 5\n#### 5`, a whitespace run, "The answer is 5." after
-`#### 5`, another question: grading.pads_answer), scores 0.0 on the first four: a model must not learn to pad to
-the limit. They log the share of padded completions as completions/padded_ratio.
+A completion earns credit only where it stops at its answer. One cut off at max_completion_length, or one that pads
+past it (grading.pads_answer: the answer repeated, filler, another question; not an explanation or a sign-off),
+scores 0.0 on the first four, though evaluation still judges its answer: a model must not learn to pad to the limit.
+They log the share of padded completions as completions/padded_ratio.
 
 Your own reward goes in a module on the Python path (the repository root, or a folder on PYTHONPATH), selected as
 `--REWARD_FUNCS=correctness_reward,mymodule:my_reward`. Run the examples and the tests:
@@ -40,15 +40,10 @@ def _golds(answer, n: int) -> list[str | None]:
     """The gold answers, one per completion, normalised; a missing or unreadable gold is None."""
     if not isinstance(answer, list | tuple):  # one gold for every completion, or None
         answer = [answer] * n
-    cache = {}  # a GRPO batch repeats each gold once per generation
-    golds = []
-    for i in range(n):
-        gold = answer[i] if i < len(answer) else None
-        if isinstance(gold, str):
-            golds.append(cache[gold] if gold in cache else cache.setdefault(gold, gold_value(gold)))
-        else:
-            golds.append(gold_value(gold))
-    return golds
+    answer = [answer[i] if i < len(answer) else None for i in range(n)]
+    texts = dict.fromkeys(gold for gold in answer if isinstance(gold, str))  # a GRPO batch repeats each gold
+    cache = {gold: gold_value(gold) for gold in texts}
+    return [cache[gold] if isinstance(gold, str) else gold_value(gold) for gold in answer]
 
 
 def _truncated(completion_ids, max_completion_length: int | None, n: int) -> list[bool]:
@@ -61,14 +56,14 @@ def _truncated(completion_ids, max_completion_length: int | None, n: int) -> lis
 
 
 def _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric) -> tuple[list, list[bool]]:
-    """Each completion's final answer, and whether it stopped there: not cut off, and nothing after the final answer
-    repeats or pads it (grading.pads_answer). The padded share goes to TRL's `log_metric` hook, so TensorBoard shows
-    it as train/completions/padded_ratio."""
+    """Each completion's reading (grading.read_answer: its answer, whether it pads past it, the values that count as
+    it), and whether it stopped at its answer: not cut off, not padded. The padded share goes to TRL's `log_metric`
+    hook, so TensorBoard shows it as train/completions/padded_ratio."""
     cut = _truncated(completion_ids, max_completion_length, len(texts))
     read = [read_answer(t, truncated=c, thinking=enable_thinking) for t, c in zip(texts, cut, strict=True)]
     if callable(log_metric) and read:
-        log_metric("completions/padded_ratio", sum(padded for _, padded in read) / len(read))
-    return [value for value, _ in read], [not (padded or c) for (_, padded), c in zip(read, cut, strict=True)]
+        log_metric("completions/padded_ratio", sum(r[1] for r in read) / len(read))
+    return read, [not (r[1] or c) for r, c in zip(read, cut, strict=True)]
 
 
 def correctness_reward(
@@ -116,13 +111,13 @@ def correctness_reward(
     """
     texts = [completion_to_text(c) for c in completions or []]
     golds = _golds(solution if answer is None else answer, len(texts))
-    extracted, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
+    read, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
     if callable(log_extra):
-        log_extra("extracted", extracted)
+        log_extra("extracted", [r[0] for r in read])
         log_extra("gold", golds)
     return [
-        None if gold is None else float(ok and answers_match(pred, gold))
-        for pred, gold, ok in zip(extracted, golds, stopped, strict=True)
+        None if gold is None else float(ok and answers_match(r[2], gold))
+        for r, gold, ok in zip(read, golds, stopped, strict=True)
     ]
 
 
@@ -156,14 +151,11 @@ def format_reward(
     """
     texts = [completion_to_text(c) for c in completions or []]
     stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)[1]
+    # A `#### N` inside unclosed thinking, or cut off by a next question, is none: extract_hash_answer gives None.
     rewards = []
     for text, ok in zip(texts, stopped, strict=True):
-        if not ok or answer_region(text, enable_thinking) is None:
-            rewards.append(0.0)
-        elif ends_with_hash_line(text):
-            rewards.append(1.0)
-        else:
-            rewards.append(0.5 if extract_hash_answer(text, thinking=enable_thinking) is not None else 0.0)
+        hashed = ok and extract_hash_answer(text, thinking=enable_thinking) is not None
+        rewards.append((1.0 if ends_with_hash_line(text) else 0.5) if hashed else 0.0)
     return rewards
 
 
@@ -227,9 +219,9 @@ def math_reward(
     """
     texts = [completion_to_text(c) for c in completions or []]
     golds = _golds(solution if answer is None else answer, len(texts))
-    preds, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
+    read, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
     rewards = []
-    for text, gold, pred, ok in zip(texts, golds, preds, stopped, strict=True):
+    for text, gold, (pred, _, accepted), ok in zip(texts, golds, read, stopped, strict=True):
         if gold is None or not ok or answer_region(text, enable_thinking) is None:
             rewards.append(None if gold is None else 0.0)
             continue
@@ -237,7 +229,7 @@ def math_reward(
             2 * (extract_hash_answer(text, thinking=enable_thinking) is not None)
             + 2 * (working_score(text) > 0)
             + 2 * (pred is not None)
-            + 4 * answers_match(pred, gold)
+            + 4 * answers_match(accepted, gold)
         )
         rewards.append(tenths / 10)
     return rewards

@@ -1,51 +1,32 @@
-"""The GSM8K answer reader: the final number of a completion, and whether it matches the gold answer.
+"""The GSM8K answer reader: the final answer of a completion, judged as a careful human grader would.
 
-rewards.py (the reward functions), evaluation (grpo/gsm8k.py) and monitoring (grpo/monitor.py) all grade with it.
-
-The reward is what GRPO optimises, so the grader has to read a right answer as right in every format a model
-writes it, and a wrong one as wrong:
+rewards.py (the rewards), evaluation (grpo/gsm8k.py) and monitoring (grpo/monitor.py) all grade with it:
 
     extract_answer(text)        the final number of a completion or a GSM8K gold solution ("1,080" -> "1080")
     answers_match(pred, gold)   equal by value, in exact decimal arithmetic ("18.00" == "18", "18.5" != "18")
-    pads_answer(text)           text after the final answer repeats or pads it (`#### 5\n#### 5`): no credit
+    pads_answer(text)           the text goes on past its final answer (`#### 5\n#### 5`): the rewards pay nothing
     grade(completion, gold)     one completion's verdicts, for evaluate.py: extracted, correct, strict_correct, ...
 
-Where the answer is, in order of precedence (the last occurrence of each wins):
-    1. `#### N`, GSM8K's own format and the one the prompt asks for (a markdown heading, `#### Step 2`, is not);
-    2. `\\boxed{N}`; a box of words only (`\\boxed{\\text{Cannot be determined}}`) is a final answer that is no number;
-    3. an answer phrase: "the answer is N", "Final answer: N", "Answer: N", "A: N", `<answer>N</answer>`,
-       `"answer": "N"` in JSON. "Step by step answer:" and the like are headings for working, not answer phrases;
-    4. the last sentence with a number in it (the last-number fallback).
-What follows a phrase is read so: a number first (after "about", "$", "**") is the answer, or the stated result
-when it starts a sum (`9*2 = 18`, `12.8 ha / 0.4 = 32 ha`); a sentence ("Answer: After 60 days, she will spend
-$16") gives its answer number; a number word counts ("eighteen", "twenty-five", "a dozen"); a phrase at the end of
-a line reads the next line, or, when that line is working (a list item, a sum), the block's final result. A phrase
-followed by no number at all ("The answer cannot be determined.") is a final answer that is no number: None, never
-an earlier number.
-The answer number of a sentence (`_sentence_answer`): operands and comparisons (`18 - 4 = 14` gives 14), numbers in
-a purpose clause ("babysit 5 times to make 15 flans" gives 5) and in a reason or condition ("because he scored 30")
-are passed over; a sentence that ends with an equation gives its result; otherwise the last number, unless it
-restates a stated result ("= $240 for the 6 shirts" gives 240) or follows "after", "for", "in" ... while an
-earlier one was computed ("$16 after 60 days" gives 16). Numbers: `1,080`, `1{,}080`, `1,\\!080`, `1\\,080`,
-`1\\ 080` are 1080, `2.4 \\times 10^{3}` is 2400, `\\frac{3}{4}` is 0.75, and the time `2:00 pm` is 2.
+Where the answer is, by precedence (the last of each kind wins), before any next question or turn ("Question:",
+"User:" once the answer began: a base model going on with its few-shot prompt): 1. `#### N` (not a heading,
+`#### Step 2`); 2. `\\boxed{N}` (of words only: a final answer that is no number); 3. an answer phrase: "the answer
+is N", "Answer: N", "A: N", `<answer>N</answer>`, `"answer": "N"` ("Step by step answer:" heads working); 4. a bold
+line that opens the text, "**18 pens**", explained below it; 5. the last sentence with a number, digits or words
+("so he has fourteen pens left"). After a phrase: a number first, or a sum's stated result (`9*2 = 18`); a sentence's
+answer number; a number word; at a line's end, the next line or the final result of the working below it.
+A sentence's answer number: operands, purpose clauses ("to make 15 flans"), reasons and conditions ("because he
+scored 30") are passed over; an equation's result; else the last, unless it restates a stated result ("= $240 for
+the 6 shirts") or a given quantity ("$16 after 60 days", "12 pens out of the 18"); "6 shirts for $240" pays 240.
+Then the statement decides: a hedge ("18 or 20", "18, but it might be 20") is no answer, and the same quantity in
+other units ("2 hours, or 120 minutes", "0.6, or 60%") is the answer either way. `1,\\!080`, `1{,}080` are 1080,
+`2.4 \\times 10^{3}` is 2400, `\\frac{3}{4}` is 0.75, `2:00 pm` is 2; an expression (`#### 9*2`) is no answer: model
+output is never evaluated. Every scan is linear in the text's length, and nothing here raises on any text.
 
-No final answer, no credit (`extract_answer(..., truncated=, thinking=)`, `grade`, correctness_reward, math_reward,
-and format_reward for the thinking part; reasoning_reward and overlong_reward do not depend on an answer):
-    - thinking that never closed has no answer, whatever it says: a `<think>` (or `<thinking>`) with no `</think>`
-      after it, or thinking mode on (ENABLE_THINKING, `thinking=True`) and no `</think>` at all;
-    - a cut-off completion (`truncated=True`) gets no answer from the last-number fallback, nor from the working
-      under a heading: only a `####`, a box or an answer phrase it wrote is read.
-Text inside a closed thinking block is skipped when text follows the block.
-Stop at the answer, or no credit (`pads_answer`, `grade`, and the four rewards that pay): a completion cut off at the
-limit earns nothing, whatever it read, and so does one whose text after its final answer repeats or pads it:
-`#### 5\n#### 5`, `#### 5 #### 5`, a whitespace run, "The answer is 5." or "five" after `#### 5`, another question.
-The answer is still read (grade's `extracted`, the completions table), so a padded completion shows what it said.
-In training, a reward counts a completion with max_completion_length token ids as cut off (rewards.py; TRL gives a
-reward no EOS ids, so one whose EOS was its last allowed token counts too). evaluate.py passes `truncated` = the
-limit was reached without an end-of-turn.
-
-An answer that is an expression (`#### 9*2`) is no answer unless it states its result (`9*2 = 18`): model output is
-never evaluated. Every scan is linear in the length of the text, and nothing here raises on any text.
+No final answer, no credit: thinking that never closed says nothing (a `<think>` with no `</think>` after it, or
+thinking mode and no `</think>`); a closed block is skipped when text follows it. A cut-off completion
+(`truncated=True`) gets no answer from its last number nor from working under a heading, only from an answer it
+wrote, which evaluation judges. Padding (`pads_answer`) is judged beside the answer: evaluation marks it `padded`;
+the four rewards that pay give it 0.0, as they do a cut-off completion.
 
 Run the examples in the docstrings and the tests:
     python -m pytest tests/test_grading.py tests/test_rewards.py grpo/grading.py -q
@@ -62,9 +43,9 @@ SPAN_CHARS = 300  # characters read after an answer marker
 SENTENCE_CHARS = 400  # characters read back from the last number for its sentence
 MAX_BOX_CHARS = 1000  # characters searched for the closing brace of \boxed{
 MAX_MARKERS = 64  # occurrences of one kind of marker tried, from the last, before giving up on that kind
-MAX_FALLBACK_CHARS = 65536  # digit-bearing characters read back for the last number before giving up
+MAX_FALLBACK_CHARS = 65536  # characters read back for the last number when the last digits are none ("x2")
 # Past the final answer (`pads_answer`)
-MAX_TAIL_CHARS = 160  # characters a `#### N` line may be followed by: a sign-off ("I hope this helps!"), no more
+MAX_TAIL_CHARS = 1000  # characters after the final answer's line: an explanation or a sign-off; more is filler
 MAX_BLANK_CHARS = 8  # whitespace in a row from the final answer on: a line break or two, not a run to the limit
 
 # Every scan of a whole completion is a str.find/rfind for a literal (C speed); regular expressions only run on
@@ -125,6 +106,7 @@ _POWER = re.compile(r"(?<=[0-9])[ \t]*+\*\*[ \t]*+(?=[0-9(])")  # Python's 9**2 
 _CHARS = str.maketrans(
     "\u2212\u00d7\u00b7\u2217\u00f7\u2248\u00a0\u2009\u202f", "-***/=   ", "${}\u20ac\u00a3\u00a5\u20b9"
 )
+_MONEY_CHARS = _CHARS | str.maketrans("$\u20ac\u00a3\u00a5\u20b9", "$$$$$")  # the same, keeping money's "$"
 
 # Answer markers, each matched where str.rfind found its literal.
 _HASH_LINE = re.compile(r"[ \t]*+####[ \t]*+-?(?:[0-9]{1,3}(?:,[0-9]{3})++|[0-9]++)(?:\.[0-9]++)?[ \t]*+")
@@ -169,12 +151,12 @@ _MODAL_TO = re.compile(
 _CONTEXT = re.compile(
     r"(?:\b(?:after|before|for|per|each|every|in|within|over|during|on|above|below|until|than)|(?<!total )\bof)[ \t]++"
     r"(?:[a-z]{1,20}?ing[ \t]++(?:away[ \t]++)?)?"
-    r"(?:(?:the|a|an|another|its|his|her|their|those|these|this|that|all|both|next|first|last)[ \t]++)?$",
+    r"(?:(?:(?P<det>the|its|his|her|their|those|these|this|that|all|both)|a|an|another|next|first|last)[ \t]++)?$",
     re.IGNORECASE,
 )
 # An operand: an operator or "=" and then a number, or a comparison ("50 < 52"); a number after "<" or ">".
 _OPERAND_TAIL = re.compile(
-    r"[ \t]*+(?:(?:[-+*/^=<>]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\.?[0-9]|[<>\u2264\u2265])"
+    r"[ \t]*+(?:(?:[-+*/^=<>]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\$?\.?[0-9]|[<>\u2264\u2265])"
 )
 _COMPARED = re.compile(r"(?:[<>\u2264\u2265]|[0-9%)][ \t]*+(?:[-+*/^]|[xX]))[ \t]*+\(?[ \t]*+$")  # "50 < 52", "1 - 3"
 _RESULT_BEFORE = re.compile(r"=[ \t]*+$")
@@ -191,7 +173,43 @@ _CLAUSE_END = re.compile(r"[,;:=]")  # "... when she started = 90 more pounds": 
 _RESULT_AT = re.compile(r"(?:=|>>)[ \t]*+")  # where a computed result follows: "= 18", GSM8K's "<<3*6=18>>18"
 # Past the final answer: a run of whitespace, and another question or turn starting on a line of its own.
 _BLANK_RUN = re.compile(rf"\s{{{MAX_BLANK_CHARS + 1}}}")
-_NEW_TURN = re.compile(r"^[ \t*#>]*+(?:question|problem|q|user|human)\b[^\n:]{0,20}:", re.IGNORECASE | re.MULTILINE)
+_NEW_TURN = re.compile(
+    r"\n[ \t*#>]*+(?:question|problem|q|user|human)(?:[ \t]*+#?[0-9]++)?[ \t*]*+:|<\|im_start\|>", re.IGNORECASE
+)
+_UNIT_PRICE = re.compile(r"[ \t]*+(?:each|apiece|per|a[ \t]++piece)\b", re.IGNORECASE)  # "for $2 each"
+# Between two numbers of an answer's statement: a first unit, then "or" (a hedge when the units agree, the same
+# quantity again when they differ: "2 hours, or 120 minutes") or a restatement ("which is", "i.e.", "(").
+_LINK = re.compile(
+    r"[ \t]*+(?P<unit>(?!(?:or|and|but|which|that|it|i)\b)[A-Za-z]++|%)?[ \t]*+[,;]?[ \t]*+"
+    r"(?:(?P<hedge>(?:either[ \t]++)?or(?:[ \t]++(?:maybe|possibly|perhaps|even))?"
+    r"|(?:but[ \t]++)?(?:it[ \t]++)?(?:might|could|may)(?:[ \t]++also)?[ \t]++be)"
+    r"|(?P<restated>which[ \t]++(?:is|equals)|that[ \t]++is|that's|i\.e\.,?|\())?"
+    r"[ \t]*+\(?[ \t]*+(?:about[ \t]++)?",
+    re.IGNORECASE,
+)
+_LINK_WORDS = (" or ", "might", "could", "may ", "which", "that is", "that's", "i.e", "(")  # what _LINK needs
+_UNIT_WORD = re.compile(r"[ \t]*+([A-Za-z]++|%)")
+_OPERATOR_END = re.compile(r"(?:[-+*/^]|(?<![A-Za-z])[xX])[ \t]*+$")  # a right operand: "3 x 20 hours = 60 hours"
+_UNIT_SIZES = {  # a unit (singular: "hours" is looked up as "hour") -> what it measures, its size in the smallest
+    word: (kind, size)
+    for kind, sizes in {
+        "time": {"second sec": 1, "minute min": 60, "hour hr": 3600, "day": 86400, "week": 604800},
+        "months": {"month": 1, "year": 12},
+        "money": {"cent": 1, "dollar $": 100},
+        "length": {"inch inche": 1, "foot feet ft": 12, "yard yd": 36, "mile": 63360},
+        "metres": {"centimeter cm": 1, "meter metre": 100, "kilometer km": 10**5},
+        "weight": {"ounce oz": 1, "pound lb": 16},
+        "grams": {"gram g": 1, "kilogram kg": 1000},
+        "volume": {"cup": 1, "pint": 2, "quart": 4, "gallon": 16},
+        "litres": {"milliliter ml": 1, "liter litre": 1000},
+        "share": {"% percent": 1},
+    }.items()
+    for names, size in sizes.items()
+    for word in names.split()
+}
+_UNIT_SIZES[None] = ("share", 100)  # a bare number: "0.6, or 60%"
+# A bold line that opens the answer region, "**18 pens**", answers first when the explanation after it has no marker.
+_BOLD_FIRST = re.compile(r"\s*+(?:#{1,6}[ \t]++)?(\*\*|__)(?P<body>[^\n*_]{1,100}?)\1[ \t.!]*+(?:\n|$)")
 
 # Numbers written as words, read after an answer phrase: "eighteen", "twenty-five", "a dozen".
 # fmt: off
@@ -212,9 +230,11 @@ _WORD_NUMBER = re.compile(
     rf"(?:(?:[ \t]*+-[ \t]*+|[ \t]++(?:and[ \t]++)?){_NUMBER_WORD})*+(?![ \t]++of\b)",
     re.IGNORECASE,
 )
+# Before a number word that states a number: a verb, or the start of a sentence ("Eighteen dollars.").
 _WORD_CUE = re.compile(
-    r"(?i:\b(?:is|are|was|were|be|has|have|had|gets?|got|makes?|made|needs?|costs?|spends?|spent|pays?|paid"
-    r"|earns?|earned|equals?|totals?|of)|=)[ \t]++$"
+    r"(?:(?i:\b(?:is|are|was|were|be|has|have|had|gets?|got|makes?|made|needs?|costs?|spends?|spent|pays?|paid"
+    r"|earns?|earned|equals?|totals?|of|takes?|took|sells?|sold|buys?|bought|saves?|saved|uses?|used)|=)[ \t]++"
+    r"|(?:^|[.!?:\n])[ \t*_#>]*+)$"
 )
 
 # Shown working, for reasoning_reward: an operation "36 / 3", then the rest of its chain and an "= result".
@@ -274,8 +294,7 @@ def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False
     """The final numeric answer of a completion or of a GSM8K gold solution, as a normalised decimal string.
 
     Normalised: no `$`, thousands separators, units or `%`, no trailing zeros after the point; a leading `-` kept.
-    Precedence: the last `#### N`, else the last `\\boxed{N}`, else the last answer phrase, else the last number
-    (see the module docstring for how each is read).
+    Where it is and how it is read: the module docstring.
 
     Args:
         text (`str`): a completion or a gold solution (chat messages are accepted too).
@@ -285,26 +304,16 @@ def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False
     Returns:
         `str | None`: e.g. "1080", "-3", "18.5"; None when there is no readable final answer.
 
-    >>> extract_answer("Tom sells 20 - 5 - 3 = 12 pens at $1.50: 12 * 1.5 = $18.\\n#### 18")
-    '18'
-    >>> extract_answer(r"So he packs $\\boxed{1,\\!080}$ pens.")
-    '1080'
-    >>> extract_answer("Answer: After 60 days, Cynthia will spend $16.00")
-    '16'
-    >>> extract_answer("<think>Is it 17? 9 * 2 = 18.</think>The answer is 18.")
-    '18'
-    >>> extract_answer("<think>9 * 2 = 18, so the answer is 18") is None  # the thinking never closed
-    True
+    >>> extract_answer("12 * 1.5 = $18.\\n#### 18"), extract_answer(r"So he packs $\\boxed{1,\\!080}$ pens.")
+    ('18', '1080')
+    >>> extract_answer("Answer: After 60 days, Cynthia will spend $16.00"), extract_answer("#### 9*2")
+    ('16', None)
+    >>> extract_answer("<think>Is it 17?</think>The answer is 18."), extract_answer("<think>So the answer is 18")
+    ('18', None)
     >>> extract_answer("9 * 2 = 18, and then", truncated=True) is None  # cut off: no last-number fallback
     True
-    >>> extract_answer("#### 9*2") is None
-    True
     """
-    text = answer_region(text if isinstance(text, str) else completion_to_text(text), thinking)
-    if text is None:
-        return None
-    final = _final_answer(text, truncated)
-    return None if final is None else final[0]
+    return read_answer(text, truncated=truncated, thinking=thinking)[0]
 
 
 def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
@@ -313,32 +322,27 @@ def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
     `####` followed by words (a markdown heading) or by an expression without its result does not count, nor does
     one inside thinking that never closed.
 
-    >>> extract_hash_answer("A third of 36 is 12.\\n#### 12")
-    '12'
-    >>> extract_hash_answer("#### Final answer\\nThe answer is 12.") is None
-    True
+    >>> extract_hash_answer("A third of 36 is 12.\\n#### 12"), extract_hash_answer("#### Final answer\\nIt is 12.")
+    ('12', None)
     """
-    text = answer_region(text if isinstance(text, str) else completion_to_text(text), thinking)
-    found = None if text is None else _hash_answer(text)
-    return None if found is None else found[0]
+    return read_answer(text, thinking=thinking, strict=True)[0]
 
 
 def answers_match(pred: str | None, gold: str | None) -> bool:
-    """Whether two answers are the same number, compared with `decimal.Decimal` (exact, no float rounding).
-
-    None, and anything that is not a finite number, never matches.
+    """Whether two answers are the same number, compared with `decimal.Decimal` (exact, no float rounding); `pred`
+    may be a tuple of values that all count as the answer (`read_answer`'s third part). None never matches.
 
     >>> answers_match("18", "18.00"), answers_match("1,080", "1080"), answers_match("18.5", "18")
     (True, True, False)
-    >>> answers_match(None, None)
-    False
     """
+    if isinstance(pred, tuple):
+        return any(answers_match(value, gold) for value in pred)
     a, b = _to_decimal(pred), _to_decimal(gold)
     return a is not None and b is not None and a == b
 
 
 def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) -> dict:
-    """One completion against its gold answer: what the lenient extractor reads, and the three verdicts.
+    """One completion against its gold answer: what the lenient extractor reads, and the verdicts.
 
     Args:
         completion (`str` or `list[dict]`): a plain or chat completion.
@@ -347,87 +351,126 @@ def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) 
         thinking (`bool`): thinking mode was on (ENABLE_THINKING).
 
     Returns:
-        `dict`: `extracted` (`extract_answer`'s reading, or None), `correct` (it equals the gold), `strict_correct`
-        (the `#### N` answer equals the gold), `formatted` (there is a readable `#### N`), `padded` (text after the
-        final answer repeats or pads it: `pads_answer`). A padded or cut-off completion is neither correct nor
-        formatted, whatever it read; unclosed thinking gives None, False, False, False, False.
+        `dict`: `extracted` (`extract_answer`'s reading, or None), `correct` (the answer equals the gold),
+        `strict_correct` (the `#### N` answer equals the gold), `formatted` (there is a readable `#### N`), `padded`
+        (`pads_answer`: the rewards' reason to pay nothing, beside the verdicts, which judge the answer alone).
+        Unclosed thinking gives None, False, False, False, False.
 
-    >>> grade("9 * 2 = 18\\n#### 18", "18")
-    {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True, 'padded': False}
     >>> grade("So the answer is \\\\boxed{18}.", "18")
     {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False, 'padded': False}
-    >>> grade("9 * 2 = 18\\n#### 18\\n#### 18", "18")
-    {'extracted': '18', 'correct': False, 'strict_correct': False, 'formatted': False, 'padded': True}
+    >>> grade("9 * 2 = 18\\n#### 18\\n#### 18", "18")  # the answer, right, and padded
+    {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True, 'padded': True}
     """
     text = completion_to_text(completion)
     gold = gold_value(gold)
-    extracted, padded = read_answer(text, truncated=truncated, thinking=thinking)
-    strict = extract_hash_answer(text, thinking=thinking)
-    credited = not (truncated or padded)  # no credit for a completion that did not stop at its answer
+    extracted, padded, accepted = read_answer(text, truncated=truncated, thinking=thinking)
+    strict, _, strict_accepted = read_answer(text, thinking=thinking, strict=True)
     return {
         "extracted": extracted,
-        "correct": credited and answers_match(extracted, gold),
-        "strict_correct": credited and answers_match(strict, gold),
-        "formatted": credited and strict is not None,
+        "correct": answers_match(accepted, gold),
+        "strict_correct": answers_match(strict_accepted, gold),
+        "formatted": strict is not None,
         "padded": padded,
     }
 
 
 def pads_answer(text, *, truncated: bool = False, thinking: bool = False) -> bool:
-    """Whether the completion goes on past its final answer, repeating or padding it instead of stopping there.
+    """Whether the completion goes on past its final answer instead of stopping there: the rewards pay it nothing.
 
-    A `#### N` answer (the asked format) must be the only `####` answer, followed by at most MAX_TAIL_CHARS of text
-    without a number, the answer in words, another answer marker or another question. Any final answer (a box, a
-    phrase, the last number) pads when it repeats the statement just before it (`#### 5\\n#### 5`, `\\boxed{5}
-    \\boxed{5}`, "The answer is 5. The answer is 5."), when more than MAX_BLANK_CHARS of whitespace run after it
-    starts, or when a `####`, a `\\boxed` or another question ("Question:", "Q:", "User:") follows its line. A text
-    without a final answer pads nothing. Linear in the length of the text.
+    Padding is: the answer repeated (a second `####`, `\\boxed` or answer phrase, the statement said twice, a
+    sentence whose only number is the answer: "#### 5\\nSo Sam has five pens."); filler (more than MAX_TAIL_CHARS,
+    a sentence said twice in a row) or a run of more than MAX_BLANK_CHARS whitespace; another question or turn
+    ("Question:", "Q:", "User:", `<|im_start|>`). An explanation or a check with other numbers, or a sign-off, is not.
+    A text without a final answer pads nothing. Linear in the length of the text.
 
-    Args:
-        text (`str` or `list[dict]`): a plain or chat completion.
-        truncated, thinking (`bool`): as for `extract_answer` (a cut-off completion's last number is no answer).
-
-    >>> pads_answer("9 * 2 = 18\\n#### 18\\n"), pads_answer("#### 18\\nI hope this helps!")
-    (False, False)
-    >>> pads_answer("#### 18\\n#### 18"), pads_answer("#### 18 #### 18"), pads_answer("#### 18\\nThe answer is 18.")
+    >>> pads_answer("#### 18\\n"), pads_answer("#### 18\\nCheck: 18 / 6 = 3. Thanks!"), pads_answer("#### 18 #### 18")
+    (False, False, True)
+    >>> pads_answer("#### 18\\nThe answer is 18."), pads_answer("#### 18" + " " * 40), pads_answer("#### 18\\nQ: Why?")
     (True, True, True)
-    >>> pads_answer("#### 18" + " " * 40), pads_answer("#### 18\\n\\nQuestion: How many pens are left?")
-    (True, True)
     """
     return read_answer(text, truncated=truncated, thinking=thinking)[1]
 
 
-def read_answer(text, *, truncated: bool = False, thinking: bool = False) -> tuple[str | None, bool]:
-    """`extract_answer`'s reading and `pads_answer`'s verdict, from one reading of the text (grade and the rewards
-    need both).
+def read_answer(text, *, truncated=False, thinking=False, strict=False) -> tuple[str | None, bool, tuple[str, ...]]:
+    """`extract_answer`'s answer (strict: `extract_hash_answer`'s), `pads_answer`'s verdict, and the values that
+    count as the answer: it, and the same quantity in other units. A hedge ("18 or 20") is no answer.
 
-    >>> read_answer("#### 18\\n#### 18")
-    ('18', True)
+    >>> read_answer("#### 18\\n#### 18"), read_answer("It takes 2 hours, or 120 minutes.")
+    (('18', True, ('18',)), ('120', False, ('120', '2')))
     """
-    region = answer_region(text if isinstance(text, str) else completion_to_text(text), thinking)
-    final = None if region is None else _final_answer(region, truncated)
-    return (None, False) if final is None else (final[0], _pads(region, *final))
+    region = answer_region(completion_to_text(text), thinking)
+    head = None if region is None else region[: _turn_at(region)]  # a base model's next question is no answer
+    found = None if head is None else (_hash_answer(head) if strict else _final_answer(head, truncated))
+    if found is None:
+        return None, False, ()
+    value, accepted = _statement(head, *found)
+    return value, _pads(region, *found), accepted
 
 
 def _pads(region: str, value: str | None, start: int, end: int) -> bool:
     """pads_answer's rules, for the final answer `value` whose marker starts at `start`, its line ending at `end`."""
     tail = region[end:]
-    if _BLANK_RUN.search(region, max(start, end - SPAN_CHARS)):  # from the answer's number on
-        return True
-    if "####" in tail or "\\boxed" in tail or _NEW_TURN.search(tail):
-        return True
-    if region.startswith("####", start):  # the asked format: one `#### N` line, ending the completion
-        if len(tail) > MAX_TAIL_CHARS or any(digit in tail for digit in _DIGITS) or _hash_answer(region[:start]):
-            return True
-        if any(_word_value(words.group()) == value for words in _WORD_NUMBER.finditer(tail)):
-            return True  # "#### 5\\nFive."
-    # The statement of the final answer: from its marker, or for a phrase or the last number, from its sentence.
-    if not region.startswith(("####", "\\boxed", "\\fbox"), start):
-        low = max(0, start - SENTENCE_CHARS)
-        start = max((i + len(e) for e in _RAW_SENTENCE_ENDS if (i := region.rfind(e, low, start)) >= 0), default=low)
-    statement = region[start : min(end, start + 2 * SPAN_CHARS)].strip()  # a longer one repeats no answer
-    before = region[max(0, start - 2 * SPAN_CHARS) : start].rstrip()
+    if len(tail) > MAX_TAIL_CHARS or _BLANK_RUN.search(region, max(start, end - SPAN_CHARS)):
+        return True  # filler, or a run of whitespace from the answer's number on
+    if tail.strip() and ("####" in tail or "\\boxed" in tail or _NEW_TURN.search(tail) or _repeats(tail, value)):
+        return True  # another answer marker, another question or turn, the answer said again, filler
+    if region.startswith("####", start) and _hash_answer(region[:start]):
+        return True  # an earlier `#### N`: this one repeats it
+    # The statement of the final answer (from its marker, or its sentence) said just before it: `\\boxed{5} \\boxed{5}`
+    if region.startswith(("answer", "Answer", "ANSWER", "A:"), start):  # a phrase: its sentence
+        start = _sentence_start(region, max(0, start - SENTENCE_CHARS), start)
+    statement = region[start : min(end, start + 2 * SPAN_CHARS)].strip().rstrip(".!")  # a longer one repeats none
+    before = region[max(0, start - 2 * SPAN_CHARS) : start].rstrip(" \t\n.!")
     return 0 < len(statement) <= SPAN_CHARS and before.endswith(statement)
+
+
+def _repeats(tail: str, value: str | None) -> bool:
+    """Whether the text after the final answer says it again: an answer phrase ("The answer is 5."), a sentence
+    whose one number is the answer ("So Sam has five pens."), or a sentence twice in a row (filler)."""
+    if (found := _phrase_answer(tail, _Computed(tail))) is not None and found[0] is not None:
+        return True
+    previous = None
+    for sentence in _SENTENCE_END.split(tail):
+        numbers = [_normalise(n) for n in _NUMBER.finditer(_digits_for_words(_clean(sentence)))]
+        if numbers == [value] or (sentence.strip() and sentence.strip() == previous):
+            return True
+        previous = sentence.strip()
+    return False
+
+
+def _statement(text: str, value: str | None, start: int, end: int) -> tuple[str | None, tuple[str, ...]]:
+    """The final answer as its statement gives it: None when it hedges between two answers ("18 or 20 apples", "18,
+    but it might be 20"); else the answer and the values that restate it in other units ("2 hours (120 minutes)")."""
+    lowered = text[start : min(end, start + SPAN_CHARS)].lower()
+    if value is None or not any(word in lowered for word in _LINK_WORDS):
+        return value, () if value is None else (value,)
+    statement = _clean(text[start : min(end, start + SPAN_CHARS)], money=True)
+    numbers = list(_NUMBER.finditer(statement))
+    accepted = [value]
+    for a, b in zip(numbers, numbers[1:], strict=False):
+        link = _LINK.fullmatch(statement, a.end(), b.start())
+        if link is None or not (link.group("hedge") or link.group("restated")):
+            continue
+        pair = (_normalise(a), _normalise(b))
+        operand = _is_operand(statement, b) or _OPERATOR_END.search(statement, max(0, a.start() - 8), a.start())
+        if value not in pair or pair[0] == pair[1] or operand:  # "250 days = 5 hours", "5A/5 or 20 = A": sums
+            continue
+        after_b = _UNIT_WORD.match(statement, b.end())
+        units = [_unit(a, link.group("unit")), _unit(b, after_b and after_b.group(1))]
+        sizes = [_UNIT_SIZES.get(unit) for unit in units]
+        same_kind = None not in sizes and sizes[0][0] == sizes[1][0] and units[0] != units[1]
+        if same_kind and _CTX.multiply(Decimal(pair[0]), sizes[0][1]) == _CTX.multiply(Decimal(pair[1]), sizes[1][1]):
+            accepted.append(pair[1] if pair[0] == value else pair[0])  # the same quantity in other units
+            continue
+        if same_kind or (link.group("hedge") and units[0] in (None, units[1])):
+            return None, ()  # two answers ("18 or 20"), or two quantities said to be one ("2 hours, or 100 minutes")
+    return value, tuple(accepted)
+
+
+def _unit(number: re.Match, word: str | None) -> str | None:
+    """The unit after a number, as `_UNIT_SIZES` names it: "$" for money, "hour" for "hours"; None for none."""
+    word = "$" if "$" in number.group() else word.lower() if word else None
+    return word if word in _UNIT_SIZES or word is None else word.removesuffix("s")
 
 
 def _to_decimal(value) -> Decimal | None:
@@ -445,6 +488,8 @@ def answer_region(text: str, thinking: bool = False) -> str | None:
 
     None when thinking never closed: an opening tag after the last closing one, or thinking mode and no closing tag.
     """
+    if "<" not in text:  # no tag at all: the common case, at str.find speed
+        return None if thinking else text
     close = max((text.rfind(tag) for tag in _THINK_CLOSES), default=-1)
     opened = max((text.rfind(tag) for tag in _THINK_OPENS), default=-1)
     if opened > close or (thinking and close < 0):
@@ -462,11 +507,8 @@ class _Computed:
     def __contains__(self, value: str | None) -> bool:
         if self.values is None:
             clean = _clean(self.text[-MAX_FALLBACK_CHARS:])
-            self.values = {
-                _normalise(number)
-                for at in _RESULT_AT.finditer(clean)
-                if (number := _NUMBER.match(clean, at.end())) is not None
-            }
+            results = (_NUMBER.match(clean, at.end()) for at in _RESULT_AT.finditer(clean))
+            self.values = {_normalise(number) for number in results if number is not None}
         return value in self.values
 
 
@@ -477,14 +519,61 @@ class _Computed:
 def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, int] | None:
     """The final answer of an answer region by precedence (see the module docstring), as the finders return it."""
     computed = _Computed(text)
-    for find in (_hash_answer, _boxed_answer, _phrase_answer):
+    for find in (_hash_answer, _boxed_answer, _phrase_answer, _bold_answer):
         if (found := find(text, computed, truncated)) is not None:
             return found
-    last_digit = -1 if truncated else max(text.rfind(digit) for digit in _DIGITS)
-    if last_digit < 0:
+    last = -1 if truncated else _last_number_at(text)
+    if last < 0:
         return None
-    value = _last_answer(text, computed, last_digit)
-    return value, text.rfind("\n", 0, last_digit) + 1, _line_end(text, last_digit)
+    start = _sentence_start(text, max(0, last - SENTENCE_CHARS), last)  # "  Therefore, ... = $350.": its sentence
+    return _last_answer(text, computed, last, start), start, _line_end(text, last)
+
+
+def _turn_at(region: str) -> int:
+    """Where a next question or turn starts after the first digit (a base model's next few-shot question)."""
+    first_digit = _DIGIT.search(region)
+    if first_digit is None or (region.find(":", first_digit.start()) < 0 and "<|im_start|>" not in region):
+        return len(region)
+    turn = _NEW_TURN.search(region, first_digit.start())
+    return len(region) if turn is None else turn.start()
+
+
+def _sentence_start(text: str, low: int, pos: int) -> int:
+    """Where the sentence that holds `pos` starts, at its first non-space, read back no further than `low`."""
+    start = max((i + len(end) for end in _RAW_SENTENCE_ENDS if (i := text.rfind(end, low, pos)) >= 0), default=low)
+    return pos - len(text[start:pos].lstrip())
+
+
+def _last_number_at(text: str) -> int:
+    """Where the text's last number is: its last digit, or a number word after it ("so he has fourteen"); else -1."""
+    last_digit = max(text.rfind(digit) for digit in _DIGITS)
+    pos = max(last_digit + 1, len(text) - 2 * SENTENCE_CHARS)
+    words = _WORD_NUMBER.search(text, pos) and _last(_spelled(text, pos))
+    return last_digit if words is None else words.start()
+
+
+def _says_number(words: re.Match) -> bool:
+    """Whether a run of number words states a number: after a verb ("he has fourteen pens", not "in eight stalls",
+    "this one" or "4 million") or opening a sentence ("Eighteen dollars.")."""
+    return _WORD_CUE.search(words.string, max(0, words.start() - 12), words.start()) is not None
+
+
+def _spelled(text: str, pos: int = 0):
+    return (words for words in _WORD_NUMBER.finditer(text, pos) if _says_number(words))
+
+
+def _digits_for_words(text: str) -> str:
+    """The text with its stated number words as digits: "he has fourteen pens" -> "he has 14 pens"."""
+    return _WORD_NUMBER.sub(lambda words: _word_value(words.group()) if _says_number(words) else words.group(), text)
+
+
+def _bold_answer(text: str, computed, truncated: bool = False) -> tuple[str | None, int, int] | None:
+    """A bold line that opens the text with a number ("**18 pens**"); not a heading ("**Step 1:**") nor working."""
+    bold = _BOLD_FIRST.match(text)
+    if bold is None or bold.group("body").rstrip().endswith(":") or _is_working(bold.group("body")):
+        return None
+    found, value = _read_span(bold.group("body"), computed=computed)
+    return (value, bold.start("body"), len(text)) if found and value is not None else None
 
 
 def _line_end(text: str, pos: int) -> int:
@@ -576,62 +665,30 @@ def _is_working(line: str) -> bool:
     return _WORKING_LINE.match(line) is not None or _OPERATION.search(_clean(line)) is not None
 
 
-def _last_answer(text: str, computed, last_digit: int | None = None) -> str | None:
+def _last_answer(text: str, computed, last_digit: int | None = None, start: int | None = None) -> str | None:
     """The answer number of the sentence that holds the text's last number (see `_sentence_answer`); `last_digit`,
-    where the text's last digit is, when the caller has found it."""
-    last_digit = max(text.rfind(digit) for digit in _DIGITS) if last_digit is None else last_digit
+    where the text's last number is, and `start`, where its sentence starts, when the caller has found them."""
+    last_digit = _last_number_at(text) if last_digit is None else last_digit
     if last_digit < 0:
         return None
-    low = max(0, last_digit - SENTENCE_CHARS)  # the sentence around the last digit, found with str.rfind: fast
-    start = max(
-        (i + len(end) for end in _RAW_SENTENCE_ENDS if (i := text.rfind(end, low, last_digit)) >= 0), default=low
-    )
-    window = _clean(text[start : last_digit + SPAN_CHARS])
+    start = _sentence_start(text, max(0, last_digit - SENTENCE_CHARS), last_digit) if start is None else start
+    window = _clean(text[start : last_digit + SPAN_CHARS], money=True)
+    window = window if text[last_digit].isdigit() else _digits_for_words(window)  # "so he has fourteen pens"
     numbers = list(_NUMBER.finditer(window))
     if numbers and not (numbers[0].start() == 0 and start > 0 and not text[start - 1].isspace()):
         last = numbers[-1]
         sentence = window[: last.end()]
-    else:  # digits but no number here ("x2"): read back in windows
-        found = _last_number(text)
-        if found is None:
+    else:  # digits but no number here ("x2"): the last number before them, read back MAX_FALLBACK_CHARS at most
+        window = _clean(text[max(0, last_digit - MAX_FALLBACK_CHARS) : last_digit], money=True)
+        last = _last(_NUMBER.finditer(window))
+        if last is None:
             return None
-        window, last = found
-        boundary = _last(_SENTENCE_END.finditer(window, max(0, last.start() - SENTENCE_CHARS), last.start()))
-        sentence = window[boundary.end() if boundary else max(0, last.start() - SENTENCE_CHARS) : last.end()]
+        start = _sentence_start(window, max(0, last.start() - SENTENCE_CHARS), last.start())
+        sentence = window[start : last.end()]
         numbers = list(_NUMBER.finditer(sentence))
     if _NO_ANSWER.search(window, last.end()):  # "... so the answer cannot be determined." after the last number
         return None
     return _sentence_answer(sentence, numbers, computed)
-
-
-def _last_number(text: str) -> tuple[str, re.Match] | None:
-    """The cleaned window that holds the last number in the text, and that number; read in windows from the end,
-    from just after the last digit.
-
-    Windows without a digit are skipped at str.find speed; at most MAX_FALLBACK_CHARS characters of windows with
-    digits but no number in them ("x2", "v1.3") are read before giving up.
-    """
-    last_digit = max(text.rfind(digit) for digit in _DIGITS)
-    end = min(len(text), last_digit + SPAN_CHARS)  # room for a scale word and "cannot be determined" after it
-    size, budget = 256, MAX_FALLBACK_CHARS
-    while end > 0 and budget > 0:
-        start = max(0, end - min(size, budget))
-        if start > 0:  # begin the window after a space, so that it cuts no number in two
-            low = max(0, start - 256)
-            start = max(text.rfind(" ", low, start), text.rfind("\n", low, start), start - 1) + 1
-        if not any(text.find(digit, start, end) >= 0 for digit in _DIGITS):
-            end, size = start, size * 2
-            continue
-        budget -= end - start
-        window = _clean(text[start:end])
-        last = _last(_NUMBER.finditer(window))
-        if last is None:  # digits, but none of them a number: read further back
-            end, size = start, size * 2
-        elif last.start() == 0 and start > 0 and not text[start - 1].isspace():
-            size *= 2  # the number may begin before the window: read it again in a wider one
-        else:
-            return window, last
-    return None
 
 
 def _last(matches) -> re.Match | None:
@@ -642,15 +699,10 @@ def _last(matches) -> re.Match | None:
 
 
 def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | None:
-    """The answer number among a sentence's numbers.
-
-    Passed over: operands and comparisons (`18 - 4 = 14`, `50 < 52`), numbers in a purpose clause ("to make 15
-    flans") or a reason or condition ("because he averages 30 points"). A sentence that ends with an equation
-    gives its result. Of the rest, the last, unless it restates a result stated with "=" before it ("= 0.5 hour,
-    which is 30 minutes" gives 30, "= $240 for the 6 shirts" gives 240); a last one after "after", "for", "in",
-    "of" ... ("$16 after 60 days", "for 3 gallons and 5 boxes") gives way to an earlier one that the text computed
-    (`= 16`), or, when none is, to the last one not after such a word.
-    """
+    """The answer number among a sentence's numbers, read as the module docstring says: operands, purpose
+    clauses, reasons and conditions passed over; an equation's result; else the last, unless a result stated with
+    "=" comes before it ("= $240 for the 6 shirts"), or it restates a given quantity ("$16 after 60 days", "for 3
+    gallons and 5 boxes", "of the 18") and another was computed (`= 16`) or stands before it."""
     if len(numbers) <= 1:
         return _normalise(numbers[0]) if numbers else None
     if _RESULT_BEFORE.search(sentence, max(0, numbers[-1].start() - 12), numbers[-1].start()):
@@ -670,9 +722,13 @@ def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | 
     context, previous = [], False
     for n in kept:  # a number after "and" continues the list before it: "for 3 gallons of milk and 5 boxes"
         before = sentence[max(0, n.start() - 30) : n.start()]
-        previous = bool(_CONTEXT.search(before)) or (previous and _AND_BEFORE.search(before) is not None)
+        found = _CONTEXT.search(before)
+        if found and found.group().strip() == "for" and "$" in n.group() and not _UNIT_PRICE.match(sentence, n.end()):
+            found = None  # "6 shirts for $240": the amount paid, not a condition
+        previous = bool(found) or (previous and _AND_BEFORE.search(before) is not None)
         context.append(previous)
-    if context[-1] and _normalise(last) not in computed:
+    # A restated number ("after 60 days") gives way, unless computed and not a given one ("of the 18 he bought").
+    if context[-1] and (_normalise(last) not in computed or found and found.group("det")):
         earlier = [n for n in kept[:-1] if _normalise(n) in computed]
         plain = [n for n, c in zip(kept, context, strict=True) if not c]
         last = (earlier or plain or [last])[-1]
@@ -746,9 +802,10 @@ def _read_span(span: str, lead: bool = False, single: bool = False, computed=())
     first_end = _SENTENCE_END.search(span, head)
     if words is not None and (number is None or (first_end is not None and first_end.end() <= number.start())):
         return True, _word_value(words.group())  # "The answer is eighteen."
-    if number is None:
-        value = None if lead or single else _cued_word_number(span)
-        return value is not None, value
+    if number is None:  # a number word stated in the first sentence: "Answer: Tom has eighteen pens."
+        end = _SENTENCE_END.search(span)
+        words = None if lead or single else next(_spelled(span[: end.start() if end else len(span)]), None)
+        return words is not None, words and _word_value(words.group())
     if lead and (_HASH_LEAD.fullmatch(span, 0, number.start()) is None or _HEADING_TAIL.match(span, number.end())):
         return False, None
     if single and _NUMBER.search(span, number.end()) is not None:
@@ -777,16 +834,6 @@ def _stated(span: str, number: re.Match) -> str | None:
     return _normalise(number)
 
 
-def _cued_word_number(span: str) -> str | None:
-    """A number word right after a verb in the span's first sentence: "Answer: Tom has eighteen pens." -> "18"."""
-    end = _SENTENCE_END.search(span)
-    sentence = span[: end.start() if end else len(span)]
-    for words in _WORD_NUMBER.finditer(sentence):
-        if _WORD_CUE.search(sentence, max(0, words.start() - 12), words.start()):
-            return _word_value(words.group())
-    return None
-
-
 def _word_value(words: str) -> str:
     """The value of a run of number words: "twenty-five" -> "25", "a dozen" -> "12", "one hundred and one" -> "101"."""
     total = current = 0
@@ -802,7 +849,7 @@ def _word_value(words: str) -> str:
     return str(total + current)
 
 
-def _clean(text: str) -> str:
+def _clean(text: str, money: bool = False) -> str:
     """Strip LaTeX and markdown around numbers: \\frac{1}{2} -> 0.5, 1,\\!080 -> 1,080, \\$18 -> 18, **18** -> 18."""
     if "\\" in text:
         text = _replace_fractions(text)
@@ -817,7 +864,7 @@ def _clean(text: str) -> str:
         text = _COMMAND.sub(" ", text)
     if "**" in text:
         text = _POWER.sub("^", text).replace("**", " ")
-    return text.translate(_CHARS)
+    return text.translate(_MONEY_CHARS if money else _CHARS)
 
 
 def _scientific_text(match: re.Match) -> str:

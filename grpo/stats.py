@@ -10,15 +10,15 @@ Pure Python (math only), so every tool can import it:
     format_interval, describe_pair  the text for the run's last line, the eval JSON's readers and the model card
 
 lm-eval compatibility. The two verdicts reproduce lm-evaluation-harness's `gsm8k` task (lm_eval/tasks/gsm8k/gsm8k.yaml,
-version 3.0): "strict-match" takes the FIRST `#### (-?[0-9.,]+)` of the completion, "flexible-extract" the LAST match
-of `(-?[$0-9.,]{2,})|(-?[0-9]+)`; a completion with no match reads "[invalid]". Prediction and gold (the whole GSM8K
-solution or its bare number) are then normalised as its `exact_match` metric does (delete `,`, `$`, everything up to
-the last `#### `, one trailing `.`, lower-case) and compared as strings, so "18.00" is not "18" and "#### $5" is no
-answer, where this project's grader (grpo/grading.py) reads the last `#### N`, `\\boxed{}` and answer phrases and
-compares by value. What still differs is the prompt: lm-eval asks 5-shot, as plain text "Question: ...\\nAnswer:"
-with no chat template and no system prompt, and stops at "Question:"; this project's figures come from its own
-chat-template prompt with a system prompt, zero-shot. The same completions are graded both ways, so the lm-eval
-figures isolate the grader's part of a gap to a model card's score, not the prompt's.
+version 3.0) on the text before its stop sequences ("Question:", "</s>", "<|im_end|>"): "strict-match" takes the
+FIRST `#### (-?[0-9.,]+)`, "flexible-extract" the LAST match of `(-?[$0-9.,]{2,})|(-?[0-9]+)`; a completion with no
+match reads "[invalid]". Prediction and gold (the whole GSM8K solution or its bare number) are then normalised as its
+`exact_match` metric does (delete `,`, `$`, everything up to the last `#### `, one trailing `.`, lower-case) and
+compared as strings, so "18.00" is not "18" and "#### $5" is no answer, where this project's grader (grpo/grading.py)
+reads the last `#### N`, `\\boxed{}` and answer phrases and compares by value. What still differs is the prompt:
+lm-eval asks 5-shot, as plain text "Question: ...\\nAnswer:" with no chat template and no system prompt; this
+project's figures come from its own chat-template prompt with a system prompt, zero-shot. The same completions are
+graded both ways, so the lm-eval figures isolate the grader's part of a gap to a model card's score, not the prompt's.
 """
 
 import math
@@ -206,12 +206,13 @@ def pass_at_ks(counts, n):
 _LM_EVAL_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
 _LM_EVAL_FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 _LM_EVAL_FALLBACK = "[invalid]"
+_LM_EVAL_UNTIL = ("Question:", "</s>", "<|im_end|>")  # generation_kwargs' until: lm-eval never sees what follows
 _LM_EVAL_IGNORE = (",", r"\$", r"(?s).*#### ", r"\.$")
 
 
 def _lm_eval_pick(pattern, text, index):
-    """lm-eval's RegexFilter: match `index` of findall, its first non-empty group, stripped, or the fallback."""
-    matches = pattern.findall(text)
+    """lm-eval's RegexFilter, on the text before a stop: match `index` of findall, its first group, or the fallback."""
+    matches = pattern.findall(min((text.split(stop, 1)[0] for stop in _LM_EVAL_UNTIL), key=len))
     if not matches:
         return _LM_EVAL_FALLBACK
     match = matches[index]
@@ -250,6 +251,8 @@ def lm_eval_flexible(completion, gold):
 
     >>> lm_eval_flexible("She pays $1,000.", "1000"), lm_eval_flexible("18.00", "18")
     (True, False)
+    >>> lm_eval_flexible("So 72.\\n\\nQuestion: Sam has 5 pens.", "72")  # lm-eval stops at "Question:"
+    True
     """
     predicted = _lm_eval_pick(_LM_EVAL_FLEXIBLE, completion, -1)
     return _lm_eval_normalise(predicted) == _lm_eval_normalise(gold)

@@ -307,8 +307,8 @@ def test_f_smaller_cases(text, expected):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# G. Past the final answer: text that repeats or pads it earns nothing (issue 30: a model learned to repeat its
-# `#### N` line to the token limit). Gold 5 throughout; each shape reads 5, so only the padding costs the credit.
+# G. Past the final answer: text that repeats or pads it earns no reward (issue 30: a model learned to repeat its
+# `#### N` line to the token limit), while evaluation still judges the answer (issue 37). Gold 5 throughout.
 
 PADDED = [
     "2 + 3 = 5\n#### 5\n#### 5\n#### 5",  # the answer line repeated
@@ -353,15 +353,15 @@ STOPPED = [
 
 @pytest.mark.parametrize("text", PADDED)
 @pytest.mark.parametrize("form", ["plain", "chat"])
-def test_g_padding_past_the_answer_gets_no_credit(text, form):
+def test_g_padding_is_marked_but_the_answer_is_still_judged(text, form):
     completion = text if form == "plain" else [{"role": "assistant", "content": text}]
     assert grading.pads_answer(completion)
-    # the answer is still read (the completions table shows it), but no verdict credits it
+    # a careful grader reads the answer (5, right) and notes the padding beside it; the rewards pay it nothing
     assert grade(completion, "5") == {
         "extracted": "5",
-        "correct": False,
-        "strict_correct": False,
-        "formatted": False,
+        "correct": True,
+        "strict_correct": "####" in text,
+        "formatted": "####" in text,
         "padded": True,
     }
 
@@ -374,11 +374,12 @@ def test_g_an_answer_that_stops_keeps_its_credit(text):
     assert out["strict_correct"] == out["formatted"] == ("####" in text)
 
 
-@pytest.mark.parametrize("text", ["2 + 3 = 5\n#### 5", "So the answer is $\\boxed{5}$."])
-def test_g_a_cut_off_completion_gets_no_credit(text):
-    # cut off at the token limit (no end-of-turn): whatever it wrote, it never finished
+@pytest.mark.parametrize("text", ["2 + 3 = 5\n#### 5", "So the answer is $\\boxed{5}$.", "#### 5\n" * 30])
+def test_g_a_cut_off_completion_is_judged_by_the_answer_it_wrote(text):
+    # cut off at the token limit: an answer it wrote is still its answer (truncated_rate reports the cut); the
+    # rewards pay it nothing (test_rewards.py)
     out = grade(text, "5", truncated=True)
-    assert (out["extracted"], out["correct"], out["strict_correct"], out["formatted"]) == ("5", False, False, False)
+    assert (out["extracted"], out["correct"]) == ("5", True)
 
 
 def test_g_padding_inside_closed_thinking_is_not_padding():
@@ -399,7 +400,7 @@ def test_g_padding_inside_closed_thinking_is_not_padding():
         ("#### 17", "18", {}, ("17", False, False, True)),
         ("#### 1,080", "Tom packs 40 * 27 = 1080 pens.\n#### 1,080", {}, ("1080", True, True, True)),
         ("3 * 6 = 18", "18", {"truncated": True}, (None, False, False, False)),
-        ("3 * 6 = 18\n#### 18", "18", {"truncated": True}, ("18", False, False, False)),  # read, but cut off
+        ("3 * 6 = 18\n#### 18", "18", {"truncated": True}, ("18", True, True, True)),  # cut off after its answer
         ("</think>\n#### 18", "18", {"thinking": True}, ("18", True, True, True)),
         ("#### 18", None, {}, ("18", False, False, True)),  # no gold: nothing is correct
     ],
@@ -427,3 +428,156 @@ def test_no_evaluation_in_source(path):
     assert not names & {"eval", "exec", "compile", "__import__"}
     assert not (names | attributes) & {"sympify", "parse_expr", "literal_eval", "simplify", "evalf", "parse"}
     assert not imported & {"sympy", "math_verify", "latex2sympy2_extended", "ast", "numexpr"}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# H. Issue 37: evaluation judges the answer as a careful human grader would; padding costs only the reward.
+# (completion, gold, correct, padded). Written in the styles of Qwen2.5/Qwen3 and SmolLM2 on GSM8K test problems.
+
+JUDGED = [
+    # The final answer repeated, with the same marker or another: right, and padded
+    ("Janet sells 16 - 3 - 4 = 9 eggs.\n9 * 2 = 18\n#### 18\n#### 18", "18", True, True),
+    ("### Final Answer:\n\n#### 18\n\n#### <answer>18</answer>", "18", True, True),
+    ("#### 18 ... The answer is 18.\n#### 18", "18", True, True),
+    ("It takes 2 + 1 = 3 bolts.\n#### 3\n\n#### 3\n\n#### 3", "3", True, True),
+    ("It takes 2 + 1 = 3 bolts.\n#### 3\n\\boxed{3}", "3", True, True),
+    ("It takes 2 + 1 = 3 bolts.\n#### 4\n\n#### 4", "3", False, True),  # repeated, and wrong
+    ("He made 200,000 - 130,000 = $70,000.\n#### 70000\nThe answer is 70000.", "70000", True, True),
+    ("He made 200,000 - 130,000 = $70,000.\n#### 70000\nSo Josh made seventy thousand dollars.", "70000", True, True),
+    ("So the answer is \\boxed{70000}.\n\n\\boxed{70000}", "70000", True, True),
+    # After `#### N`: an explanation or check with other numbers, or a sign-off, is no padding
+    ("9 * 2 = 18\n#### 18\n\nCheck: 18 / 6 = 3, as given.", "18", True, False),
+    ("#### 18\n\nExplanation: she sells 16 - 3 - 4 = 9 eggs at $2 each, so 9 * 2 = 18 dollars.", "18", True, False),
+    ("#### 18\n\nI hope this helps! Let me know if you have any other questions.", "18", True, False),
+    ("#### 18\n\nThanks for the 2 questions today, happy to help.", "18", True, False),  # a sign-off with a number
+    ("#### 3\n\nVerification: 2 bolts of blue plus half of 2, which is 1 bolt of white.", "3", True, False),
+    ("#### 17\n\nCheck: 18 / 6 = 3, as given.", "18", False, False),  # wrong, explained
+    # 1. An answer written in words after </think>
+    ("<think>16 - 3 - 4 = 9, 9 * 2 = 18</think>\n\nJanet makes eighteen dollars every day.", "18", True, False),
+    ("<think>2 + 1 = 3</think>\n\nThe robe takes three bolts in total.", "3", True, False),
+    ("<think>2 + 1 = 3</think>\n\nThree bolts.", "3", True, False),
+    ("<think>2 + 1 = 3</think>\n\nIt takes three bolts of fiber. I hope this helps!", "3", True, False),
+    ("<think>2 + 2 = 4</think>\n\nThe robe needs four bolts.", "3", False, False),  # in words, and wrong
+    ("<think>2 + 1 = 3</think>\n\nI am not sure how to answer this one.", "3", False, False),  # "this one" is no 1
+    # 2. A base model that answers, then starts a new few-shot question: right, and padded
+    (
+        "2 + 1 = 3 bolts.\n#### 3\n\nQuestion: Tom has 5 apples and eats 2. How many are left?\nAnswer: 5 - 2 = 3",
+        "3",
+        True,
+        True,
+    ),
+    (
+        "She makes 9 * 2 = $18.\n#### 18\n\nQuestion: A farmer has 12 cows and buys 7.\nAnswer: 12 + 7 = 19\n#### 19",
+        "18",
+        True,
+        True,
+    ),
+    (
+        "She makes 9 * 2 = 18 dollars. The answer is 18.\n\nQ: A farmer has 12 cows and buys 7. How many?\nA: 19",
+        "18",
+        True,
+        True,
+    ),
+    ("So he made a profit of $70,000.\n\nQuestion 2: Sam reads 20 pages a day for 5 days.", "70000", True, True),
+    (
+        "So she makes 16 - 3 - 4 = 9 dollars.\n\nQuestion: Tom has 18 pens.\nAnswer: 18",
+        "18",
+        False,
+        True,
+    ),  # wrong first
+    (
+        "Question: Janet's ducks lay 16 eggs.\nAnswer: 16 - 3 - 4 = 9 eggs, 9 * 2 = 18 dollars.\n#### 18",
+        "18",
+        True,
+        False,
+    ),
+    # 3. An answer sentence that gives a count first, then the amount asked
+    ("Each shirt is $40, and she pays 40 times 6, which is 240.\nMarlene buys 6 shirts for $240.", "240", True, False),
+    ("In total, Tom sold 12 cupcakes for $36.", "36", True, False),
+    ("So Carla bought 3 boxes for $27 in total.", "27", True, False),
+    ("So Carla bought 3 boxes for $9 each.", "27", False, False),  # a unit price is no total
+    ("She will be paid 18 - 4 = 14 dollars for 3 days.", "14", True, False),  # "for 3 days" is still a condition
+    # 4. The answer followed by the same quantity in other units: either is the answer
+    ("It takes him 120 / 60 = 2 hours, or 120 minutes.", "2", True, False),
+    ("It takes him 120 / 60 = 2 hours, or 120 minutes.", "120", True, False),
+    ("So she spends 90 minutes, which is 1.5 hours.", "90", True, False),
+    ("The answer is 1.5 hours (90 minutes).", "1.5", True, False),
+    ("#### 2 hours (120 minutes)", "120", True, False),
+    ("So the candy costs $1.50, or 150 cents.", "150", True, False),
+    ("The board is 3 feet, i.e. 36 inches long.", "36", True, False),
+    ("So 0.25 of the class, or 25%, walks to school.", "25", True, False),
+    (
+        "It takes him 2 hours, or 100 minutes.",
+        "100",
+        False,
+        False,
+    ),  # not the same quantity: the restated 100 is no answer
+    # 5. A bold answer first, then an explanation holding numbers
+    (
+        "**$18**\n\nJanet's ducks lay 16 eggs. She eats 3 and bakes with 4, so she sells 9 eggs at $2 each.",
+        "18",
+        True,
+        False,
+    ),
+    ("**Tom has 14 pens left.**\n\nHe buys 3 packs of 6 pens (18 pens) and gives 4 to his friend.", "14", True, False),
+    ("**3 bolts**\n\nThe robe takes 2 bolts of blue fiber and half of 2 bolts of white fiber.", "3", True, False),
+    ("**$17**\n\nJanet's ducks lay 16 eggs, she eats 3 and bakes with 4, and 9 * 2 = 18.", "18", False, False),
+    (
+        "**Step 1: Eggs sold**\n16 - 3 - 4 = 9 eggs.\n**Step 2: Money**\n9 * 2 = 18 dollars.",
+        "18",
+        True,
+        False,
+    ),  # headings
+    # 6. An answer in words, with digits only for the given quantities
+    (
+        "Janet's ducks lay 16 eggs, she eats 3 and uses 4, so she sells nine eggs and makes eighteen dollars.",
+        "18",
+        True,
+        False,
+    ),
+    ("Tom buys 3 packs of 6 pens and gives away 4, so he has fourteen pens left.", "14", True, False),
+    ("The robe takes 2 bolts of blue and 1 of white, so it takes three bolts in total.", "3", True, False),
+    ("Tom buys 3 packs of 6 pens and gives away 4, so he has twelve pens left.", "14", False, False),
+    (
+        "There are 160 + 32 = 192 cows after he adds four into each of the eight stalls.",
+        "192",
+        True,
+        False,
+    ),  # given words
+    # 7. Hedging between two answers: wrong, even when one of them is the gold
+    ("The answer is 18 or 20.", "18", False, False),
+    ("So Tom has either 14 or 16 pens.", "14", False, False),
+    ("#### 12 or 13", "12", False, False),
+    ("The answer is $18, but it might be $20.", "18", False, False),
+    ("Janet makes $18 or maybe $20 a day.", "18", False, False),
+    ("So she saved $210 / $350 = 0.60 or 60% off.", "60", True, False),  # one quantity twice: no hedge
+    ("100/5 = 5A/5 or 20 = A.", "20", True, False),  # an operand and a result: no hedge
+    # 8. A wrong answer, after which the gold appears as a restated quantity: wrong
+    ("He sold 3 * 6 = 18 pens. So he has 12 pens left out of the 18.", "18", False, False),
+    ("She sells 16 - 3 - 4 = 9 eggs, so she makes $9 from her 16 eggs.", "16", False, False),
+    ("So Tom has 12 pens, because he started with 18 pens.", "18", False, False),
+    ("The answer is 12 pens, since he bought 18.", "18", False, False),
+]
+
+
+@pytest.mark.parametrize(("text", "gold", "correct", "padded"), JUDGED)
+def test_h_evaluation_judges_the_answer(text, gold, correct, padded):
+    out = grade(text, gold)
+    assert (out["correct"], out["padded"]) == (correct, padded)
+    # the rewards pay only an answer that is right and stops there
+    assert correctness_reward([text], answer=[gold]) == [float(correct and not padded)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<think>3 * 6 = 18, so the answer is 18.\n#### 18",
+        "<think>The answer is eighteen",
+        "<think>\n**18**\n\n3 * 6 = 18",
+        "<think>18 or 20",
+    ],
+)
+def test_h_unclosed_thinking_is_never_credited(text):
+    # by the grader or by the reward, whatever the thinking says
+    assert grade(text, "18")["correct"] is False
+    assert correctness_reward([text], answer=["18"]) == [0.0]

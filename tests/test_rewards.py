@@ -462,6 +462,34 @@ def test_correctness_pays_an_answer_that_stops(text):
     assert correctness_reward([text, chat(text)], answer=["5", "5"]) == [1.0, 1.0]
 
 
+# Issue 37's shapes, gold 18: the answer repeated with the same marker or another (no reward), and an explanation, a
+# check with other numbers or a sign-off after `#### 18` (full reward).
+REPEATED = [
+    "9 * 2 = 18\n#### 18\n#### 18",
+    "9 * 2 = 18\n#### 18\n\n#### <answer>18</answer>",
+    "9 * 2 = 18\n#### 18 ... The answer is 18.\n#### 18",
+]
+EXPLAINED = [
+    "9 * 2 = 18\n#### 18\n\nCheck: 18 / 6 = 3, as given.",
+    "9 * 2 = 18\n#### 18\nThanks for the 2 questions!",
+    "9 * 2 = 18\n#### 18\n\nExplanation: she sells 16 - 3 - 4 = 9 eggs at $2 each, so 9 * 2 = 18 dollars.",
+]
+
+
+@pytest.mark.parametrize("name", CREDIT)
+@pytest.mark.parametrize("text", REPEATED)
+def test_a_repeated_final_answer_earns_nothing(name, text):
+    assert make_reward(REWARDS[name])(completions=[text, chat(text)], answer=["18", "18"]) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("text", EXPLAINED)
+def test_text_after_the_answer_that_repeats_nothing_keeps_its_reward(text):
+    # right and shown: full correctness and math reward; format_reward's 0.5 is for a `#### N` that is not last
+    assert correctness_reward([text, chat(text)], answer=["18", "18"]) == [1.0, 1.0]
+    assert math_reward([text], answer=["18"]) == [1.0]
+    assert format_reward([text]) == [0.5]
+
+
 @pytest.mark.parametrize("name", ["correctness_reward", "format_reward", "math_reward"])
 def test_configured_rewards(name):
     # the loader binds the run's settings to the registry's function; unbound it is the same reward
