@@ -1,10 +1,11 @@
 """The GSM8K task, shared by training (grpotrainer.py) and evaluation (evaluate.py): prompts, data, scoring.
 
 Both scripts import this module and never each other, so a before/after accuracy is measured with exactly the prompt,
-chat template and grader that training used (grpo/grading.py's `grade`: no credit for thinking that never closed,
-for a cut-off completion, or for one that repeats or pads past its answer). Metrics (`KEYS`): strict_accuracy (the
+chat template and grader that training used (grpo/grading.py's `grade`: the answer a completion gives, judged as a
+careful grader would; no credit for thinking that never closed). Metrics (`KEYS`): strict_accuracy (the
 last '####' number), lenient_accuracy (any answer form the grader reads), format_rate, mean_completion_tokens,
-truncated_rate, padded_rate (the share that repeats or pads past its answer: after training, no higher than before);
+truncated_rate, padded_rate (the share that repeats or pads past its answer, which the rewards pay nothing and the
+accuracies still judge: after training, no higher than before);
 a lenient accuracy far above the strict one means the model solves the problems but ignores the asked format.
 Sampled accuracy (`SAMPLED_KEYS`): k completions per problem at a temperature, c/k per problem (pass@1 estimated
 from k) averaged over problems: at training's TEMPERATURE, what GRPO's correctness reward pays on average; and
@@ -44,6 +45,7 @@ SCALARS = {
     "strict_accuracy": "eval/gsm8k_strict_accuracy",
     "lenient_accuracy": "eval/gsm8k_lenient_accuracy",
     "format_rate": "eval/gsm8k_format_rate",
+    "padded_rate": "eval/gsm8k_padded_rate",
     "sampled_accuracy": "eval/gsm8k_sampled_accuracy",
     "sampled_strict_accuracy": "eval/gsm8k_sampled_strict_accuracy",
 }
@@ -240,9 +242,9 @@ def grade(completion, gold, truncated=False, thinking=False):
     """The grader's verdicts (grading.grade), `truncated`, and lm-evaluation-harness's two gsm8k verdicts, which
     read the text as lm-eval does (no rule for cut-off or unclosed thinking).
 
-    >>> v = grade("#### 18\\n#### 19", "19")  # a second #### pads past the answer: no credit
-    >>> v["strict_correct"], v["lm_eval_strict"], v["lm_eval_flexible"]
-    (False, False, True)
+    >>> v = grade("#### 18\\n#### 19", "19")  # the last #### is the answer (padded); lm-eval's strict reads the first
+    >>> v["strict_correct"], v["padded"], v["lm_eval_strict"], v["lm_eval_flexible"]
+    (True, True, False, True)
     """
     verdicts = grading.grade(completion, gold, truncated=truncated, thinking=thinking)
     return {
