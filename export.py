@@ -301,6 +301,7 @@ def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
         tokenizer.save_pretrained(partial)  # tokenizer files and chat_template.jinja
         for path in extra_files:
             shutil.copy2(path, partial / path.name)
+        files.honour_umask(partial)
         names = sorted({p.name for p in partial.iterdir()} | {marker, *later})
         record = {**record, "files": names}
         (partial / marker).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")

@@ -23,6 +23,7 @@ from grpo.files import (
     atomic_write,
     checkpoint_dirs,
     checkpoint_step,
+    honour_umask,
     read_json_object,
     type_problem,
 )
@@ -385,6 +386,7 @@ def save_adapter(trainer, output_dir, main_process):
         label.unlink(missing_ok=True)
     trainer.save_model(output_dir)
     if main_process:
+        honour_umask(output_dir)
         atomic_write(label, json.dumps({"global_step": trainer.state.global_step}) + "\n", durable=True)
 
 

@@ -217,6 +217,16 @@ def _is_path(value):
     return isinstance(value, str) and bool(value) and os.path.exists(os.path.expanduser(value))
 
 
+def honour_umask(folder):
+    """Give the files under `folder` that a library wrote private (safetensors writes 0600) the mode the user's
+    umask allows, as any other file of theirs gets: colleagues on a shared machine can read the adapter."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in Path(folder).rglob("*.safetensors"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o777 != 0o666 & ~mask:
+            path.chmod(0o666 & ~mask)
+
+
 def unshare(output_dir):
     """Give every file under OUTPUT_DIR that another name shares (a `cp -al` or `rsync --link-dest` backup) a copy
     of its own, so that what transformers and peft rewrite in place (README.md, adapter_config.json,

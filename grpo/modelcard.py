@@ -15,7 +15,26 @@ from pathlib import Path
 from grpo import checkpoints, evaluation, files, gsm8k, hardware, hub
 from grpo.settings import card_rows
 
-TAGS = ["grpo", "trl", "gsm8k", "lora"]  # front-matter tags; the Hub lists the model under each
+TAGS = ["trl", "grpo", "transformers", "gsm8k", "lora"]  # front-matter tags; the Hub lists the model under each
+LICENCE_ID = r"[a-z0-9][a-z0-9.+_-]{0,63}"  # a Hub licence id (apache-2.0, mit, llama3.1, other)
+CITATIONS = """```bibtex
+@article{shao2024deepseekmath,
+  title   = {{DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models}},
+  author  = {Zhihong Shao and Peiyi Wang and Qihao Zhu and Runxin Xu and Junxiao Song and Mingchuan Zhang and
+             Y. K. Li and Y. Wu and Daya Guo},
+  year    = 2024,
+  eprint  = {arXiv:2402.03300},
+}
+@misc{vonwerra2022trl,
+  title        = {{TRL: Transformer Reinforcement Learning}},
+  author       = {Leandro von Werra and Younes Belkada and Lewis Tunstall and Edward Beeching and Tristan Thrush
+                  and Nathan Lambert and Shengyi Huang and Kashif Rasul and Quentin Gallou{\'e}dec},
+  year         = 2020,
+  journal      = {GitHub repository},
+  publisher    = {GitHub},
+  howpublished = {\\url{https://github.com/huggingface/trl}},
+}
+```"""
 GSM8K_HUB_ID = "openai/gsm8k"
 METRICS = (  # (key in eval_test_*.json, label, format); an accuracy's 95 % interval is shown beside it
     ("strict_accuracy", "strict accuracy (`#### N` equals the gold answer)", "{:.1%}"),
@@ -99,6 +118,7 @@ def render_card(
         metrics_section(metrics_before, metrics_after, settings),
         usage_section(settings, library_name, location, adapter_dir),
         licence_section(base),
+        "## Citations\n\nGRPO (DeepSeekMath) and TRL, which trained this model:\n\n" + CITATIONS,
     ]
     if versions:
         sections.append("## Framework versions\n\n" + "\n".join(f"- {k} {v}" for k, v in versions.items()))
@@ -112,6 +132,7 @@ def front_matter(base, dataset, library_name, results=None):
 
     base_id = hub_model_id(base)
     data = ModelCardData(
+        license=base_licence(base) or "other",
         model_name=results[0] if results else None,
         eval_results=results[1] if results else None,
         base_model=base_id,
@@ -158,7 +179,7 @@ def eval_results(name, settings, metrics):
         results.append(
             EvalResult(
                 **where,
-                metric_type=key,
+                metric_type="exact_match" if key.startswith("lm_eval") else "accuracy",  # the Hub's metric names
                 metric_name=f"{label.split(' (')[0]}, 95% CI [{low:.3f}, {high:.3f}]",
                 metric_value=metrics[key],
                 metric_args=args,
@@ -333,9 +354,31 @@ def peft_snippet(base, adapter, generate):
     )
 
 
-def licence_section(base):
-    """No licence is copied (that took a download): the base model's own page states it."""
+def base_licence(base):
+    """The base model's licence id from its own card's front matter (a local folder or the Hub cache), or None. Only
+    a plain licence id is taken: nothing else of a foreign card reaches this one."""
+    import yaml
+    from huggingface_hub import try_to_load_from_cache
+
     base_id = hub_model_id(base)
+    path = Path(base) / "README.md" if Path(base).is_dir() else base_id and try_to_load_from_cache(base_id, "README.md")
+    try:
+        text = Path(path).read_text(encoding="utf-8")[:65536] if isinstance(path, str | Path) else ""
+        head = yaml.safe_load(text.split("---")[1]) if text.startswith("---") and text.count("---") >= 2 else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        return None
+    licence = head.get("license") if isinstance(head, dict) else None
+    return licence if isinstance(licence, str) and re.fullmatch(LICENCE_ID, licence) else None
+
+
+def licence_section(base):
+    """The base model's licence, named where its card states it; no licence text is copied."""
+    base_id, licence = hub_model_id(base), base_licence(base)
+    if licence and licence != "other":
+        return (
+            f"## Licence\n\nThis model is derived from its base model and falls under its licence, `{licence}` "
+            "(the base model's card). Check its terms before redistributing."
+        )
     if base_id:
         where = f"its page, https://huggingface.co/{base_id}, states them"
     elif base:

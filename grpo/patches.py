@@ -9,6 +9,7 @@ the library behaviour it answers, and reaches into private state only where no p
 
 import functools
 import time
+from pathlib import Path
 
 from transformers import TrainerCallback
 
@@ -132,10 +133,19 @@ def trackio_at_step(trainer):
             callback.on_log = functools.partial(on_log, callback=callback)
 
 
+class UmaskFiles(TrainerCallback):
+    """Each checkpoint's weights as readable as the user's umask allows: safetensors writes them 0600."""
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            files.honour_umask(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
+
 def callbacks(trainer):
     """The callbacks undoing what TRL 1.16 and transformers do that this run's settings meet: a resumed run's
-    intervals and schedule (ResumedSettings), static-cache compilation (CompileDecode), fp32 weights (KeepFp32)."""
-    callbacks = [ResumedSettings()]
+    intervals and schedule (ResumedSettings), private weight files (UmaskFiles), static-cache compilation
+    (CompileDecode), fp32 weights (KeepFp32)."""
+    callbacks = [ResumedSettings(), UmaskFiles()]
     if trainer.args.cache_implementation == "static":
         callbacks.append(CompileDecode(trainer.generation_config))
     if trainer.args.use_transformers_continuous_batching and trainer.args.bf16:
