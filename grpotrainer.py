@@ -208,6 +208,7 @@ def train(s, record, config, reward_funcs, datasets, started):
     log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
     stopper = callbacks.StopOnSignal(resuming=last, grace=s["STOP_GRACE"])
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
+    callbacks.name_run(trainer, resumed=last)  # in every tracker after OUTPUT_DIR; a resumed segment labelled
     fixed = PROFILES[record["profile"]].FIXED if record["profile"] else ()
     health = callbacks.HealthMonitor(Thresholds.from_settings(s), trainer, fixed=fixed).install(trainer)
     scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])

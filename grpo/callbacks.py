@@ -21,7 +21,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from grpo import advice, evaluation, grading, gsm8k, patches, plan, process
+from grpo import advice, evaluation, files, grading, gsm8k, patches, plan, process
 from grpo.advice import Advisor
 
 log = logging.getLogger("grpotrainer.monitor")
@@ -377,6 +377,22 @@ def md(text, max_chars=None):
         text = text[:max_chars] + f" ... ({len(text) - max_chars} more characters)"
     text = html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False)
     return "<br>".join(text.splitlines()) if text else text  # \r, \r\n, \x0b, \u2028, ...: each breaks a row
+
+
+def name_run(trainer, resumed=None):
+    """Name the run in every tracker after OUTPUT_DIR, and a resumed segment after the checkpoint it resumed: the
+    TensorBoard folder runs/<OUTPUT_DIR's name>_<date>_<host>[_resumed-at-N] and W&B's and trackio's run_name, unless
+    --run_name or TENSORBOARD_LOGGING_DIR chose them."""
+    from transformers.integrations.integration_utils import default_logdir
+
+    name = Path(trainer.args.output_dir).resolve().name
+    step = files.checkpoint_step(resumed) if resumed else None
+    if trainer.args.run_name in (None, trainer.args.output_dir):  # TrainingArguments' default is output_dir
+        trainer.args.run_name = name + (f" (resumed at step {step})" if step is not None else "")
+    tensorboard = tensorboard_callback(trainer)
+    if tensorboard is not None and tensorboard.logging_dir is None:
+        folder = f"{name}_{Path(default_logdir()).name}" + (f"_resumed-at-{step}" if step is not None else "")
+        tensorboard.logging_dir = str(Path(trainer.args.output_dir) / "runs" / folder)
 
 
 def tensorboard_writer(trainer):
