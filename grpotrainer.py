@@ -26,7 +26,6 @@ from grpo import (
     checkpoints,
     cli,
     errors,
-    evaluation,
     files,
     generation,
     gsm8k,
@@ -38,7 +37,6 @@ from grpo import (
     process,
     reward_guard,
 )
-from grpo.advice import Thresholds
 from grpo.settings import config_kwargs
 
 # --------------------------------------------------------------------------------------------------
@@ -120,45 +118,40 @@ CLIPPED_RATIO_MAX = 0.2  # advise on MAX_COMPLETION_LENGTH when more than this s
 GRAD_NORM_MAX = 100.0  # advise lowering LEARNING_RATE when grad_norm exceeds this (divergence)
 # --------------------------------------------------------------------------------------------------
 
-PROFILES = {"smoke": smoke, "demo": sums, "real": real}  # offline runs on the CPU: settings over the constants
+PROFILES = {"smoke": smoke, "demo": sums, "real": real}  # CPU runs: their settings over the constants
 CONFIG_CLASS = "trl.trainer.grpo_config:GRPOConfig"
 PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
 log = logging.getLogger("grpotrainer")
 
 
 def build_config(s, fields, cpu_only, train_dataset=None):
-    """The GRPOConfig of the settings `s` (each constant's field: grpo/settings.py) and the command line's
-    lower-case `fields`, checked by TRL itself (for --plan without a GPU, as the CPU would run it)."""
+    """The GRPOConfig of the settings `s` (each constant's field is in grpo/settings.py) and the command
+    line's lower-case `fields`, checked by TRL itself. Without a GPU (--plan), as the CPU would run it."""
     from trl import GRPOConfig
 
     cpu_only = cpu_only or not hardware.on_gpu(cpu_only)
     ours = config_kwargs(s, prefix="")
-    ours["model_init_kwargs"] = hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cpu_only)
-    ours["model_init_kwargs"]["trust_remote_code"] = s["TRUST_REMOTE_CODE"]
-    if hardware.fsdp_version():  # TRL sets device_map=None for DDP and DeepSpeed, not FSDP: "auto" would fill a GPU
-        ours["model_init_kwargs"]["device_map"] = None
+    attention, bf16, remote = s["ATTN_IMPLEMENTATION"], s["BF16"], s["TRUST_REMOTE_CODE"]
+    ours["model_init_kwargs"] = hardware.model_init_kwargs(attention, bf16, cpu_only, trust_remote_code=remote)
     ours["chat_template_kwargs"] = {"enable_thinking": s["ENABLE_THINKING"]}
-    owners = {"model_init_kwargs": "ATTN_IMPLEMENTATION, BF16 and TRUST_REMOTE_CODE"}
-    owners["chat_template_kwargs"] = "ENABLE_THINKING"
-    extra = dict(num_completions_to_print=0, use_cpu=cpu_only, ddp_find_unused_parameters=False)
-    if s["USE_VLLM"] is True and s["VLLM_MODE"] == "colocate":  # vLLM's context, as long as a run needs
-        thinking, remote = s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"]
-        longest = generation.longest_prompt(train_dataset, s["MODEL_NAME"], thinking, remote) if train_dataset else 0
-        ours["vllm_max_model_length"] = generation.context_length(
-            longest or generation.PROMPT_TOKENS, s["MAX_COMPLETION_LENGTH"]
-        )
+    if s["USE_VLLM"] is True:
+        ours["vllm_max_model_length"] = generation.vllm_context(s, train_dataset)
+    ours |= dict(num_completions_to_print=0, use_cpu=cpu_only, ddp_find_unused_parameters=False)
     if cpu_only:  # one thread; gloo with DDP_TIMEOUT (transformers drops it on the CPU)
         hardware.one_cpu_thread()
         hardware.init_cpu_process_group(s["DDP_TIMEOUT"])
+    owners = {"model_init_kwargs": "ATTN_IMPLEMENTATION, BF16 and TRUST_REMOTE_CODE"}
+    owners["chat_template_kwargs"] = "ENABLE_THINKING"
     try:
-        return GRPOConfig(**cli.merge_fields({**ours, **extra}, fields, owners))
+        return GRPOConfig(**cli.merge_fields(ours, fields, owners))
     except (ValueError, ImportError) as err:  # GRPOConfig's own checks, e.g. of a --field=value
-        raise errors.ConfigError(f"GRPOConfig refuses these settings: {errors.first_line(err)}") from None
+        message = f"GRPOConfig refuses these settings: {errors.first_line(err)}"
+        raise errors.ConfigError(message) from None
 
 
 def build_trainer(s, config, reward_funcs, train_dataset):
-    """GRPOTrainer on MODEL_NAME with LoRA (TRL loads and wraps the model). A model that cannot be loaded is the
-    one-line MODEL_NAME message; any other error is a bug and keeps its traceback."""
+    """GRPOTrainer on MODEL_NAME with LoRA (TRL loads and wraps the model). A model that cannot load is
+    the one-line MODEL_NAME message; any other error is a bug and keeps its traceback."""
     from peft import LoraConfig
     from trl import GRPOTrainer
 
@@ -179,73 +172,67 @@ def build_trainer(s, config, reward_funcs, train_dataset):
     except Exception as err:
         if not errors.is_load_error(err):
             raise
-        raise errors.ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
-    patches.after_init(trainer, s["LOAD_IN_4BIT"])  # fp32 adapter for 4-bit, vLLM's sync, no secret kept
+        message = f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}"
+        raise errors.ConfigError(message) from None
+    # a 4-bit model's adapter back in fp32, vLLM's weight sync out of place, no credential kept
+    patches.after_init(trainer, s["LOAD_IN_4BIT"])
     return trainer
 
 
 def load_data(s, plan_only=False):
-    """The training set and, when an evaluation asks, the test set: a missing split fails now. For --plan on a
-    machine without the Hub, GSM8K's known sizes stand in (`gsm8k.known_sizes`)."""
-    options = dict(config=s["DATASET_CONFIG"], skip_bad_rows=s["SKIP_BAD_ROWS"], system_prompt=s["SYSTEM_PROMPT"])
-    options |= dict(question=s["QUESTION_FIELD"], answer=s["ANSWER_FIELD"])
+    """The training set and, when an evaluation asks, the test set: a missing split fails now.
+    For --plan where the Hub cannot be reached, GSM8K's known sizes stand in."""
     if plan_only and (sizes := gsm8k.known_sizes(s["DATASET"], s["DATASET_CONFIG"])):
         return sizes
-    options["fold"] = generation.refuses_system_turn(s["MODEL_NAME"], s["TRUST_REMOTE_CODE"])
-    if options["fold"]:
-        log.info("MODEL_NAME's chat template refuses a system turn: SYSTEM_PROMPT goes before each question instead")
+    # Gemma's and Mistral's templates refuse a system turn: the prompt then goes in the user turn
+    fold = generation.refuses_system_turn(s["MODEL_NAME"], s["TRUST_REMOTE_CODE"])
+    options = dict(
+        config=s["DATASET_CONFIG"],
+        skip_bad_rows=s["SKIP_BAD_ROWS"],
+        system_prompt=s["SYSTEM_PROMPT"],
+        question=s["QUESTION_FIELD"],
+        answer=s["ANSWER_FIELD"],
+        fold=fold,
+    )
     train_dataset = gsm8k.load(s["DATASET"], "train", limit=s["MAX_SAMPLES"], **options)
     evals = max(s["EVAL_BEFORE"], s["EVAL_AFTER"], s["EVAL_SUBSET"] if s["EVAL_STEPS"] else 0)
-    return train_dataset, gsm8k.load(s["DATASET"], "test", limit=evals, **options) if evals else None
+    eval_dataset = gsm8k.load(s["DATASET"], "test", limit=evals, **options) if evals else None
+    return train_dataset, eval_dataset
 
 
 def train(s, record, config, reward_funcs, datasets, started):
-    """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark it finished, say so in a line."""
-    train_dataset, eval_dataset = datasets
-    out, rank0 = s["OUTPUT_DIR"], config.process_index == 0
+    """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark it finished."""
+    out = s["OUTPUT_DIR"]
+    rank0 = config.process_index == 0
     last = checkpoints.resume_checkpoint(out, s, main_process=rank0)
-    record = checkpoints.resumed_record(out, record, last)  # refuses settings that change what the run is
-    log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
+    # a resume may change how the run is saved or watched, never what it trains
+    record = checkpoints.resumed_record(out, record, last)
+    log.info("model %s%s", s["MODEL_NAME"], f"; resuming from {last}" if last else "")
     stopper = callbacks.StopOnSignal(resuming=last, grace=s["STOP_GRACE"])
-    trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=train_dataset)
-    callbacks.name_run(trainer, resumed=last)  # in every tracker after OUTPUT_DIR; a resumed segment labelled
+    trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=datasets[0])
     fixed = PROFILES[record["profile"]].FIXED if record["profile"] else ()
-    health = callbacks.HealthMonitor(Thresholds.from_settings(s), trainer, fixed=fixed).install(trainer)
-    scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
-    held_out = callbacks.HeldOutEval(
-        trainer,
-        stopper,
-        every=s["EVAL_STEPS"],
-        subset=s["EVAL_SUBSET"],
-        scoring=scoring,
-        before=0 if last else s["EVAL_BEFORE"],
-        after=s["EVAL_AFTER"],
-        finished=lambda: not (stopper.signal_name or health.stopped),
-    ).install(trainer)
-    for callback in [stopper, callbacks.PerfMonitor(trainer), *patches.callbacks(trainer)]:
-        trainer.add_callback(callback)
-    trainer.add_callback(callbacks.CompletionSamples(trainer, s["LOG_COMPLETIONS_STEPS"]))
-    if rank0:  # a hard-linked backup of OUTPUT_DIR keeps its files as they were
+    # advice, held-out accuracy, pace, samples, signals: see grpo/callbacks.py
+    health, held_out = callbacks.install(trainer, s, record, stopper, datasets[1], last, fixed)
+    if rank0:  # a hard-linked backup of OUTPUT_DIR keeps its own files
         files.unshare(out)
     files.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back
     try:
         if last and checkpoints.reached(last, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]):
-            checkpoints.restore(trainer, last)  # cut after its last checkpoint: score and finish, no step
+            checkpoints.restore(trainer, last)  # cut after its last checkpoint: score it, no step
             held_out.score("after", s["EVAL_AFTER"])
         else:
             trainer.train(resume_from_checkpoint=str(last) if last else None)
     finally:
         stopper.restore()
     stopped = stopper.signal_name or health.stopped
-    if not stopped or held_out.interrupted == "after":  # the trained adapter, even when EVAL_AFTER was cut short
+    if not stopped or held_out.interrupted == "after":  # the adapter, also when EVAL_AFTER was cut
         checkpoints.save_adapter(trainer, out, rank0)
     if not stopped and rank0:  # our card over TRL's, then run_finished.json, then the last lines
-        before, after = held_out.metrics.get("before"), held_out.metrics.get("after")
-        ends = {"max_steps": s["MAX_STEPS"], "num_train_epochs": s["NUM_TRAIN_EPOCHS"], "resumed": bool(last)}
-        before = modelcard.finish_run(trainer.state, out, record, metrics=(before, after), **ends)
-        log.info(evaluation.summary_line(trainer.state.global_step, started, (before, after), s["DATASET"]))
-        if record["profile"] and (line := PROFILES[record["profile"]].finish(out)):
-            log.info(line)  # what the profile showed: --demo's before -> after
+        lines = modelcard.finish_run(trainer.state, out, record, held_out.metrics, started, resumed=last)
+        profile = PROFILES.get(record["profile"])
+        for line in [*lines, profile.finish(out) if profile else None]:
+            if line:
+                log.info(line)
     trainer.accelerator.wait_for_everyone()  # no rank exits while another uses the process group
     trainer.accelerator.end_training()  # ... which is then torn down, as accelerate asks at the end
     if stopper.signal_name:  # the step it stopped at was checkpointed: the same command resumes
@@ -265,23 +252,26 @@ def main(argv=()):
     for note in args.notes:  # names read as constants, recipe keys ignored: a line each
         log.info(note)
     done = args.settings["RESUME"] and checkpoints.finished(args.settings)
-    if done and not args.plan:
-        return log.info(done)  # a finished run, run again: said in a second, before TRL or the demo's warm start
+    if done and not args.plan:  # a finished run, run again: said before TRL loads
+        return log.info(done)
     cpu_only = args.profile is not None
-    s = preflight.resolve(args, cpu_only, PROFILES, rewards.REWARDS)  # every setting decided, and checked, here
+    # every setting decided and checked once, before anything heavy loads
+    s = preflight.resolve(args, cpu_only, PROFILES, rewards.REWARDS, cli.comments(__file__))
     datasets = load_data(s, plan_only=bool(args.plan))
     run_plan = plan.for_run(s, datasets, hardware.world_size())
-    config = build_config(s, args.fields, cpu_only, train_dataset=None if args.plan else datasets[0])
+    train_dataset = None if args.plan else datasets[0]
+    config = build_config(s, args.fields, cpu_only, train_dataset=train_dataset)
     preflight.refuse_bad_grpo_config(config, s, run_plan["train_problems"])
     if args.plan:  # --plan or --plan=json: what the run will do, and nothing more
-        return print(plan.plan_json(run_plan) if args.plan == "json" else plan.format_plan(run_plan), flush=True)
+        return print(plan.plan_json(run_plan) if args.plan == "json" else plan.format_plan(run_plan))
     log.info(plan.format_plan(run_plan))
     bound = dict(max_completion_length=s["MAX_COMPLETION_LENGTH"], enable_thinking=s["ENABLE_THINKING"])
-    reward_funcs = reward_guard.load(s["REWARD_FUNCS"], rewards.REWARDS, timeout=s["REWARD_TIMEOUT"], **bound)
+    bound["timeout"] = s["REWARD_TIMEOUT"]
+    reward_funcs = reward_guard.load(s["REWARD_FUNCS"], rewards.REWARDS, **bound)
     if args.profile:  # the smoke model, the demo's warm start
         PROFILES[args.profile].build(s)
-    preflight.refuse_before_loading(s, reward_funcs, datasets[0], answer_blind=rewards.ANSWER_BLIND)
-    sizes = {"train": run_plan["train_problems"], "test": run_plan["test_problems"]}  # for the model card
+    preflight.refuse_before_loading(s, reward_funcs, train_dataset, answer_blind=rewards.ANSWER_BLIND)
+    sizes = {"train": run_plan["train_problems"], "test": run_plan["test_problems"]}
     record = files.record(s, args.fields, args.profile, sizes, processes=hardware.world_size())
     lock = process.output_lock(s["OUTPUT_DIR"], config.process_index == 0)
     with lock, process.faults(s["OUTPUT_DIR"], s["DDP_TIMEOUT"]):

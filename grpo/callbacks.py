@@ -379,6 +379,30 @@ def md(text, max_chars=None):
     return "<br>".join(text.splitlines()) if text else text  # \r, \r\n, \x0b, \u2028, ...: each breaks a row
 
 
+def install(trainer, s, record, stopper, eval_dataset, resumed, fixed=()):
+    """The run's callbacks on `trainer`: advice and held-out accuracy first (the trackers see what they add to a
+    log, and record the after point before they close), the signal stop, the pace, TRL's and transformers'
+    workarounds (grpo/patches.py), the completion samples; and the run's name in every tracker. Returns the
+    HealthMonitor and the HeldOutEval, which say how the run ended."""
+    health = HealthMonitor(advice.Thresholds.from_settings(s), trainer, fixed=fixed).install(trainer)
+    held_out = HeldOutEval(
+        trainer,
+        stopper,
+        every=s["EVAL_STEPS"],
+        subset=s["EVAL_SUBSET"],
+        scoring={"dataset": eval_dataset, "batch_size": s["EVAL_BATCH_SIZE"], "settings": record}
+        | {"samples": s["EVAL_SAMPLES"]},
+        before=0 if resumed else s["EVAL_BEFORE"],
+        after=s["EVAL_AFTER"],
+        finished=lambda: not (stopper.signal_name or health.stopped),
+    ).install(trainer)
+    for callback in [stopper, PerfMonitor(trainer), *patches.callbacks(trainer)]:
+        trainer.add_callback(callback)
+    trainer.add_callback(CompletionSamples(trainer, s["LOG_COMPLETIONS_STEPS"]))
+    name_run(trainer, resumed)
+    return health, held_out
+
+
 def name_run(trainer, resumed=None):
     """Name the run in every tracker after OUTPUT_DIR, and a resumed segment after the checkpoint it resumed: the
     TensorBoard folder runs/<OUTPUT_DIR's name>_<date>_<host>[_resumed-at-N] and W&B's and trackio's run_name, unless

@@ -145,7 +145,8 @@ def refuses_system_turn(model_name, trust_remote_code=False):
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=True, trust_remote_code=trust_remote_code)
+        remote = {"trust_remote_code": trust_remote_code}
+        tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=True, **remote)
     except (OSError, ValueError):  # not cached, or not a tokenizer: loading says why
         return False
     turns = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
@@ -169,6 +170,14 @@ def longest_prompt(dataset, model_name, enable_thinking=False, trust_remote_code
         for p in dataset["prompt"]
     ]
     return max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+
+def vllm_context(s, train_dataset=None):
+    """vLLM's context for a run (training's vllm_max_model_length): its longest prompt (PROMPT_TOKENS when the
+    data is not read, as in --plan) plus a whole completion plus CONTEXT_MARGIN."""
+    thinking, remote = s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"]
+    longest = longest_prompt(train_dataset, s["MODEL_NAME"], thinking, remote) if train_dataset else PROMPT_TOKENS
+    return context_length(longest, s["MAX_COMPLETION_LENGTH"])
 
 
 def context_length(prompt_tokens, max_completion_length):

@@ -159,14 +159,17 @@ def init_cpu_process_group(timeout_s):
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def model_init_kwargs(attn, bf16, cpu_only):
-    """from_pretrained arguments: bf16 and the fastest attention kernel on CUDA, fp32 and sdpa on CPU.
+def model_init_kwargs(attn, bf16, cpu_only, **extra):
+    """from_pretrained arguments: bf16 and the fastest attention kernel on CUDA, fp32 and sdpa on CPU, and `extra`;
+    under FSDP device_map=None, which TRL sets for DDP and DeepSpeed only ("auto" would put the whole model on each
+    rank's GPU before sharding).
 
     >>> model_init_kwargs("auto", bf16=False, cpu_only=True)
     {'dtype': 'float32', 'attn_implementation': 'sdpa'}
     """
     attn = auto_attention(cpu_only, bf16) if attn == "auto" else attn
-    return {"dtype": "bfloat16" if bf16 else "float32", "attn_implementation": attn}
+    kwargs = {"dtype": "bfloat16" if bf16 else "float32", "attn_implementation": attn, **extra}
+    return {**kwargs, "device_map": None} if fsdp_version() else kwargs
 
 
 def decode_options(cache_implementation):

@@ -361,7 +361,8 @@ def base_licence(base):
     from huggingface_hub import try_to_load_from_cache
 
     base_id = hub_model_id(base)
-    path = Path(base) / "README.md" if Path(base).is_dir() else base_id and try_to_load_from_cache(base_id, "README.md")
+    local = Path(base) / "README.md"
+    path = local if Path(base).is_dir() else base_id and try_to_load_from_cache(base_id, "README.md")
     try:
         text = Path(path).read_text(encoding="utf-8")[:65536] if isinstance(path, str | Path) else ""
         head = yaml.safe_load(text.split("---")[1]) if text.startswith("---") and text.count("---") >= 2 else None
@@ -411,20 +412,20 @@ def hub_model_id(model_name):
     return model_name
 
 
-def finish_run(state, output_dir, record, metrics, resumed, max_steps, num_train_epochs):
+def finish_run(state, output_dir, record, metrics, started, resumed=None):
     """After the final save, on rank 0: our card (with the first part's baseline when `resumed`), then
-    run_finished.json. `metrics`: (before, after). Returns the baseline."""
-    before, after = metrics
+    run_finished.json. `metrics`: the held-out points ("before", "after", ...). Returns the run's last lines."""
+    before, after = metrics.get("before"), metrics.get("after")
     before = read_metrics(output_dir)[0] if resumed else before
     write_card(output_dir, record, metrics_before=before, metrics_after=after, steps=state.global_step)
     checkpoints.mark_finished(
         output_dir,
         global_step=state.global_step,
         epoch=state.epoch,
-        max_steps=max_steps,
-        num_train_epochs=num_train_epochs,
+        max_steps=record["MAX_STEPS"],
+        num_train_epochs=record["NUM_TRAIN_EPOCHS"],
     )
-    return before
+    return [evaluation.summary_line(state.global_step, started, (before, after), record.get("DATASET"))]
 
 
 def read_metrics(run_dir):
