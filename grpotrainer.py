@@ -258,7 +258,7 @@ def main(argv=()):
         return log.info(done)  # a finished run, run again: said in a second, before TRL or the demo's warm start
     process.require(PACKAGES, "grpotrainer.py")
     cpu_only = args.profile is not None
-    s = preflight.resolve(args, cpu_only, PROFILES, rewards.REWARDS)  # every setting decided, and checked, here
+    s = preflight.resolve(args, cpu_only, PROFILES, rewards.REWARDS, cli.comments(__file__))  # decided, checked
     datasets = load_data(s, plan_only=bool(args.plan))
     run_plan = plan.for_run(s, datasets, hardware.world_size())
     config = build_config(s, args.fields, cpu_only)
