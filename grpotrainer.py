@@ -195,7 +195,8 @@ def load_data(s, plan_only=False):
 def train(s, record, config, reward_funcs, datasets, started):
     """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark it finished, say so in a line."""
     train_dataset, eval_dataset = datasets
-    out, rank0 = s["OUTPUT_DIR"], config.process_index == 0
+    out = s["OUTPUT_DIR"]
+    rank0 = config.process_index == 0
     last = checkpoints.resume_checkpoint(out, s, main_process=rank0)
     record = checkpoints.resumed_record(out, record, last)  # refuses settings that change what the run is
     log.info("model %s, %s%s", s["MODEL_NAME"], config.model_init_kwargs, f"; resuming from {last}" if last else "")
