@@ -231,7 +231,8 @@ def train(s, record, config, reward_funcs, datasets, started):
     if not stopped or held_out.interrupted == "after":  # the trained adapter, even when EVAL_AFTER was cut short
         checkpoints.save_adapter(trainer, out, rank0)
     if not stopped and rank0:  # our card over TRL's, then run_finished.json, then the last lines
-        before, after = held_out.metrics.get("before"), held_out.metrics.get("after")
+        before = held_out.metrics.get("before")
+        after = held_out.metrics.get("after")
         ends = {"max_steps": s["MAX_STEPS"], "num_train_epochs": s["NUM_TRAIN_EPOCHS"], "resumed": bool(last)}
         before = modelcard.finish_run(trainer.state, out, record, metrics=(before, after), **ends)
         log.info(evaluation.summary_line(trainer.state.global_step, started, (before, after), s["DATASET"]))
