@@ -235,7 +235,7 @@ def train(s, record, config, reward_funcs, datasets, started):
         after = held_out.metrics.get("after")
         ends = {"max_steps": s["MAX_STEPS"], "num_train_epochs": s["NUM_TRAIN_EPOCHS"], "resumed": bool(last)}
         before = modelcard.finish_run(trainer.state, out, record, metrics=(before, after), **ends)
-        log.info(evaluation.summary_line(trainer.state.global_step, started, (before, after), s["DATASET"]))
+        log.info(evaluation.summary_line(trainer.state.global_step, started, (before, after), dataset=s["DATASET"]))
         if record["profile"] and (line := PROFILES[record["profile"]].finish(out)):
             log.info(line)  # what the profile showed: --demo's before -> after
     trainer.accelerator.wait_for_everyone()  # no rank exits while another uses the process group
@@ -250,7 +250,8 @@ def train(s, record, config, reward_funcs, datasets, started):
 
 def main(argv=()):
     profiles = {name: profile.SETTINGS for name, profile in PROFILES.items()}
-    args = cli.parse(cli.constants(globals()), argv, profiles, CONFIG_CLASS, source=__file__)
+    constants = cli.constants(globals())
+    args = cli.parse(constants, argv, profiles, config_class=CONFIG_CLASS, source=__file__)
     started = time.monotonic()
     process.setup_logging("grpotrainer", hardware.is_main_process())
     for note in args.notes:  # names read as constants, recipe keys ignored: a line each
@@ -260,7 +261,8 @@ def main(argv=()):
         return log.info(done)  # a finished run, run again: said in a second, before TRL or the demo's warm start
     process.require(PACKAGES, "grpotrainer.py")
     cpu_only = args.profile is not None
-    s = preflight.resolve(args, cpu_only, PROFILES, rewards.REWARDS, cli.comments(__file__))  # decided, checked
+    # every setting decided and checked here, a refused value with its constant's comment
+    s = preflight.resolve(args, cpu_only, PROFILES, known_rewards=rewards.REWARDS, comments=cli.comments(__file__))
     datasets = load_data(s, plan_only=bool(args.plan))
     run_plan = plan.for_run(s, datasets, hardware.world_size())
     config = build_config(s, args.fields, cpu_only)
