@@ -22,21 +22,19 @@ import time
 import rewards
 from demo import real, smoke, sums
 from grpo import (
-    callbacks,
     checkpoints,
     cli,
-    errors,
     files,
     generation,
     gsm8k,
     hardware,
     modelcard,
-    patches,
     plan,
     preflight,
     process,
     reward_guard,
 )
+from grpo.errors import ConfigError, first_line, is_load_error
 from grpo.settings import config_kwargs
 
 # --------------------------------------------------------------------------------------------------
@@ -145,8 +143,8 @@ def build_config(s, fields, cpu_only, train_dataset=None):
     try:
         return GRPOConfig(**cli.merge_fields(ours, fields, owners))
     except (ValueError, ImportError) as err:  # GRPOConfig's own checks, e.g. of a --field=value
-        message = f"GRPOConfig refuses these settings: {errors.first_line(err)}"
-        raise errors.ConfigError(message) from None
+        message = f"GRPOConfig refuses these settings: {first_line(err)}"
+        raise ConfigError(message) from None
 
 
 def build_trainer(s, config, reward_funcs, train_dataset):
@@ -154,6 +152,8 @@ def build_trainer(s, config, reward_funcs, train_dataset):
     the one-line MODEL_NAME message; any other error is a bug and keeps its traceback."""
     from peft import LoraConfig
     from trl import GRPOTrainer
+
+    from grpo import patches  # transformers' callbacks: imported once the settings are known good
 
     lora = LoraConfig(
         task_type="CAUSAL_LM",
@@ -170,10 +170,10 @@ def build_trainer(s, config, reward_funcs, train_dataset):
             quantization_config=hardware.quantization_config(s["LOAD_IN_4BIT"], s["BF16"]),
         )
     except Exception as err:
-        if not errors.is_load_error(err):
+        if not is_load_error(err):
             raise
         message = f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}"
-        raise errors.ConfigError(message) from None
+        raise ConfigError(message) from None
     # a 4-bit model's adapter back in fp32, vLLM's weight sync out of place, no credential kept
     patches.after_init(trainer, s["LOAD_IN_4BIT"])
     return trainer
@@ -202,6 +202,8 @@ def load_data(s, plan_only=False):
 
 def train(s, record, config, reward_funcs, datasets, started):
     """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark it finished."""
+    from grpo import callbacks
+
     out = s["OUTPUT_DIR"]
     rank0 = config.process_index == 0
     last = checkpoints.resume_checkpoint(out, s, main_process=rank0)
@@ -228,7 +230,8 @@ def train(s, record, config, reward_funcs, datasets, started):
     if not stopped or held_out.interrupted == "after":  # the adapter, also when EVAL_AFTER was cut
         checkpoints.save_adapter(trainer, out, rank0)
     if not stopped and rank0:  # our card over TRL's, then run_finished.json, then the last lines
-        lines = modelcard.finish_run(trainer.state, out, record, held_out.metrics, started, resumed=last)
+        metrics = held_out.metrics
+        lines = modelcard.finish_run(trainer.state, out, record, metrics=metrics, started=started, resumed=last)
         profile = PROFILES.get(record["profile"])
         for line in [*lines, profile.finish(out) if profile else None]:
             if line:
@@ -239,13 +242,14 @@ def train(s, record, config, reward_funcs, datasets, started):
         log.warning(stopper.message())
         raise SystemExit(stopper.exit_code)
     if health.stopped:
-        raise errors.ConfigError(f"training stopped: {health.stopped.message}")
+        raise ConfigError(f"training stopped: {health.stopped.message}")
     return trainer
 
 
 def main(argv=()):
     profiles = {name: profile.SETTINGS for name, profile in PROFILES.items()}
-    args = cli.parse(cli.constants(globals()), argv, profiles, CONFIG_CLASS, source=__file__)
+    constants = cli.constants(globals())
+    args = cli.parse(constants, argv, profiles, config_class=CONFIG_CLASS, source=__file__)
     started = time.monotonic()
     process.setup_logging("grpotrainer", hardware.is_main_process())
     process.require(PACKAGES, "grpotrainer.py")
@@ -255,8 +259,8 @@ def main(argv=()):
     if done and not args.plan:  # a finished run, run again: said before TRL loads
         return log.info(done)
     cpu_only = args.profile is not None
-    # every setting decided and checked once, before anything heavy loads
-    s = preflight.resolve(args, cpu_only, PROFILES, rewards.REWARDS, cli.comments(__file__))
+    # every setting decided and checked here, a refused value with its constant's comment
+    s = preflight.resolve(args, cpu_only, PROFILES, known_rewards=rewards.REWARDS, comments=cli.comments(__file__))
     datasets = load_data(s, plan_only=bool(args.plan))
     run_plan = plan.for_run(s, datasets, hardware.world_size())
     train_dataset = None if args.plan else datasets[0]

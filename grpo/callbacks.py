@@ -19,6 +19,7 @@ import time
 from itertools import zip_longest
 from pathlib import Path
 
+import markdown
 from transformers import TrainerCallback
 
 from grpo import advice, evaluation, files, grading, gsm8k, patches, plan, process
@@ -103,8 +104,6 @@ def publish(trainer, step, scalars=None, texts=None):
             writer.add_text(tag, text, step)
         writer.flush()
     if "wandb" in report and (wandb := sys.modules.get("wandb")) and wandb.run is not None:
-        import markdown
-
         html_texts = {tag: wandb.Html(markdown.markdown(text, extensions=["tables"])) for tag, text in texts.items()}
         wandb.run.log({**scalars, **html_texts, "train/global_step": step})
     if "trackio" in report and (run := trackio_run()) is not None:

@@ -25,6 +25,7 @@ from grpo.files import (
     checkpoint_step,
     honour_umask,
     read_json_object,
+    redact,
     type_problem,
 )
 from grpo.settings import changeable
@@ -184,7 +185,7 @@ def resumed_record(output_dir, record, checkpoint):
         return record
     path = Path(output_dir) / SETTINGS_FILE
     old = _flat(read_json_object(path))
-    new = _flat(json.loads(json.dumps(record, default=str)))  # as it will be written, to compare like with like
+    new = _flat(json.loads(json.dumps(redact(record), default=str)))  # as written (write_settings): like with like
     keys = [k for k in new if k in old or k.startswith("--")] + [k for k in old if k.startswith("--") and k not in new]
     changed = {k: (old.get(k, "(unset)"), new.get(k, "(unset)")) for k in keys if not _same(k, old.get(k), new.get(k))}
     refused = [k for k in changed if k not in changeable()]

@@ -36,9 +36,11 @@ class Args:
 
 
 def constants(namespace):
-    """The settings of a module: its public UPPERCASE names (pass `globals()` or a module)."""
+    """The settings of a module (pass `globals()` or a module): its UPPERCASE names that grpo/settings.py describes.
+    Its other UPPERCASE names (PROFILES, CONFIG_CLASS) are not settings: never read from the command line, nor
+    written to run_settings.json, where a module's repr would make a resume from another checkout refused."""
     items = namespace.items() if isinstance(namespace, dict) else vars(namespace).items()
-    return {k: v for k, v in items if k.isupper() and not k.startswith("_")}
+    return {k: v for k, v in items if k in TABLE}
 
 
 def _coerce(key, raw, default):

@@ -12,7 +12,7 @@ from pathlib import Path
 from grpo import errors, hardware
 from grpo.cli import FALSE, TRUE
 from grpo.errors import ConfigError
-from grpo.plan import model_shape
+from grpo.plan import model_shape, read_model_config
 
 CONTEXT_MARGIN = 64  # tokens of vLLM context over the longest prompt plus a completion (see `context_length`)
 PROMPT_TOKENS = 150  # a GSM8K prompt with system prompt and chat template, in Qwen's tokens (typical)
@@ -294,8 +294,6 @@ def choose(s, cuda):
     share, card_gb, config = s["VLLM_GPU_MEMORY_UTILIZATION"], 0, None
     if share == "auto" and use_vllm and cuda:
         import torch
-
-        from grpo.plan import read_model_config
 
         card_gb, config = torch.cuda.get_device_properties(0).total_memory / 1e9, read_model_config(s["MODEL_NAME"])[0]
     sequences = s["PER_DEVICE_TRAIN_BATCH_SIZE"] * (s["STEPS_PER_GENERATION"] or s["GRADIENT_ACCUMULATION_STEPS"])

@@ -71,6 +71,7 @@ def load(text):
     import yaml
 
     try:
+        _check_events(yaml.parse(text, Loader=yaml.SafeLoader))
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as err:
         raise ConfigError(f"not valid YAML: {first_line(err)}") from None
@@ -83,6 +84,22 @@ def load(text):
     if not all(isinstance(key, str) for key in data):
         raise ConfigError("a recipe is a mapping of KEY: value lines (UPPERCASE constants).")
     return data
+
+
+def _check_events(events):
+    """Refuse an alias on the line that uses it, and nesting deeper than DEPTH on the line that goes deeper, from
+    YAML's event stream: before the node tree, which names an alias by its anchor's line, and whose building recurses
+    once per level (thousands of `[` would end in a RecursionError without a line)."""
+    import yaml
+
+    depth = 0
+    for event in events:
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent):
+            raise ConfigError(f"line {line} uses a YAML alias (*name): write the value out.")
+        if isinstance(event, yaml.NodeEvent) and depth >= DEPTH:
+            raise ConfigError(f"line {line} nests deeper than {DEPTH} levels: a recipe is KEY: value lines.")
+        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
 
 
 def _check(node, lines, seen, depth=1):

@@ -28,7 +28,7 @@ TABLE = {
     "MODEL_NAME": S(names=("model_name_or_path",), plan=("model", "time (estimate)")),
     "ADAPTER": S(),
     "TRUST_REMOTE_CODE": S(field="trust_remote_code", resume=True),
-    "ATTN_IMPLEMENTATION": S(resume=True),
+    "ATTN_IMPLEMENTATION": S(names=("attn_implementation",), resume=True),
     "LOAD_IN_4BIT": S(names=("load_in_4bit",), card="4-bit base weights (QLoRA)", plan=("time (estimate)",)),
     "ENABLE_THINKING": S(card="thinking mode (enable_thinking)"),
     "LORA_R": S(POSITIVE, "lora_config.r", ("lora_r",), card="LoRA rank r"),

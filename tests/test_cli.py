@@ -1,124 +1,33 @@
-"""Tests of grpo/cli.py: overrides, recipes on the command line, `~`, signals and process.run's exits.
+"""grpo/cli.py: the command line of the three scripts, read in one place: --KEY=value typed by its default, TRL's and
+old names read as constants, GRPOConfig's other fields passed through, profiles, --plan, --help and `~`.
 
-.venv/bin/python -m pytest tests/test_cli.py -q -m "not slow"
+.venv/bin/python -m pytest tests/test_cli.py -q
 """
 
 import dataclasses
-import os
 import re
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import REPO, custom_code_model, parse, run_in_process, run_script
+from conftest import parse
 
 import evaluate
 import export
 import grpotrainer
-from grpo import cli, files, preflight
+from grpo import cli, files
 from grpo.errors import ConfigError
 
-# ---------------------------------------------------------------------------------------------------------------
-# SIGTERM and Ctrl-C at any moment
-
-
-def run_main(main, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["script.py"])
-    with pytest.raises(SystemExit) as stop:
-        process.run(main)
-    return stop.value.code
-
-
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_in_any_phase_ends_with_one_line_naming_it_and_128_plus_the_signal(monkeypatch, capsys, signum, code):
-    def main(argv):
-        with process.phase("loading the model", "the same command resumes from checkpoint-4"):
-            os.kill(os.getpid(), signum)  # delivered here, between two bytecodes of the block
-            raise AssertionError("the handler raises before this line")
-
-    assert run_main(main, monkeypatch) == code  # 128 + the signal: the shell's "ended by this signal"
-    err = capsys.readouterr().err
-    name = signal.Signals(signum).name
-    # the phase as it was when the signal came, though the block has unwound since
-    assert err.strip().splitlines() == [
-        f"stopped by {name} while loading the model: the same command resumes from checkpoint-4"
-    ]
-
-
-def test_a_signal_before_any_phase_says_nothing_was_written(monkeypatch, capsys):
-    def main(argv):
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    assert run_main(main, monkeypatch) == 143
-    assert capsys.readouterr().err.strip() == f"stopped by SIGTERM while starting: {process.NOTHING_WRITTEN}"
-
-
-def test_a_keyboard_interrupt_raised_elsewhere_ends_the_same_way(monkeypatch, capsys):
-    def main(argv):  # a library that put back Python's own SIGINT handler
-        process.set_phase("scoring 16 test problems")
-        raise KeyboardInterrupt
-
-    assert run_main(main, monkeypatch) == 130
-    assert "stopped by SIGINT while scoring 16 test problems" in capsys.readouterr().err
-
-
-def test_run_puts_back_the_callers_handlers_and_a_phase_block_its_phase(monkeypatch):
-    mine = signal.getsignal(signal.SIGTERM)
-    seen = {}
-
-    def main(argv):
-        seen["during"] = signal.getsignal(signal.SIGTERM)
-        with process.phase("outer", "o"), process.phase("inner"):
-            seen["inner"] = process.stop_message(signal.SIGTERM)
-        seen["after"] = process.stop_message(signal.SIGTERM)
-
-    monkeypatch.setattr(sys, "argv", ["script.py"])
-    process.run(main)
-    assert seen["during"] is process._interrupt  # installed from the first line of main
-    assert seen["inner"] == "stopped by SIGTERM while inner: o"  # an inner phase keeps the outer outcome
-    assert seen["after"] == f"stopped by SIGTERM while starting: {process.NOTHING_WRITTEN}"
-    assert signal.getsignal(signal.SIGTERM) is mine
-
-
-def test_a_stop_between_the_renames_of_a_replacing_publish_puts_the_old_folder_back(tmp_path, monkeypatch):
-    target = tmp_path / "export"
-    target.mkdir()
-    (target / "model.safetensors").write_text("the earlier export")
-    real_rename = Path.rename
-    calls = []
-
-    def rename(self, to):
-        calls.append(self)
-        if len(calls) == 2:  # the new folder's rename into place: SIGTERM lands just before it
-            raise process.Interrupted(signal.SIGTERM, "stopped")
-        return real_rename(self, to)
-
-    monkeypatch.setattr(Path, "rename", rename)
-    with pytest.raises(process.Interrupted), files.publish_dir(target, replace=True) as tmp:
-        (tmp / "model.safetensors").write_text("the new export")
-    monkeypatch.setattr(Path, "rename", real_rename)
-    # the earlier export is whole where it was, and nothing half-written is left beside it
-    assert (target / "model.safetensors").read_text() == "the earlier export"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+SCRIPTS = [grpotrainer, evaluate, export]
 
 
 def test_grpoconfig_field_names_are_read_from_trls_source_exactly():
     from trl import GRPOConfig
 
-    # the ast reading follows GRPOConfig -> trl's _BaseConfig -> transformers' TrainingArguments, init fields only
-    expected = {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
-    assert cli.source_fields("trl.trainer.grpo_config", "GRPOConfig") == expected
-
-
-def test_a_class_whose_source_cannot_be_followed_falls_back_to_importing_it():
-    assert cli.source_fields("no_such_package_here.mod", "Config") is None
-    assert cli.source_fields("json", "JSONDecoder") is None  # a plain module, not a package: not followed
+    # the ast reading follows GRPOConfig's file and TrainingArguments', init fields only, without importing trl
+    assert cli.source_fields() == {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# pass-through fields that collide with the project's own job
+# TRL's names: read as the constant they mean, or refused with what to type
 
 
 @pytest.mark.parametrize(
@@ -126,46 +35,74 @@ def test_a_class_whose_source_cannot_be_followed_falls_back_to_importing_it():
     [
         (["--output_dir=runs/a"], "OUTPUT_DIR", "runs/a"),  # a GRPOConfig field a constant of its name sets
         (["--learning_rate", "1e-5"], "LEARNING_RATE", 1e-5),  # with a space, as TrlParser reads it
-        (["--gradient_checkpointing=false"], "ACTIVATION_CHECKPOINTING", False),  # owned under another name
+        (["--gradient_checkpointing=false"], "ACTIVATION_CHECKPOINTING", False),  # a field under another name
+        (["--no_gradient_checkpointing"], "ACTIVATION_CHECKPOINTING", False),  # HfArgumentParser's --no_X
         (["--model_name_or_path", "models/m"], "MODEL_NAME", "models/m"),  # trl grpo's ModelConfig names
+        (["--attn_implementation=sdpa"], "ATTN_IMPLEMENTATION", "sdpa"),
         (["--lora_r", "8"], "LORA_R", 8),
         (["--lora_target_modules", "q_proj", "v_proj"], "LORA_TARGET_MODULES", "q_proj,v_proj"),  # nargs="+"
         (["--dataset_name=data/gsm8k.jsonl"], "DATASET", "data/gsm8k.jsonl"),
         (["--torch_dtype=float32"], "BF16", False),  # open-r1's recipes' name for the dtype
+        (["--dtype=bfloat16"], "BF16", True),  # TRL 1.x's
+        (["--log_completions"], "LOG_COMPLETIONS_STEPS", 1),  # TRL's switch: a table every step
         (["--load_in_4bit"], "LOAD_IN_4BIT", True),  # a bare boolean is true, as argparse reads it
+        (["--warmup_ratio=0.05"], "WARMUP_STEPS", 0.05),  # below 1, WARMUP_STEPS is a share of the run
     ],
 )
 def test_a_trl_name_is_read_as_the_constant_it_means_with_a_line_saying_so(args, constant, value):
     parsed = parse(args)
-    assert parsed.settings[constant] == value and constant in parsed.given
+    assert parsed.settings[constant] == value and parsed.given == {constant}
     assert parsed.fields == {}  # never passed on as well: one setting, one value
-    assert len(parsed.notes) == 1 and constant in parsed.notes[0] and args[0].partition("=")[0] in parsed.notes[0]
+    name = args[0].partition("=")[0].replace("--no_", "--")
+    assert len(parsed.notes) == 1 and name in parsed.notes[0] and constant in parsed.notes[0]
 
 
-@pytest.mark.parametrize(
-    "field", [k for k, v in grpotrainer.owned.items() if isinstance(v, str) and v not in cli.constants(grpotrainer)]
-)
-def test_an_owned_field_that_no_constant_names_is_refused_with_what_to_type(field):
+@pytest.mark.parametrize("args", [["--use_peft"], ["--dtype=auto"], ["--dataset_train_split=train"]])
+def test_a_trl_name_for_what_this_script_does_anyway_sets_nothing_with_a_line(args):
+    parsed = parse(args)
+    assert (parsed.given, parsed.fields) == (frozenset(), {})
+    assert parsed.notes == (f"{args[0]}: what this script does",)
+
+
+def test_model_revision_is_a_key_of_model_init_kwargs():
+    parsed = parse(["--model_revision=main"])
+    assert parsed.fields == {"model_init_kwargs": '{"revision": "main"}'}  # merged by build_config with its own keys
+    assert parsed.notes == ("--model_revision is --model_init_kwargs's 'revision' here",)
+
+
+@pytest.mark.parametrize("field", [k for k, v in cli.TRL_VALUES.items() if isinstance(v, str) and "." not in v])
+def test_a_field_the_script_sets_itself_is_refused_with_what_to_type(field):
     with pytest.raises(ConfigError) as refused:
         parse([f"--{field}=true"])
     message = str(refused.value)
     assert message.startswith(f"--{field} is set by ") and "----" not in message
     # every --NAME it suggests exists: a profile or a constant (the use_cpu message once said ----smoke=...)
-    for name in re.findall(r"--([A-Za-z_]+)", message.removeprefix(f"--{field}")):
-        assert name in grpotrainer.profile_settings or name in cli.constants(grpotrainer), name
+    suggested = re.findall(r"--([A-Za-z_]+)", message.removeprefix(f"--{field}"))
+    assert suggested and all(n in grpotrainer.PROFILES or n in cli.constants(grpotrainer) for n in suggested)
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--use_peft=false"], "--use_peft=false: this script takes only true here"),
-        (["--torch_dtype=float16"], "takes only bfloat16 or float32"),
+        (["--torch_dtype=float16"], "--torch_dtype=float16: this script takes only bfloat16 or float32 or auto here"),
         (["--dataset_train_split=validation"], "takes only train here"),
+        (["--log_completions=sometimes"], "takes only true or false here"),
     ],
 )
 def test_a_trl_name_with_a_value_this_script_cannot_honour_is_refused(args, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse(args)
+
+
+def test_other_grpoconfig_fields_pass_through_typed_by_transformers():
+    parsed = parse(["--top_p=0.9", "--no_use_liger_kernel", "--max_grad_norm", "0.5"])
+    assert parsed.fields == {"top_p": 0.9, "use_liger_kernel": False, "max_grad_norm": 0.5}
+    assert (parsed.given, parsed.notes) == (frozenset(), ())  # no constant set, nothing to say
+    with pytest.raises(
+        ConfigError, match=re.escape("unknown setting --top_pp: not a constant nor a GRPOConfig field")
+    ):
+        parse(["--top_pp=0.9"])
 
 
 def test_key_space_value_is_key_equals_value_and_flags_take_none():
@@ -177,11 +114,28 @@ def test_key_space_value_is_key_equals_value_and_flags_take_none():
         parse(["--smoke", "x"])  # a profile takes no value
 
 
+def test_old_names_are_read_by_every_script_and_trls_only_where_there_is_a_grpoconfig():
+    args = cli.parse(cli.constants(evaluate), ["--BATCH_SIZE=8", "--SAMPLES=2", "--SAMPLE_TEMPERATURE=0.5"])
+    assert {k: args.settings[k] for k in args.given} == {"EVAL_BATCH_SIZE": 8, "EVAL_SAMPLES": 2, "TEMPERATURE": 0.5}
+    assert len(args.notes) == 3  # a line for each old name
+    # evaluate.py has no GRPOConfig: a lower-case name is nothing it knows, and never another script's constant
+    with pytest.raises(ConfigError, match="unknown setting --learning_rate"):
+        cli.parse(cli.constants(evaluate), ["--learning_rate=1e-5"])
+    with pytest.raises(ConfigError, match="unknown setting --BATCH_SIZE"):
+        cli.parse(cli.constants(export), ["--BATCH_SIZE=8"])  # export.py has no EVAL_BATCH_SIZE to read it as
+
+
+def test_a_repeated_setting_takes_each_argument_whole():
+    args = cli.parse(cli.constants(evaluate), ["--ASK=Tom has 3 pens, 4 cups. How many?", "--ASK=2+2?"])
+    # one question per --ASK, commas and all; a second --ASK adds to the first instead of replacing it
+    assert args.settings["ASK"] == ["Tom has 3 pens, 4 cups. How many?", "2+2?"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
-# 2. `~` in every path setting of every script
+# `~` in every path setting of every script
 
 
-@pytest.mark.parametrize("script", [grpotrainer, evaluate, export])
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
 def test_tilde_is_the_home_folder_in_every_path_setting(script, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     names = [n for n in files.PATH_SETTINGS if n in cli.constants(script)]
@@ -191,7 +145,8 @@ def test_tilde_is_the_home_folder_in_every_path_setting(script, tmp_path, monkey
     assert len(names) >= 3  # MODEL_NAME, DATASET/ADAPTER, OUTPUT_DIR at least
 
 
-# --- overrides ---------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
+# --KEY=value overrides, profiles, --plan
 
 
 def test_overrides_are_typed_by_the_default():
@@ -222,10 +177,22 @@ def test_overrides_are_typed_by_the_default():
 
 
 def test_profile_then_command_line():
-    args = parse(["--smoke", "--MAX_STEPS=7"])
+    args = parse(["--smoke", "--MAX_STEPS=7", "--WARMUP_STEPS=0.1"])
     assert args.profile == "smoke"
     assert args.settings["MAX_STEPS"] == 7  # the command line wins over the profile ...
     assert args.settings["MAX_COMPLETION_LENGTH"] == 32  # ... which wins over the constant
+    # typed by the constant, not by the profile's value: --smoke's WARMUP_STEPS=0 is an int, the constant a float
+    assert args.settings["WARMUP_STEPS"] == 0.1
+    assert args.given == {"MAX_STEPS", "WARMUP_STEPS"}  # a profile's values are not "given"
+
+
+@pytest.mark.parametrize(
+    ("argv", "plan", "profile"),
+    [([], None, None), (["--plan"], "text", None), (["--smoke", "--plan=json"], "json", "smoke")],
+)
+def test_plan_and_the_profile_are_read_from_anywhere_on_the_line(argv, plan, profile):
+    args = parse([*argv, "--MAX_STEPS=3"])
+    assert (args.plan, args.profile, args.settings["MAX_STEPS"]) == (plan, profile, 3)
 
 
 @pytest.mark.parametrize(
@@ -237,24 +204,59 @@ def test_profile_then_command_line():
         ("--REWARD_WEIGHTS=1,x", "not a valid list"),
         ("NUM_GENERATIONS=8", "write --KEY=value"),
         ("--MAX_STEPS", "write --KEY=value"),
+        ("--plan=yaml", "--plan=yaml: write --plan (the block) or --plan=json"),
+        ("--demo --smoke", "choose one of --smoke, --demo, --real"),
     ],
 )
 def test_bad_overrides_are_clear(arg, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        parse([arg])
+        parse(arg.split())
 
 
-@pytest.mark.parametrize("script", ["evaluate.py", "export.py", "grpotrainer.py"])
+# ---------------------------------------------------------------------------------------------------------------
+# merging the command line's dict fields with build_config's
+
+
+def test_a_dict_field_is_merged_key_by_key_and_a_key_set_twice_is_refused_naming_its_owner():
+    ours = {"model_init_kwargs": {"dtype": "float32"}, "seed": 1}
+    owners = {"model_init_kwargs": "ATTN_IMPLEMENTATION and BF16"}
+    merged = cli.merge_fields(ours, {"model_init_kwargs": '{"revision": "main"}', "top_p": 0.9}, owners)
+    assert merged == {"model_init_kwargs": {"dtype": "float32", "revision": "main"}, "seed": 1, "top_p": 0.9}
+    with pytest.raises(ConfigError, match=re.escape("sets dtype, which ATTN_IMPLEMENTATION and BF16 set here")):
+        cli.merge_fields(ours, {"model_init_kwargs": '{"dtype": "bfloat16"}'}, owners)
+    with pytest.raises(ConfigError, match="takes a JSON object"):
+        cli.merge_fields(ours, {"model_init_kwargs": "revision=main"}, owners)
+    assert ours == {"model_init_kwargs": {"dtype": "float32"}, "seed": 1}  # build_config's own dict untouched
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --help
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
 def test_help_prints_each_constant_under_a_section_and_no_stray_header(script):
-    result = run_script(script, "--help")
-    assert result.returncode == 0, result.stderr
-    settings = result.stdout.split("settings (--KEY=value", 1)[1].split("\n--", 1)[0]
+    profiles = {name: getattr(p, "SETTINGS", p) for name, p in getattr(script, "PROFILES", {}).items()}
+    text = cli.help_text(script.__file__, cli.constants(script), profiles, fields=script is grpotrainer)
+    settings = text.split("settings (--KEY=value", 1)[1].split("\n--", 1)[0]
     blocks = [block for block in settings.split("\n\n") if block.strip()][1:]  # after the settings line itself
     # every section is a header followed by its constants: a wrapped comment would make a header with none
     for block in blocks:
         header, *body = block.splitlines()
         assert not header.startswith("  --") and body, f"stray header {header!r}"
         assert all(re.match(r"  --[A-Z][A-Z0-9_]*=|        \S", line) for line in body), block
+    # every setting shown once, with the value this command line would start from
+    shown = re.findall(r"^  --([A-Z][A-Z0-9_]*)=", text, re.M)
+    assert sorted(shown) == sorted(cli.comments(script.__file__))
+
+
+def test_help_is_printed_by_parse_before_anything_else_is_read(capsys):
+    profiles = {name: p.SETTINGS for name, p in grpotrainer.PROFILES.items()}
+    with pytest.raises(SystemExit) as end:  # even beside a mistake: --help answers first
+        cli.parse(cli.constants(grpotrainer), ["--NO_SUCH=1", "--help"], profiles, source=grpotrainer.__file__)
+    assert end.value.code == 0
+    out = capsys.readouterr().out
+    assert out == cli.help_text(grpotrainer.__file__, cli.constants(grpotrainer), profiles) + "\n"
+    assert "--smoke sets, before the command line's own --KEY=value:" in out  # and what each profile sets
 
 
 def test_a_full_line_comment_after_a_constant_is_a_header(tmp_path):
@@ -263,212 +265,3 @@ def test_a_full_line_comment_after_a_constant_is_a_header(tmp_path):
     source.write_text('"""S."""\n# ----\n# one\nA = 1  # a\n# two\nB = 2  # b\n# ----\n')
     text = cli.help_text(source)
     assert "\n one\n  --A=1\n        a\n\n two\n  --B=2\n        b" in text
-
-
-def test_a_recipe_sets_constants_and_fields_and_the_command_line_wins(tmp_path):
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text("MAX_STEPS: 2\nREWARD_FUNCS: [correctness_reward]\nREWARD_WEIGHTS: [1.0]\ntop_p: 0.9\n")
-    args = parse(["--smoke", "--config", str(recipe)])
-    assert args.settings["MAX_STEPS"] == 2  # the file over --smoke's 4
-    assert args.settings["REWARD_FUNCS"] == ["correctness_reward"] and args.settings["REWARD_WEIGHTS"] == [1.0]
-    assert args.fields == {"top_p": 0.9}  # a lower-case key is a GRPOConfig field, typed by transformers
-    assert "MAX_STEPS" in args.given  # a recipe's constant counts as given, as on the command line
-    args = parse(["--smoke", f"--config={recipe}", "--MAX_STEPS=3", "--top_p=0.8"])
-    assert (args.settings["MAX_STEPS"], args.fields["top_p"]) == (3, 0.8)  # the command line wins
-
-
-@pytest.mark.parametrize(
-    "text, message",
-    [
-        # every unknown key at once, each with its nearest name
-        (
-            "MAX_STEP: 2\ntop_pp: 0.9\n",
-            "--config {path}: unknown settings MAX_STEP (did you mean MAX_STEPS?), top_pp (did",
-        ),
-        ("MAX_STEPS: many\n", "--config {path}: --MAX_STEPS=many is not a valid int"),
-        ("- MAX_STEPS\n", "--config {path}: a recipe is a mapping of KEY: value lines"),
-        ("MAX_STEPS: [\n", "--config {path} is not valid YAML"),
-    ],
-)
-def test_a_bad_recipe_names_the_file_and_the_key(tmp_path, text, message):
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(text)
-    with pytest.raises(ConfigError, match=re.escape(message.format(path=recipe))):
-        parse(["--config", str(recipe)])
-
-
-def test_the_shipped_recipe_parses():
-    args = parse(["--config", str(REPO / "configs" / "gsm8k-qwen3-8b.yaml")])
-    assert args.settings["NUM_GENERATIONS"] == 8 and args.settings["WARMUP_STEPS"] == 0.1 and args.fields == {}
-
-
-@pytest.mark.parametrize("script", ["grpotrainer.py", "evaluate.py", "export.py"])
-def test_help_into_a_closed_pipe_ends_quietly_as_sigpipe_would(script):
-    # `python grpotrainer.py --help | head -1`: the reader is gone before the script writes
-    read, write = os.pipe()
-    os.close(read)
-    try:
-        result = subprocess.run(
-            [sys.executable, script, "--help"], cwd=REPO, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120
-        )
-    finally:
-        os.close(write)
-    assert result.returncode == 128 + signal.SIGPIPE  # the shell's code for a command ended by SIGPIPE
-    assert result.stderr == ""  # no BrokenPipeError traceback, no "Exception ignored" at exit
-
-
-# --- recipes that are not what they seem ---------------------------------------------------------------------------
-
-BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)
-)
-
-
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        # nine levels of nine aliases: 9**9 values once expanded; refused at the first alias, before any expansion
-        (BILLION_LAUGHS, "line 2 uses a YAML alias (*name): write the value out"),
-        ("MAX_STEPS: 2\nLORA_R: 8\nMAX_STEPS: 3\n", "MAX_STEPS is set twice (line 3): keep one"),
-        (b"MAX_STEPS: 2\nSYSTEM_PROMPT: caf\xe9\n", "is not UTF-8 text (byte 31): save it as UTF-8"),
-        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "line 1 nests deeper than"),
-        ("a: {b: {c: {d: {e: {f: {g: {h: {i: 1}}}}}}}}\n", "line 1 nests deeper than"),
-    ],
-)
-def test_a_recipe_yaml_cannot_hang_or_crash_the_reader(tmp_path, content, message):
-    recipe = tmp_path / "r.yaml"
-    recipe.write_bytes(content if isinstance(content, bytes) else content.encode())
-    with pytest.raises(ConfigError, match=re.escape(message)) as refused:
-        parse(["--config", str(recipe)])
-    assert str(refused.value).startswith(f"--config {recipe}")  # the file named
-
-
-@pytest.mark.parametrize(
-    ("line", "key"),
-    [
-        ("TRUST_REMOTE_CODE: true", "TRUST_REMOTE_CODE"),
-        ("trust_remote_code: true", "trust_remote_code"),
-        ("Trust-Remote-Code: yes", "Trust-Remote-Code"),
-        ("model_init_kwargs: {trust_remote_code: true}", "trust_remote_code"),  # at any depth
-    ],
-)
-def test_a_recipe_never_turns_on_remote_code_and_nothing_runs_the_folders_code(
-    line, key, tmp_path, tiny_model, capsys, monkeypatch
-):
-    model = custom_code_model(tmp_path / "custom", tiny_model)
-    ran = tmp_path / "ran"
-    monkeypatch.setenv("CUSTOM_CODE_RAN", str(ran))
-    recipe = tmp_path / "shared.yaml"
-    recipe.write_text(f"MODEL_NAME: {model}\n{line}\n")
-    out = tmp_path / "out"
-    code, stderr = run_in_process(
-        grpotrainer.main, "--smoke", "--config", str(recipe), f"--OUTPUT_DIR={out}", capsys=capsys
-    )
-    assert code == 2 and "running a model folder's own code is never taken from a file" in stderr
-    assert f"sets {key}:" in stderr  # the key, as the recipe spells it
-    assert not ran.exists() and not out.exists()  # refused before anything loaded or was written
-
-
-# The shape of an open-r1 GRPO recipe (huggingface/open-r1, recipes/Qwen2.5-1.5B-Instruct/grpo/config_demo.yaml):
-# TRL's lower-case keys, ModelConfig's and open-r1's own names, publishing and evaluation settings of its script.
-OPEN_R1_RECIPE = """# Model arguments
-model_name_or_path: Qwen/Qwen2.5-1.5B-Instruct
-model_revision: main
-torch_dtype: bfloat16
-attn_implementation: sdpa
-
-# Data training arguments
-dataset_name: openai/gsm8k
-dataset_configs:
-- main
-system_prompt: "Solve the problem step by step, then give the answer as #### <number>."
-
-# GRPO trainer config
-bf16: true
-use_vllm: true
-vllm_device: auto
-vllm_gpu_memory_utilization: 0.7
-do_eval: false
-gradient_accumulation_steps: 4
-gradient_checkpointing: true
-gradient_checkpointing_kwargs:
-  use_reentrant: false
-hub_model_id: Qwen2.5-1.5B-Open-R1-GRPO
-hub_strategy: every_save
-learning_rate: 2.0e-05
-log_completions: true
-log_level: info
-logging_first_step: true
-logging_steps: 1
-logging_strategy: steps
-lr_scheduler_type: cosine
-max_prompt_length: 512
-max_completion_length: 1024
-max_steps: -1
-num_generations: 16
-num_train_epochs: 1
-output_dir: data/Qwen2.5-1.5B-Open-R1-GRPO
-overwrite_output_dir: true
-per_device_eval_batch_size: 16
-per_device_train_batch_size: 16
-push_to_hub: true
-report_to:
-- wandb
-reward_funcs:
-- accuracy
-- format
-save_strategy: "epoch"
-save_total_limit: 1
-seed: 42
-warmup_ratio: 0.1
-"""
-
-
-def test_an_open_r1_recipe_is_read_key_by_key(tmp_path):
-    recipe = tmp_path / "config_demo.yaml"
-    recipe.write_text(OPEN_R1_RECIPE)
-    args = parse(["--config", str(recipe)])
-    s = args.settings
-    # TRL's names read as the constants they mean
-    assert (s["MODEL_NAME"], s["DATASET"], s["LEARNING_RATE"], s["WARMUP_STEPS"]) == (
-        "Qwen/Qwen2.5-1.5B-Instruct",
-        "openai/gsm8k",
-        2e-5,
-        0.1,
-    )
-    assert (s["NUM_GENERATIONS"], s["PER_DEVICE_TRAIN_BATCH_SIZE"], s["MAX_STEPS"], s["BF16"]) == (16, 16, -1, True)
-    assert (s["REWARD_FUNCS"], s["REPORT_TO"], s["ACTIVATION_CHECKPOINTING"]) == (
-        ["accuracy", "format"],
-        "wandb",
-        True,
-    )
-    # the other GRPOConfig fields pass through, typed; model_revision joins model_init_kwargs
-    assert args.fields["lr_scheduler_type"] == "cosine" and args.fields["model_init_kwargs"] == '{"revision": "main"}'
-    assert args.fields["gradient_checkpointing_kwargs"] == '{"use_reentrant": false}'
-    # each key this script does not honour: one line naming it
-    ignored = [note.split()[2] for note in args.notes if note.startswith("recipe key")]
-    expected = ["vllm_device", "do_eval", "hub_strategy", "max_prompt_length", "overwrite_output_dir", "push_to_hub"]
-    assert sorted(ignored) == sorted(expected + ["dataset_configs", "save_strategy"])
-
-
-def test_an_open_r1_recipe_answers_with_one_message_and_runs_once_its_rewards_exist(
-    tmp_path, tiny_model, capsys, monkeypatch
-):
-    recipe = tmp_path / "config_demo.yaml"
-    recipe.write_text(OPEN_R1_RECIPE)
-    out = tmp_path / "out"
-    code, stderr = run_in_process(
-        grpotrainer.main, "--smoke", "--config", str(recipe), f"--OUTPUT_DIR={out}", capsys=capsys
-    )
-    # open-r1's rewards are not this script's: one message (with the CPU's own refusals), no traceback, nothing written
-    assert code == 2 and "unknown reward 'accuracy'" in stderr and "Traceback" not in stderr
-    assert not out.exists()
-    # with this script's rewards, and the CPU's bf16 and HF generate, every recipe key reaches a GRPOConfig TRL takes
-    cpu = ["--REWARD_FUNCS=correctness_reward,format_reward", "--BF16=false", "--USE_VLLM=false", "--REPORT_TO=none"]
-    args = parse(["--smoke", "--config", str(recipe), f"--MODEL_NAME={tiny_model}", *cpu])
-    config = grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
-    preflight.refuse_bad_grpo_config(config, args.settings, train_size=32 * 16)
-    assert (config.lr_scheduler_type, config.learning_rate, config.num_generations) == ("cosine", 2e-5, 16)
-    assert config.model_init_kwargs["revision"] == "main" and config.gradient_checkpointing_kwargs == {
-        "use_reentrant": False
-    }

@@ -1,20 +1,24 @@
-"""grpo/files.py: one rule each for writing aside then renaming, a reward's sys.exit, and which load errors are the
-user's to fix.
+"""grpo/files.py: one rule each for writing aside then renaming, the step an adapter is labelled with, credentials
+kept out of every file a run writes; grpo/errors.py and grpo/hub.py: which load errors are the user's to fix, and a
+Hub that cannot be used, refused in seconds.
 
 .venv/bin/python -m pytest tests/test_files.py -q
 """
 
+import dataclasses
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from grpo import errors, files, hub
+from grpo import checkpoints, errors, files, hub, process
 
 # ---------------------------------------------------------------------------------------------------------------
 # the Hub: refused in seconds when it cannot be used
@@ -94,6 +98,28 @@ def test_publish_dir_with_replace_puts_the_old_folder_back_when_the_rename_fails
     assert os.listdir(target) == ["old-weights"] and os.listdir(tmp_path) == ["export"]
 
 
+def test_a_stop_between_the_renames_of_a_replacing_publish_puts_the_old_folder_back(tmp_path, monkeypatch):
+    target = tmp_path / "export"
+    target.mkdir()
+    (target / "model.safetensors").write_text("the earlier export")
+    real_rename = Path.rename
+    calls = []
+
+    def rename(self, to):
+        calls.append(self)
+        if len(calls) == 2:  # the new folder's rename into place: SIGTERM lands just before it
+            raise process.Interrupted(signal.SIGTERM, "stopped")
+        return real_rename(self, to)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(process.Interrupted), files.publish_dir(target, replace=True) as tmp:
+        (tmp / "model.safetensors").write_text("the new export")
+    monkeypatch.setattr(Path, "rename", real_rename)
+    # the earlier export is whole where it was, and nothing half-written is left beside it
+    assert (target / "model.safetensors").read_text() == "the earlier export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
 def _raised_in(function_name, error):
     """`error` as raised inside a function of that name (the frame is what is_load_error reads)."""
     namespace = {"__name__": "transformers.modeling_utils"}
@@ -145,3 +171,65 @@ def test_an_adapter_without_a_label_is_not_given_a_checkpoints_step(tmp_path):
     checkpoint(tmp_path / "checkpoint-6", 6)
     (tmp_path / "adapter_model.safetensors").write_bytes(b"weights of an unknown step")
     assert files.adapter_step(tmp_path) is None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# credentials: never in a file a run writes
+
+TOKEN = "hf_" + "a1B2" * 8  # the shape of a Hugging Face access token
+
+
+@pytest.mark.parametrize(
+    ("value", "key", "expected"),
+    [
+        ("abc", "token", files.REDACTED),  # under a key named like a credential: the whole text
+        ("abc", "hub_token", files.REDACTED),
+        ("abc", "WANDB_API_KEY", files.REDACTED),
+        ("abc", "api-key", files.REDACTED),
+        ("abc", "tokenizer", "abc"),  # a word that merely contains one is not
+        ("", "token", ""),  # nothing to hide
+        (f"--token {TOKEN} --x", "args", f"--token {files.REDACTED} --x"),  # a Hub token anywhere in a text
+        ("http://user:pw@10.0.0.5:8000", "VLLM_SERVER_BASE_URL", f"http://{files.REDACTED}@10.0.0.5:8000"),
+        ("http://10.0.0.5:8000", "VLLM_SERVER_BASE_URL", "http://10.0.0.5:8000"),  # no login, nothing changed
+        (["a", TOKEN], "REWARD_FUNCS", ["a", files.REDACTED]),
+        ((TOKEN,), "x", (files.REDACTED,)),  # a tuple stays a tuple
+        (16, "token", 16),  # only texts hold a credential
+    ],
+)
+def test_redact(value, key, expected):
+    assert files.redact(value, key) == expected
+
+
+def test_redact_reaches_into_nested_records_and_leaves_the_input_alone():
+    record = {"grpo_config": {"model_init_kwargs": {"token": "abc", "revision": "main"}}, "LORA_R": 16}
+    clean = files.redact(record)
+    assert clean == {"grpo_config": {"model_init_kwargs": {"token": files.REDACTED, "revision": "main"}}, "LORA_R": 16}
+    assert record["grpo_config"]["model_init_kwargs"]["token"] == "abc"  # a new record: the run still uses its own
+
+
+def test_redact_fields_cleans_a_config_in_place():
+    @dataclasses.dataclass
+    class Config:
+        hub_token: str = TOKEN
+        output_dir: str = "runs/a"
+        model_init_kwargs: dict = dataclasses.field(default_factory=lambda: {"token": "abc", "revision": "main"})
+
+    config = Config()
+    files.redact_fields(config)
+    assert dataclasses.asdict(config) == {
+        "hub_token": files.REDACTED,
+        "output_dir": "runs/a",
+        "model_init_kwargs": {"token": files.REDACTED, "revision": "main"},
+    }
+
+
+def test_run_settings_hold_no_credential_and_still_resume(tmp_path):
+    record = {"LORA_R": 16, "VLLM_SERVER_BASE_URL": "http://u:pw@host:8000", "grpo_config": {"hub_token": TOKEN}}
+    files.write_settings(tmp_path, record)
+    text = (tmp_path / files.SETTINGS_FILE).read_text()
+    assert TOKEN not in text and "pw" not in text  # nothing a shared run folder would leak
+    # resuming compares the record as it was written: the same settings resume, and no refusal quotes the token
+    assert checkpoints.resumed_record(tmp_path, record, tmp_path / "checkpoint-2") == record
+    with pytest.raises(errors.ConfigError) as refused:
+        checkpoints.resumed_record(tmp_path, {**record, "LORA_R": 8}, tmp_path / "checkpoint-2")
+    assert "LORA_R 16 -> 8" in str(refused.value) and TOKEN not in str(refused.value)

@@ -1,10 +1,12 @@
-"""Where code lives and how settings travel: four files at the root, the helpers in grpo/, scripts that share the
-package and never import each other or write its globals, and a training script that reads in one sitting.
+"""Where code lives and how settings travel: four files at the root, the helpers in grpo/, the CPU profiles in demo/,
+scripts that share the package and never import each other or write its globals, a training script that reads in
+one sitting and whose constants few other files name, and docs that fit a sitting and say each fact once.
 
 .venv/bin/python -m pytest tests/test_structure.py -q
 """
 
 import ast
+import functools
 import re
 
 import pytest
@@ -13,8 +15,28 @@ from conftest import REPO
 ROOT_FILES = {"grpotrainer.py", "rewards.py", "evaluate.py", "export.py"}  # what a user runs or edits
 SCRIPTS = {"grpotrainer", "evaluate", "export"}
 PACKAGE = REPO / "grpo"
-DEMO = REPO / "demo"  # the --demo profile's task and warm start: not a helper of training
+# the helpers, one module per seam (a new one is added here on purpose)
+PACKAGE_MODULES = {"advice", "callbacks", "checkpoints", "cli", "errors", "evaluation", "files", "generation"}
+PACKAGE_MODULES |= {"grading", "gsm8k", "hardware", "hub", "modelcard", "patches", "plan", "preflight", "process"}
+PACKAGE_MODULES |= {"recipes", "reward_guard", "settings", "stats"}
+TRAINER_ONLY = {
+    "callbacks",
+    "patches",
+}  # TrainerCallback subclasses and GRPOTrainer's patches: transformers at the top
+DEMO = REPO / "demo"  # the CPU profiles (--smoke, --demo, --real): their tasks and models, not helpers of training
+PROFILES = {"smoke", "sums", "real"}
 MODULES = sorted([*REPO.glob("*.py"), *PACKAGE.glob("*.py"), *DEMO.glob("*.py")])
+
+
+@functools.cache
+def _text(path):
+    return path.read_text(encoding="utf-8")
+
+
+@functools.cache
+def _tree(path):
+    """A file's syntax tree, parsed once for all the checks of a session."""
+    return ast.parse(_text(path))
 
 
 def _imports(tree):
@@ -25,19 +47,21 @@ def _imports(tree):
             yield node, [node.module or ""]
 
 
-def test_the_root_holds_only_what_a_user_runs_or_edits():
+def test_the_root_holds_only_what_a_user_runs_or_edits_and_the_package_its_helpers():
     assert {p.name for p in REPO.glob("*.py")} == ROOT_FILES
-    assert (PACKAGE / "__init__.py").is_file()
+    assert {p.stem for p in PACKAGE.glob("*.py")} == PACKAGE_MODULES | {"__init__"}
+    assert {p.stem for p in DEMO.glob("*.py")} == PROFILES | {"__init__"}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(REPO)))
 def test_no_module_imports_a_script_or_writes_globals(path):
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     in_package = path.parent == PACKAGE
     for node, names in _imports(tree):
         assert not set(names) & (SCRIPTS - {path.stem}), f"{path.name}:{node.lineno} imports a script"
-        # the package serves the scripts and rewards.py; it never reaches back into the root
-        assert not (in_package and set(names) & {"rewards", "demo", "demo.sums"}), f"{path.name}:{node.lineno}"
+        # the package serves the scripts, rewards.py and the profiles; it never reaches back into them
+        reaches_back = {name for name in names if name == "rewards" or name.partition(".")[0] == "demo"}
+        assert not (in_package and reaches_back), f"{path.name}:{node.lineno} imports {reaches_back}"
     for node in ast.walk(tree):
         assert not isinstance(node, ast.Global), f"{path.name}:{node.lineno} uses `global`"
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr":
@@ -45,23 +69,28 @@ def test_no_module_imports_a_script_or_writes_globals(path):
             assert not (isinstance(target, ast.Name) and target.id in SCRIPTS), f"{path.name}:{node.lineno}"
 
 
-@pytest.mark.parametrize("name", ["checkpoints", "files", "grading", "cli", "gsm8k", "preflight", "hardware"])
+@pytest.mark.parametrize("name", sorted(PACKAGE_MODULES - TRAINER_ONLY))
 def test_shared_modules_import_no_heavy_library_at_the_top(name):
-    # five modules need the checkpoint checks; one caller's callback must not make them all import transformers
-    tree = ast.parse((PACKAGE / f"{name}.py").read_text(encoding="utf-8"))
+    # most modules serve several scripts; one caller's callback must not make them all import transformers, neither
+    # directly nor through a project module that does
+    tree = _tree(PACKAGE / f"{name}.py")
     top = [alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names]
     top += [node.module or "" for node in tree.body if isinstance(node, ast.ImportFrom)]
+    top += [f"grpo.{a.name}" for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names]
     heavy = {"torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm"}
     assert not {name.partition(".")[0] for name in top} & heavy
+    assert not set(top) & {f"grpo.{module}" for module in TRAINER_ONLY}
+
+
+TRAINING_SCRIPT = REPO / "grpotrainer.py"
 
 
 def test_the_training_script_reads_in_one_sitting():
-    # the goal is about 300 lines written plainly (STYLE.md); the bounds below leave slack on purpose, so that
-    # nobody packs code to meet them: what they catch is a script that has stopped reading in one sitting
-    text = (REPO / "grpotrainer.py").read_text(encoding="utf-8")
-    lines = text.splitlines()
-    assert len(lines) <= 360
-    assert sum(len(line) > 100 for line in lines) <= len(lines) // 5  # mostly short lines
+    # about 300 lines written plainly (STYLE.md): one assignment per line, keywords where a call passes more than
+    # three values, main() in about thirty lines. What the bounds catch is a script that has stopped reading in
+    # one sitting; none may be met by packing code
+    text = TRAINING_SCRIPT.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
     tree = ast.parse(text)
     for node in ast.walk(tree):
         # one assignment per line: no tuple-packed `a, b = x, y`
@@ -78,9 +107,38 @@ def test_the_training_script_reads_in_one_sitting():
     assert main.end_lineno - main.lineno + 1 <= 50  # main() reads top to bottom in about thirty lines
 
 
-def test_the_readme_fits_a_sitting():
-    # about 200 lines, under 16 KB, is the goal (STYLE.md); the bound leaves slack so that prose is never squeezed
-    assert len((REPO / "README.md").read_bytes()) <= 18_000
+@pytest.mark.xfail(strict=True, reason="issue 35 in progress")
+def test_the_training_scripts_lines_are_mostly_under_100_characters():
+    lines = TRAINING_SCRIPT.read_text(encoding="utf-8").splitlines()
+    assert sum(len(line) > 100 for line in lines) <= len(lines) / 10  # STYLE.md: lines mostly under 100 characters
+
+
+def _block_constants(path):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rulers = [i for i, line in enumerate(lines) if line.startswith("# ----")][:2]
+    return [m[1] for line in lines[rulers[0] + 1 : rulers[1]] if (m := re.match(r"([A-Z][A-Z0-9_]*) = ", line))]
+
+
+def _naming_files(constant, paths):
+    return sum(bool(re.search(rf"\b{constant}\b", _text(path))) for path in paths)
+
+
+def test_the_naming_count_counts_whole_words(tmp_path):
+    # the check itself: BF16 is named by `s["BF16"]`, not by USE_BF16 or bf16
+    (tmp_path / "a.py").write_text('x = s["BF16"]\n')
+    (tmp_path / "b.py").write_text("USE_BF16 = bf16 = 1\n")
+    assert _naming_files("BF16", [tmp_path / "a.py", tmp_path / "b.py"]) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="issue 35 in progress")
+def test_the_training_scripts_constants_are_named_in_few_other_files():
+    # a setting is read where main() maps it (STYLE.md: grep for a constant finds every use); a constant that many
+    # files name by hand is a setting whose meaning is spread around instead of passed as a value
+    constants = _block_constants(TRAINING_SCRIPT)
+    others = [p for p in [*REPO.glob("*.py"), *PACKAGE.glob("*.py")] if p != TRAINING_SCRIPT]
+    counts = {constant: _naming_files(constant, others) for constant in constants}
+    assert len(constants) >= 50  # the constants block was found
+    assert sum(counts.values()) / len(counts) <= 3.0, sorted(counts.items(), key=lambda item: -item[1])[:10]
 
 
 def _project_graph():
@@ -91,7 +149,7 @@ def _project_graph():
     for path in MODULES:
         name = f"{path.parent.name}.{path.stem}" if path.parent != REPO else path.stem
         found = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Import):
                 found |= {alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module:
@@ -137,18 +195,20 @@ def test_errors_is_the_lowest_module():
 
 
 # Libraries whose import costs seconds or memory, which a module may defer into the function that needs them; the
-# project's modules that import one at their top count as heavy too (guards, monitor: transformers' callbacks).
-# yaml too, though light: a third-party package, and cli.py must import in a bare Python so that process.require can say
-# what is missing instead of a ModuleNotFoundError traceback.
+# project's modules that import one at their top count as heavy too (callbacks, patches: transformers' callbacks).
+# yaml and filelock too, though light: third-party packages, and cli.py (recipes) and process.py must import in a
+# bare Python so that process.require can say what is missing instead of a ModuleNotFoundError traceback.
 HEAVY = {"torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm", "safetensors", "huggingface_hub"}
 HEAVY |= {"tokenizers", "tensorboard", "pyarrow", "tqdm", "numpy", "bitsandbytes", "deepspeed", "kernels", "yaml"}
+HEAVY |= {"filelock"}
 HEAVY |= {"wandb", "trackio"}  # the optional trackers (requirements-trackers.txt): imported only when in REPORT_TO
 
 
+@functools.cache
 def _heavy_project_modules():
     heavy = set()
     for path in PACKAGE.glob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _tree(path)
         top = [alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names]
         top += [node.module or "" for node in tree.body if isinstance(node, ast.ImportFrom)]
         if {name.partition(".")[0] for name in top} & HEAVY:
@@ -159,14 +219,14 @@ def _heavy_project_modules():
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(REPO)))
 def test_function_level_imports_only_defer_a_heavy_library(path):
     heavy_here = _heavy_project_modules()
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     for function in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
         for node in ast.walk(function):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
-                if node.module == "grpo":  # from grpo import guards: heavy when the module is
+                if node.module == "grpo":  # from grpo import callbacks: heavy when the module is
                     names = [f"grpo.{alias.name}" for alias in node.names]
             else:
                 continue
@@ -195,12 +255,14 @@ ENVIRONMENT |= {"VLLM_SERVER_DEV_MODE", "SLURM_GPUS_ON_NODE", "CI", "WANDB_MODE"
 NOT_SETTINGS = ENVIRONMENT | {"KEY", "CONSTANT", "TEMPRATURE"}
 
 
+@functools.cache
 def _constants(path):
-    tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
+    tree = _tree(REPO / path)
     targets = [t for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
     return {t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()}
 
 
+@functools.cache
 def _settings_of_every_kind():
     """Every name a user can set: the scripts' constants, rewards.py's and the demo's, the variables slurm/*.slurm
     reads from the environment (${NAME:-default}) and make's ARGS."""
@@ -229,3 +291,64 @@ def test_the_docs_check_finds_a_setting_that_does_not_exist():
     text = "| `NO_SUCH_SETTING` | x |\nset `ALSO_MISSING` or --THIRD_ONE=1 and FOURTH_ONE=2\n"
     named = {m.group(1) for pattern in SETTING for m in re.finditer(pattern, text, re.M)}
     assert named == {"NO_SUCH_SETTING", "ALSO_MISSING", "THIRD_ONE", "FOURTH_ONE"}
+
+
+# --- the docs fit a sitting and say each fact once -------------------------------------------------------------------
+
+MARKDOWN = sorted(
+    p
+    for p in REPO.rglob("*.md")
+    if not any(part.startswith(".") or part in ("outputs", "node_modules") for part in p.relative_to(REPO).parts)
+)
+RULER_OR_FENCE = re.compile(r"\|?[\s:|-]*-[\s:|-]*\|?|```.*")  # a table's |---|---| line, a code fence
+
+
+@pytest.mark.xfail(strict=True, reason="issue 35 in progress")
+def test_the_readme_fits_a_sitting():
+    # about 200 lines, under 16 KB (STYLE.md): what it is, the two commands, the smoke run, the first constants
+    assert len((REPO / "README.md").read_bytes()) <= 16_384
+
+
+@pytest.mark.xfail(strict=True, reason="issue 35 in progress")
+def test_the_real_model_page_fits_a_sitting():
+    # a recipe page under docs/: what it shows and how to rerun it; its figures belong in bench/README.md
+    assert len((REPO / "docs" / "real-model.md").read_bytes()) <= 12_288
+
+
+def _duplicated_lines(text):
+    seen, twice = set(), []
+    for line in (line.strip() for line in text.splitlines()):
+        if line and not RULER_OR_FENCE.fullmatch(line):
+            (twice.append if line in seen else seen.add)(line)
+    return twice
+
+
+@pytest.mark.parametrize("doc", MARKDOWN, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_markdown_file_says_a_line_twice(doc):
+    # each fact in one place (STYLE.md): a line said twice is a fact kept in two places, which drift apart
+    assert _duplicated_lines(doc.read_text(encoding="utf-8")) == []
+
+
+def test_the_duplicate_check_skips_rulers_fences_and_blank_lines():
+    # the check itself: the repeated sentence is found; table rulers, fences and blank lines are not
+    text = "| a |\n|---|\n\n```bash\nx\n```\n\n| b |\n| :--- |\nSay it once.\nSay it once.\n"
+    assert _duplicated_lines(text) == ["Say it once."]
+    assert len(MARKDOWN) >= 8  # README, bench/README and docs/: the glob found them
+
+
+# a module the docs or the code name, by path (grpo/x.py) or by import name (grpo.x)
+MODULE_NAME = re.compile(r"\bgrpo[/.]([a-z_0-9]+)")
+NAMING = [*MARKDOWN, *MODULES, *sorted((REPO / "bench").glob("*.py")), REPO / "Makefile"]
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue 35 in progress: docs and bench still name grpo/monitor, guards, profiles"
+)
+def test_every_module_the_docs_and_code_name_exists():
+    named = {
+        f"{path.relative_to(REPO)}: grpo.{m[1]}"
+        for path in NAMING
+        for m in MODULE_NAME.finditer(path.read_text(encoding="utf-8"))
+        if m[1] not in PACKAGE_MODULES
+    }
+    assert sorted(named) == []
