@@ -129,8 +129,9 @@ def build_config(s, fields, cpu_only, train_dataset=None):
 
     cpu_only = cpu_only or not hardware.on_gpu(cpu_only)
     ours = config_kwargs(s, prefix="")
-    attention, bf16, remote = s["ATTN_IMPLEMENTATION"], s["BF16"], s["TRUST_REMOTE_CODE"]
-    ours["model_init_kwargs"] = hardware.model_init_kwargs(attention, bf16, cpu_only, trust_remote_code=remote)
+    attention = s["ATTN_IMPLEMENTATION"]
+    remote = s["TRUST_REMOTE_CODE"]
+    ours["model_init_kwargs"] = hardware.model_init_kwargs(attention, s["BF16"], cpu_only, trust_remote_code=remote)
     ours["chat_template_kwargs"] = {"enable_thinking": s["ENABLE_THINKING"]}
     if s["USE_VLLM"] is True:
         ours["vllm_max_model_length"] = generation.vllm_context(s, train_dataset)
@@ -214,7 +215,9 @@ def train(s, record, config, reward_funcs, datasets, started):
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=datasets[0])
     fixed = PROFILES[record["profile"]].FIXED if record["profile"] else ()
     # advice, held-out accuracy, pace, samples, signals: see grpo/callbacks.py
-    health, held_out = callbacks.install(trainer, s, record, stopper, datasets[1], last, fixed)
+    health, held_out = callbacks.install(
+        trainer, s, record, stopper=stopper, eval_dataset=datasets[1], resumed=last, fixed=fixed
+    )
     if rank0:  # a hard-linked backup of OUTPUT_DIR keeps its own files
         files.unshare(out)
     files.write_settings(out, record, rank0)  # what evaluate.py --ADAPTER=OUTPUT_DIR reads back

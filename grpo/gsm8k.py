@@ -85,7 +85,7 @@ def load(dataset, split="train", *, config="main", limit=0, skip_bad_rows=False,
     Rows without a gold number are an error naming them, or are dropped with `skip_bad_rows`. `limit` keeps the
     first N usable rows.
     """
-    fields = (question, answer)
+    fields = (question, answer)  # open-r1's datasets name the answer column "solution"
     if hub.is_local(dataset):
         rows, source = _read_local(dataset, split, name, fields)
     else:
@@ -161,6 +161,7 @@ def _read_hub(dataset, config, split, name, fields):
             f"{name} {dataset!r} could not be loaded from the Hugging Face Hub ({errors.first_line(err)}).\n"
             f"Without Hub access, point {name} at a local GSM8K-format .jsonl file or folder (see README)."
         ) from None
+    fields = _open_r1_answer(fields, ds.column_names)
     if missing := [field for field in fields if field not in ds.column_names]:
         raise ConfigError(
             f"{name} {dataset} has no column {missing[0]!r} (its columns: {', '.join(ds.column_names)}); "
@@ -208,6 +209,7 @@ def _read_local(dataset, split, name, fields):
         if not isinstance(row, dict):
             problems.append(f"line {number}: a {type(row).__name__}, not an object")
             continue
+        fields = fields if rows or problems else _open_r1_answer(fields, row)  # decided by the first row
         problems += [
             f"line {number}: {p}" for field in fields if (p := _field_problem(row, field, field == fields[1]))
         ]
@@ -221,6 +223,14 @@ def _read_local(dataset, split, name, fields):
     if not rows:
         raise ConfigError(f"{where}: {path} holds no problems; give a GSM8K-format .jsonl file with rows.")
     return rows, path
+
+
+def _open_r1_answer(fields, columns):
+    """`fields` with the answer read from open-r1's "solution" column when the default "answer" is not there."""
+    if fields[1] == "answer" and "answer" not in columns and "solution" in columns:
+        log.info("reading the answers from the column 'solution' (open-r1's name; ANSWER_FIELD names another)")
+        return fields[0], "solution"
+    return fields
 
 
 def _field_problem(row, field, number_ok):

@@ -13,12 +13,14 @@ import inspect
 import json
 import logging
 import math
+import netrc
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from urllib.parse import urlparse
 
 from grpo import checkpoints, errors, files, generation, hardware, hub, reward_guard, settings
 from grpo.errors import ConfigError
@@ -172,9 +174,6 @@ def tracker_problems(report_to, environ=os.environ):
 def _wandb_key(environ):
     if environ.get("WANDB_API_KEY"):
         return True
-    import netrc
-    from urllib.parse import urlparse
-
     host = urlparse(environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
     try:
         return netrc.netrc().authenticators(host) is not None

@@ -5,13 +5,14 @@ never trust_remote_code.
 .venv/bin/python -m pytest tests/test_recipes.py -q
 """
 
+import json
 import re
 
 import pytest
 from conftest import REPO, custom_code_model, parse, run_in_process
 
 import grpotrainer
-from grpo import cli, preflight, recipes, settings
+from grpo import cli, gsm8k, preflight, recipes, settings
 from grpo.errors import ConfigError
 
 
@@ -240,20 +241,12 @@ def test_an_open_r1_recipe_is_read_key_by_key(tmp_path):
     assert sorted(ignored) == sorted(expected) and not set(ignored) & set(args.fields)
 
 
-def test_an_open_r1_recipe_answers_with_one_message_and_runs_once_its_rewards_exist(
-    tmp_path, tiny_model, capsys, monkeypatch
-):
+def test_an_open_r1_recipes_keys_reach_a_grpoconfig_trl_takes(tmp_path, tiny_model):
     recipe = write(tmp_path, OPEN_R1_RECIPE, name="config_demo.yaml")
-    out = tmp_path / "out"
-    code, stderr = run_in_process(
-        grpotrainer.main, "--smoke", "--config", str(recipe), f"--OUTPUT_DIR={out}", capsys=capsys
-    )
-    # open-r1's rewards are not this script's: one message (with the CPU's own refusals), no traceback, nothing written
-    assert code == 2 and "unknown reward 'accuracy'" in stderr and "Traceback" not in stderr
-    assert not out.exists()
-    # with this script's rewards, and the CPU's bf16 and HF generate, every recipe key reaches a GRPOConfig TRL takes
-    cpu = ["--REWARD_FUNCS=correctness_reward,format_reward", "--BF16=false", "--USE_VLLM=false", "--REPORT_TO=none"]
+    # the CPU's bf16 and HF generate: every other recipe key reaches a GRPOConfig TRL takes
+    cpu = ["--BF16=false", "--USE_VLLM=false", "--REPORT_TO=none"]
     args = parse(["--smoke", "--config", str(recipe), f"--MODEL_NAME={tiny_model}", *cpu])
+    assert args.settings["REWARD_FUNCS"] == ["accuracy", "format"]  # open-r1's names, read by reward_guard
     config = grpotrainer.build_config(args.settings, args.fields, cpu_only=True)
     preflight.refuse_bad_grpo_config(config, args.settings, train_size=32 * 16)
     assert (config.lr_scheduler_type, config.learning_rate, config.num_generations) == ("cosine", 2e-5, 16)
@@ -261,3 +254,62 @@ def test_an_open_r1_recipe_answers_with_one_message_and_runs_once_its_rewards_ex
         "use_reentrant": False
     }
     assert cli.constants(grpotrainer)["LEARNING_RATE"] != 2e-5  # the recipe set the run's value, not the module's
+
+
+# open-r1's GRPO recipe in its current shape, with CPU values and a local dataset of open-r1's columns
+OPEN_R1_CPU_RECIPE = """model_name_or_path: {model}
+model_revision: main
+torch_dtype: float32
+attn_implementation: sdpa
+dataset_name: {data}
+dataset_prompt_column: problem
+system_prompt: "Solve the problem step by step, then give the final answer on its own last line as #### <number>."
+reward_funcs:
+- accuracy
+- format
+reward_weights:
+- 1.0
+- 0.2
+bf16: false
+use_vllm: false
+gradient_checkpointing: false
+gradient_checkpointing_kwargs:
+  use_reentrant: false
+hub_model_id: SmolQwen-GRPO
+hub_strategy: every_save
+log_level: info
+logging_first_step: true
+logging_steps: 1
+learning_rate: 1.0e-03
+max_completion_length: 32
+max_steps: 2
+num_generations: 4
+per_device_train_batch_size: 4
+push_to_hub: false
+report_to:
+- none
+save_strategy: steps
+save_steps: 2
+seed: 42
+"""
+
+
+@pytest.mark.slow
+def test_an_open_r1_recipe_as_written_trains_with_smoke(tmp_path, tiny_model, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [json.loads(line) for line in gsm8k.FIXTURE.read_text().splitlines()]
+    for split in ("train", "test"):  # open-r1's columns: problem and solution
+        lines = [json.dumps({"problem": r["question"], "solution": r["answer"]}) for r in rows]
+        (data / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    recipe = write(tmp_path, OPEN_R1_CPU_RECIPE.format(model=tiny_model, data=data), name="config.yaml")
+    out = tmp_path / "out"
+    code, stderr = run_in_process(
+        grpotrainer.main, "--smoke", "--config", str(recipe), f"--OUTPUT_DIR={out}", capsys=capsys
+    )
+    assert code == 0 and "Traceback" not in stderr, stderr[-3000:]
+    assert (out / "run_finished.json").is_file()
+    # open-r1's reward names, read as this project's, with the weights the recipe gave
+    settings = json.loads((out / "run_settings.json").read_text())
+    assert settings["REWARD_FUNCS"] == ["accuracy", "format"] and settings["REWARD_WEIGHTS"] == [1.0, 0.2]
+    assert settings["QUESTION_FIELD"] == "problem" and "open-r1's format" in stderr

@@ -200,7 +200,7 @@ def test_errors_is_the_lowest_module():
 # bare Python so that process.require can say what is missing instead of a ModuleNotFoundError traceback.
 HEAVY = {"torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm", "safetensors", "huggingface_hub"}
 HEAVY |= {"tokenizers", "tensorboard", "pyarrow", "tqdm", "numpy", "bitsandbytes", "deepspeed", "kernels", "yaml"}
-HEAVY |= {"filelock"}
+HEAVY |= {"filelock", "jinja2", "markdown"}  # third-party: in a Python without the requirements only a function needing one fails
 HEAVY |= {"wandb", "trackio"}  # the optional trackers (requirements-trackers.txt): imported only when in REPORT_TO
 
 
