@@ -124,9 +124,10 @@ PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
 log = logging.getLogger("grpotrainer")
 
 
-def build_config(s, fields, cpu_only):
+def build_config(s, fields, cpu_only, train_dataset=None):
     """The GRPOConfig of the settings `s` (each constant's field: grpo/settings.py) and the command line's
-    lower-case `fields`, checked by TRL itself (for --plan without a GPU, as the CPU would run it)."""
+    lower-case `fields`, checked by TRL itself (for --plan without a GPU, as the CPU would run it). With vLLM, its
+    context fits the longest prompt of `train_dataset` (without it, a typical GSM8K prompt: --plan)."""
     from trl import GRPOConfig
 
     cpu_only = cpu_only or not hardware.on_gpu(cpu_only)
@@ -140,7 +141,11 @@ def build_config(s, fields, cpu_only):
     owners["chat_template_kwargs"] = "ENABLE_THINKING"
     extra = dict(num_completions_to_print=0, use_cpu=cpu_only, ddp_find_unused_parameters=False)
     if s["USE_VLLM"] is True and s["VLLM_MODE"] == "colocate":  # vLLM's context, as long as a run needs
-        ours["vllm_max_model_length"] = generation.context_length(s["PROMPT_TOKENS"], s["MAX_COMPLETION_LENGTH"])
+        tokens = generation.PROMPT_TOKENS
+        if train_dataset is not None:
+            tok = {"enable_thinking": s["ENABLE_THINKING"], "trust_remote_code": s["TRUST_REMOTE_CODE"]}
+            tokens = generation.longest_prompt(train_dataset, s["MODEL_NAME"], **tok)
+        ours["vllm_max_model_length"] = generation.context_length(tokens, s["MAX_COMPLETION_LENGTH"])
     if cpu_only:  # one thread; gloo with DDP_TIMEOUT (transformers drops it on the CPU)
         hardware.one_cpu_thread()
         hardware.init_cpu_process_group(s["DDP_TIMEOUT"])
@@ -263,7 +268,7 @@ def main(argv=()):
     s = preflight.resolve(args, cpu_only, PROFILES, rewards.REWARDS)  # every setting decided, and checked, here
     datasets = load_data(s, plan_only=bool(args.plan))
     run_plan = plan.for_run(s, datasets, hardware.world_size())
-    config = build_config(s, args.fields, cpu_only)
+    config = build_config(s, args.fields, cpu_only, train_dataset=None if args.plan else datasets[0])
     preflight.refuse_bad_grpo_config(config, s, run_plan["train_problems"])
     if args.plan:  # --plan or --plan=json: what the run will do, and nothing more
         return print(plan.plan_json(run_plan) if args.plan == "json" else plan.format_plan(run_plan), flush=True)
