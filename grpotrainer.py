@@ -279,7 +279,7 @@ def main(argv=()):
         PROFILES[args.profile].build(s)
     preflight.refuse_before_loading(s, reward_funcs, train_dataset, answer_blind=rewards.ANSWER_BLIND)
     sizes = {"train": run_plan["train_problems"], "test": run_plan["test_problems"]}
-    record = files.record(s, args.fields, args.profile, sizes, processes=hardware.world_size())
+    record = files.record(s, args.fields, profile=args.profile, sizes=sizes, processes=hardware.world_size())
     lock = process.output_lock(s["OUTPUT_DIR"], config.process_index == 0)
     with lock, process.faults(s["OUTPUT_DIR"], s["DDP_TIMEOUT"]):
         return train(s, record, config, reward_funcs=reward_funcs, datasets=datasets, started=started)

@@ -66,19 +66,22 @@ def resolve(args, cpu_only, profiles, known_rewards, comments=None):
         log.info("REWARD_WEIGHTS=%s: 1 for each of REWARD_FUNCS, as TRL weighs them (give REWARD_WEIGHTS to change)",
                  ",".join("1" for _ in s["REWARD_FUNCS"]))  # fmt: skip
     s = generation.choose(s, hardware.on_gpu(cpu_only))
-    refuse_bad_settings(s, cpu_only, known_rewards, args.fields, machine=not args.plan, comments=comments)
+    task = not args.profile or "DATASET" in args.given  # else the profile's own, which its prepare writes below
+    machine = not args.plan
+    refuse_bad_settings(s, cpu_only, known_rewards, args.fields, machine, comments=comments, dataset=task)
     return profiles[args.profile].prepare(s, args.given) if args.profile else s  # the profile's own files
 
 
-def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machine=True, comments=None):
+def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machine=True, comments=None, dataset=True):
     """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a run.
 
     `known_rewards`: the registry's names (rewards.REWARDS), against which plain REWARD_FUNCS names are checked;
     `fields`: the command line's lower-case GRPOConfig fields; `machine=False` (--plan) warns about this machine's
-    problems instead; `comments`: each constant's comment, quoted in its range message."""
+    problems instead; `comments`: each constant's comment, quoted in its range message; `dataset=False`: DATASET is
+    a profile's task that its prepare has yet to write (`resolve`), left unchecked."""
     problems = settings.problems(s, comments)
-    problems += report_problems(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s) + _paths(s)
-    problems += prompt_problems(s) + launcher_problems(os.environ)
+    problems += report_problems(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s)
+    problems += _paths(s, dataset) + prompt_problems(s) + launcher_problems(os.environ)
     if machine:
         problems += hardware_problems(s, cpu_only)
     for problem in [] if machine else hardware_problems(s, cpu_only):
@@ -259,9 +262,10 @@ def _steps(s):
     return []
 
 
-def _paths(s):
+def _paths(s, dataset=True):
     out = output_dir_problem(s["OUTPUT_DIR"]) or run_folder_problem(s["OUTPUT_DIR"])
-    return [p for p in (model_name_problem(s["MODEL_NAME"]), dataset_problem(s["DATASET"]), out) if p]
+    data = dataset_problem(s["DATASET"]) if dataset else None
+    return [p for p in (model_name_problem(s["MODEL_NAME"]), data, out) if p]
 
 
 WRITE_PROBE = ".write-test-"  # the prefix of the empty folder that checks OUTPUT_DIR is writable, then goes

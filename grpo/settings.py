@@ -6,6 +6,7 @@ card (modelcard), the plan and grpotrainer's `build_config` all read this table:
 plus one row here.
 """
 
+import difflib
 import math
 import re
 from typing import NamedTuple
@@ -54,7 +55,7 @@ TABLE = {
                          plan=("per step",)),
     "MAX_COMPLETION_LENGTH": S(POSITIVE, "max_completion_length", card="max completion length (tokens)",
                                plan=("generation", "time (estimate)")),
-    "TEMPERATURE": S("(0, inf)", "temperature", ("SAMPLE_TEMPERATURE",), card="sampling temperature"),
+    "TEMPERATURE": S("[0.01, inf)", "temperature", ("SAMPLE_TEMPERATURE",), card="sampling temperature"),
     "BETA": S("[0, 10]", "beta", card="KL coefficient beta", plan=("time (estimate)",)),
     "LOSS_TYPE": S(("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"), "loss_type",
                    card="loss type"),
@@ -128,9 +129,13 @@ def problem(name, value, comment=""):
     check = TABLE[name].check if name in TABLE else ""
     why = f": {comment}." if comment else "."
     if isinstance(check, tuple):
-        if value in check or (isinstance(value, str) and value.lower() in [str(c).lower() for c in check]):
+        # a boolean choice may come as text ("false"); a text choice is exact: TRL compares "dapo", never "DAPO"
+        booleans = [str(c).lower() for c in check if isinstance(c, bool)]
+        if value in check or (isinstance(value, str) and value.lower() in booleans):
             return None
-        return f"{name}={value!r} is not one of {', '.join(str(c) for c in check)}{why}"
+        close = difflib.get_close_matches(str(value), [str(c) for c in check], n=1)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        return f"{name}={value!r} is not one of {', '.join(str(c) for c in check)}{why}{hint}"
     if isinstance(value, float) and not math.isfinite(value):
         return f"{name}={value}: a number here must be finite."
     if not check or isinstance(value, bool) or not isinstance(value, int | float):

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 
 from grpo import checkpoints, files
 from grpo.errors import ConfigError
+from grpo.settings import TABLE, changeable
 
 LORA = {"base_model_name_or_path": "/models/Qwen3-8B", "r": 16, "lora_alpha": 32, "target_modules": ["q_proj"]}
 
@@ -88,9 +89,14 @@ def test_state_file_is_longer_than_the_cut():
     )
 
 
-def resume(output_dir, **changes):
-    kwargs = dict(resume=True, model_name="Qwen/Qwen3-8B", lora_r=16, lora_alpha=32, target_modules="q_proj")
-    return checkpoints.resume_checkpoint(output_dir, **{**kwargs, **changes}, now=lambda: 0.0)
+# the settings resume_checkpoint reads: this run's model and LoRA shape, as the checkpoints below were trained
+RESUMING = dict(RESUME=True, MODEL_NAME="Qwen/Qwen3-8B", LORA_R=16, LORA_ALPHA=32, LORA_TARGET_MODULES="q_proj")
+
+
+def resume(output_dir, main_process=True, **changes):
+    """resume_checkpoint with RESUMING's settings and `changes`, at the clock's 0 (1970-01-01 00:00:00 UTC)."""
+    s = {**RESUMING, **changes}
+    return checkpoints.resume_checkpoint(output_dir, s, main_process=main_process, now=lambda: 0.0)
 
 
 @pytest.mark.parametrize("damage", ["state cut at 4096", "safetensors cut in the data", "optimizer missing"])
@@ -147,7 +153,7 @@ def test_resume_false_over_an_earlier_run_is_refused(tmp_path, leftover):
         (tmp_path / checkpoints.FINISHED_NAME).write_text("{}")
     held = "1 checkpoint(s)" if leftover == "checkpoint" else "a finished adapter"
     with pytest.raises(ConfigError) as err:
-        resume(tmp_path, resume=False)
+        resume(tmp_path, RESUME=False)
     assert f"RESUME=False, but OUTPUT_DIR {tmp_path} already holds {held} of an earlier run" in str(err.value)
     assert len(str(err.value).splitlines()) == 2  # the two-line promise
     assert (tmp_path / "checkpoint-4").is_dir() or leftover == "marker"  # refused before moving anything
@@ -155,11 +161,11 @@ def test_resume_false_over_an_earlier_run_is_refused(tmp_path, leftover):
 
 # A change of setting against a checkpoint trained with LORA, and the message's key phrase.
 MISMATCH = [
-    (dict(model_name="Qwen/Qwen3-1.7B"), "it is an adapter for /models/Qwen3-8B, and MODEL_NAME is Qwen/Qwen3-1.7B"),
-    (dict(lora_r=8), "it was trained with LORA_R=16, and LORA_R is 8: set LORA_R=16"),
-    (dict(lora_alpha=64), "it was trained with LORA_ALPHA=32, and LORA_ALPHA is 64: set LORA_ALPHA=32"),
-    (dict(target_modules="q_proj,v_proj"), "LORA_TARGET_MODULES=q_proj, and it is q_proj,v_proj"),
-    (dict(target_modules="all-linear"), "LORA_TARGET_MODULES=q_proj, and it is all-linear"),
+    (dict(MODEL_NAME="Qwen/Qwen3-1.7B"), "it is an adapter for /models/Qwen3-8B, and MODEL_NAME is Qwen/Qwen3-1.7B"),
+    (dict(LORA_R=8), "it was trained with LORA_R=16, and LORA_R is 8: set LORA_R=16"),
+    (dict(LORA_ALPHA=64), "it was trained with LORA_ALPHA=32, and LORA_ALPHA is 64: set LORA_ALPHA=32"),
+    (dict(LORA_TARGET_MODULES="q_proj,v_proj"), "LORA_TARGET_MODULES=q_proj, and it is q_proj,v_proj"),
+    (dict(LORA_TARGET_MODULES="all-linear"), "LORA_TARGET_MODULES=q_proj, and it is all-linear"),
 ]
 
 
@@ -182,7 +188,7 @@ EXPANDED = {**LORA, "target_modules": ["model.layers.0.self_attn.q_proj", "model
         (EXPANDED, "all-linear", True),  # PEFT saves all-linear expanded to full module paths
         (EXPANDED, "q_proj,up_proj", True),  # the same modules named by hand resume fine
         (EXPANDED, "q_proj", False),
-        (LORA, " q_proj ", True),  # spaces tolerated, as build_peft_config does
+        (LORA, " q_proj ", True),  # spaces tolerated, as build_trainer (preflight.lora_targets) reads them
         (LORA, ["q_proj"], True),  # a list works as well as the comma string
         ({**LORA, "base_model_name_or_path": "/local/copy/Qwen3-8B"}, "q_proj", True),  # a Hub id and its local copy
     ],
@@ -190,10 +196,10 @@ EXPANDED = {**LORA, "target_modules": ["model.layers.0.self_attn.q_proj", "model
 def test_target_modules_compare_by_module_name(tmp_path, saved, given, same):
     write_checkpoint(tmp_path / "checkpoint-4", 4, adapter_config=saved)
     if same:
-        assert resume(tmp_path, target_modules=given) == tmp_path / "checkpoint-4"
+        assert resume(tmp_path, LORA_TARGET_MODULES=given) == tmp_path / "checkpoint-4"
     else:
         with pytest.raises(ConfigError, match="LORA_TARGET_MODULES=all-linear, and it is q_proj"):
-            resume(tmp_path, target_modules=given)
+            resume(tmp_path, LORA_TARGET_MODULES=given)
 
 
 def finish(output_dir, global_step=4, max_steps=4, num_train_epochs=3):
@@ -219,7 +225,8 @@ def test_finished_run_rerun_is_detected(tmp_path, done, asked, is_finished):
     step, max_steps, epochs = done
     finish(tmp_path, global_step=step, max_steps=max_steps, num_train_epochs=epochs)
     before = sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.iterdir())
-    message = checkpoints.finished(tmp_path, *asked)
+    max_steps, epochs = asked
+    message = checkpoints.finished({"OUTPUT_DIR": str(tmp_path), "MAX_STEPS": max_steps, "NUM_TRAIN_EPOCHS": epochs})
     assert (message is not None) == is_finished
     assert message is None or message.startswith(f"OUTPUT_DIR {tmp_path} holds a finished run ({step} steps")
     assert sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.iterdir()) == before  # touched nothing
@@ -242,7 +249,8 @@ def test_unfinished_or_damaged_final_save_is_not_finished(tmp_path, fault):
         cut(tmp_path / "adapter_model.safetensors", 30)
     else:
         (tmp_path / "adapter_model.safetensors").unlink()
-    assert checkpoints.finished(tmp_path, 4, 3) is None  # the rerun resumes and saves the final adapter again
+    asked = {"OUTPUT_DIR": tmp_path, "MAX_STEPS": 4, "NUM_TRAIN_EPOCHS": 3}
+    assert checkpoints.finished(asked) is None  # the rerun resumes and saves the final adapter again
 
 
 def test_checkpoint_cut_by_a_full_disk_is_skipped(tmp_path):
@@ -265,10 +273,10 @@ def test_all_linear_resumes_by_the_runs_recorded_target_modules(tmp_path, record
     if recorded:
         (tmp_path / "run_settings.json").write_text(json.dumps({"LORA_TARGET_MODULES": recorded}))
     if same:
-        assert resume(tmp_path, target_modules="all-linear") == tmp_path / "checkpoint-4"
+        assert resume(tmp_path, LORA_TARGET_MODULES="all-linear") == tmp_path / "checkpoint-4"
     else:  # no record (or another one): short names could be a hand-written list, so the user is asked
         with pytest.raises(ConfigError, match="LORA_TARGET_MODULES=o_proj,q_proj,k_proj,v_proj,gate_proj"):
-            resume(tmp_path, target_modules="all-linear")
+            resume(tmp_path, LORA_TARGET_MODULES="all-linear")
 
 
 class Payload:
@@ -337,7 +345,7 @@ def test_a_users_file_under_a_checkpoint_name_is_refused_naming_it_and_left_alon
     cut(write_checkpoint(tmp_path / "checkpoint-4", 4) / "adapter_model.safetensors", 20)  # would be moved aside
     (tmp_path / name).write_text("my notes")
     with pytest.raises(ConfigError, match=f"holds {name}: a file of yours"):
-        checkpoints.resume_checkpoint(tmp_path, True, "/models/Qwen3-8B", 16, 32, "q_proj")
+        resume(tmp_path, MODEL_NAME="/models/Qwen3-8B")
     assert (tmp_path / name).read_text() == "my notes"  # neither moved nor overwritten
     assert (tmp_path / "checkpoint-4").is_dir()  # nothing moved before the refusal
 
@@ -345,7 +353,7 @@ def test_a_users_file_under_a_checkpoint_name_is_refused_naming_it_and_left_alon
 def test_other_files_named_like_checkpoints_are_not_taken(tmp_path):
     write_checkpoint(tmp_path / "checkpoint-2", 2)
     (tmp_path / "checkpoint-2.txt").write_text("notes")  # not a name Trainer writes
-    chosen = checkpoints.resume_checkpoint(tmp_path, True, "/models/Qwen3-8B", 16, 32, "q_proj")
+    chosen = resume(tmp_path, MODEL_NAME="/models/Qwen3-8B")
     assert chosen == tmp_path / "checkpoint-2"
 
 
@@ -446,7 +454,46 @@ def test_the_same_model_and_dataset_named_another_way_are_no_change(tmp_path, se
     assert checkpoints.resumed_record(tmp_path / "run", again, last) == again  # a local copy; the same file
 
 
-def test_every_constant_is_classified_by_whether_a_resume_may_change_it(settings):
-    defining = {"MODEL_NAME", "LOAD_IN_4BIT", "DATASET", "SYSTEM_PROMPT", "REWARD_FUNCS", "NUM_GENERATIONS", "BETA"}
-    assert defining.isdisjoint(checkpoints.CHANGEABLE)  # the examples the resume policy names
-    assert set(checkpoints.CHANGEABLE) - {"profile"} <= set(settings)  # no name in it that a run does not record
+def other_value(value):
+    """Another value of the same type as `value`, as a command line could give it."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    if isinstance(value, str):
+        return value + "-other"
+    return [*value, "other"]  # a list
+
+
+def test_the_settings_table_decides_what_a_resume_may_change(tmp_path, settings):
+    record, last = recorded_run(tmp_path, settings)
+    allowed, refused = set(), set()
+    for name, value in settings.items():
+        try:
+            checkpoints.resumed_record(tmp_path, {**record, name: other_value(value)}, last)
+            allowed.add(name)
+        except ConfigError as err:
+            assert f"cannot resume {last}: {name} " in str(err)  # refused naming the one changed setting
+            refused.add(name)
+    # every constant of grpotrainer.py is one or the other, as grpo/settings.py's resume column says
+    assert allowed == changeable() & set(settings) and refused == set(settings) - changeable()
+    # the examples the resume policy names: each changes what the adapter is trained on or towards
+    assert {
+        "MODEL_NAME",
+        "LOAD_IN_4BIT",
+        "DATASET",
+        "SYSTEM_PROMPT",
+        "REWARD_FUNCS",
+        "NUM_GENERATIONS",
+        "BETA",
+    } <= refused
+
+
+def test_a_row_marked_changeable_is_accepted_on_resume(tmp_path, settings, monkeypatch):
+    record, last = recorded_run(tmp_path, settings)
+    with pytest.raises(ConfigError, match="BETA 0.0 -> 0.04"):
+        checkpoints.resumed_record(tmp_path, {**record, "BETA": 0.04}, last)
+    # the table's row, not a list kept in checkpoints.py: marked changeable, the same resume goes on
+    monkeypatch.setitem(TABLE, "BETA", TABLE["BETA"]._replace(resume=True))
+    written = checkpoints.resumed_record(tmp_path, {**record, "BETA": 0.04}, last)
+    assert written["segments"] == [{"from_step": 4, "changed": {"BETA": [0.0, 0.04]}}]

@@ -1,17 +1,22 @@
-"""Tests of grpotrainer.py's own functions: build_config, the LoRA config, main's checks.
+"""Tests of grpotrainer.py's own functions: build_config from the settings table, the LoRA config build_trainer
+hands TRL, main's checks; and one smoke run for what reaches the adapter and run_settings.json.
 
-.venv/bin/python -m pytest tests/test_grpotrainer.py -q -m "not slow"
+OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_grpotrainer.py -q -m "not slow"   # fast: in-process
+OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_grpotrainer.py -q -m slow         # + one smoke run (~20 s)
 """
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
-from conftest import parse, run_in_process, run_script
+from conftest import parse, run_in_process, run_script, train
 
 import grpotrainer
-from grpo import cli, gsm8k, hardware
+from demo import smoke
+from grpo import cli, generation, gsm8k, hardware, patches
 from grpo.errors import ConfigError
+from grpo.settings import TABLE, config_kwargs
 
 FIXTURE = str(gsm8k.FIXTURE)
 
@@ -26,54 +31,112 @@ def test_import_is_light():
     assert out.stdout.strip() == "[]"
 
 
-def test_config_maps_constants_to_grpo_config(settings):
-    settings["BF16"] = False  # a CPU machine cannot build a bf16 config
-    # values no default has, so that each field shows which constant it came from
-    settings.update(BETA=0.03, MAX_COMPLETION_LENGTH=200, NUM_GENERATIONS=6, TEMPERATURE=0.9, LEARNING_RATE=3e-5)
-    settings.update(PER_DEVICE_TRAIN_BATCH_SIZE=3, GRADIENT_ACCUMULATION_STEPS=2, NUM_TRAIN_EPOCHS=2, MAX_STEPS=-1)
-    settings.update(ACTIVATION_CHECKPOINTING=False, REWARD_WEIGHTS=[1.0, 0.3], LOGGING_STEPS=3, DDP_TIMEOUT=123)
+# as preflight.resolve leaves the constants on this CPU: USE_VLLM and its memory share decided, fp32
+RESOLVED = {"BF16": False, "USE_VLLM": False, "VLLM_GPU_MEMORY_UTILIZATION": 0.3}
+
+# For each constant with a GRPOConfig field (grpo/settings.py): a value no default has, and what the field then holds
+CHANGED = {
+    "TRUST_REMOTE_CODE": (True, True),
+    "NUM_GENERATIONS": (4, 4),
+    "MAX_COMPLETION_LENGTH": (200, 200),
+    "TEMPERATURE": (0.9, 0.9),
+    "BETA": (0.03, 0.03),
+    "LOSS_TYPE": ("grpo", "grpo"),
+    "SCALE_REWARDS": ("batch", "batch"),
+    "NUM_ITERATIONS": (2, 2),
+    "STEPS_PER_GENERATION": (4, 4),  # 0 is TRL's None: one generation round per optimiser step
+    "MASK_TRUNCATED_COMPLETIONS": (True, True),
+    "REWARD_WEIGHTS": ([1.0, 0.3], [1.0, 0.3]),
+    "USE_TRANSFORMERS_CONTINUOUS_BATCHING": (True, True),
+    "CACHE_IMPLEMENTATION": ("static", "static"),
+    "USE_VLLM": (True, True),
+    "VLLM_MODE": ("server", "server"),
+    "VLLM_GPU_MEMORY_UTILIZATION": (0.5, 0.5),
+    "VLLM_ENABLE_SLEEP_MODE": (True, True),
+    "VLLM_SERVER_BASE_URL": ("http://10.0.0.5:8000", "http://10.0.0.5:8000"),  # "" is TRL's None: this machine
+    "LEARNING_RATE": (3e-5, 3e-5),
+    "PER_DEVICE_TRAIN_BATCH_SIZE": (4, 4),
+    "GRADIENT_ACCUMULATION_STEPS": (2, 2),
+    "NUM_TRAIN_EPOCHS": (2, 2),
+    "MAX_STEPS": (100, 100),
+    "WARMUP_STEPS": (0.2, 0.2),
+    "ACTIVATION_CHECKPOINTING": (False, False),  # TRL's gradient_checkpointing
+    "BF16": (True, True),
+    "SEED": (7, 7),
+    "DDP_TIMEOUT": (123, 123),
+    "OUTPUT_DIR": ("outputs/elsewhere", "outputs/elsewhere"),
+    "REPORT_TO": ("tensorboard, trackio", ["tensorboard", "trackio"]),  # a comma list, as TRL's list
+    "LOGGING_STEPS": (3, 3),
+    "LOG_COMPLETIONS_STEPS": (0, False),  # 0 = no completions table: TRL's log_completions off
+    "SAVE_STEPS": (20, 20),
+    "SAVE_TOTAL_LIMIT": (5, 5),
+}
+FIELDS = {name: row.field for name, row in TABLE.items() if row.field and not row.field.startswith("lora_config.")}
+
+
+def test_every_constant_with_a_field_has_a_changed_value_here(settings):
+    # the walk below covers the table, not a hand-kept list: a new row with a field needs its line in CHANGED
+    assert set(CHANGED) == {name for name in FIELDS if name in settings}
+
+
+@pytest.mark.parametrize("name", CHANGED)
+def test_a_constant_with_a_field_reaches_the_grpo_config(settings, name):
+    value, expected = CHANGED[name]
+    field = FIELDS[name]
+    before = grpotrainer.build_config({**settings, **RESOLVED}, {}, cpu_only=True)
+    after = grpotrainer.build_config({**settings, **RESOLVED, name: value}, {}, cpu_only=True)
+    assert getattr(after, field) == expected != getattr(before, field)  # the field follows its constant
+
+
+def test_the_config_adds_what_no_single_constant_sets(settings):
+    settings.update(RESOLVED, PER_DEVICE_TRAIN_BATCH_SIZE=3, GRADIENT_ACCUMULATION_STEPS=2, NUM_GENERATIONS=6)
     config = grpotrainer.build_config(settings, {}, cpu_only=True)
-    # the tutorial's names translated to TRL 1.16: kl_coef -> beta, max_new_tokens -> max_completion_length
-    assert config.beta == 0.03
-    assert config.max_completion_length == 200
-    assert config.num_generations == 6
-    assert config.temperature == 0.9
-    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (3, 2)
-    assert config.num_train_epochs == 2 and config.max_steps == -1
-    assert config.gradient_checkpointing is False
-    assert config.learning_rate == 3e-5
-    assert config.reward_weights == [1.0, 0.3]
-    assert config.report_to == ["tensorboard"]
-    assert config.logging_steps == 3
     assert config.chat_template_kwargs == {"enable_thinking": settings["ENABLE_THINKING"]}
-    assert config.trust_remote_code is settings["TRUST_REMOTE_CODE"]
-    assert config.ddp_timeout == 123
     # STEPS_PER_GENERATION=0 means "one generation round per optimiser step": 3 per micro-batch x 1 process x 2
     assert (config.steps_per_generation, config.generation_batch_size) == (2, 6)
     # from_pretrained's arguments, TRUST_REMOTE_CODE among them so that no --model_init_kwargs key can turn it on
     assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "sdpa", "trust_remote_code": False}
-    assert config.cache_implementation == "dynamic"  # transformers' default KV cache, eager decoding
+    # the CPU profiles' fixed choices: on the CPU, no printed completions, LoRA's weights all used (no DDP search)
+    assert (config.use_cpu, config.num_completions_to_print, config.ddp_find_unused_parameters) == (True, 0, False)
+
+
+def test_no_gradient_checkpointing_turns_activation_checkpointing_off(settings):
+    assert parse([]).settings["ACTIVATION_CHECKPOINTING"] is True  # on in the constants: the flag must turn it off
+    args = parse(["--no_gradient_checkpointing"])
+    # TRL's HfArgumentParser form of --gradient_checkpointing=false, read as the constant with a line saying so
+    assert args.settings["ACTIVATION_CHECKPOINTING"] is False and "ACTIVATION_CHECKPOINTING" in args.given
+    assert args.notes == ("--gradient_checkpointing is ACTIVATION_CHECKPOINTING here",)
+    config = grpotrainer.build_config({**args.settings, **RESOLVED}, args.fields, cpu_only=True)
+    assert config.gradient_checkpointing is False
 
 
 def test_a_static_cache_is_asked_of_trl_and_its_decode_step_compiled(settings):
-    from types import SimpleNamespace
-
     from transformers import GenerationConfig
-
-    from grpo import guards
 
     s = {**settings, "BF16": False, "CACHE_IMPLEMENTATION": "static"}
     config = grpotrainer.build_config(s, {}, cpu_only=True)
     assert config.cache_implementation == "static"
     # TRL 1.16 builds its GenerationConfig with disable_compile=True; CompileDecode turns it back on at train begin
     trainer = SimpleNamespace(args=config, generation_config=GenerationConfig(disable_compile=True), model=None)
-    (callback,) = patches.generation_guards(trainer)  # no KeepFp32: no continuous batching here
+    # as grpotrainer.train adds them: ResumedSettings always, CompileDecode for the static cache, no KeepFp32 (no
+    # continuous batching here)
+    _, callback = patches.callbacks(trainer)
+    assert type(callback) is patches.CompileDecode
     callback.on_train_begin(config, None, None)
     compile_config = trainer.generation_config.compile_config
     assert trainer.generation_config.disable_compile is False
     assert (compile_config.dynamic, compile_config.mode) == (True, "reduce-overhead")
     default = grpotrainer.build_config({**settings, "BF16": False}, {}, cpu_only=True)
-    assert patches.generation_guards(SimpleNamespace(args=default)) == []  # the defaults need neither guard
+    # the defaults need neither CompileDecode nor KeepFp32
+    assert [type(c) for c in patches.callbacks(SimpleNamespace(args=default))] == [patches.ResumedSettings]
+
+
+def test_the_settings_are_the_constants_block_and_nothing_else():
+    # the block between the rulers is what a user sets; the script's own tables (PROFILES, CONFIG_CLASS, PACKAGES)
+    # are neither overridable nor written into run_settings.json
+    assert set(cli.constants(grpotrainer)) == set(cli.comments(grpotrainer.__file__))
+    with pytest.raises(ConfigError, match="unknown setting --CONFIG_CLASS"):
+        parse(["--CONFIG_CLASS=os:path"])
 
 
 def test_settings_are_values_not_module_state(settings):
@@ -131,20 +194,38 @@ def test_smoke_config_is_fp32_on_cpu(smoke_settings):
     assert config.model_init_kwargs["attn_implementation"] == "sdpa"  # flash-attn is never picked on CPU
 
 
-def test_lora_config(settings):
-    peft = grpotrainer.build_peft_config({**settings, "LORA_R": 12, "LORA_ALPHA": 24, "LORA_DROPOUT": 0.05})
-    assert (peft.r, peft.lora_alpha, peft.lora_dropout) == (12, 24, 0.05)
-    peft = grpotrainer.build_peft_config({**settings, "LORA_TARGET_MODULES": "all-linear"})
-    assert peft.target_modules == "all-linear"  # peft's own keyword, passed as it is
-    peft = grpotrainer.build_peft_config({**settings, "LORA_TARGET_MODULES": "q_proj, v_proj"})
-    assert set(peft.target_modules) == {"q_proj", "v_proj"}
+def built_lora(s, monkeypatch):
+    """The peft LoraConfig that build_trainer hands TRL for the settings `s`: TRL's trainer (which would load the
+    model) stood in for by one that keeps its arguments."""
+    import trl
+
+    monkeypatch.setattr(trl, "GRPOTrainer", lambda **kwargs: SimpleNamespace(**kwargs))
+    monkeypatch.setattr(patches, "after_init", lambda trainer, load_in_4bit: None)
+    return grpotrainer.build_trainer(s, config=None, reward_funcs=[], train_dataset=None).peft_config
+
+
+def test_the_lora_settings_reach_peft(settings, monkeypatch):
+    s = {**settings, "LORA_R": 12, "LORA_ALPHA": 24, "LORA_DROPOUT": 0.05, "USE_RSLORA": True, "USE_DORA": True}
+    # the table's lora_config. rows, each under peft's own name
+    expected = {"r": 12, "lora_alpha": 24, "lora_dropout": 0.05, "use_rslora": True, "use_dora": True}
+    assert config_kwargs(s, "lora_config.") == expected
+    lora = built_lora(s, monkeypatch)
+    assert {key: getattr(lora, key) for key in expected} == expected
+    assert lora.task_type == "CAUSAL_LM"
+    lora = built_lora({**settings, "LORA_TARGET_MODULES": "all-linear"}, monkeypatch)
+    assert lora.target_modules == "all-linear"  # peft's own keyword, passed as it is
+    lora = built_lora({**settings, "LORA_TARGET_MODULES": "q_proj, v_proj"}, monkeypatch)
+    assert set(lora.target_modules) == {"q_proj", "v_proj"}
     assert hardware.quantization_config(False, True) is None  # no 4-bit asked: no quantization config
 
 
-# --- overrides ---------------------------------------------------------------------------------------------------
-
-
-# --- preflight ---------------------------------------------------------------------------------------------------
+def test_trls_use_rslora_and_use_dora_reach_peft(monkeypatch):
+    args = parse(["--use_rslora", "--use_dora"])  # bare flags, as `trl grpo` takes them
+    assert set(args.notes) == {"--use_rslora is USE_RSLORA here", "--use_dora is USE_DORA here"}
+    lora = built_lora(args.settings, monkeypatch)
+    assert (lora.use_rslora, lora.use_dora) == (True, True)
+    lora = built_lora(parse([]).settings, monkeypatch)
+    assert (lora.use_rslora, lora.use_dora) == (False, False)  # neither given: plain LoRA, as the constants say
 
 
 # --- the command line, end to end: a clean message, exit 2, no traceback --------------------------------------------
@@ -155,7 +236,7 @@ def test_lora_config(settings):
     [
         (["--smoke", "--NUM_GENERATIONS=3"], "not a multiple of NUM_GENERATIONS=3"),
         (["--smoke", "--REWARD_FUNCS=nope_reward", "--REWARD_WEIGHTS=1"], "unknown reward 'nope_reward'"),
-        (["--smoke", "--DATASET=/nonexistent/gsm8k.jsonl"], "DATASET=/nonexistent/gsm8k.jsonl points at"),
+        (["--smoke", "--DATASET=/nonexistent/gsm8k.jsonl"], "DATASET=/nonexistent/gsm8k.jsonl: no such file"),
         (["--smoke", "--TEMPERATUR=1"], "Did you mean TEMPERATURE"),
         # refused, not uploaded: Trainer would push checkpoints and TRL's card; export.py pushes the right files
         (["--smoke", "--push_to_hub=true"], "--push_to_hub=true is refused"),
@@ -196,16 +277,19 @@ def test_vllm_context_is_bounded_by_the_data_unless_given(smoke_ok, tiny_model):
     assert config.vllm_max_model_length == generation.context_length(longest, 32)
     config = grpotrainer.build_config(s, {"vllm_max_model_length": 4096}, cpu_only=True, train_dataset=data)
     assert config.vllm_max_model_length == 4096  # the user's --vllm_max_model_length wins
+    config = grpotrainer.build_config(s, {}, cpu_only=True)
+    # --plan (no data loaded): a typical GSM8K prompt, as the plan's time estimates assume
+    assert config.vllm_max_model_length == generation.context_length(generation.PROMPT_TOKENS, 32)
     config = grpotrainer.build_config(smoke_ok, {}, cpu_only=True)
     assert config.vllm_max_model_length is None  # without vLLM nothing is set
 
 
 def test_under_fsdp_the_model_loads_without_a_device_map(settings, monkeypatch):
-    import grpotrainer
-
-    assert "device_map" not in grpotrainer.build_model_init_kwargs(settings, cpu_only=True)
+    s = {**settings, **RESOLVED}
+    assert "device_map" not in grpotrainer.build_config(s, {}, cpu_only=True).model_init_kwargs
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
-    assert grpotrainer.build_model_init_kwargs(settings, cpu_only=True)["device_map"] is None
+    # TRL sets device_map=None for DDP and DeepSpeed, not FSDP, where "auto" would fill one GPU before sharding
+    assert grpotrainer.build_config(s, {}, cpu_only=True).model_init_kwargs["device_map"] is None
 
 
 # --- pass-through: every field build_config sets, given again by the user ----------------------------------------
@@ -314,8 +398,6 @@ def test_model_init_kwargs_merge_with_attn_implementation_and_a_clash_is_one_mes
     ],
 )
 def test_a_config_or_lora_mistake_is_refused_before_the_smoke_model_is_built(args, tmp_path, capsys, monkeypatch):
-    from grpo import profiles
-
     def never(*args, **kwargs):
         raise AssertionError("the smoke model was built before the refusal")
 
@@ -325,3 +407,39 @@ def test_a_config_or_lora_mistake_is_refused_before_the_smoke_model_is_built(arg
     code, stderr = run_in_process(grpotrainer.main, "--smoke", *args, f"--OUTPUT_DIR={tmp_path}", capsys=capsys)
     assert code == 2 and "Traceback" not in stderr, stderr
     assert list(tmp_path.iterdir()) == []  # nothing written, as the message says
+
+
+# --- one smoke run: what the command line's TRL names leave in the adapter and the run's record --------------------
+
+
+@pytest.fixture(scope="module")
+def rslora_run(tmp_path_factory):
+    """A --smoke run given TRL's --use_rslora, and a recipe turning gradient checkpointing on that the command line's
+    --no_gradient_checkpointing turns off again: (its OUTPUT_DIR, the finished process)."""
+    folder = tmp_path_factory.mktemp("rslora")
+    (folder / "recipe.yaml").write_text(
+        "gradient_checkpointing: true\n"
+    )  # TRL's name, read as ACTIVATION_CHECKPOINTING
+    out = folder / "run"
+    done = train(out, "--use_rslora", "--config", str(folder / "recipe.yaml"), "--no_gradient_checkpointing")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, done
+
+
+@pytest.mark.slow
+def test_use_rslora_reaches_the_saved_adapter(rslora_run):
+    out, done = rslora_run
+    # peft wrote the LoraConfig build_trainer made: rank-stabilised scaling (alpha / sqrt(r)), the TRL flag's doing
+    assert json.loads((out / "adapter_config.json").read_text())["use_rslora"] is True
+    assert "--use_rslora is USE_RSLORA here" in done.stderr
+
+
+@pytest.mark.slow
+def test_no_gradient_checkpointing_is_recorded_off_over_the_recipe(rslora_run):
+    out, done = rslora_run
+    record = json.loads((out / "run_settings.json").read_text())
+    # the command line wins over the recipe; the record holds the constant (what evaluate.py and a resume read)
+    assert record["ACTIVATION_CHECKPOINTING"] is False and record["USE_RSLORA"] is True
+    assert "--gradient_checkpointing is ACTIVATION_CHECKPOINTING here" in done.stderr
+    # only settings in the record: no module table of the script (PROFILES, CONFIG_CLASS) written as one
+    assert not {"PROFILES", "CONFIG_CLASS", "PACKAGES"} & set(record)

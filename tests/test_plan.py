@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from grpo import cli, gsm8k, hardware, plan, profiles
+import grpotrainer
+from grpo import cli, gsm8k, plan
 
 # the issue's old defaults, and the smallest settings make_plan reads
 BASE = dict(
@@ -62,17 +63,22 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """The tiny random Qwen3 folder and the 32 fixture problems."""
-    from grpo import hardware
-
-    hardware.one_cpu_thread()
-    model = smoke.ensure_model_dir(tmp_path_factory.mktemp("plan") / "model")
-    return model, gsm8k.load(str(gsm8k.FIXTURE), "train")
+def tiny(tiny_model):
+    """The tiny random Qwen3 folder (conftest's, one thread) and the 32 fixture problems."""
+    return tiny_model, gsm8k.load(str(gsm8k.FIXTURE), "train")
 
 
 def zero_reward(completions, **kwargs):
     return [0.0] * len(completions)
+
+
+@pytest.fixture
+def no_telemetry(monkeypatch):
+    """TRL's trainers send telemetry from a thread of their own unless huggingface_hub, which read the environment
+    at import, is told not to: no network, and no thread left behind."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
 
 
 def trainer_for(s, model, data, output_dir):
@@ -99,7 +105,7 @@ def trainer_for(s, model, data, output_dir):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_optimizer_steps_match_trainers_own_computation(case, tiny, tmp_path):
+def test_optimizer_steps_match_trainers_own_computation(case, tiny, tmp_path, no_telemetry):
     model, data = tiny
     s = {**BASE, **case}
     trainer = trainer_for(s, model, data, tmp_path)
@@ -108,7 +114,7 @@ def test_optimizer_steps_match_trainers_own_computation(case, tiny, tmp_path):
     assert plan.make_plan(s, train_size=len(data), test_size=0)["optimizer_steps"] == max_steps
 
 
-def test_optimizer_steps_match_a_real_run(tiny, tmp_path):
+def test_optimizer_steps_match_a_real_run(tiny, tmp_path, no_telemetry):
     from transformers import TrainerCallback
 
     class StopAtFirstStep(TrainerCallback):
@@ -244,35 +250,73 @@ def test_read_model_config_offline_without_the_cache(monkeypatch):
     assert config is None and "cache" in why
 
 
-def test_progress_line_and_advice():
-    assert advice.progress_line(5, 300, 12.3, 0.78) == "step 5/300: 12.3 s/step, ETA 1h00m, generation 78 % of the step"
-    assert advice.generation_advice(0.5) is None
-    assert "USE_VLLM" in advice.generation_advice(0.8)
-    # with vLLM on, the lever left is a larger generation batch
-    advice = advice.generation_advice(0.8, use_vllm=True, sequences_per_call=8)
-    assert "USE_VLLM" not in advice and "STEPS_PER_GENERATION" in advice
+def test_read_model_config_offline_falls_back_to_the_known_qwen3_configs(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config, why = plan.read_model_config("Qwen/Qwen3-1.7B")
+    # not in this machine's cache, the Hub unreachable: the copy of its config.json kept in grpo/plan.py
+    assert config == plan.known_configs["Qwen/Qwen3-1.7B"] and "grpo/plan.py" in why
+    assert plan.model_shape(config)["layers"] == 28  # Qwen3-1.7B's model card: 28 layers
+
+
+# --- for_run: the plan of a run's settings, and which settings move each of its lines --------------------------
+
+
+def lines_of(p):
+    """{label: its text} of format_plan's block; the per-GPU estimates under "time (estimate)"."""
+    rows = {}
+    for line in plan.format_plan(p).splitlines()[1:]:
+        label = line[2:].split("  ")[0].strip()
+        key = "time (estimate)" if line.startswith("    ") else label
+        rows[key] = rows.get(key, "") + line
+    return rows
+
+
+@pytest.fixture
+def offline_settings(settings, monkeypatch):
+    """grpotrainer.py's constants with USE_VLLM decided, offline: Qwen3-8B's shape from plan.known_configs."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return {**settings, "USE_VLLM": True}
+
+
+def test_a_run_plan_takes_the_datasets_or_their_sizes(offline_settings):
+    train = gsm8k.load(str(gsm8k.FIXTURE), "train")
+    by_data = plan.for_run(offline_settings, (train, None), world_size=1)
+    by_size = plan.for_run(offline_settings, (32, 0), world_size=1)
+    assert by_data == by_size and by_data["train_problems"] == 32  # the fixture's 32 problems, no test set
+    assert by_data["test_problems"] == 0 and by_data["final_eval_problems"] == 0
+
+
+def test_the_plan_names_the_settings_that_move_each_line(offline_settings):
+    p = plan.for_run(offline_settings, (7473, 1319), world_size=1)
+    # one entry per line of the printed block, each naming settings a user can give grpotrainer.py
+    assert list(p["levers"]) == list(lines_of(p))
+    assert all(p["levers"][line] for line in p["levers"])
+    assert set().union(*p["levers"].values()) <= set(cli.constants(grpotrainer))
+    assert json.loads(plan.plan_json(p))["levers"] == p["levers"]  # in --plan=json as well
 
 
 @pytest.mark.parametrize(
-    ("cuda", "packages", "expected", "why"),
-    [(True, ("vllm",), True, "vLLM"), (True, (), False, "not installed"), (False, ("vllm",), False, "no CUDA")],
+    ("line", "lever", "value", "beside"),
+    [
+        ("model", "MODEL_NAME", "Qwen/Qwen3-1.7B", {}),
+        ("optimiser steps", "MAX_STEPS", 100, {}),
+        ("optimiser steps", "NUM_TRAIN_EPOCHS", 2, {"MAX_STEPS": -1}),  # epochs count when MAX_STEPS is -1
+        ("per step", "NUM_GENERATIONS", 16, {}),
+        ("per step", "PER_DEVICE_TRAIN_BATCH_SIZE", 16, {}),
+        ("data", "MAX_SAMPLES", 100, {}),
+        ("generation", "STEPS_PER_GENERATION", 16, {}),
+        ("generation", "USE_VLLM", False, {}),
+        ("held-out eval", "EVAL_SUBSET", 100, {}),
+        ("eval before", "EVAL_BEFORE", 100, {}),
+        ("final eval", "EVAL_AFTER", 100, {}),
+        ("checkpoints", "SAVE_STEPS", 20, {}),
+        ("time (estimate)", "BETA", 0.04, {}),  # a reference forward per step
+        ("time (estimate)", "LOAD_IN_4BIT", True, {}),  # a quarter of the weight bytes read per token (vLLM)
+    ],
 )
-def test_use_vllm_auto_follows_the_machine(gpu, settings, cuda, packages, expected, why):
-    gpu(count=1 if cuda else 0, packages=packages)
-    s, note = generation.resolve_generation(settings, hardware.on_gpu(False), hardware.importable("vllm"))
-    assert s["USE_VLLM"] is expected and why in note
-    # chosen by hand: no note, and a text from the command line is read as a boolean
-    s, note = generation.resolve_generation({**settings, "USE_VLLM": "false"}, True, True)
-    assert s["USE_VLLM"] is False and note is None
-
-
-def test_vllm_memory_share_fits_the_model_on_the_card(settings):
-    s = {**settings, "USE_VLLM": True}
-    config = plan.known_configs["Qwen/Qwen3-8B"]
-    sequences, tokens = 64, plan.prompt_tokens + 256
-    share_48 = generation.vllm_memory_share("auto", config, 48, sequences, tokens)
-    share_80 = generation.vllm_memory_share("auto", config, 80, sequences, tokens)
-    # 16.4 GB of bf16 weights alone are 0.34 of a 48 GB card: the old fixed 0.3 could not hold them
-    assert share_48 * 48 > 16.4 + generation.vllm_overhead_gb and share_80 < share_48
-    with pytest.raises(cli.ConfigError, match="VLLM_GPU_MEMORY_UTILIZATION"):
-        generation.resolve_generation({**s, "VLLM_GPU_MEMORY_UTILIZATION": "lots"}, True, True)
+def test_a_lever_moves_its_line_and_is_named_for_it(offline_settings, line, lever, value, beside):
+    base = {**offline_settings, **beside}
+    before = plan.for_run(base, (7473, 1319), world_size=1)
+    after = plan.for_run({**base, lever: value}, (7473, 1319), world_size=1)
+    assert lines_of(after)[line] != lines_of(before)[line]
+    assert lever in before["levers"][line]

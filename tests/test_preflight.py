@@ -9,16 +9,18 @@ import json
 import math
 import os
 import re
+import shutil
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import REPO, custom_code_model, load_rewards, run_in_process, stand_in_nvidia_smi
+from conftest import REPO, custom_code_model, load_rewards, parse, run_in_process, stand_in_nvidia_smi
 
 import grpotrainer
 import rewards
-from grpo import files, gsm8k, hardware, preflight, reward_guard
+from grpo import files, generation, gsm8k, hardware, preflight, reward_guard
 from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -282,6 +284,8 @@ FIXTURE = str(gsm8k.FIXTURE)
         (dict(LOSS_TYPE="ppo"), "LOSS_TYPE='ppo' is not one of grpo, dr_grpo, dapo"),
         (dict(TEMPERATURE=0.0), "TEMPERATURE=0.0 is outside [0.01, inf)"),
         (dict(SCALE_REWARDS="std"), "SCALE_REWARDS='std'"),
+        (dict(LOSS_TYPE="DAPO"), "LOSS_TYPE='DAPO' is not one of"),  # TRL compares the text as written
+        (dict(SCALE_REWARDS="Group"), "SCALE_REWARDS='Group' is not one of group, batch, none"),
         (
             dict(REPORT_TO="tensorbaord"),
             "REPORT_TO='tensorbaord': 'tensorbaord' is not one of tensorboard, trackio, wandb (or none). "
@@ -334,16 +338,16 @@ def test_preflight_errors(smoke_ok, changes, message):
         (dict(LORA_DROPOUT=1.0), "LORA_DROPOUT=1.0 is outside [0, 1)"),
         (dict(LORA_DROPOUT=-0.1), "LORA_DROPOUT=-0.1 is outside [0, 1)"),
         (dict(BETA=-1.0), "BETA=-1.0 is outside [0, 10]"),
-        (dict(BETA=math.nan), "BETA=nan is outside [0, 10]"),
-        (dict(TEMPERATURE=math.inf), "TEMPERATURE=inf is outside [0.01, inf)"),
-        (dict(TEMPERATURE=math.nan), "TEMPERATURE=nan is outside [0.01, inf)"),
-        (dict(LEARNING_RATE=math.nan), "LEARNING_RATE=nan is outside (0, 1]"),
+        (dict(BETA=math.nan), "BETA=nan: a number here must be finite."),
+        (dict(TEMPERATURE=math.inf), "TEMPERATURE=inf: a number here must be finite."),
+        (dict(TEMPERATURE=math.nan), "TEMPERATURE=nan: a number here must be finite."),
+        (dict(LEARNING_RATE=math.nan), "LEARNING_RATE=nan: a number here must be finite."),
         (dict(LEARNING_RATE=1e6), "LEARNING_RATE=1000000.0 is outside (0, 1]"),
         (dict(STEPS_PER_GENERATION=-1), "STEPS_PER_GENERATION=-1 is outside [0, inf]"),
         (dict(REWARD_WEIGHTS=[0.0, 0.0]), "REWARD_WEIGHTS=[0.0, 0.0]: every weight must be finite"),
         (dict(REWARD_WEIGHTS=[1.0, math.nan]), "REWARD_WEIGHTS=[1.0, nan]: every weight must be finite"),
         (dict(REWARD_FUNCS=[], REWARD_WEIGHTS=[]), "REWARD_FUNCS is empty"),
-        (dict(SEED=-1), "SEED=-1 is outside [0, 4.29497e+09]"),
+        (dict(SEED=-1), "SEED=-1 is outside [0, 4294967295]"),
         (dict(SEED=2**40), "SEED=1099511627776 is outside"),
         (dict(MAX_SAMPLES=-1), "MAX_SAMPLES=-1 is outside [0, inf]"),
         (dict(NUM_TRAIN_EPOCHS=math.nan, MAX_STEPS=-1), "NUM_TRAIN_EPOCHS=nan"),
@@ -377,10 +381,13 @@ def test_the_batch_rule_suggests_only_fixes_that_pass(smoke_ok, gens, per_device
         preflight.refuse_bad_settings({**s, name: int(value)}, cpu_only=True)  # every suggestion passes on its own
 
 
-def test_a_model_folder_cut_short_is_refused_before_loading(tmp_path):
-    from grpo import profiles
+def copy_of(tiny_model, tmp_path):
+    """A copy of the session's tiny model folder, to damage."""
+    return Path(shutil.copytree(tiny_model, tmp_path / "m"))
 
-    model = Path(smoke.ensure_model_dir(tmp_path / "m"))
+
+def test_a_model_folder_cut_short_is_refused_before_loading(tmp_path, tiny_model):
+    model = copy_of(tiny_model, tmp_path)
     preflight.refuse_torn_model_folder(str(model))  # whole: fine
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
@@ -598,19 +605,15 @@ def test_a_generation_round_larger_than_the_data_is_refused(smoke_ok):
         (dict(MAX_COMPLETION_LENGTH=100_000), "MAX_COMPLETION_LENGTH=100000 does not fit"),
     ],
 )
-def test_the_models_config_decides_before_its_weights_load(smoke_ok, tmp_path, changes, message):
-    from grpo import profiles
-
-    model = smoke.ensure_model_dir(tmp_path / "m")
+def test_the_models_config_decides_before_its_weights_load(smoke_ok, tiny_model, changes, message):
+    model = tiny_model
     preflight.refuse_misfit_model({**smoke_ok, "MODEL_NAME": model})  # the defaults fit
     with pytest.raises(ConfigError, match=re.escape(message)):
         preflight.refuse_misfit_model({**smoke_ok, "MODEL_NAME": model, **changes})
 
 
-def test_weights_that_do_not_fit_the_config_are_refused(smoke_ok, tmp_path):
-    from grpo import profiles
-
-    model = Path(smoke.ensure_model_dir(tmp_path / "m"))
+def test_weights_that_do_not_fit_the_config_are_refused(smoke_ok, tmp_path, tiny_model):
+    model = copy_of(tiny_model, tmp_path)
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "intermediate_size": 128}))
     with pytest.raises(ConfigError, match=r"mlp.down_proj.weight is \[32, 64\] in model.safetensors, \[32, 128\]"):
@@ -759,3 +762,145 @@ def test_trust_remote_code_on_the_command_line_loads_a_folders_own_model_class(s
         preflight.refuse_misfit_model(
             {**smoke_ok, "MODEL_NAME": model, "TRUST_REMOTE_CODE": True, "LORA_TARGET_MODULES": "nope"}
         )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# resolve: every setting decided once, then checked, then the profile's own files
+
+
+def resolved(argv, cpu_only=True):
+    """preflight.resolve on grpotrainer.py's command line `argv`, as its main() calls it."""
+    return preflight.resolve(parse(argv), cpu_only, grpotrainer.PROFILES, rewards.REWARDS)
+
+
+def test_reward_funcs_given_without_weights_weigh_one_each_with_a_line(tmp_path, caplog):
+    three = "--REWARD_FUNCS=correctness_reward,format_reward,reasoning_reward"
+    with caplog.at_level("INFO", logger="grpotrainer.preflight"):
+        s = resolved(["--smoke", three, f"--OUTPUT_DIR={tmp_path}"])
+    # TRL weighs each reward 1 when no weights are given; the constants' two weights would not fit three rewards
+    assert s["REWARD_WEIGHTS"] == [1.0, 1.0, 1.0]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("REWARD_WEIGHTS=")]
+    assert len(said) == 1 and said[0].startswith("REWARD_WEIGHTS=1,1,1: ")  # one line, naming the weights chosen
+
+
+@pytest.mark.parametrize(
+    ("argv", "weights"),
+    [
+        (["--REWARD_FUNCS=correctness_reward,format_reward", "--REWARD_WEIGHTS=1,0.5"], [1.0, 0.5]),  # both given
+        (["--REWARD_WEIGHTS=1,0.5"], [1.0, 0.5]),  # weights alone, for the constants' two rewards
+        ([], [1.0, 0.2]),  # neither: the constants' own weights (grpotrainer.py's REWARD_WEIGHTS)
+    ],
+)
+def test_given_reward_weights_win_without_a_line(tmp_path, caplog, argv, weights):
+    with caplog.at_level("INFO", logger="grpotrainer.preflight"):
+        s = resolved(["--smoke", *argv, f"--OUTPUT_DIR={tmp_path}"])
+    assert s["REWARD_WEIGHTS"] == weights
+    assert not [r for r in caplog.records if r.getMessage().startswith("REWARD_WEIGHTS=")]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "packages", "chosen", "why"),
+    [
+        (1, ("vllm",), True, "vLLM (colocate), as vllm imports and a CUDA GPU is visible"),
+        (1, (), False, "HF generate, as vllm is not installed"),
+        (0, ("vllm",), False, "HF generate, as no CUDA GPU is visible"),
+    ],
+)
+def test_use_vllm_auto_is_chosen_for_this_machine(gpu, monkeypatch, tmp_path, caplog, gpus, packages, chosen, why):
+    gpu(count=gpus, packages=packages)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # Qwen3-8B's shape from plan.known_configs
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(total_memory=80e9))
+    with caplog.at_level("INFO", logger="grpotrainer"):
+        s = resolved(["--plan", f"--OUTPUT_DIR={tmp_path}"], cpu_only=False)
+    assert s["USE_VLLM"] is chosen
+    (said,) = [m for m in caplog.messages if m.startswith("USE_VLLM=auto: ")]
+    assert said.startswith(f"USE_VLLM=auto: {why}")  # the choice said in one line, with its reason
+    caplog.clear()
+    with caplog.at_level("INFO", logger="grpotrainer"):
+        s = resolved(["--plan", "--USE_VLLM=false", f"--OUTPUT_DIR={tmp_path}"], cpu_only=False)
+    assert s["USE_VLLM"] is False  # chosen by hand: as given, the text read as a boolean, without a line
+    assert not [m for m in caplog.messages if m.startswith("USE_VLLM")]
+
+
+def test_vllm_memory_share_auto_fits_the_model_on_this_card(gpu, monkeypatch, tmp_path):
+    gpu(count=1, packages=("vllm",))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    shares = {}
+    for card_gb in (48, 80):
+        card = SimpleNamespace(total_memory=card_gb * 1e9)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index, card=card: card)
+        shares[card_gb] = resolved(["--plan", f"--OUTPUT_DIR={tmp_path}"], False)["VLLM_GPU_MEMORY_UTILIZATION"]
+    # Qwen3-8B's 16.4 GB of bf16 weights alone are 0.34 of a 48 GB card (a fixed 0.3 could not hold them); the
+    # same need is a smaller share of an 80 GB card
+    assert shares[48] * 48 > 16.4 + generation.VLLM_OVERHEAD_GB and shares[80] < shares[48]
+    s = resolved(["--plan", "--VLLM_GPU_MEMORY_UTILIZATION=0.5", f"--OUTPUT_DIR={tmp_path}"], cpu_only=False)
+    assert s["VLLM_GPU_MEMORY_UTILIZATION"] == 0.5  # a share given by hand is kept
+    with pytest.raises(ConfigError, match="VLLM_GPU_MEMORY_UTILIZATION='lots' is not auto nor a share"):
+        resolved(["--plan", "--VLLM_GPU_MEMORY_UTILIZATION=lots", f"--OUTPUT_DIR={tmp_path}"], cpu_only=False)
+
+
+def test_the_profiles_prepare_runs_after_the_checks_so_a_refusal_writes_nothing(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match=re.escape("LEARNING_RATE=0.0 is outside (0, 1]")):
+        resolved(["--demo", "--LEARNING_RATE=0", f"--OUTPUT_DIR={out}"])
+    assert not out.exists()  # the demo's prepare writes its task into OUTPUT_DIR: never reached
+    s = resolved(["--demo", f"--OUTPUT_DIR={out}"])
+    # checked clean, then prepared: the task written and named in OUTPUT_DIR, the warm-started model named there
+    assert Path(s["DATASET"]).parent == out and Path(s["DATASET"]).exists()
+    assert Path(s["MODEL_NAME"]).parent == out
+
+
+def test_a_given_dataset_is_checked_under_a_profile_too(tmp_path):
+    # the profile's own task is left to its prepare; a DATASET the user gives is checked before anything is written
+    with pytest.raises(ConfigError, match=re.escape("DATASET=nope.jsonl: no such file or folder.")):
+        resolved(["--demo", "--DATASET=nope.jsonl", f"--OUTPUT_DIR={tmp_path / 'run'}"])
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("plan", [False, True])
+def test_without_a_gpu_plan_warns_where_the_run_refuses(settings, gpu, caplog, tmp_path, plan):
+    gpu(count=0)
+    s = {**settings, "USE_VLLM": False, "OUTPUT_DIR": str(tmp_path)}
+    if not plan:  # the run: refused, no GPU
+        with pytest.raises(ConfigError, match="no CUDA GPU is visible"):
+            preflight.refuse_bad_settings(s, cpu_only=False, machine=True)
+        return
+    with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
+        preflight.refuse_bad_settings(s, cpu_only=False, machine=False)  # --plan: no exception
+    (warned,) = [r.getMessage() for r in caplog.records]
+    assert warned.startswith("on this machine the run would stop: no CUDA GPU is visible")
+
+
+def test_with_plan_the_settings_own_mistakes_are_still_refused(settings, gpu, tmp_path):
+    gpu(count=0)
+    # only this machine's problems become warnings: a wrong value is wrong on every machine
+    with pytest.raises(ConfigError, match="LORA_R=0 is outside"):
+        preflight.refuse_bad_settings({**settings, "LORA_R": 0, "OUTPUT_DIR": str(tmp_path)}, machine=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DATASET, checked as MODEL_NAME is: one line, exit 2, no traceback
+
+
+@pytest.mark.parametrize(
+    ("argv", "recipe", "message"),
+    [
+        ([], "dataset_name:\n", "DATASET is empty: give openai/gsm8k (a Hub id), or a .jsonl file"),
+        (["--DATASET=openai/gsm8k/main"], None, "DATASET='openai/gsm8k/main' is neither a local file or folder nor"),
+        (["--DATASET=/nonexistent/gsm8k.jsonl"], None, "DATASET=/nonexistent/gsm8k.jsonl: no such file or folder."),
+        (["--DATASET=missing.jsonl"], None, "DATASET=missing.jsonl: no such file or folder."),  # relative: a path
+    ],
+)
+def test_a_dataset_that_is_neither_a_path_nor_a_hub_id_is_one_line(
+    tmp_path, capsys, monkeypatch, argv, recipe, message
+):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    if recipe is not None:  # a blank value in a recipe: YAML's null, read as ""
+        (tmp_path / "recipe.yaml").write_text(recipe)
+        argv = [*argv, "--config", "recipe.yaml"]
+    code, err = run_in_process(grpotrainer.main, "--smoke", *argv, f"--OUTPUT_DIR={tmp_path / 'run'}", capsys=capsys)
+    assert code == 2 and "Traceback" not in err
+    said = err.partition("\nerror: ")[2].strip()  # process.run's paragraph for a ConfigError
+    assert said.startswith(message) and "\n" not in said  # one line, naming the value
+    assert not (tmp_path / "run").exists()  # refused before anything is written
