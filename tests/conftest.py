@@ -96,7 +96,7 @@ def smoke_ok(smoke_settings):
 def tiny_model(tmp_path_factory):
     """The path (str) of one whole tiny model folder (grpo/profiles.py's, as --smoke builds it), shared by every test
     of the session: copy it before damaging it."""
-    from grpo import profiles
+    from demo import smoke
 
     return smoke.cpu_model(tmp_path_factory.mktemp("models"))
 
@@ -257,7 +257,7 @@ def run_in_process(main, *args, capsys):
     stop before any model or process group exists; it costs no new Python importing torch, as run_script does."""
     import sys as _sys
 
-    from grpo import cli
+    from grpo import process
 
     argv = _sys.argv
     _sys.argv = ["script", *args]
