@@ -34,6 +34,7 @@ AUTOGRAD_ENGINE = "/torch/autograd/graph.py"  # where backward's errors, DDP's a
 # seconds after a stop signal in which another is its copy, not a second request: torchrun forwards the terminal's
 # Ctrl-C to workers that got it too, and Slurm signals torchrun and its workers alike
 COPY_WINDOW = 2.0
+EVALUATIONS = {"before": "EVAL_BEFORE", "during": "EVAL_STEPS", "after": "EVAL_AFTER"}  # a held-out score's setting
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -383,7 +384,7 @@ class GracefulStop:
         cut = [self.received] if self.received is not None else []
         previous = {signum: signal.signal(signum, _interrupt) for signum in self.signals} if not cut else {}
         try:
-            with phase(f"scoring EVAL_{when.upper()}"):
+            with phase(f"scoring {EVALUATIONS[when]}"):
                 yield cut  # the caller scores only while it is empty
         except Interrupted as err:
             if when == "before":
@@ -395,7 +396,7 @@ class GracefulStop:
         if cut:
             self.received = self.received or cut[0]
             self.received_at = self.received_at or time.monotonic()
-            self.signal_name, self.during = signal.Signals(self.received).name, f"EVAL_{when.upper()}"
+            self.signal_name, self.during = signal.Signals(self.received).name, EVALUATIONS[when]
 
     @property
     def exit_code(self):

@@ -3,8 +3,8 @@ held-out evaluation's shards, of a DDP run and of a model FSDP2 shards. accelera
 only on accelerators (AcceleratorState: MULTI_GPU-like types, DeepSpeed `not cpu`): on the CPU the FSDP2 test shards
 the model with torch's fully_shard, as accelerate would, and ZeRO cannot run here.
 
-    pytest tests/test_distributed.py -m "not slow"    # ~25 s on 2 cores
-    pytest tests/test_distributed.py                  # + the accelerate launch of configs/accelerate/ddp.yaml, ~15 s
+    pytest tests/test_distributed.py -m "not slow"    # seconds: the accelerate configs, the batch rule in-process
+    pytest tests/test_distributed.py                  # + the torchrun and accelerate launches, ~5 min on 2 cores
 
 `torchrun` sets RANK/WORLD_SIZE/LOCAL_RANK; with `use_cpu` (as --smoke sets it) accelerate then picks MULTI_CPU and
 the gloo backend, and the Trainer wraps the model in DistributedDataParallel. `accelerate launch --cpu
@@ -14,7 +14,7 @@ the gloo backend, and the Trainer wraps the model in DistributedDataParallel. `a
 import json
 
 import pytest
-from conftest import REPO, event_dirs, read_scalars, run_script, train
+from conftest import REPO, event_dirs, read_scalars, run_in_process, run_script, train
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]  # = torchrun, in this venv
 
@@ -44,15 +44,23 @@ def test_two_process_smoke_trains_on_both_ranks(tmp_path):
     assert [h["epoch"] for h in state["log_history"] if "loss" in h] == [0.0625, 0.125, 0.1875, 0.25]
 
 
-def test_batch_rule_counts_processes(tmp_path):
-    result = torchrun(tmp_path, "--PER_DEVICE_TRAIN_BATCH_SIZE=1", "--GRADIENT_ACCUMULATION_STEPS=1")
-    # 1 completion x 2 processes x 1 step = 2 per round, not a multiple of NUM_GENERATIONS=4: preflight exits 2 on
-    # each rank before loading anything, and torchrun reports a failed child with its own status 1.
-    assert result.returncode == 1
-    assert "exitcode  : 2" in result.stderr  # torchrun's failure summary quotes the child's status
-    assert "= 1 x 2 x 1 = 2 completions" in result.stderr  # the rule used WORLD_SIZE=2
-    assert "GRADIENT_ACCUMULATION_STEPS=2" in result.stderr  # the suggested fix counts both: 1 x 2 x 2 = 4
-    assert not (tmp_path / "smoke-model").exists()  # preflight ran before the model folder was built
+def test_batch_rule_counts_the_processes_torchrun_announces(tmp_path, monkeypatch, capsys):
+    import grpotrainer
+
+    # WORLD_SIZE as torchrun sets it for each worker; the rule reads nothing else, so this process can play one
+    # (torchrun itself running the rule over two nodes: test_multinode.py's test_batch_rule_counts_both_nodes)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    args = (
+        "--smoke",
+        f"--OUTPUT_DIR={tmp_path}",
+        "--PER_DEVICE_TRAIN_BATCH_SIZE=1",
+        "--GRADIENT_ACCUMULATION_STEPS=1",
+    )
+    code, stderr = run_in_process(grpotrainer.main, *args, capsys=capsys)
+    assert code == 2 and "Traceback" not in stderr  # one message, before anything loads
+    assert "= 1 x 2 x 1 = 2 completions" in stderr  # 1 completion x 2 processes x 1 step, not a multiple of 4
+    assert "GRADIENT_ACCUMULATION_STEPS=2" in stderr  # the suggested fix counts both: 1 x 2 x 2 = 4
+    assert not (tmp_path / "smoke-model").exists()
 
 
 # Each shipped accelerate config: the distributed_type accelerate reads from it, and the fields that define it.
@@ -166,7 +174,7 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerControl, TrainerState
 from transformers.trainer_callback import CallbackHandler, DefaultFlowCallback
 
-from grpo import gsm8k, monitor
+from grpo import evaluation, gsm8k
 
 model_dir, out = sys.argv[1:3]
 accelerator = Accelerator(cpu=True)  # the gloo process group torchrun's environment describes

@@ -246,8 +246,10 @@ def test_batch_rule_counts_both_nodes(tmp_path, nodes):
     started = [nodes(rank, port, tmp_path / "out", tmp_path, *overrides) for rank in (0, 1)]
     for rank, node in enumerate(started):
         assert node.wait(timeout=300) == 1  # torchrun's status for a failed worker (the worker's own is 2)
+        stderr = (tmp_path / f"node{rank}.err").read_text()
         # WORLD_SIZE=2 across the nodes: 1 x 2 x 1 = 2 completions per round, not a multiple of NUM_GENERATIONS=4
-        assert "= 1 x 2 x 1 = 2 completions" in (tmp_path / f"node{rank}.err").read_text()
+        assert "= 1 x 2 x 1 = 2 completions" in stderr
+        assert "exitcode  : 2" in stderr  # torchrun's failure summary quotes the worker's own status
     assert not (tmp_path / "out" / "smoke-model").exists()  # stopped before the model folder was built
 
 

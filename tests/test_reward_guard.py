@@ -330,11 +330,14 @@ def float32_overflow_reward(completions, **kwargs):
     ],
 )
 def test_the_command_line_answers_a_bad_value_in_one_message_exit_2(name, message, tmp_path, capsys, monkeypatch):
+    import tqdm
     from conftest import run_in_process
 
     import grpotrainer
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # datasets' progress bars would start tqdm's monitor thread, which lives as long as this process
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
     entry = f"--REWARD_FUNCS=correctness_reward,test_reward_guard:{name}"
     code, stderr = run_in_process(grpotrainer.main, "--smoke", entry, f"--OUTPUT_DIR={tmp_path}", capsys=capsys)
     assert code == 2 and message in stderr and "Traceback" not in stderr
