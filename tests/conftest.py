@@ -78,9 +78,9 @@ def settings():
 @pytest.fixture
 def smoke_settings(settings):
     """The --smoke settings, which pass preflight on this CPU machine."""
-    from grpo import profiles
+    from demo import smoke
 
-    return {**settings, **smoke.SMOKE}
+    return {**settings, **smoke.SETTINGS}
 
 
 @pytest.fixture
@@ -94,9 +94,9 @@ def smoke_ok(smoke_settings):
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
-    """The path (str) of one whole tiny model folder (grpo/profiles.py's, as --smoke builds it), shared by every test
+    """The path (str) of one whole tiny model folder (demo/smoke.py's, as --smoke builds it), shared by every test
     of the session: copy it before damaging it."""
-    from grpo import profiles
+    from demo import smoke
 
     return smoke.cpu_model(tmp_path_factory.mktemp("models"))
 
@@ -183,12 +183,13 @@ def custom_code_model(folder, tiny_model):
 
 
 def parse(argv):
-    """grpotrainer.py's command line `argv`, resolved as its main() resolves it: (settings, GRPOConfig fields)."""
+    """grpotrainer.py's command line `argv`, resolved as its main() resolves it: a `cli.Args`."""
     import grpotrainer
     from grpo import cli
 
+    profiles = {name: profile.SETTINGS for name, profile in grpotrainer.PROFILES.items()}
     return cli.parse(
-        cli.constants(grpotrainer), argv, grpotrainer.profile_settings, "trl:GRPOConfig", grpotrainer.owned
+        cli.constants(grpotrainer), argv, profiles, grpotrainer.CONFIG_CLASS, source=grpotrainer.__file__
     )
 
 
@@ -257,7 +258,7 @@ def run_in_process(main, *args, capsys):
     stop before any model or process group exists; it costs no new Python importing torch, as run_script does."""
     import sys as _sys
 
-    from grpo import cli
+    from grpo import process
 
     argv = _sys.argv
     _sys.argv = ["script", *args]
