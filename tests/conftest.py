@@ -23,6 +23,8 @@ BASE_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_T
 # the handlers the scripts and their guards install (process.run, StopOnSignal, reward_guard's clock)
 # set by pytest for each test, and by torch's compiler once per process for its cache: not a test's doing
 OWN_VARIABLES = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+# started by tqdm at its first progress bar (even a disabled one) and kept for the process's life: not a test's doing
+OWN_THREADS = ("tqdm_monitor",)
 WATCHED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGPROF, signal.SIGALRM, signal.SIGCONT, signal.SIGTSTP)
 
 
@@ -37,7 +39,7 @@ def leaves_nothing_behind():
     threads, environ, cwd = set(threading.enumerate()), dict(os.environ), os.getcwd()
     yield
     left = []
-    for thread in set(threading.enumerate()) - threads:
+    for thread in {t for t in threading.enumerate() if t.name not in OWN_THREADS} - threads:
         thread.join(timeout=5)  # a watchdog being cancelled, a writer flushing: they end within moments
         left += [f"thread {thread.name}"] if thread.is_alive() else []
     for child in psutil.Process().children(recursive=True):
