@@ -190,9 +190,7 @@ def parse(argv):
     from grpo import cli
 
     profiles = {name: profile.SETTINGS for name, profile in grpotrainer.PROFILES.items()}
-    return cli.parse(
-        cli.constants(grpotrainer), argv, profiles, grpotrainer.CONFIG_CLASS, source=grpotrainer.__file__
-    )
+    return cli.parse(cli.constants(grpotrainer), argv, profiles, grpotrainer.CONFIG_CLASS, source=grpotrainer.__file__)
 
 
 @pytest.fixture
@@ -253,6 +251,24 @@ def train(
     if "stdout" not in popen:
         popen |= {"stdout": Path(f"{output_dir}.log").open("w"), "stderr": subprocess.STDOUT}  # noqa: SIM115
     return subprocess.Popen([sys.executable, *cmd], cwd=REPO, env=full_env, **popen)
+
+
+LENGTH_REWARD = """def length_reward(completions, **kwargs):
+    return [len(c if isinstance(c, str) else c[-1]["content"]) / 100 for c in completions]
+"""
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """The OUTPUT_DIR (a Path) of one smoke run whose adapter really moved, shared by the slow tests of evaluate.py
+    and export.py: 4 GRPO steps at LEARNING_RATE=0.05, EVAL_BEFORE and EVAL_AFTER on 4 problems, rewarded by
+    correctness and by completion length (mymod:length_reward), which differs within a group where the random
+    model's correctness is all 0 and would leave the adapter exactly zero. Read it; write elsewhere."""
+    path = tmp_path_factory.mktemp("trained") / "run"
+    args = ["--REWARD_FUNCS=correctness_reward,mymod:length_reward", "--REWARD_WEIGHTS=1,1", "--LEARNING_RATE=0.05"]
+    out = train(path, *args, "--EVAL_BEFORE=4", "--EVAL_AFTER=4", reward_module=LENGTH_REWARD)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return path
 
 
 def run_in_process(main, *args, capsys):
