@@ -13,7 +13,7 @@ import pytest
 from conftest import read_scalars, read_texts, run_script
 from test_grading import CASES  # the same known grades, scored here as metrics
 
-from grpo import evaluation, gsm8k
+from grpo import evaluation, gsm8k, process
 from grpo.errors import ConfigError
 
 TOKEN = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7"  # shaped like a Hugging Face access token; no real one
@@ -145,7 +145,7 @@ def test_report_writes_the_files_and_prints_the_table(tmp_path, capsys):
     assert "strict_accuracy" in capsys.readouterr().out  # the table is printed
 
 
-def test_report_writes_no_credential(tmp_path, capsys):
+def test_report_writes_no_credential(tmp_path):
     # a run's settings may carry a token (a GRPOConfig field given on the command line, a URL with a login)
     settings = {
         "grpo_config": {"model_init_kwargs": {"token": "a-private-token", "revision": "main"}},
@@ -354,7 +354,8 @@ def test_flip_lines_name_each_flipped_problem_and_only_those():
     ]
 
 
-def test_paired_with_before_reads_the_runs_eval_before(tmp_path, caplog):
+def test_paired_with_before_reads_the_runs_eval_before(tmp_path, capsys):
+    process.setup_logging("grpotrainer")  # its warning to this test's stderr, as a run logs it
     before = verdicts(QUESTIONS, [0] * 8)
     assert evaluation.paired_with_before(tmp_path, before) is None  # no EVAL_BEFORE in this run
     evaluation.report(gsm8k.summarize(before, [1] * 8), before, tmp_path, "eval_test_before")
@@ -362,14 +363,16 @@ def test_paired_with_before_reads_the_runs_eval_before(tmp_path, caplog):
     assert (paired["baseline"], paired["lenient"]["up"]) == ("eval_test_before.json", 4)
     (tmp_path / "eval_test_before.json").write_text("[]")  # damaged: warned about, and the run goes on
     assert evaluation.paired_with_before(tmp_path, before) is None
-    assert "no paired test: " in caplog.text and "eval_test_before.json" in caplog.text
+    warning = capsys.readouterr().err.splitlines()[-1]
+    path = tmp_path / "eval_test_before.json"
+    assert warning.startswith(f"[grpotrainer] no paired test: ConfigError: the run's EVAL_BEFORE={path} is not an")
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # reading an evaluation back
 
 
-def test_an_evaluation_reads_back_from_its_file_or_folder(tmp_path, capsys):
+def test_an_evaluation_reads_back_from_its_file_or_folder(tmp_path):
     metrics = gsm8k.score(["1", "2"], ["#### 1", "#### 3"])
     predictions = verdicts(QUESTIONS[:2], [1, 0])
     evaluation.report(metrics, predictions, tmp_path / "run", "eval_test_after")
@@ -403,7 +406,7 @@ def test_what_is_not_an_evaluation_is_refused_naming_the_setting(tmp_path, files
         evaluation.load_evaluation(tmp_path)
 
 
-def test_a_baseline_of_other_problems_names_the_first_that_differs(tmp_path, capsys):
+def test_a_baseline_of_other_problems_names_the_first_that_differs(tmp_path):
     predictions = verdicts(QUESTIONS[:3], [1, 0, 1])
     evaluation.report(gsm8k.summarize(predictions, [1] * 3), predictions, tmp_path, "eval_test")
     assert evaluation.load_baseline(tmp_path, "test", QUESTIONS[:3])[1] == predictions  # the same problems
@@ -448,7 +451,7 @@ def test_the_runs_last_line_names_its_dataset(dataset, name):
     assert line == f"finished: 2 steps in 0m05s; {name} strict accuracy 0.250 -> 0.500 (4 test problems)"
 
 
-def test_the_runs_last_line_without_a_before(tmp_path):
+def test_the_runs_last_line_without_a_before():
     after = {"strict_accuracy": 0.5, "n": 4}
     assert evaluation.summary_line(2, 0.0, (None, after), now=lambda: 5.0) == (
         "finished: 2 steps in 0m05s; GSM8K strict accuracy after 0.500 (4 test problems)"

@@ -324,7 +324,7 @@ def test_known_sizes_are_not_used_when_the_hub_answers(monkeypatch):
 
 
 @pytest.mark.gsm8k
-def test_the_known_sizes_are_gsm8ks(tmp_path):
+def test_the_known_sizes_are_gsm8ks():
     # the numbers a --plan uses offline are the real splits' row counts
     sizes = tuple(len(needs_gsm8k(split).read_text(encoding="utf-8").splitlines()) for split in ("train", "test"))
     assert sizes == gsm8k.KNOWN_SIZES["openai/gsm8k"]
