@@ -88,6 +88,8 @@ log = logging.getLogger("grpotrainer.evaluate")
 def resolve(argv):
     """The settings: defaults < --smoke < the adapter's run settings < this command line. Returns (settings, args)."""
     args = cli.parse(cli.constants(globals()), argv, PROFILES, source=__file__)
+    for note in args.notes:  # an old name read as its constant (--SAMPLES is EVAL_SAMPLES here): a line each
+        log.info(note)
     process.require(("torch", "transformers", "peft", "datasets"), "evaluate.py")  # before --smoke builds its model
     s = dict(args.settings)
     types = {key: type(s[key]) for key in FROM_RUN} | {"TEMPERATURE": float}  # what is read from the run

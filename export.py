@@ -69,7 +69,8 @@ def main(argv=()):
             model = merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
         tokenizer = load_tokenizer(c["ADAPTER"], c["MODEL_NAME"], c["ENABLE_THINKING"], c["TRUST_REMOTE_CODE"])
     keys = ("ADAPTER", "MODEL_NAME", "ENABLE_THINKING", "ADAPTER_ONLY", *(() if only else ("DTYPE",)))
-    record = {**{k: c[k] for k in keys}, "step": c["STEP"], "run_settings": run}
+    # what was merged, as the folder's record (uploaded with it): the run's settings without credentials
+    record = files.redact({**{k: c[k] for k in keys}, "step": c["STEP"], "run_settings": run})
     copied = [adapter / name for name in adapter_files if only and (adapter / name).is_file()]
     redo = f"{out} is as it was before; the same command exports again"  # publish_dir: the whole folder or none
     with process.phase(f"writing {out}", redo), process.disk_full(out, "rerun the same command"):

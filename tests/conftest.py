@@ -23,6 +23,8 @@ BASE_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_T
 # the handlers the scripts and their guards install (process.run, StopOnSignal, reward_guard's clock)
 # set by pytest for each test, and by torch's compiler once per process for its cache: not a test's doing
 OWN_VARIABLES = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+# started by tqdm at its first progress bar (even a disabled one) and kept for the process's life: not a test's doing
+OWN_THREADS = ("tqdm_monitor",)
 WATCHED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGPROF, signal.SIGALRM, signal.SIGCONT, signal.SIGTSTP)
 
 
@@ -37,7 +39,7 @@ def leaves_nothing_behind():
     threads, environ, cwd = set(threading.enumerate()), dict(os.environ), os.getcwd()
     yield
     left = []
-    for thread in set(threading.enumerate()) - threads:
+    for thread in {t for t in threading.enumerate() if t.name not in OWN_THREADS} - threads:
         thread.join(timeout=5)  # a watchdog being cancelled, a writer flushing: they end within moments
         left += [f"thread {thread.name}"] if thread.is_alive() else []
     for child in psutil.Process().children(recursive=True):
@@ -249,6 +251,24 @@ def train(
     if "stdout" not in popen:
         popen |= {"stdout": Path(f"{output_dir}.log").open("w"), "stderr": subprocess.STDOUT}  # noqa: SIM115
     return subprocess.Popen([sys.executable, *cmd], cwd=REPO, env=full_env, **popen)
+
+
+LENGTH_REWARD = """def length_reward(completions, **kwargs):
+    return [len(c if isinstance(c, str) else c[-1]["content"]) / 100 for c in completions]
+"""
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """The OUTPUT_DIR (a Path) of one smoke run whose adapter really moved, shared by the slow tests of evaluate.py
+    and export.py: 4 GRPO steps at LEARNING_RATE=0.05, EVAL_BEFORE and EVAL_AFTER on 4 problems, rewarded by
+    correctness and by completion length (mymod:length_reward), which differs within a group where the random
+    model's correctness is all 0 and would leave the adapter exactly zero. Read it; write elsewhere."""
+    path = tmp_path_factory.mktemp("trained") / "run"
+    args = ["--REWARD_FUNCS=correctness_reward,mymod:length_reward", "--REWARD_WEIGHTS=1,1", "--LEARNING_RATE=0.05"]
+    out = train(path, *args, "--EVAL_BEFORE=4", "--EVAL_AFTER=4", reward_module=LENGTH_REWARD)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return path
 
 
 def run_in_process(main, *args, capsys):

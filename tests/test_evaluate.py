@@ -1,31 +1,36 @@
-"""evaluate.py: grading on cases whose answer is known by construction, a stub generator, the result files and
-TensorBoard scalars, clean errors, and `python evaluate.py --smoke` end to end.
+"""evaluate.py: its settings and their refusals (before any weights load), a run's records read back, the result
+files and trackers, --ASK, and the script end to end on the tiny smoke model, in this process.
 
-    python -m pytest tests/test_evaluate.py -q -m "not slow"   # ~20 s on 2 cores
-    python -m pytest tests/test_evaluate.py -q -m slow         # saved adapter vs in training, torchrun: ~50 s
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_evaluate.py -q -m "not slow"
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_evaluate.py -q -m slow   # a trained smoke run: ~1 min
 
-The gsm8k-marked test reads ../shared/data/gsm8k/test.jsonl beside the checkout and skips when it is not there.
+The slow tests share conftest's `trained_run` (one smoke training) with test_export.py.
 """
 
+import contextlib
+import io
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, read_scalars, run_in_process, run_script, train
+from conftest import REPO, read_scalars, run_in_process, run_script
 
 import evaluate
 import export
-from grpo import checkpoints, cli, files, grading, gsm8k, preflight, stats
+from grpo import checkpoints, cli, evaluation, files, gsm8k, preflight, process, stats
 from grpo.errors import ConfigError
+
+TOKEN = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7"  # shaped like a Hugging Face access token; no real one
 
 
 def smoke_settings(tmp_path, **overrides):
     """evaluate.py's --smoke settings with a writable OUTPUT_DIR and a Hub id (passed through) as MODEL_NAME."""
     return {
         **cli.constants(evaluate),
-        **evaluate.profile_settings["smoke"],
+        **evaluate.PROFILES["smoke"],
         "OUTPUT_DIR": str(tmp_path / "out"),
         **overrides,
     }
@@ -35,15 +40,20 @@ def smoke_settings(tmp_path, **overrides):
     ("setting", "value", "message"),
     [
         ("ADAPTER", "no/such/adapter", "ADAPTER=no/such/adapter holds no LoRA adapter"),
-        ("LIMIT", -1, "LIMIT=-1 must be at least 0"),
-        ("BATCH_SIZE", 0, "BATCH_SIZE=0 must be at least 1"),
-        ("SPLIT", "validation", "SPLIT='validation' must be test or train"),
+        ("LIMIT", -1, "LIMIT=-1 is outside [0, inf]: score only the first N problems"),
+        ("EVAL_BATCH_SIZE", 0, "EVAL_BATCH_SIZE=0 is outside [1, inf]: prompts per generate() call"),
+        ("SPLIT", "validation", "SPLIT='validation' is not one of test, train"),
         # these failed only once the model loaded (ValueError), or were accepted
         ("ATTN_IMPLEMENTATION", "fastest", "ATTN_IMPLEMENTATION='fastest' is not one of auto, sdpa"),
         ("VLLM_GPU_MEMORY_UTILIZATION", 5.0, "VLLM_GPU_MEMORY_UTILIZATION=5.0 is outside (0, 1]"),
         ("VLLM_GPU_MEMORY_UTILIZATION", 0.0, "VLLM_GPU_MEMORY_UTILIZATION=0.0 is outside (0, 1]"),
-        ("VLLM_GPU_MEMORY_UTILIZATION", float("nan"), "VLLM_GPU_MEMORY_UTILIZATION=nan is outside (0, 1]"),
+        ("VLLM_GPU_MEMORY_UTILIZATION", float("nan"), "VLLM_GPU_MEMORY_UTILIZATION=nan: a number here must be finite"),
         ("MODEL_NAME", "a//b", "MODEL_NAME='a//b' is neither a folder nor a Hub id"),
+        ("EVAL_SAMPLES", -1, "EVAL_SAMPLES=-1 is outside [0, inf]: answers sampled per problem"),
+        ("TEMPERATURE", 0.0, "TEMPERATURE=0.0 is outside (0, inf): their temperature"),
+        ("USE_VLLM", "sometimes", "USE_VLLM='sometimes' is not one of auto, True, False"),
+        ("REPORT_TO", "tensorbored", "'tensorbored' is not one of tensorboard, trackio, wandb (or none)"),
+        ("DATASET", "no/such/file.jsonl", "DATASET=no/such/file.jsonl: no such file or folder"),
     ],
 )
 def test_check_names_the_constant(tmp_path, setting, value, message):
@@ -151,12 +161,14 @@ def test_an_adapter_with_missing_or_cut_weights_is_refused_before_loading(tmp_pa
         evaluate.refuse_bad_settings(s, cpu_only=True)
 
 
-def test_an_adapter_on_a_base_of_other_shapes_is_refused_naming_both(tmp_path):
+def test_an_adapter_on_a_base_of_other_shapes_is_refused_naming_both(tmp_path, tiny_model):
     # the same layer names, but hidden size 48 where the adapter was trained at 32: peft raised RuntimeError
-    from grpo import profiles
+    from transformers import AutoTokenizer
+
+    from demo import smoke
 
     wide = tmp_path / "wide" / "smoke-model"  # the name the adapter records, so only the shapes differ
-    tokenizer = smoke.build_tokenizer()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     smoke.build_model(tokenizer, hidden_size=48).save_pretrained(wide)
     tokenizer.save_pretrained(wide)
     adapter = save_adapter(tmp_path / "run")
@@ -196,17 +208,20 @@ def test_the_run_settings_decide_unless_given_here(tmp_path):
         ("trainer_state.json", '{"global_step": null}', "trainer_state.json: global_step is null, not int"),
     ],
 )
-def test_a_run_record_edited_by_hand_is_one_message_naming_the_file(tmp_path, name, text, message, capsys):
+def test_a_run_record_edited_by_hand_is_one_message_naming_the_file(tmp_path, tiny_model, name, text, message, capsys):
     # each once raised a TypeError or AttributeError traceback, some only after the whole generation
     run = save_adapter(tmp_path / "run")
     (run / name).write_text(text)
-    code, err = run_in_process(evaluate.main, "--smoke", f"--ADAPTER={run}", capsys=capsys)
+    code, err = run_in_process(
+        evaluate.main, "--smoke", f"--ADAPTER={run}", f"--MODEL_NAME={tiny_model}", capsys=capsys
+    )
     assert code == 2 and message in err and str(run) in err
     assert not list(run.glob("eval_*"))  # nothing scored, nothing written
 
 
-def test_base_model_adapter_and_checkpoint_results_never_share_a_file():
+def test_base_model_adapter_and_checkpoint_results_never_share_a_file(tiny_model, monkeypatch):
     # --smoke once wrote all three to outputs/smoke/eval_test.json
+    monkeypatch.setattr(evaluate.smoke, "cpu_model", lambda output_dir: tiny_model)  # built already, not in the repo
     base, _ = evaluate.resolve(["--smoke"])
     adapter, _ = evaluate.resolve(["--smoke", "--ADAPTER=runs/a"])
     checkpoint, _ = evaluate.resolve(["--smoke", "--ADAPTER=runs/a/checkpoint-4"])
@@ -245,10 +260,17 @@ def test_a_second_dataset_never_overwrites_the_first(tmp_path, tiny_model, monke
     assert len(runs) == 3 and all(len(read_scalars(r)["eval/gsm8k_strict_accuracy"]) == 1 for r in runs)
 
 
-def test_missing_adapter_exits_2_without_a_traceback(tmp_path):
-    result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path / 'none'}")
-    assert result.returncode == 2  # process.run's status for a ConfigError
-    assert "error: ADAPTER=" in result.stderr and "Traceback" not in result.stderr
+def no_model(monkeypatch):
+    """evaluate.load_model failing the test: what is refused must be refused before any weights load."""
+    monkeypatch.setattr(evaluate, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+
+
+def test_missing_adapter_exits_2(tmp_path, tiny_model, monkeypatch, capsys):
+    no_model(monkeypatch)
+    args = ["--smoke", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path / 'none'}"]
+    code, err = run_in_process(evaluate.main, *args, capsys=capsys)
+    assert code == 2  # process.run's status for a ConfigError
+    assert f"error: ADAPTER={tmp_path / 'none'} holds no LoRA adapter" in err
 
 
 def test_a_python_without_torch_gets_the_command_that_fixes_it(bare_python, tmp_path):
@@ -284,13 +306,15 @@ def test_a_completion_past_the_models_context_is_refused_before_generating(tmp_p
     assert "GSM8K test" not in err and not out.exists()  # no progress bar: nothing generated, nothing written
 
 
-def test_an_unwritable_output_dir_exits_2_before_generating(tmp_path):
+def test_an_unwritable_output_dir_exits_2_before_generating(tmp_path, tiny_model, monkeypatch, capsys):
     # it once generated every answer, then raised NotADirectoryError and lost them
+    no_model(monkeypatch)
     (tmp_path / "file").write_text("")
-    result = run_script("evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path / 'file' / 'sub'}")
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"error: OUTPUT_DIR={tmp_path / 'file' / 'sub'}: " in result.stderr
-    assert "GSM8K test" not in result.stderr + result.stdout  # no progress bar: nothing was generated
+    out = tmp_path / "file" / "sub"
+    code, err = run_in_process(
+        evaluate.main, "--smoke", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={out}", capsys=capsys
+    )
+    assert code == 2 and f"error: OUTPUT_DIR={out}: {tmp_path / 'file'} is a file, not a folder" in err
 
 
 def fixture_questions(n):
@@ -301,7 +325,8 @@ def write_baseline(folder, questions, right):
     """An evaluation as evaluate.py writes it, of `questions`, every verdict `right`."""
     predictions = [{"question": q, "correct": right, "strict_correct": right} for q in questions]
     metrics = gsm8k.summarize(predictions, [1] * len(predictions))
-    evaluation.report(metrics, predictions, folder, "eval_test")
+    with contextlib.redirect_stdout(io.StringIO()):  # its table: not this test's output
+        evaluation.report(metrics, predictions, folder, "eval_test")
     return folder / "eval_test.json"
 
 
@@ -332,15 +357,156 @@ def test_baseline_lists_the_flips_and_tests_them_on_one_cpu_thread(tmp_path, tin
     assert f"strict: 1.000 -> {1 - len(strict_wrong) / 4:.3f}" in out  # the paired test closes the table
 
 
-def test_a_baseline_of_other_problems_is_refused_before_the_model_loads(tmp_path, tiny_model):
+def test_a_baseline_of_other_problems_is_refused_before_the_model_loads(tmp_path, tiny_model, monkeypatch, capsys):
+    no_model(monkeypatch)
     baseline = write_baseline(tmp_path / "base", fixture_questions(8)[4:], right=False)
-    args = ["evaluate.py", "--smoke", f"--MODEL_NAME={tiny_model}", "--LIMIT=4", f"--OUTPUT_DIR={tmp_path / 'out'}"]
-    result = run_script(*args, f"--BASELINE={baseline}")
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"error: BASELINE={baseline} scored other problems (4 there, 4 here; the first that differs: #0, " in (
-        result.stderr
+    args = ["--smoke", f"--MODEL_NAME={tiny_model}", "--LIMIT=4", f"--OUTPUT_DIR={tmp_path / 'out'}"]
+    code, err = run_in_process(evaluate.main, *args, f"--BASELINE={baseline}", capsys=capsys)
+    assert code == 2
+    assert f"error: BASELINE={baseline} scored other problems (4 there, 4 here; the first that differs: #0, " in err
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# old names, sampled accuracy, --ASK, REPORT_TO, credentials
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory, tiny_model):
+    """A run folder holding a LoRA adapter on the tiny model with random B weights (peft's init_lora_weights=False;
+    zero B would leave the model unchanged) and the run_settings.json of a run from before records were redacted:
+    a token in its grpo_config's model_init_kwargs and in its system prompt."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    run = tmp_path_factory.mktemp("lora") / "run"
+    torch.manual_seed(0)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model), lora).save_pretrained(run)
+    record = {
+        "MODEL_NAME": tiny_model,
+        "SYSTEM_PROMPT": f"Solve it; key {TOKEN}",
+        "TEMPERATURE": 0.9,
+        "grpo_config": {"model_init_kwargs": {"token": TOKEN}},
+    }
+    (run / "run_settings.json").write_text(json.dumps(record))
+    return run
+
+
+def test_old_names_are_read_as_the_new_ones_with_a_line(lora_run, capsys):
+    process.setup_logging("evaluate")  # its lines to this test's stderr, as main() sets it up
+    old = ["--SAMPLES=2", "--BATCH_SIZE=3", "--SAMPLE_TEMPERATURE=1.5"]
+    s, args = evaluate.resolve([f"--ADAPTER={lora_run}", *old])
+    assert (s["EVAL_SAMPLES"], s["EVAL_BATCH_SIZE"], s["TEMPERATURE"]) == (2, 3, 1.5)  # not the run's 0.9: given here
+    assert {"EVAL_SAMPLES", "EVAL_BATCH_SIZE", "TEMPERATURE"} <= args.given
+    assert capsys.readouterr().err.splitlines() == [
+        "[evaluate] --SAMPLES is EVAL_SAMPLES here",
+        "[evaluate] --BATCH_SIZE is EVAL_BATCH_SIZE here",
+        "[evaluate] --SAMPLE_TEMPERATURE is TEMPERATURE here",
+    ]
+    assert evaluate.resolve([f"--ADAPTER={lora_run}"])[0]["TEMPERATURE"] == 0.9  # the run's, as GRPO sampled
+
+
+def predictions_of(folder, stem="eval_test"):
+    return [json.loads(line) for line in (folder / f"{stem}_predictions.jsonl").read_text().splitlines()]
+
+
+def test_eval_samples_scores_sampled_accuracy_under_either_name(tmp_path, tiny_model, capsys):
+    common = ["--smoke", f"--MODEL_NAME={tiny_model}", "--LIMIT=3", "--MAX_COMPLETION_LENGTH=4", "--REPORT_TO=none"]
+    new = evaluate.main([*common, f"--OUTPUT_DIR={tmp_path / 'new'}", "--EVAL_SAMPLES=2", "--TEMPERATURE=1.5"])
+    old = evaluate.main([*common, f"--OUTPUT_DIR={tmp_path / 'old'}", "--SAMPLES=2", "--SAMPLE_TEMPERATURE=1.5"])
+    assert (new["samples"], new["sample_temperature"], list(new["pass_at_k"])) == (2, 1.5, ["1", "2"])
+    assert {k: v for k, v in old.items() if k != "seconds"} == {k: v for k, v in new.items() if k != "seconds"}
+    written = json.loads((tmp_path / "new" / "eval_test.json").read_text())
+    assert (written["samples"], written["settings"]["EVAL_SAMPLES"]) == (2, 2)
+    # each problem's count of right samples, kept for a later paired test; seeded, so both runs drew the same
+    counts = [p["sampled_correct"] for p in predictions_of(tmp_path / "new")]
+    assert len(counts) == 3 and set(counts) <= {0, 1, 2}
+    assert predictions_of(tmp_path / "old") == predictions_of(tmp_path / "new")
+
+
+def test_ask_prints_each_answer_and_what_the_grader_reads(capsys):
+    # a stub generator: one formatted answer, one cut off at the token limit (no credit, so nothing read)
+    answers = {"Tom has 3 pens, buys 4, gives 2 away. How many?": ("Tom keeps 5 pens.\n#### 5", 9, False)}
+    answers["What is 6 * 7?"] = ("It is 42", 32, True)
+    s = {"ASK": list(answers), "SYSTEM_PROMPT": "Be exact.", "ENABLE_THINKING": False}
+    seen = []
+
+    def generate(prompts):
+        seen.extend(prompts)
+        return [answers[p[-1]["content"]] for p in prompts]
+
+    evaluate.ask(s, generate)
+    assert seen == [gsm8k.make_prompt(q, "Be exact.") for q in answers]  # training's prompt, one call for all
+    assert capsys.readouterr().out == (
+        "Q: Tom has 3 pens, buys 4, gives 2 away. How many?\nA: Tom keeps 5 pens.\n#### 5\n"
+        "-> the grader reads 5 (9 tokens)\n\n"
+        "Q: What is 6 * 7?\nA: It is 42\n-> the grader reads no final answer (32 tokens, cut off)\n\n"
     )
-    assert "loading the model" not in result.stderr and not (tmp_path / "out").exists()  # nothing written
+
+
+ASKED = ["Tom has 3 pens, buys 4, then gives 2 away. How many pens, in all, does he keep?", "What is 6 * 7?"]
+ANSWER = re.compile(r"^Q: (.*?)\nA: (.*?)\n-> the grader reads ([^\n]+?) \((\d+) tokens(, cut off)?\)\n$", re.S | re.M)
+
+
+def asked(out):
+    """[(question, answer, tokens)] of --ASK's output."""
+    return [(q, a, int(n)) for q, a, _, n, _ in ANSWER.findall(out)]
+
+
+def test_ask_answers_each_question_with_the_base_model_or_the_adapter(tmp_path, tiny_model, lora_run, capsys):
+    out = tmp_path / "out"
+    questions = [f"--ASK={q}" for q in ASKED]  # given once each; the commas inside one stay in it
+    nowhere = f"--DATASET={tmp_path / 'none.jsonl'}"  # no data is read, so none need be there
+    evaluate.main(["--smoke", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={out}", nowhere, *questions])
+    base = asked(capsys.readouterr().out)
+    evaluate.main(["--smoke", f"--ADAPTER={lora_run}", f"--OUTPUT_DIR={out}", *questions])
+    tuned = asked(capsys.readouterr().out)
+    assert [q for q, _, _ in base] == [q for q, _, _ in tuned] == ASKED  # each question whole, in order
+    assert all(1 <= n <= 32 for _, _, n in base + tuned)  # --smoke's MAX_COMPLETION_LENGTH
+    assert [a for _, a, _ in base] != [a for _, a, _ in tuned]  # the adapter was applied: it writes otherwise
+    assert not out.exists()  # no scoring: nothing written
+
+
+@pytest.mark.parametrize(("report_to", "runs"), [("tensorboard", 1), ("none", 0)])
+def test_report_to_decides_the_tensorboard_run(tmp_path, tiny_model, monkeypatch, report_to, runs, capsys):
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    out = tmp_path / "out"
+    args = ["--smoke", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={out}", "--LIMIT=2", "--MAX_COMPLETION_LENGTH=4"]
+    metrics = evaluate.main([*args, f"--REPORT_TO={report_to}"])
+    assert json.loads((out / "eval_test.json").read_text())["n"] == 2  # the results either way
+    found = sorted((out / "runs").iterdir()) if (out / "runs").exists() else []
+    assert len(found) == runs
+    if runs:  # the run's own scalars, at step 0: no adapter, no training step
+        (strict,) = read_scalars(found[0])["eval/gsm8k_strict_accuracy"]
+        assert strict == (0, pytest.approx(metrics["strict_accuracy"], abs=1e-6))  # float32 of the same number
+
+
+def test_a_token_in_the_runs_record_reaches_no_result_file(tmp_path, lora_run, monkeypatch, capsys):
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    out = tmp_path / "out"
+    evaluate.main(
+        ["--smoke", f"--ADAPTER={lora_run}", f"--OUTPUT_DIR={out}", "--LIMIT=2", "--MAX_COMPLETION_LENGTH=4"]
+    )
+    written = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert {p.name for p in written} >= {"eval_test.json", "eval_test_predictions.jsonl"} and len(written) == 3
+    assert not [p for p, data in written.items() if TOKEN.encode() in data]  # the JSON, predictions, TensorBoard
+    # the prompt the run recorded is the one used and recorded, its credential redacted
+    assert json.loads((out / "eval_test.json").read_text())["settings"]["SYSTEM_PROMPT"] == "Solve it; key <redacted>"
+
+
+def test_a_static_cache_scores_the_eager_answers(tmp_path, tiny_model, capsys):
+    args = ["--smoke", f"--MODEL_NAME={tiny_model}", "--LIMIT=4", "--REPORT_TO=none"]
+    for name in ("dynamic", "static"):
+        evaluate.main([*args, f"--OUTPUT_DIR={tmp_path / name}", f"--CACHE_IMPLEMENTATION={name}"])
+    eager, static = (predictions_of(tmp_path / name) for name in ("dynamic", "static"))
+    assert len(eager) == 4
+    assert static == eager  # greedy: the same tokens, so the same completions, extractions and grades
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# end to end
 
 
 @pytest.mark.slow  # `python evaluate.py --smoke` end to end, as the README runs it
@@ -354,10 +520,9 @@ def test_smoke_cli_writes_json_predictions_and_scalars(tmp_path):
         assert low <= metrics[key] <= high
     assert metrics["n"] == 8  # --smoke's LIMIT
     assert 1 <= metrics["mean_completion_tokens"] <= 32  # at most --smoke's MAX_COMPLETION_LENGTH, EOS included
-    rows = [json.loads(line) for line in (tmp_path / "eval_test_predictions.jsonl").read_text().splitlines()]
+    rows = predictions_of(tmp_path)
     assert len(rows) == 8 and {"question", "gold", "completion", "extracted", "correct"} <= set(rows[0])
-    fixture = [json.loads(line) for line in (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()]
-    assert [r["question"] for r in rows] == [f["question"] for f in fixture[:8]]  # LIMIT keeps the first problems
+    assert [r["question"] for r in rows] == fixture_questions(8)  # LIMIT keeps the first problems
     (run,) = (tmp_path / "runs").iterdir()
     assert run.name.endswith("_eval-test")
     scalars = read_scalars(run)
@@ -367,61 +532,50 @@ def test_smoke_cli_writes_json_predictions_and_scalars(tmp_path):
     assert scalars["eval/gsm8k_lenient_accuracy"][0][1] == pytest.approx(metrics["lenient_accuracy"], abs=1e-4)
 
 
-def length_reward(completions, **kwargs):
-    """A reward that tells any two completions of different lengths apart, so that a few steps move the adapter."""
-
-    return [len(grading.completion_to_text(c)) / 100 for c in completions]
-
-
 @pytest.mark.slow
-def test_standalone_evaluation_of_a_saved_adapter_matches_the_in_training_one(tmp_path):
+def test_standalone_evaluation_of_a_saved_adapter_matches_the_in_training_one(trained_run, tmp_path, capsys):
     # Same prompts, same greedy decoding, same weights: `evaluate.py --ADAPTER` must reproduce EVAL_AFTER row by row.
-    args = ["--EVAL_BEFORE=4", "--EVAL_AFTER=4"]
-    args += ["--REWARD_FUNCS=test_evaluate:length_reward", "--REWARD_WEIGHTS=1", "--LEARNING_RATE=0.05"]
-    trained = train(tmp_path, *args, env={"PYTHONPATH": str(REPO / "tests")})
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    args = ["evaluate.py", "--smoke", f"--OUTPUT_DIR={tmp_path}", f"--ADAPTER={tmp_path}", "--LIMIT=4"]
-    result = run_script(*args)
-    assert result.returncode == 0, result.stderr[-3000:]
+    out = tmp_path / "eval"
+    evaluate.main(["--smoke", f"--ADAPTER={trained_run}", f"--OUTPUT_DIR={out}", "--LIMIT=4"])
 
-    def completions(name):
-        return [json.loads(line)["completion"] for line in (tmp_path / name).read_text().splitlines()]
+    def completions(folder, stem):
+        return [p["completion"] for p in predictions_of(folder, stem)]
 
     # The adapter changed what the model writes (else this test could not tell an adapter from none) ...
-    assert completions("eval_test_before_predictions.jsonl") != completions("eval_test_after_predictions.jsonl")
+    assert completions(trained_run, "eval_test_before") != completions(trained_run, "eval_test_after")
     # ... and the saved adapter, loaded afresh, writes exactly what the model in training wrote.
-    assert completions("eval_test_predictions.jsonl") == completions("eval_test_after_predictions.jsonl")
+    assert completions(out, "eval_test") == completions(trained_run, "eval_test_after")
     # ... and scored with the run's own settings, read back from run_settings.json
-    assert json.loads((tmp_path / "eval_test.json").read_text())["settings"]["MODEL_NAME"].endswith("smoke-model")
+    standalone = json.loads((out / "eval_test.json").read_text())
+    assert standalone["settings"]["MODEL_NAME"] == str(trained_run / "smoke-model")
     keep = ("n", "strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens")
-    in_training = json.loads((tmp_path / "eval_test_after.json").read_text())
-    standalone = json.loads((tmp_path / "eval_test.json").read_text())
+    in_training = json.loads((trained_run / "eval_test_after.json").read_text())
     assert {k: in_training[k] for k in keep} == {k: standalone[k] for k in keep}
 
 
 @pytest.mark.slow
-def test_two_processes_share_the_evaluation_and_rank_0_writes_all_of_it(tmp_path):
-    # Under torchrun each rank generates a contiguous shard (5 problems -> 3 + 2) and rank 0 gathers them in order.
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    result = train(tmp_path, "--EVAL_BEFORE=5", "--EVAL_AFTER=5", launcher=torchrun, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    fixture = [json.loads(line)["question"] for line in (REPO / "data" / "smoke_gsm8k.jsonl").read_text().splitlines()]
-    for when in ("before", "after"):
-        rows = (tmp_path / f"eval_test_{when}_predictions.jsonl").read_text().splitlines()
-        assert [json.loads(line)["question"] for line in rows] == fixture[:5]
-    (run,) = (tmp_path / "runs").iterdir()  # only rank 0 wrote TensorBoard events
-    assert [s for s, _ in read_scalars(run)["eval/gsm8k_strict_accuracy"]] == [0, 4]
+def test_ask_answers_as_the_run_scored_before_and_after_training(trained_run, tmp_path, capsys):
+    # the first problem asked of the base smoke model and of the trained adapter: their greedy answers are the ones
+    # EVAL_BEFORE (the adapter at zero) and EVAL_AFTER wrote for it, so --ASK prompts exactly as training did
+    question = fixture_questions(1)[0]
+    out = tmp_path / "out"
+    evaluate.main(
+        ["--smoke", f"--MODEL_NAME={trained_run / 'smoke-model'}", f"--ASK={question}", f"--OUTPUT_DIR={out}"]
+    )
+    evaluate.main(["--smoke", f"--ADAPTER={trained_run}", f"--ASK={question}", f"--OUTPUT_DIR={out}"])
+    (base, tuned) = asked(capsys.readouterr().out)
+    assert base[:2] == (question, predictions_of(trained_run, "eval_test_before")[0]["completion"])
+    assert tuned[:2] == (question, predictions_of(trained_run, "eval_test_after")[0]["completion"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # 3. a run's files never switch on remote code
 
 
-def evil_model(folder, marker):
-    """The tiny model folder, whose config and tokenizer point (auto_map) at its own evil.py, which writes `marker`."""
-    from grpo import profiles
-
-    smoke.ensure_model_dir(folder)
+def evil_model(tiny_model, folder, marker):
+    """A copy of the tiny model whose config and tokenizer point (auto_map) at its own evil.py, which writes
+    `marker`."""
+    shutil.copytree(tiny_model, folder)
     (folder / "evil.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
         "from transformers import Qwen3Config, Qwen3ForCausalLM, PreTrainedTokenizerFast\n"
@@ -439,10 +593,9 @@ def evil_model(folder, marker):
     return folder
 
 
-def test_a_run_folder_cannot_switch_on_remote_code(tmp_path):
-
+def test_a_run_folder_cannot_switch_on_remote_code(tmp_path, tiny_model):
     marker = tmp_path / "ran.txt"
-    base = evil_model(tmp_path / "models" / "smoke-model", marker)
+    base = evil_model(tiny_model, tmp_path / "models" / "smoke-model", marker)
     run = save_adapter(tmp_path / "run")
     sent = {"MODEL_NAME": str(base), "TRUST_REMOTE_CODE": True, "ATTN_IMPLEMENTATION": "someone/kernel"}
     (run / "run_settings.json").write_text(json.dumps(sent))

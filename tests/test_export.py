@@ -1,12 +1,13 @@
 """export.py: a trained adapter merged into a standalone folder that plain transformers loads and that generates
-exactly what base plus adapter generates; and the cases it refuses, before writing anything.
+exactly what base plus adapter generates, or the adapter alone; the card and record it writes (never a credential);
+and the cases it refuses, before writing anything.
 
-    .venv/bin/python -m pytest tests/test_export.py -q                 # all (~1 min: one smoke run, one export)
-    .venv/bin/python -m pytest tests/test_export.py -q -m "not slow"    # the checks that need no model
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_export.py -q -m "not slow"   # the tiny model at most
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_export.py -q -m slow         # one smoke run, exported
 
-The smoke run trains once per module with a reward that differs between completions (the smoke model's rewards are
-otherwise all 0, so GRPO's advantages, and the adapter, would stay exactly zero and "merged equals base plus
-adapter" would hold trivially); the tests check that the adapter moved the logits.
+The slow tests export conftest's `trained_run`, a smoke run shared with test_evaluate.py whose reward differs between
+completions (the smoke model's rewards are otherwise all 0, so GRPO's advantages, and the adapter, would stay exactly
+zero and "merged equals base plus adapter" would hold trivially); the tests check that the adapter moved the logits.
 """
 
 import json
@@ -18,17 +19,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_in_process, run_script, train
+from conftest import REPO, run_in_process, run_script
 
 import export
 from grpo import cli, files
 from grpo.errors import ConfigError
 
-
-def length_reward(completions, **kwargs):
-    """Completion length in characters / 100: never the same for a whole group, so the adapter learns something."""
-    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-    return [len(text) / 100 for text in texts]
+TOKEN = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7"  # shaped like a Hugging Face access token; no real one
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -247,12 +244,12 @@ def test_an_export_lists_its_files_and_a_reexport_keeps_what_a_user_added(tmp_pa
         export.refuse_foreign_output_dir(out)
 
 
-def test_an_unwritable_output_dir_exits_2_before_the_merge(tmp_path):
+def test_an_unwritable_output_dir_exits_2_before_the_merge(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     adapter = adapter_folder(tmp_path)  # no base model anywhere: a merge attempt would fail differently
-    out = run_script("export.py", f"--ADAPTER={adapter}", f"--OUTPUT_DIR={tmp_path / 'file' / 'sub'}", timeout=60)
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert f"error: OUTPUT_DIR={tmp_path / 'file' / 'sub'}: {tmp_path / 'file'} is a file" in out.stderr
+    args = [f"--ADAPTER={adapter}", f"--OUTPUT_DIR={tmp_path / 'file' / 'sub'}"]
+    code, err = run_in_process(export.main, *args, capsys=capsys)
+    assert code == 2 and f"error: OUTPUT_DIR={tmp_path / 'file' / 'sub'}: {tmp_path / 'file'} is a file" in err
 
 
 @pytest.mark.parametrize("thinking", [False, True])
@@ -267,24 +264,23 @@ def test_template_default_is_the_runs_and_an_explicit_value_wins(thinking, kwarg
 
 
 @pytest.mark.parametrize(
-    "env, message",
+    "offline, token, message",
     [
-        ({"HF_HUB_OFFLINE": "0", "HF_TOKEN": ""}, "needs a Hugging Face token with write access"),
-        ({"HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_not_a_real_token"}, "needs the Hub, but HF_HUB_OFFLINE is set"),
+        (False, "", "needs a Hugging Face token with write access"),
+        (True, "hf_not_a_real_token", "needs the Hub, but HF_HUB_OFFLINE is set"),
     ],
 )
-def test_push_is_refused_before_any_work(tmp_path, env, message):
+def test_push_is_refused_before_any_work(tmp_path, monkeypatch, offline, token, message, capsys):
     # no adapter at all: the push check must come first, so the message is about the push, and nothing is written
-    out = run_script(
-        "export.py",
-        f"--ADAPTER={tmp_path / 'missing'}",
-        f"--OUTPUT_DIR={tmp_path / 'out'}",
-        "--PUSH_TO_HUB=someone/gsm8k-model",
-        env={**env, "HF_HOME": str(tmp_path / "hf-home")},  # no stored token from the machine's login
-        timeout=60,
-    )
-    assert out.returncode == 2, out.stderr[-2000:]
-    assert message in out.stderr and "Traceback" not in out.stderr
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+    monkeypatch.setenv("HF_HUB_OFFLINE", str(int(offline)))
+    monkeypatch.setenv("HF_TOKEN", token)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))  # no stored login of this machine
+    args = [f"--ADAPTER={tmp_path / 'missing'}", f"--OUTPUT_DIR={tmp_path / 'out'}", "--PUSH_TO_HUB=someone/gsm8k"]
+    code, err = run_in_process(export.main, *args, capsys=capsys)
+    assert code == 2 and f"error: PUSH_TO_HUB=someone/gsm8k {message}" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -387,6 +383,23 @@ def test_adapter_only_pushes_the_adapter_folder(lora_run, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("only", [True, False])
+def test_an_export_holds_no_credential_of_the_runs_record(lora_run, tmp_path, only):
+    # a run_settings.json from before runs redacted theirs: a token in the command line's GRPOConfig fields and in
+    # the prompt; the export's card and its record (export_settings.json, which a push uploads too) hold neither
+    record = json.loads((lora_run / "run_settings.json").read_text())
+    record |= {"SYSTEM_PROMPT": f"Solve it. {TOKEN}", "grpo_config": {"model_init_kwargs": {"token": TOKEN}}}
+    (lora_run / "run_settings.json").write_text(json.dumps(record))
+    out = export.main([f"--ADAPTER={lora_run}", f"--ADAPTER_ONLY={only}", f"--OUTPUT_DIR={tmp_path / 'out'}"])
+    assert not [p.name for p in out.iterdir() if TOKEN.encode() in p.read_bytes()]
+    kept = json.loads((out / export.marker).read_text())["run_settings"]  # the record, redacted, not dropped
+    assert (kept["SYSTEM_PROMPT"], kept["grpo_config"]) == (
+        "Solve it. <redacted>",
+        {"model_init_kwargs": {"token": "<redacted>"}},
+    )
+    assert "Solve it. <redacted>" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize("only", [True, False])
 def test_a_full_disk_is_one_message_and_leaves_no_partial_folder(lora_run, full_disk, only, capsys):
     # a real full filesystem (tmpfs): the adapter's copy or the merged weights' save once ended in a traceback
     out = full_disk / "export"
@@ -399,24 +412,6 @@ def test_a_full_disk_is_one_message_and_leaves_no_partial_folder(lora_run, full_
 
 # ---------------------------------------------------------------------------------------------------------------
 # slow: a real smoke run, exported
-
-
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """A smoke run (4 GRPO steps, EVAL_BEFORE/EVAL_AFTER on 4 problems) whose adapter really moved."""
-    path = tmp_path_factory.mktemp("run")
-    overrides = {
-        "REWARD_FUNCS": ["correctness_reward", "test_export:length_reward"],
-        "REWARD_WEIGHTS": [1.0, 1.0],
-        "LEARNING_RATE": 0.05,
-        "EVAL_BEFORE": 4,
-        "EVAL_AFTER": 4,
-    }
-    args = [f"--{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in overrides.items()]
-    out = train(path, *args, env={"PYTHONPATH": "tests"})
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert (path / "run_settings.json").is_file()  # the run records its settings for export.py
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -513,6 +508,7 @@ def test_exported_card(trained_run, exported):
     assert str(trained_run / "smoke-model") in card  # the base model, by the path the run used
     assert f"| test problems scored | {after['n']} | {after['n']} |" in card
     assert "| steps trained | `4` |" in card
+    assert "| learning rate | `0.05` |" in card  # the run's own setting (given on its command line), from its record
 
 
 @pytest.mark.slow
@@ -532,25 +528,25 @@ def test_reexport_replaces_an_earlier_export_whole(trained_run, exported, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_base_model_of_other_shapes_is_refused(trained_run, tmp_path):
-    from grpo import profiles
+def test_a_base_model_of_other_shapes_is_refused(trained_run, tmp_path, capsys):
+    from transformers import AutoTokenizer
+
+    from demo import smoke
 
     # same folder name as the run's base (so the name check passes), but wider layers: only the shapes differ
     other = tmp_path / "smoke-model"
-    tokenizer = smoke.build_tokenizer()
+    tokenizer = AutoTokenizer.from_pretrained(trained_run / "smoke-model")
     smoke.build_model(tokenizer, hidden_size=48).save_pretrained(other)
     tokenizer.save_pretrained(other)
-    out = run_script(
-        "export.py", f"--ADAPTER={trained_run}", f"--MODEL_NAME={other}", f"--OUTPUT_DIR={tmp_path / 'o'}"
-    )
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert "does not fit MODEL_NAME" in out.stderr and ", 48])" in out.stderr  # peft names the base's hidden size 48
+    args = [f"--ADAPTER={trained_run}", f"--MODEL_NAME={other}", f"--OUTPUT_DIR={tmp_path / 'o'}"]
+    code, err = run_in_process(export.main, *args, capsys=capsys)
+    assert code == 2 and "does not fit MODEL_NAME" in err and ", 48])" in err  # peft names the base's hidden size 48
     assert not (tmp_path / "o").exists()
 
 
-def test_missing_adapter_exits_2_and_writes_nothing(tmp_path):
-    out = run_script("export.py", f"--ADAPTER={tmp_path}", timeout=60)
-    assert out.returncode == 2 and "holds no LoRA adapter" in out.stderr and "Traceback" not in out.stderr
+def test_missing_adapter_exits_2_and_writes_nothing(tmp_path, capsys):
+    code, err = run_in_process(export.main, f"--ADAPTER={tmp_path}", capsys=capsys)
+    assert code == 2 and f"error: ADAPTER={str(tmp_path)!r} holds no LoRA adapter" in err
     assert not os.path.exists(str(tmp_path) + "-merged")
 
 
@@ -614,8 +610,7 @@ def settings(argv):
     return dict(cli.parse(cli.constants(export), list(argv)).settings)
 
 
-def test_export_refuses_its_internal_table_names_as_settings():
-    result = run_script("export.py", "--MARKER=notes.txt")
-    assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1  # one message, no traceback
-    assert "unknown setting --MARKER" in result.stderr
+def test_export_refuses_its_internal_table_names_as_settings(capsys):
+    code, err = run_in_process(export.main, "--MARKER=notes.txt", capsys=capsys)
+    assert code == 2
+    assert err.strip().startswith("error: unknown setting --MARKER.") and len(err.strip().splitlines()) == 1

@@ -10,7 +10,10 @@ import time
 import pytest
 import yaml
 
-from grpo import gsm8k, modelcard
+from grpo import evaluation, gsm8k, modelcard
+from grpo.settings import TABLE, Setting
+
+TOKEN = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7"  # shaped like a Hugging Face access token; no real one
 
 SETTINGS = {  # a run's settings as run_settings.json holds them (the keys the card reads, plus others it ignores)
     "MODEL_NAME": "Qwen/Qwen3-8B",
@@ -99,6 +102,61 @@ def test_card_names_base_data_rewards_settings_and_steps():
     ):
         assert line in card.splitlines(), line
     assert "Other GRPOConfig fields given on the command line: `warmup_ratio=0.1`." in card
+
+
+def settings_table(card):
+    return card.split("| setting | value |\n| --- | --- |\n")[1].split("\n\n")[0].splitlines()
+
+
+def test_the_settings_table_has_a_row_for_each_card_label_of_the_settings_table():
+    # grpo/settings.py's TABLE, in its order: every setting with a card label, "not recorded" where the run's
+    # record lacks it (an older run), then the steps
+    assert settings_table(render({**SETTINGS, "USE_DORA": True}, steps=120)) == [
+        "| 4-bit base weights (QLoRA) | not recorded |",
+        "| thinking mode (enable_thinking) | `False` |",
+        "| LoRA rank r | `16` |",
+        "| LoRA alpha | `32` |",
+        "| LoRA dropout | not recorded |",
+        "| LoRA target modules | `all-linear` |",
+        "| rank-stabilised LoRA | not recorded |",
+        "| DoRA | `True` |",
+        "| completions per prompt (num_generations) | `4` |",
+        "| max completion length (tokens) | `256` |",
+        "| sampling temperature | `0.7` |",
+        "| KL coefficient beta | `0.05` |",
+        "| loss type | `dapo` |",
+        "| reward scaling | not recorded |",
+        "| learning rate | `1e-05` |",
+        "| per-device batch size | not recorded |",
+        "| gradient accumulation steps | not recorded |",
+        "| epochs | not recorded |",
+        "| max steps (-1 = by epochs) | not recorded |",
+        "| bf16 | `True` |",
+        "| seed | not recorded |",
+        "| steps trained | `120` |",
+    ]
+
+
+def test_a_setting_given_a_card_label_in_the_table_gets_its_row(monkeypatch):
+    monkeypatch.setitem(TABLE, "TOP_P", Setting("(0, 1]", "top_p", card="nucleus sampling top_p"))
+    rows = settings_table(render({**SETTINGS, "TOP_P": 0.9}))
+    assert rows[-2:] == ["| nucleus sampling top_p | `0.9` |", "| steps trained | not recorded |"]
+
+
+def test_the_card_never_holds_a_credential(tmp_path):
+    # a record written before runs redacted theirs (or edited by hand): a token in the command line's GRPOConfig
+    # fields, in the prompt, and a URL with a login
+    record = {
+        **SETTINGS,
+        "SYSTEM_PROMPT": f"Solve it. {TOKEN}",
+        "grpo_config": {"hub_token": TOKEN, "model_init_kwargs": {"token": "secret-text"}, "warmup_ratio": 0.1},
+        "VLLM_SERVER_BASE_URL": "http://me:secret-pass@host:8000",
+    }
+    card = modelcard.write_card(tmp_path, record, steps=4).read_text()
+    assert not [secret for secret in (TOKEN, "secret-text", "secret-pass") if secret in card]
+    # what is redacted is said so; the rest of the record is on the card as before
+    assert "```text\nSolve it. <redacted>\n```" in card
+    assert "`hub_token=<redacted>`" in card and "`warmup_ratio=0.1`" in card
 
 
 def scored_pair():

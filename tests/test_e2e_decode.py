@@ -1,17 +1,19 @@
-"""Generation options on the CPU: CACHE_IMPLEMENTATION=static generates exactly what the eager path generates
-(training, evaluation, and the compiled decode step itself), and continuous batching in bf16 leaves the LoRA
-weights fp32 after a step.
+"""End to end: generation options in a training run on the CPU. CACHE_IMPLEMENTATION=static trains on exactly what
+the eager path generates, and continuous batching in bf16 leaves the LoRA weights fp32 after a step (grpo/patches.py's
+KeepFp32). The same options in evaluation: tests/test_generation.py and tests/test_evaluate.py.
 
-    pytest tests/test_decode.py                  # all slow: ~5 min on 2 shared cores
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_e2e_decode.py -q   # all slow: ~3 min on 2 shared cores
 """
 
 import json
 
 import pytest
-from conftest import run_script, train
+from conftest import load_rewards, train
+from transformers import TrainerCallback
 
 import grpotrainer
-from grpo import cli, gsm8k, guards, profiles, reward_guard
+from demo import smoke
+from grpo import cli, gsm8k, patches
 
 
 def completions(output_dir):
@@ -39,59 +41,14 @@ def test_static_cache_trains_on_the_eager_completions(tmp_path, tiny_model):
     assert static == eager
 
 
-@pytest.mark.slow
-def test_static_cache_scores_the_eager_answers_in_evaluate(tmp_path, tiny_model):
-    for name in ("dynamic", "static"):
-        args = [
-            "--smoke",
-            f"--MODEL_NAME={tiny_model}",
-            f"--OUTPUT_DIR={tmp_path / name}",
-            f"--CACHE_IMPLEMENTATION={name}",
-        ]
-        result = run_script("evaluate.py", *args)
-        assert result.returncode == 0, result.stderr[-3000:]
-    eager, static = ((tmp_path / n / "eval_test_predictions.jsonl").read_text() for n in ("dynamic", "static"))
-    assert len(eager.splitlines()) == 8  # LIMIT=8 under --smoke
-    assert static == eager  # greedy: the same tokens, so the same completions, extractions and grades
+@pytest.fixture
+def offline(monkeypatch):
+    """The Hub off in this process, as conftest's subprocesses run: TRL's trainer would otherwise send its telemetry
+    from a thread of huggingface_hub's that outlives the test."""
+    from huggingface_hub import constants
 
-
-COMPILED_DECODE = """
-import sys
-
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-from grpo import gsm8k, hardware
-
-original = hardware.decode_options
-
-
-def on_every_device(cache_implementation):
-    options = original(cache_implementation)
-    if options:
-        options["compile_config"]._compile_all_devices = True
-    return options
-
-
-hardware.decode_options = on_every_device
-torch.manual_seed(0)
-model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).eval()
-tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
-prompts = gsm8k.load(str(gsm8k.FIXTURE), "train", limit=4)["prompt"]
-eager = generation.hf_generator(model, tokenizer, 24)(prompts)
-compiled = generation.hf_generator(model, tokenizer, 24, cache_implementation="static")
-assert compiled(prompts) == eager, "the first compiled call"  # (text, tokens, truncated) for each prompt, greedy
-assert hasattr(model, "_compiled_call"), "transformers did not compile the decode step"
-assert compiled(prompts) == eager, "the second call"  # it runs the compiled graph as it is
-"""
-
-
-@pytest.mark.slow
-def test_the_compiled_decode_step_generates_the_eager_tokens(tiny_model):
-    # transformers compiles only on CUDA; its own test switch compiles on the CPU too (inductor, ~1-2 min). In a
-    # fresh Python: dynamo's caches and torch's settings are process-wide, and the suite's earlier tests leave theirs
-    out = run_script("-c", COMPILED_DECODE, tiny_model, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read once, at import
 
 
 def trained_adapter_dtypes(tmp_path, tiny_model):
@@ -100,18 +57,16 @@ def trained_adapter_dtypes(tmp_path, tiny_model):
     step moved them."""
     import torch
 
-    s = {**cli.constants(grpotrainer), **smoke.SMOKE, "MODEL_NAME": tiny_model, "OUTPUT_DIR": str(tmp_path)}
+    s = {**cli.constants(grpotrainer), **smoke.SETTINGS, "MODEL_NAME": tiny_model, "OUTPUT_DIR": str(tmp_path)}
     s |= {"BF16": True, "USE_TRANSFORMERS_CONTINUOUS_BATCHING": True, "MAX_STEPS": 1, "REPORT_TO": "none"}
     # a reward that tells a random model's completions apart (their lengths), so the step has a gradient
     s |= {"REWARD_FUNCS": ["overlong_reward"], "REWARD_WEIGHTS": [1.0]}
     cb = {"transformers_continuous_batching_config": {"num_blocks": 16, "max_batch_tokens": 256}}  # RAM, not GBs
     config = grpotrainer.build_config(s, cb, cpu_only=True)
-    import rewards
-
-    funcs = reward_guard.load(s["REWARD_FUNCS"], rewards.REWARDS, max_completion_length=s["MAX_COMPLETION_LENGTH"])
+    funcs = load_rewards(s["REWARD_FUNCS"], s["MAX_COMPLETION_LENGTH"])
     train_dataset, _ = grpotrainer.load_data(s)
     trainer = grpotrainer.build_trainer(s, config, reward_funcs=funcs, train_dataset=train_dataset)
-    for callback in patches.generation_guards(trainer):  # as grpotrainer.train adds them
+    for callback in patches.callbacks(trainer):  # as grpotrainer.train adds them
         trainer.add_callback(callback)
     trainable = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
     before = {n: p.detach().float().clone() for n, p in trainable.items()}
@@ -124,15 +79,15 @@ def trained_adapter_dtypes(tmp_path, tiny_model):
 
 
 @pytest.mark.slow
-def test_continuous_batching_in_bf16_keeps_the_adapter_fp32(tmp_path, tiny_model):
+def test_continuous_batching_in_bf16_keeps_the_adapter_fp32(tmp_path, tiny_model, offline):
     dtypes, moved, rope_kept = trained_adapter_dtypes(tmp_path, tiny_model)
     assert dtypes == {"torch.float32"} and moved  # KeepFp32 put the fp32 weights back, then Adam stepped
     assert rope_kept  # and the rotary inv_freq is the fp32 original, not its bf16 rounding
 
 
 @pytest.mark.slow
-def test_without_the_guard_trl_leaves_the_adapter_bf16(tmp_path, tiny_model, monkeypatch):
+def test_without_the_guard_trl_leaves_the_adapter_bf16(tmp_path, tiny_model, monkeypatch, offline):
     # what the guard undoes: TRL 1.16 casts the whole model, LoRA included, to bf16 before generate_batch
-    monkeypatch.setattr(patches, "KeepFp32", lambda model: guards.TrainerCallback())
+    monkeypatch.setattr(patches, "KeepFp32", lambda model: TrainerCallback())
     dtypes, _, rope_kept = trained_adapter_dtypes(tmp_path, tiny_model)
     assert dtypes == {"torch.bfloat16"} and not rope_kept

@@ -1,0 +1,163 @@
+"""Tests of grpo/generation.py: running a generator over a dataset (generate_all, sample_all) and the transformers
+generator evaluation uses (hf_generator), on the tiny smoke model; its compiled decode step (slow).
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_generation.py -q -m "not slow"
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_generation.py -q -m slow   # compiled decode: ~2 min
+"""
+
+from types import SimpleNamespace as NS
+
+import pytest
+from conftest import run_script
+
+from grpo import generation, gsm8k
+from grpo.errors import ConfigError
+
+
+def problems(n):
+    """A dataset like gsm8k.load's: question i has gold answer str(i)."""
+    import datasets
+
+    questions = [f"What is {i} plus zero?" for i in range(n)]
+    return datasets.Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": q}] for q in questions],
+            "answer": [str(i) for i in range(n)],
+            "question": questions,
+        }
+    )
+
+
+class Echo:
+    """A stub generator: answers "#### i" for question i, in i + 1 tokens, cut off when i is 4; records its batches."""
+
+    def __init__(self):
+        self.batches = []
+
+    def __call__(self, prompts):
+        self.batches.append(len(prompts))
+        numbers = [int(p[-1]["content"].split()[2]) for p in prompts]
+        return [(f"#### {i}", i + 1, i == 4) for i in numbers]
+
+
+def test_generate_all_runs_in_batches_and_keeps_the_dataset_order():
+    echo = Echo()
+    rows = generation.generate_all(problems(5), echo, batch_size=2, progress=False)
+    assert echo.batches == [2, 2, 1]  # 5 problems in batches of at most 2
+    assert rows[4] == {
+        "question": "What is 4 plus zero?",
+        "gold": "4",
+        "completion": "#### 4",
+        "completion_tokens": 5,
+        "truncated": True,
+    }
+    assert [r["gold"] for r in rows] == ["0", "1", "2", "3", "4"]
+
+
+def test_a_generator_that_drops_completions_is_an_error():
+    with pytest.raises(RuntimeError, match="returned 1 completions for 2"):
+        generation.generate_all(problems(2), lambda prompts: [("#### 0", 1, False)], batch_size=2, progress=False)
+
+
+def test_sample_all_repeats_each_problem_in_place():
+    echo = Echo()
+    rows = generation.sample_all(problems(3), echo, samples=2, batch_size=4, progress=False)
+    assert [r["gold"] for r in rows] == ["0", "0", "1", "1", "2", "2"]  # problem-major: a problem's samples together
+    assert echo.batches == [4, 2]  # the 6 prompts batched as any others
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    """(model, tokenizer) of the tiny smoke model, fp32, in eval mode: one load for the module."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model).eval(), AutoTokenizer.from_pretrained(tiny_model)
+
+
+def test_sampling_is_seeded_and_leaves_the_global_random_state_alone(tiny):
+    import torch
+
+    sample = generation.hf_generator(*tiny, max_new_tokens=6, temperature=1.0)
+    dataset = gsm8k.load(gsm8k.FIXTURE, "train", limit=2)
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    first = generation.sample_all(dataset, sample, 3, batch_size=6, progress=False, seed=5)
+    after = torch.rand(1)
+    again = generation.sample_all(dataset, sample, 3, batch_size=6, progress=False, seed=5)
+    other = generation.sample_all(dataset, sample, 3, batch_size=6, progress=False, seed=6)
+    assert first == again  # same seed, same samples
+    assert other != first  # another seed draws others: the seed is what decides them
+    assert before == after  # training's own random stream is untouched by the evaluation
+    assert [r["question"] for r in first] == [q for q in dataset["question"] for _ in range(3)]  # problem-major
+    assert len({r["completion"] for r in first}) > 1  # sampled, not greedy: a random model's samples differ
+
+
+def test_hf_generator_pads_on_the_left_so_batching_does_not_change_greedy_output(tiny):
+    # Left padding puts every prompt's last token right before the first generated one; with right padding a
+    # shorter prompt would continue from pad tokens and its greedy completion would change with its batch.
+    generate = generation.hf_generator(*tiny, max_new_tokens=8)
+    prompts = [[{"role": "user", "content": q}] for q in ("Hi", "What is 12 plus 7 pencils in all, Mia?")]
+    together = generate(prompts)
+    alone = [generate([p])[0] for p in prompts]
+    assert together == alone
+    assert all(1 <= n <= 8 and cut == (n == 8) for _, n, cut in together)  # no end-of-turn within 8: cut off
+
+
+def test_a_completion_ends_at_the_first_end_of_turn_token_counted_with_it(tiny):
+    # the token greedy decoding writes first, made the end of turn, ends every completion at once
+    import torch
+
+    model, tokenizer = tiny
+    prompts = [[{"role": "user", "content": "Hi"}]]
+    text = tokenizer.apply_chat_template(prompts[0], tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    with torch.no_grad():
+        first = model(**tokenizer(text, return_tensors="pt", add_special_tokens=False)).logits[0, -1].argmax().item()
+    assert generation.hf_generator(model, tokenizer, max_new_tokens=4)(prompts)[0][1] > 1  # it wrote on before
+    ended = generation.hf_generator(model, tokenizer, max_new_tokens=4, eos=[first])(prompts)[0]
+    assert ended == (tokenizer.decode([first], skip_special_tokens=True), 1, False)  # one token, counted: not cut
+
+
+def test_a_model_that_names_no_eos_is_refused():
+    model, tokenizer = NS(generation_config=NS(eos_token_id=None)), NS(eos_token_id=None, pad_token_id=None)
+    with pytest.raises(ConfigError, match="the model names no EOS token"):
+        generation.hf_generator(model, tokenizer, max_new_tokens=8)
+
+
+COMPILED_DECODE = """
+import sys
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from grpo import generation, gsm8k, hardware
+
+original = hardware.decode_options
+
+
+def on_every_device(cache_implementation):
+    options = original(cache_implementation)
+    if options:
+        options["compile_config"]._compile_all_devices = True
+    return options
+
+
+hardware.decode_options = on_every_device
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).eval()
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+prompts = gsm8k.load(str(gsm8k.FIXTURE), "train", limit=4)["prompt"]
+eager = generation.hf_generator(model, tokenizer, 24)(prompts)
+compiled = generation.hf_generator(model, tokenizer, 24, cache_implementation="static")
+assert compiled(prompts) == eager, "the first compiled call"  # (text, tokens, truncated) for each prompt, greedy
+assert hasattr(model, "_compiled_call"), "transformers did not compile the decode step"
+assert compiled(prompts) == eager, "the second call"  # it runs the compiled graph as it is
+"""
+
+
+@pytest.mark.slow
+def test_the_compiled_decode_step_generates_the_eager_tokens(tiny_model):
+    # transformers compiles only on CUDA; its own test switch compiles on the CPU too (inductor, ~1-2 min). In a
+    # fresh Python: dynamo's caches and torch's settings are process-wide, and the suite's earlier tests leave theirs
+    out = run_script("-c", COMPILED_DECODE, tiny_model, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
