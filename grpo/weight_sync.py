@@ -1,0 +1,84 @@
+"""vLLM beside a LoRA model in training: the weights sent to vLLM computed out of place.
+
+TRL 1.16 sends weights by merging the adapter into the bf16 base in place, reading it and unmerging
+(VLLMGeneration._iter_named_params); bf16 cannot undo the addition exactly, so the frozen base drifts at every sync
+(TRL issue 6688) and the saved adapter no longer fits the base it was trained on. `install(trainer)` sends each
+adapted weight as base + B @ A x scaling, summed in fp32 and rounded once, and never writes the model.
+Nothing heavy is imported at import.
+"""
+
+import types
+
+from grpo import errors
+
+
+def fsdp_problem(use_vllm, fsdp_version):
+    """Why vLLM with LoRA cannot run under FSDP, for preflight before any weights load, or None."""
+    if not (use_vllm and fsdp_version):
+        return None
+    return (
+        f"USE_VLLM=True under FSDP{fsdp_version}: the LoRA weights cannot be sent to vLLM from FSDP's shards without "
+        "writing the base.\nLaunch with configs/accelerate/zero3.yaml or ddp.yaml (docs/launch.md), or USE_VLLM=False."
+    )
+
+
+def install(trainer):
+    """Make the trainer's vLLM weight sync out of place (colocate and server; one GPU, DDP, ZeRO-3). Nothing without
+    vLLM or LoRA. Returns whether it did."""
+    from accelerate.utils import is_peft_model
+
+    if not trainer.args.use_vllm or not is_peft_model(trainer.vllm_generation.model):
+        return False
+    fsdp = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    if problem := fsdp_problem(True, fsdp and fsdp.fsdp_version):
+        raise errors.ConfigError(problem)
+    from peft.tuners.lora import Linear, LoraLayer
+
+    for name, layer in trainer.vllm_generation.model.named_modules():
+        plain = isinstance(layer, Linear) and not layer.lora_variant and not any(layer.lora_bias.values())
+        if isinstance(layer, LoraLayer) and not plain:  # DoRA, a LoRA bias, embeddings, 4-bit: not B @ A alone
+            raise NotImplementedError(f"the out-of-place vLLM sync covers plain LoRA on Linear layers, not {name}")
+    replace_weight_walk(trainer.vllm_generation)
+    return True
+
+
+def replace_weight_walk(generation):
+    # TRL has no public hook for the weights it sends to vLLM: sync_weights() reads them from this private method in
+    # colocate and server mode alike, so binding ours on the instance covers both and leaves TRL's class as it is.
+    generation._iter_named_params = types.MethodType(out_of_place_params, generation)
+
+
+def out_of_place_params(generation):
+    """(name, tensor) as TRL's _iter_named_params yields them for a PEFT model, each adapted weight as base + the
+    active adapters' deltas in fp32, cast once to the base's dtype. The whole model is gathered around the walk as
+    TRL gathers it (ZeRO-3: collective, so every process walks); nothing of it is written."""
+    from peft.tuners.lora import LoraLayer
+
+    model = generation.model
+    with generation._dist.gather_params(list(model.parameters())):
+        layers = {}  # base weight -> its LoRA layer
+        for module in model.modules():
+            if isinstance(module, LoraLayer) and not module.merged:
+                layers[id(module.get_base_layer().weight)] = module
+        for name, param in model.named_parameters():
+            name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+            if model.prefix in name or "original_module" in name:  # the adapter itself; a module_to_save's original
+                continue
+            name = generation._fix_param_name_to_vllm(name, extra_prefixes=["modules_to_save.default."])
+            layer = layers.get(id(param))
+            if layer is None:
+                yield name, param.data
+                continue
+            merged = param.data.float()
+            for adapter in [a for a in layer.active_adapters if a in layer.lora_A]:
+                merged += lora_delta(layer, adapter)
+            yield name, merged.to(param.dtype)
+
+
+def lora_delta(layer, adapter):
+    """peft's LoRA delta (Linear.get_delta_weight: B @ A x scaling) in fp32 whatever the adapter's dtype: under ZeRO-3
+    TRL keeps the adapter in bf16 (autocast_adapter_dtype=False), where peft's own product would round on the GPU."""
+    from peft.utils.other import transpose
+
+    product = layer.lora_B[adapter].weight.float() @ layer.lora_A[adapter].weight.float()
+    return transpose(product, layer.fan_in_fan_out) * layer.scaling[adapter]

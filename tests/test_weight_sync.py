@@ -1,0 +1,248 @@
+"""Tests of grpo/weight_sync.py: the out-of-place vLLM weight sync driven through TRL's own sync_weights() (no vllm
+needed: the engine is a stand-in that records what it is sent).
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_weight_sync.py -q
+"""
+
+import contextlib
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+
+from grpo import weight_sync
+from grpo.errors import ConfigError
+
+# ---------------------------------------------------------------------------------------------------------------
+# The out-of-place weight sync, through TRL's own sync_weights()
+
+BF16_EPS = torch.finfo(torch.bfloat16).eps  # one bf16 rounding, relative: 2**-7
+SYNCS = 60  # syncs per run, each after an optimiser-like update of the adapter
+
+
+def lora_model(adapter_dtype=torch.float32, seed=0, **lora):
+    """A tiny random Qwen3 in bf16 with LoRA on every linear layer, the adapter trained a little (B nonzero). The
+    adapter is fp32 by peft's default; bf16 as TRL keeps it under ZeRO-3 (autocast_adapter_dtype=False)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    shape = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
+    config = Qwen3Config(**shape, head_dim=8, num_hidden_layers=2, initializer_range=0.02)
+    model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", **lora)
+    model = get_peft_model(model, config, autocast_adapter_dtype=adapter_dtype == torch.float32)
+    for name, param in model.named_parameters():
+        if "lora_B" in name:  # peft starts B at zero, which would make every delta zero
+            torch.nn.init.normal_(param, std=2e-3)
+    return model
+
+
+def train_a_little(model, lr=1e-4):
+    """One optimiser-like update: every adapter weight moves by about the learning rate (Adam's step size)."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_" in name:
+                param.add_(lr * torch.randn_like(param).sign())
+
+
+def base_weights(model):
+    return {name: p.detach().clone() for name, p in model.named_parameters() if "lora_" not in name}
+
+
+class Engine:
+    """vLLM's model as sync_weights() reaches it (llm.llm_engine...model.load_weights): keeps a copy of each tensor,
+    as vLLM copies it into its own weights."""
+
+    def __init__(self):
+        self.received = {}
+        self.llm_engine = NS(model_executor=NS(driver_worker=NS(model_runner=NS(model=self))))
+
+    def load_weights(self, weights):
+        self.received.update((name, tensor.clone()) for name, tensor in weights)
+
+    def reset_prefix_cache(self):
+        pass
+
+
+def accelerator():
+    return NS(state=NS(deepspeed_plugin=None, fsdp_plugin=None), is_main_process=True, device=torch.device("cpu"))
+
+
+def vllm_generation(model, mode="colocate", **attributes):
+    """TRL's VLLMGeneration without vllm: built bare, with the attributes its sync_weights() reads."""
+    from trl.distributed import DistributedBackend
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    generation = object.__new__(VLLMGeneration)
+    acc = accelerator()
+    defaults = dict(enable_sleep_mode=False, accelerator=acc, llm=Engine(), _dist=DistributedBackend(acc))
+    generation.__dict__.update(defaults, mode=mode, model=model, _weight_metadata=None, **attributes)
+    return generation
+
+
+def reference_merge(model):
+    """What vLLM should hold: each adapted weight as base + B @ A x scaling summed in fp32, cast once to bf16."""
+    expected = {}
+    for name, module in model.named_modules():
+        if hasattr(module, "lora_A"):
+            a, b = module.lora_A["default"].weight.float(), module.lora_B["default"].weight.float()
+            base = module.get_base_layer().weight
+            expected[name.removeprefix("base_model.model.") + ".weight"] = (
+                base.float() + b @ a * module.scaling["default"]
+            ).to(base.dtype)
+    return expected
+
+
+def changed(model, before):
+    """(share of base elements that differ from `before`, the largest difference)."""
+    now = base_weights(model)
+    differ = sum((now[n] != before[n]).sum().item() for n in before)
+    drift = max((now[n].float() - before[n].float()).abs().max().item() for n in before)
+    return differ / sum(t.numel() for t in before.values()), drift
+
+
+@pytest.mark.parametrize("adapter_dtype", [torch.float32, torch.bfloat16])
+def test_out_of_place_syncs_leave_the_base_bit_identical_and_send_the_fp32_merge(adapter_dtype):
+    model = lora_model(adapter_dtype)
+    before = base_weights(model)
+    generation = vllm_generation(model)
+    weight_sync.replace_weight_walk(generation)
+    for _ in range(SYNCS):
+        train_a_little(model)
+        generation.sync_weights()  # TRL's own, through our walk
+        expected = reference_merge(model)
+        for name, tensor in expected.items():  # within one bf16 rounding of the reference
+            torch.testing.assert_close(generation.llm.received[name], tensor, rtol=BF16_EPS, atol=0)
+    assert all(torch.equal(p, before[n]) for n, p in base_weights(model).items())  # not one bit moved
+    assert changed(model, before) == (0.0, 0.0)
+
+
+def test_trls_own_in_place_merge_drifts_the_base():
+    # the control: the same syncs through TRL's merge_adapter / unmerge_adapter move the frozen bf16 base
+    model = lora_model()
+    before = base_weights(model)
+    generation = vllm_generation(model)
+    for _ in range(SYNCS):
+        train_a_little(model)
+        generation.sync_weights()
+    share, drift = changed(model, before)
+    assert share > 0.01 and drift > 0
+
+
+def test_the_names_shapes_and_unadapted_tensors_are_trls():
+    # both walks over the same model: the same names in the same order, the norms and embeddings as they are
+    model = lora_model()
+    ours = vllm_generation(model)
+    weight_sync.replace_weight_walk(ours)
+    ours_sent = [(name, t.clone()) for name, t in ours._iter_named_params()]
+    trl_sent = [(name, t.clone()) for name, t in vllm_generation(model)._iter_named_params()]
+    assert [(n, t.shape, t.dtype) for n, t in ours_sent] == [(n, t.shape, t.dtype) for n, t in trl_sent]
+    adapted = reference_merge(model)
+    assert len(adapted) == 14  # q k v o gate up down in each of the 2 layers
+    for name, tensor in ours_sent:
+        if name not in adapted:  # untouched by LoRA: sent exactly as the model holds it
+            assert torch.equal(tensor, dict(trl_sent)[name]), name
+    assert not any("lora_" in n or "base_layer" in n or n.startswith("base_model") for n, _ in ours_sent)
+
+
+def test_the_delta_is_peft_get_delta_weight_in_fp32():
+    model = lora_model()
+    layer = model.base_model.model.model.layers[0].mlp.down_proj
+    assert torch.equal(weight_sync.lora_delta(layer, "default"), layer.get_delta_weight("default"))
+
+
+def test_modules_to_save_are_sent_under_their_own_name_and_their_original_left_out():
+    model = lora_model(modules_to_save=["lm_head"])
+    generation = vllm_generation(model)
+    weight_sync.replace_weight_walk(generation)
+    names = [name for name, _ in generation._iter_named_params()]
+    assert names == [name for name, _ in vllm_generation(model)._iter_named_params()]
+    assert "lm_head.weight" in names and not any("original_module" in n or "modules_to_save" in n for n in names)
+
+
+class Client:
+    """TRL's VLLMClient as sync_weights() uses it in server mode: the metadata, then the tensors streamed."""
+
+    def __init__(self):
+        self.updates = []
+
+    def update_named_params(self, metadata, params):
+        self.updates.append((metadata, [(name, t.clone()) for name, t in params]))
+
+    def reset_prefix_cache(self):
+        pass
+
+
+def test_server_mode_walks_once_for_the_metadata_then_streams_the_same_tensors():
+    model = lora_model()
+    before = base_weights(model)
+    generation = vllm_generation(model, mode="server", vllm_client=Client())
+    weight_sync.replace_weight_walk(generation)
+    for _ in range(3):
+        train_a_little(model)
+        generation.sync_weights()
+    assert len(generation.vllm_client.updates) == 3  # the first sync walked twice: metadata, then the stream
+    metadata, streamed = generation.vllm_client.updates[-1]
+    assert metadata == [(name, str(t.dtype).removeprefix("torch."), list(t.shape)) for name, t in streamed]
+    expected = reference_merge(model)
+    for name, tensor in streamed:
+        if name in expected:
+            torch.testing.assert_close(tensor, expected[name], rtol=BF16_EPS, atol=0)
+    assert all(torch.equal(p, before[n]) for n, p in base_weights(model).items())
+
+
+def test_every_tensor_is_read_while_the_whole_model_is_gathered():
+    # ZeRO-3: TRL gathers every parameter around the walk (collective: every process walks); ours does the same
+    model = lora_model()
+    calls = []
+
+    class Zero3:
+        @contextlib.contextmanager
+        def gather_params(self, params):
+            calls.append(("gather", len(params)))
+            yield
+            calls.append(("release",))
+
+    generation = vllm_generation(model, _dist=Zero3())
+    weight_sync.replace_weight_walk(generation)
+    for name, _ in generation._iter_named_params():
+        calls.append(("read", name))
+    assert calls[0] == ("gather", len(list(model.parameters()))) and calls[-1] == ("release",)
+    assert [c for c in calls if c[0] != "read"] == [calls[0], calls[-1]]  # one gather, all reads inside it
+
+
+def trainer(model, use_vllm=True, fsdp_version=None):
+    fsdp = NS(fsdp_version=fsdp_version) if fsdp_version else None
+    generation = vllm_generation(model) if use_vllm else None
+    return NS(args=NS(use_vllm=use_vllm), vllm_generation=generation, accelerator=NS(state=NS(fsdp_plugin=fsdp)))
+
+
+def test_install_binds_the_walk_only_for_vllm_with_lora():
+    model = lora_model()
+    assert weight_sync.install(trainer(model, use_vllm=False)) is False
+    plain = trainer(model.get_base_model())  # no PEFT: nothing to merge, TRL's walk is already exact
+    assert weight_sync.install(plain) is False and "_iter_named_params" not in vars(plain.vllm_generation)
+    run = trainer(model)
+    assert weight_sync.install(run) is True
+    before = base_weights(model)
+    train_a_little(model)
+    run.vllm_generation.sync_weights()
+    assert all(torch.equal(p, before[n]) for n, p in base_weights(model).items())
+
+
+def test_install_refuses_fsdp_and_a_lora_that_is_not_b_times_a():
+    with pytest.raises(ConfigError, match="(?s)FSDP2.*zero3.yaml"):
+        weight_sync.install(trainer(lora_model(), fsdp_version=2))
+    with pytest.raises(NotImplementedError, match="plain LoRA"):
+        weight_sync.install(trainer(lora_model(use_dora=True)))
+
+
+@pytest.mark.parametrize(
+    ("use_vllm", "fsdp", "refused"), [(True, 2, True), (True, 1, True), (True, 0, False), (False, 2, False)]
+)
+def test_fsdp_is_refused_before_loading_only_with_vllm(use_vllm, fsdp, refused):
+    problem = weight_sync.fsdp_problem(use_vllm, fsdp)
+    assert (problem is not None) == refused
+    if refused:
+        assert problem.startswith(f"USE_VLLM=True under FSDP{fsdp}") and "zero3.yaml or ddp.yaml" in problem
