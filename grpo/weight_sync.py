@@ -1,15 +1,56 @@
-"""vLLM beside a LoRA model in training: the weights sent to vLLM computed out of place.
+"""vLLM beside a LoRA model in training: weights sent out of place, and a vllm that cannot be imported kept from
+crashing the run.
 
 TRL 1.16 sends weights by merging the adapter into the bf16 base in place, reading it and unmerging
 (VLLMGeneration._iter_named_params); bf16 cannot undo the addition exactly, so the frozen base drifts at every sync
 (TRL issue 6688) and the saved adapter no longer fits the base it was trained on. `install(trainer)` sends each
 adapted weight as base + B @ A x scaling, summed in fp32 and rounded once, and never writes the model.
-Nothing heavy is imported at import.
+Nothing heavy is imported at import: `vllm_status` must run before anything imports trl.
 """
 
+import importlib.util
+import sys
 import types
 
 from grpo import errors
+from grpo.plan import truthy
+
+
+def vllm_status():
+    """(usable, reason): whether vllm imports as TRL imports it; not installed: (False, None). Installed but broken
+    (a CUDA 13 wheel on a CUDA 12 driver: ImportError), its half-imported modules are dropped and sys.modules maps
+    "vllm" to None, for which find_spec answers None: TRL's is_vllm_available() is then False and trl imports."""
+    if importlib.util.find_spec("vllm") is None:
+        return False, None
+    try:  # what trl/generation/vllm_generation.py and vllm_client.py import when vllm is installed
+        from vllm import LLM, RequestOutput, SamplingParams  # noqa: F401
+        from vllm.sampling_params import StructuredOutputsParams  # noqa: F401
+        from vllm.utils.network_utils import get_ip  # noqa: F401
+    except (ImportError, OSError, RuntimeError) as err:  # a missing library or symbol, a CUDA or torch mismatch
+        for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+            del sys.modules[name]
+        sys.modules["vllm"] = None
+        import torch
+
+        build = f"torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}"
+        fix = f"pip install a vllm build matching this {build}, or pip uninstall vllm"
+        return False, f"vllm is installed but cannot be imported ({errors.first_line(err)}); {fix}"
+    return True, None
+
+
+def vllm_choice(use_vllm, reason):
+    """USE_VLLM's answer to a vllm that cannot be imported (`reason`, from vllm_status): under auto the line to log
+    (HF generate runs), under True a ConfigError, else None.
+
+    >>> vllm_choice("auto", "vllm is installed but cannot be imported (...)")
+    'USE_VLLM=auto: HF generate, as vllm is installed but cannot be imported (...)'
+    """
+    value = str(use_vllm).lower()
+    if reason is None or value not in truthy | {"auto"}:
+        return None
+    if value == "auto":
+        return f"USE_VLLM=auto: HF generate, as {reason}"
+    raise errors.ConfigError(f"USE_VLLM={use_vllm}, but {reason}; or set USE_VLLM=False.")
 
 
 def fsdp_problem(use_vllm, fsdp_version):

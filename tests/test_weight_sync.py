@@ -1,14 +1,17 @@
 """Tests of grpo/weight_sync.py: the out-of-place vLLM weight sync driven through TRL's own sync_weights() (no vllm
-needed: the engine is a stand-in that records what it is sent).
+needed: the engine is a stand-in that records what it is sent), and a vllm that cannot be imported (a stand-in
+package, in subprocesses).
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_weight_sync.py -q
 """
 
 import contextlib
+import textwrap
 from types import SimpleNamespace as NS
 
 import pytest
 import torch
+from conftest import REPO, run_script
 
 from grpo import weight_sync
 from grpo.errors import ConfigError
@@ -246,3 +249,79 @@ def test_fsdp_is_refused_before_loading_only_with_vllm(use_vllm, fsdp, refused):
     assert (problem is not None) == refused
     if refused:
         assert problem.startswith(f"USE_VLLM=True under FSDP{fsdp}") and "zero3.yaml or ddp.yaml" in problem
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A vllm that cannot be imported
+
+BROKEN = 'import vllm.half_done\nraise ImportError("libcudart.so.13: cannot open shared object file")\n'
+
+
+def stand_in_vllm(root, init=BROKEN):
+    """A vllm 0.30.0 installed under `root` (its package and its metadata, which TRL reads for the version): by
+    default one whose import fails as a CUDA 13 wheel does on a CUDA 12 driver, after importing a submodule of its
+    own (which must not be left behind half-imported)."""
+    package, metadata = root / "vllm", root / "vllm-0.30.0.dist-info"
+    (package / "utils").mkdir(parents=True)
+    metadata.mkdir()
+    (metadata / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.30.0\n")
+    (metadata / "top_level.txt").write_text("vllm\n")
+    (package / "__init__.py").write_text(init)
+    for module in ("half_done", "sampling_params", "utils/__init__", "utils/network_utils"):
+        (package / f"{module}.py").write_text("StructuredOutputsParams = get_ip = None\n")
+    return root
+
+
+def run_python(code, path):
+    """Run `code` in a fresh Python with `path` (a stand-in vllm's folder) first on its path."""
+    return run_script("-c", textwrap.dedent(code), env={"PYTHONPATH": f"{path}:{REPO}"})
+
+
+@pytest.mark.slow  # a second import of trl in a fresh Python (~7 s), for the control alone
+def test_a_broken_vllm_without_the_check_crashes_the_trl_import(tmp_path):
+    # the failure this guards against: TRL imports vllm at module level whenever it is installed
+    result = run_python("from trl import GRPOTrainer", stand_in_vllm(tmp_path))
+    assert result.returncode == 1 and "libcudart.so.13" in result.stderr
+
+
+def test_after_the_check_trl_imports_and_sees_no_vllm(tmp_path):
+    code = """
+        import sys
+        from grpo import weight_sync
+        usable, reason = weight_sync.vllm_status()
+        print(usable, [n for n in sys.modules if n.startswith("vllm")], sys.modules["vllm"])
+        print(reason)
+        from trl import GRPOTrainer
+        from trl.import_utils import is_vllm_available
+        print("trl", is_vllm_available())
+    """
+    result = run_python(code, stand_in_vllm(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    status, reason, trl = result.stdout.splitlines()
+    assert status == "False ['vllm'] None"  # vllm.half_done dropped; vllm itself mapped to None
+    assert reason.startswith("vllm is installed but cannot be imported (ImportError: libcudart.so.13: cannot open")
+    assert "pip install a vllm build matching this torch" in reason and reason.endswith("or pip uninstall vllm")
+    assert trl == "trl False"
+
+
+def test_a_vllm_that_imports_is_usable_and_an_absent_one_says_nothing(tmp_path):
+    code = "from grpo import weight_sync; print(weight_sync.vllm_status())"
+    healthy = stand_in_vllm(tmp_path, init="LLM = RequestOutput = SamplingParams = None\n")
+    assert run_python(code, healthy).stdout.strip() == "(True, None)"
+    assert run_python(code, tmp_path / "empty").stdout.strip() == "(False, None)"  # this machine has no vllm
+
+
+@pytest.mark.parametrize(
+    ("use_vllm", "expected"),
+    [("auto", "USE_VLLM=auto: HF generate, as vllm is broken"), (False, None), ("false", None)],
+)
+def test_a_broken_vllm_under_auto_is_one_line_and_hf_generate(use_vllm, expected):
+    assert weight_sync.vllm_choice(use_vllm, "vllm is broken") == expected
+    assert weight_sync.vllm_choice(use_vllm, None) is None  # imported, or not installed: nothing to say here
+
+
+@pytest.mark.parametrize("use_vllm", [True, "true", "True"])
+def test_a_broken_vllm_under_use_vllm_true_is_a_config_error(use_vllm):
+    with pytest.raises(ConfigError, match=rf"^USE_VLLM={use_vllm}, but vllm is broken; or set USE_VLLM=False\.$"):
+        weight_sync.vllm_choice(use_vllm, "vllm is broken")
+    assert weight_sync.vllm_choice(use_vllm, None) is None
