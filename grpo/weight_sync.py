@@ -1,5 +1,5 @@
-"""vLLM beside a LoRA model in training: weights sent out of place, and a vllm that cannot be imported kept from
-crashing the run.
+"""vLLM beside a LoRA model in training: weights sent out of place, a vllm that cannot be imported kept from crashing
+the run, held-out evaluation on the run's own engine.
 
 TRL 1.16 sends weights by merging the adapter into the bf16 base in place, reading it and unmerging
 (VLLMGeneration._iter_named_params); bf16 cannot undo the addition exactly, so the frozen base drifts at every sync
@@ -40,11 +40,7 @@ def vllm_status():
 
 def vllm_choice(use_vllm, reason):
     """USE_VLLM's answer to a vllm that cannot be imported (`reason`, from vllm_status): under auto the line to log
-    (HF generate runs), under True a ConfigError, else None.
-
-    >>> vllm_choice("auto", "vllm is installed but cannot be imported (...)")
-    'USE_VLLM=auto: HF generate, as vllm is installed but cannot be imported (...)'
-    """
+    (HF generate runs), under True a ConfigError, else None."""
     value = str(use_vllm).lower()
     if reason is None or value not in truthy | {"auto"}:
         return None
@@ -123,3 +119,68 @@ def lora_delta(layer, adapter):
 
     product = layer.lora_B[adapter].weight.float() @ layer.lora_A[adapter].weight.float()
     return transpose(product, layer.fan_in_fan_out) * layer.scaling[adapter]
+
+
+def trainer_vllm_generator(trainer, max_new_tokens, enable_thinking):
+    """A `generate(prompts, temperature=0.0)` on the run's vLLM engine with gsm8k.hf_generator's contract (one (text,
+    n_tokens, truncated) per chat prompt; greedy at 0, else sampled without top-k or top-p), the engine's weights
+    synced first when stale. Colocate: each rank's own engine. Server: only the main process talks to the server.
+    Syncing (ZeRO-3) and server mode are collective: every rank must call as often (evaluate_trainer's shards do)."""
+    generation = trainer.vllm_generation
+    if generation.mode == "colocate" and generation.tensor_parallel_size > 1:  # its ranks must all send the same
+        raise NotImplementedError("held-out evaluation on a tensor-parallel colocated vLLM engine")
+    thinking = {"enable_thinking": enable_thinking}
+
+    def generate(prompts, temperature=0.0):
+        sync_if_stale(trainer)
+        if generation.mode == "server":
+            return server_generate(trainer, prompts, temperature, max_new_tokens, thinking)
+        from vllm import SamplingParams
+
+        params = SamplingParams(n=1, temperature=temperature, top_k=0, top_p=1.0, max_tokens=max_new_tokens)
+        sleeps = generation.enable_sleep_mode  # as TRL's generate: the KV cache woken, then everything asleep again
+        if sleeps:
+            generation.llm.wake_up(tags=["kv_cache"])
+        try:
+            outs = generation.llm.chat(prompts, params, chat_template_kwargs=thinking, use_tqdm=False)
+        finally:
+            if sleeps:  # level 2 discards the weights: training's next generation re-sends them, as ours does
+                generation.llm.sleep(level=2)
+                generation._llm_weights_sleeping = True
+        outs = [out.outputs[0] for out in outs]
+        return [(o.text, len(o.token_ids), o.finish_reason == "length") for o in outs]
+
+    return generate
+
+
+def sync_if_stale(trainer):
+    # GRPOTrainer syncs lazily, before a generation in a step it has not synced in (_generate_single_turn), and
+    # sleep mode (level 2) discards the engine's weights; TRL offers no public way to ask, so this reads its markers.
+    generation = trainer.vllm_generation
+    asleep = generation.mode == "colocate" and generation.enable_sleep_mode and generation._llm_weights_sleeping
+    if trainer.state.global_step != trainer._last_loaded_step or asleep:
+        generation.sync_weights()
+        trainer._last_loaded_step = trainer.state.global_step
+
+
+def server_generate(trainer, prompts, temperature, max_new_tokens, thinking):
+    """This rank's completions, every rank's prompts sent from the main process in one call; counted and decoded
+    as gsm8k.hf_generator does (up to the first end of turn, without special tokens; none = cut off)."""
+    from accelerate.utils import broadcast_object_list, gather_object
+
+    acc, tokenizer, eos = trainer.accelerator, trainer.processing_class, trainer.eos_token_ids
+    per_rank = gather_object([prompts])  # one list of prompts per rank, in rank order
+    result = [None]
+    if acc.is_main_process:
+        everyone = [p for rank in per_rank for p in rank]
+        sampling = dict(n=1, temperature=temperature, top_k=0, top_p=1.0, max_tokens=max_new_tokens)
+        answer = trainer.vllm_generation.vllm_client.chat(everyone, **sampling, chat_template_kwargs=thinking)
+        result = [answer["completion_ids"]]
+    broadcast_object_list(result, from_process=0)
+    start = sum(len(rank) for rank in per_rank[: acc.process_index])
+    outputs = []
+    for ids in result[0][start : start + len(prompts)]:
+        end = next((i for i, t in enumerate(ids) if t in eos), None)
+        n_tokens = len(ids) if end is None else end + 1
+        outputs.append((tokenizer.decode(ids[:n_tokens], skip_special_tokens=True), n_tokens, end is None))
+    return outputs

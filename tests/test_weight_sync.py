@@ -1,12 +1,14 @@
 """Tests of grpo/weight_sync.py: the out-of-place vLLM weight sync driven through TRL's own sync_weights() (no vllm
-needed: the engine is a stand-in that records what it is sent), and a vllm that cannot be imported (a stand-in
-package, in subprocesses).
+needed: the engine is a stand-in that records what it is sent), a vllm that cannot be imported (a stand-in package,
+in subprocesses), and held-out generation on the run's engine (stand-ins that record the calls).
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_weight_sync.py -q
 """
 
 import contextlib
+import sys
 import textwrap
+import types
 from types import SimpleNamespace as NS
 
 import pytest
@@ -325,3 +327,136 @@ def test_a_broken_vllm_under_use_vllm_true_is_a_config_error(use_vllm):
     with pytest.raises(ConfigError, match=rf"^USE_VLLM={use_vllm}, but vllm is broken; or set USE_VLLM=False\.$"):
         weight_sync.vllm_choice(use_vllm, "vllm is broken")
     assert weight_sync.vllm_choice(use_vllm, None) is None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Held-out generation on the run's own engine
+
+
+class SamplingParams:
+    """vllm.SamplingParams: keeps its keyword arguments."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """A vllm module holding SamplingParams, in sys.modules for the test only (monkeypatch puts it back)."""
+    module = types.ModuleType("vllm")
+    module.SamplingParams = SamplingParams
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    return module
+
+
+class LLM:
+    """vLLM's LLM as the generator uses it: chat() answers each prompt with its index, the second cut off."""
+
+    def __init__(self):
+        self.calls, self.events = [], []
+
+    def chat(self, prompts, params, chat_template_kwargs, use_tqdm):
+        self.calls.append((prompts, params.kwargs, chat_template_kwargs))
+        self.events.append("chat")
+        finish = ["stop", "length", "stop"]
+        return [
+            NS(outputs=[NS(text=f"#### {i}", token_ids=[7] * (i + 2), finish_reason=finish[i % 3])])
+            for i in range(len(prompts))
+        ]
+
+    def wake_up(self, tags):
+        self.events.append(("wake_up", tags))
+
+    def sleep(self, level):
+        self.events.append(("sleep", level))
+
+
+def run_on_engine(mode="colocate", step=0, sleep_mode=False, **attributes):
+    """A GRPOTrainer as trainer_vllm_generator reads it, its sync_weights counting the syncs."""
+    generation = NS(mode=mode, enable_sleep_mode=sleep_mode, tensor_parallel_size=1, llm=LLM(), syncs=[])
+    generation.__dict__.update(attributes)
+    generation.sync_weights = lambda: generation.syncs.append(run.state.global_step)
+    run = NS(vllm_generation=generation, state=NS(global_step=step), _last_loaded_step=-1)
+    return run
+
+
+PROMPTS = [[{"role": "user", "content": q}] for q in ("1+1?", "2+2?", "3+3?")]
+
+
+def test_colocated_generation_syncs_stale_weights_once_and_keeps_the_contract(fake_vllm):
+    run = run_on_engine(step=5)
+    generate = weight_sync.trainer_vllm_generator(run, max_new_tokens=64, enable_thinking=False)
+    outputs = generate(PROMPTS)
+    assert outputs == [("#### 0", 2, False), ("#### 1", 3, True), ("#### 2", 4, False)]  # "length": cut off
+    generate(PROMPTS, temperature=0.7)  # the same step: the engine's weights are fresh
+    assert run.vllm_generation.syncs == [5] and run._last_loaded_step == 5
+    run.state.global_step = 6  # an optimiser step later: stale again
+    generate(PROMPTS)
+    assert run.vllm_generation.syncs == [5, 6]
+    (prompts, greedy, kwargs), (_, sampled, _), _ = run.vllm_generation.llm.calls
+    assert prompts == PROMPTS and kwargs == {"enable_thinking": False}
+    assert greedy == dict(n=1, temperature=0.0, top_k=0, top_p=1.0, max_tokens=64)  # greedy at 0
+    assert sampled == {**greedy, "temperature": 0.7}  # sampled from the full distribution
+
+
+def test_a_tensor_parallel_colocated_engine_is_refused_rather_than_left_to_hang(fake_vllm):
+    # the ranks of a tensor-parallel group drive one engine and must all send it the same prompts; ours differ
+    with pytest.raises(NotImplementedError, match="tensor-parallel"):
+        weight_sync.trainer_vllm_generator(run_on_engine(tensor_parallel_size=2), 8, False)
+
+
+def test_a_sync_made_by_training_in_this_step_is_not_repeated(fake_vllm):
+    run = run_on_engine(step=3)
+    run._last_loaded_step = 3  # GRPOTrainer synced before this step's generation
+    weight_sync.trainer_vllm_generator(run, 8, True)(PROMPTS)
+    assert run.vllm_generation.syncs == [] and run.vllm_generation.llm.calls[0][2] == {"enable_thinking": True}
+
+
+def test_sleep_mode_resends_the_discarded_weights_and_sleeps_again(fake_vllm):
+    run = run_on_engine(step=2, sleep_mode=True, _llm_weights_sleeping=True)
+    run._last_loaded_step = 2  # fresh by the step, but level 2 sleep discarded the engine's weights
+    weight_sync.trainer_vllm_generator(run, 8, False)(PROMPTS)
+    assert run.vllm_generation.syncs == [2]
+    assert run.vllm_generation.llm.events == [("wake_up", ["kv_cache"]), "chat", ("sleep", 2)]
+    assert run.vllm_generation._llm_weights_sleeping is True  # training's next generate re-sends them
+
+
+class Tokenizer:
+    def decode(self, ids, skip_special_tokens):
+        return " ".join(str(i) for i in ids if not (skip_special_tokens and i == 0))
+
+
+def test_server_generation_asks_the_server_once_and_counts_as_hf_generator(fake_vllm):
+    calls = []
+
+    def chat(prompts, **kwargs):
+        calls.append((prompts, kwargs))
+        return {"completion_ids": [[5, 6, 0, 9], [5, 6, 7], [0]]}  # ended, cut off, ended at once
+
+    run = run_on_engine(mode="server", step=1, vllm_client=NS(chat=chat))
+    run.__dict__.update(accelerator=NS(is_main_process=True, process_index=0), processing_class=Tokenizer())
+    run.eos_token_ids = [0]
+    outputs = weight_sync.trainer_vllm_generator(run, 3, False)(PROMPTS)
+    assert outputs == [("5 6", 3, False), ("5 6 7", 3, True), ("", 1, False)]  # up to and including the end of turn
+    assert run.vllm_generation.syncs == [1]
+    ((prompts, kwargs),) = calls
+    assert prompts == PROMPTS
+    assert kwargs == dict(
+        n=1, temperature=0.0, top_k=0, top_p=1.0, max_tokens=3, chat_template_kwargs={"enable_thinking": False}
+    )
+
+
+def test_the_generator_drives_gsm8k_generate_all(fake_vllm):
+    from datasets import Dataset
+
+    from grpo import gsm8k
+
+    data = Dataset.from_dict({"prompt": PROMPTS, "question": ["a", "b", "c"], "answer": ["0", "1", "2"]})
+    run = run_on_engine()
+    rows = gsm8k.generate_all(data, weight_sync.trainer_vllm_generator(run, 8, False), batch_size=2, progress=False)
+    assert [(r["completion"], r["truncated"]) for r in rows] == [
+        ("#### 0", False),
+        ("#### 1", True),
+        ("#### 0", False),
+    ]
+    assert run.vllm_generation.syncs == [0]  # two batches, one sync
