@@ -103,13 +103,14 @@ def out_of_place_params(generation):
                 continue
             name = generation._fix_param_name_to_vllm(name, extra_prefixes=["modules_to_save.default."])
             layer = layers.get(id(param))
-            if layer is None:
+            deltas = [lora_delta(layer, a) for a in layer.active_adapters if a in layer.lora_A] if layer else []
+            if not deltas:
                 yield name, param.data
                 continue
-            merged = param.data.float()
-            for adapter in [a for a in layer.active_adapters if a in layer.lora_A]:
-                merged += lora_delta(layer, adapter)
-            yield name, merged.to(param.dtype)
+            merged = deltas[0]  # a fresh fp32 tensor, summed into in place
+            for delta in deltas[1:]:
+                merged += delta
+            yield name, merged.add_(param.data).to(param.dtype)
 
 
 def lora_delta(layer, adapter):
@@ -118,7 +119,7 @@ def lora_delta(layer, adapter):
     from peft.utils.other import transpose
 
     product = layer.lora_B[adapter].weight.float() @ layer.lora_A[adapter].weight.float()
-    return transpose(product, layer.fan_in_fan_out) * layer.scaling[adapter]
+    return transpose(product.mul_(layer.scaling[adapter]), layer.fan_in_fan_out)
 
 
 def trainer_vllm_generator(trainer, max_new_tokens, enable_thinking):
