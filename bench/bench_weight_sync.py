@@ -55,7 +55,9 @@ class Engine:
 
     def load_weights(self, weights):
         for name, tensor in weights:
-            self.weights.setdefault(name, tensor.new_empty(tensor.shape)).copy_(tensor)
+            if name not in self.weights:
+                self.weights[name] = tensor.new_empty(tensor.shape)
+            self.weights[name].copy_(tensor)
 
     def reset_prefix_cache(self):
         pass
