@@ -103,14 +103,16 @@ def out_of_place_params(generation):
                 continue
             name = generation._fix_param_name_to_vllm(name, extra_prefixes=["modules_to_save.default."])
             layer = layers.get(id(param))
-            deltas = [lora_delta(layer, a) for a in layer.active_adapters if a in layer.lora_A] if layer else []
-            if not deltas:
-                yield name, param.data
-                continue
-            merged = deltas[0]  # a fresh fp32 tensor, summed into in place
-            for delta in deltas[1:]:
-                merged += delta
-            yield name, merged.add_(param.data).to(param.dtype)
+            yield name, param.data if layer is None else merged_weight(layer, param.data)
+
+
+def merged_weight(layer, weight):
+    """`weight` + `layer`'s active adapters' deltas, summed in fp32 and cast once to its dtype (a new tensor)."""
+    deltas = [lora_delta(layer, a) for a in layer.active_adapters if a in layer.lora_A]
+    if not deltas:
+        return weight
+    merged = sum(deltas[1:], deltas[0])  # one adapter: its fresh fp32 delta itself, which the base is added into
+    return merged.add_(weight).to(weight.dtype)
 
 
 def lora_delta(layer, adapter):

@@ -157,6 +157,28 @@ def test_the_delta_is_peft_get_delta_weight_in_fp32():
     assert torch.equal(weight_sync.lora_delta(layer, "default"), layer.get_delta_weight("default"))
 
 
+def test_two_active_adapters_are_both_sent_as_trls_merge_adds_both():
+    from peft import LoraConfig
+
+    model = lora_model()
+    model.add_adapter("other", LoraConfig(r=4, lora_alpha=8, target_modules=["down_proj"]))
+    model.base_model.set_adapter(["default", "other"])  # "other" only on down_proj: the rest get "default" alone
+    for name, param in model.named_parameters():
+        if "lora_B.other" in name:
+            torch.nn.init.normal_(param, std=2e-3)
+    generation = vllm_generation(model)
+    weight_sync.replace_weight_walk(generation)
+    sent = dict(generation._iter_named_params())
+    layer = model.base_model.model.model.layers[1].mlp.down_proj
+    deltas = [layer.lora_B[a].weight.float() @ layer.lora_A[a].weight.float() * layer.scaling[a] for a in layer.lora_A]
+    base = layer.get_base_layer().weight
+    expected = (base.float() + deltas[0] + deltas[1]).to(base.dtype)
+    torch.testing.assert_close(sent["model.layers.1.mlp.down_proj.weight"], expected, rtol=BF16_EPS, atol=0)
+    assert torch.equal(
+        sent["model.layers.1.mlp.up_proj.weight"], reference_merge(model)["model.layers.1.mlp.up_proj.weight"]
+    )
+
+
 def test_modules_to_save_are_sent_under_their_own_name_and_their_original_left_out():
     model = lora_model(modules_to_save=["lm_head"])
     generation = vllm_generation(model)
