@@ -13,14 +13,16 @@ unmerge_adapter), the other through ours. The syncs alternate TRL/ours, so drift
 
 Reported: the base weights' drift after the syncs (the share of elements no longer equal to the start, the largest
 change), what the engine holds at the end against the exact merge of the untouched base (base + delta in fp32, cast
-once), and each walk's CPU seconds per sync (median) and their ratio.
+once), and each walk's CPU time per sync (the median), split into user time (the arithmetic) and system time (page
+faults of the CPU allocator, which hands freed tensors back to the OS and varies from run to run; a GPU's caching
+allocator has none), with the ratios ours / TRL of both.
 """
 
 import argparse
 import json
+import resource
 import statistics
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace as NS
 
@@ -113,7 +115,7 @@ def measure(args):
     start = base(our_model)
     trl_sync, our_sync = colocated(trl_model), colocated(our_model)
     weight_sync.replace_weight_walk(our_sync)
-    seconds = {"trl": [], "ours": []}
+    seconds = {"trl": [], "ours": []}  # (user, system) CPU seconds per sync
     shares = {}
     for i in range(args.syncs):
         with torch.no_grad():  # the same optimiser-like step on both adapters
@@ -123,9 +125,10 @@ def measure(args):
                 b.add_(step)
         order = (("trl", trl_sync), ("ours", our_sync)) if i % 2 == 0 else (("ours", our_sync), ("trl", trl_sync))
         for side, generation in order:
-            cpu = time.process_time()
+            before = resource.getrusage(resource.RUSAGE_SELF)
             generation.sync_weights()
-            seconds[side].append(time.process_time() - cpu)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            seconds[side].append((after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime))
         if i + 1 in (1, 10, args.syncs):
             shares[i + 1] = {side: drift(m, start)[0] for side, m in (("trl", trl_model), ("ours", our_model))}
     result = {"syncs": args.syncs, "lr": args.lr, "b_std": args.b_std, "threads": args.threads, "shape": SHAPE}
@@ -141,9 +144,14 @@ def measure(args):
             "changed_share_after": {str(k): v[side] for k, v in shares.items()},
             "engine_off_exact_merge_share": off,  # adapted weights vLLM holds that differ from the exact merge
             "engine_max_abs_off": worst,
-            "cpu_seconds_per_sync": statistics.median(seconds[side]),
+            "cpu_seconds_per_sync": statistics.median(user + system for user, system in seconds[side]),
+            "user_seconds_per_sync": statistics.median(user for user, _ in seconds[side]),
+            "system_seconds_per_sync": statistics.median(system for _, system in seconds[side]),
         }
-    result["cpu_ratio_ours_over_trl"] = result["ours"]["cpu_seconds_per_sync"] / result["trl"]["cpu_seconds_per_sync"]
+    for kind in ("cpu", "user"):
+        result[f"{kind}_ratio_ours_over_trl"] = (
+            result["ours"][f"{kind}_seconds_per_sync"] / result["trl"][f"{kind}_seconds_per_sync"]
+        )
     result["params"] = sum(p.numel() for p in start.values())
     return result
 
@@ -174,9 +182,11 @@ def main(argv=None):
         print(
             f"{side:>4}: base changed {r['base_changed_share']:.2%} (max |drift| {r['base_max_abs_drift']:.3g}); "
             f"engine off the exact merge {r['engine_off_exact_merge_share']:.2%} (max {r['engine_max_abs_off']:.3g}); "
-            f"{r['cpu_seconds_per_sync'] * 1e3:.1f} CPU ms per sync"
+            f"{r['cpu_seconds_per_sync'] * 1e3:.0f} CPU ms per sync ({r['user_seconds_per_sync'] * 1e3:.0f} user, "
+            f"{r['system_seconds_per_sync'] * 1e3:.0f} system)"
         )
-    print(f"ours / TRL CPU time per sync: {result['cpu_ratio_ours_over_trl']:.2f} ({result['params']:,} base params)")
+    ratios = f"{result['cpu_ratio_ours_over_trl']:.2f} (user time alone {result['user_ratio_ours_over_trl']:.2f})"
+    print(f"ours / TRL CPU time per sync: {ratios}; {result['params']:,} base parameters")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
