@@ -117,10 +117,11 @@ def merged_weight(layer, weight):
 
 def lora_delta(layer, adapter):
     """peft's LoRA delta (Linear.get_delta_weight: B @ A x scaling) in fp32 whatever the adapter's dtype: under ZeRO-3
-    TRL keeps the adapter in bf16 (autocast_adapter_dtype=False), where peft's own product would round on the GPU."""
+    TRL keeps the adapter in bf16 (autocast_adapter_dtype=False), where peft's own product would round on the GPU.
+    Detached: a delta carrying autograd history makes every tensor vLLM copies it into part of a growing graph."""
     from peft.utils.other import transpose
 
-    product = layer.lora_B[adapter].weight.float() @ layer.lora_A[adapter].weight.float()
+    product = layer.lora_B[adapter].weight.detach().float() @ layer.lora_A[adapter].weight.detach().float()
     return transpose(product.mul_(layer.scaling[adapter]), layer.fan_in_fan_out)
 
 

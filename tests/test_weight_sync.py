@@ -149,6 +149,8 @@ def test_the_names_shapes_and_unadapted_tensors_are_trls():
         if name not in adapted:  # untouched by LoRA: sent exactly as the model holds it
             assert torch.equal(tensor, dict(trl_sent)[name]), name
     assert not any("lora_" in n or "base_layer" in n or n.startswith("base_model") for n, _ in ours_sent)
+    # no autograd history from the adapter: vLLM copies each tensor into its weights, which would join the graph
+    assert not any(t.requires_grad for _, t in ours._iter_named_params())
 
 
 def test_the_delta_is_peft_get_delta_weight_in_fp32():
