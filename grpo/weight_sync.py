@@ -32,9 +32,8 @@ def vllm_status():
         sys.modules["vllm"] = None
         import torch
 
-        build = f"torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}"
-        fix = f"pip install a vllm build matching this {build}, or pip uninstall vllm"
-        return False, f"vllm is installed but cannot be imported ({errors.first_line(err)}); {fix}"
+        fix = f"pip install a vllm build matching torch {torch.__version__} (CUDA {torch.version.cuda or 'none'})"
+        return False, f"vllm cannot be imported ({errors.first_line(err)}); {fix}, or pip uninstall vllm"
     return True, None
 
 
@@ -46,7 +45,7 @@ def vllm_choice(use_vllm, reason):
         return None
     if value == "auto":
         return f"USE_VLLM=auto: HF generate, as {reason}"
-    raise errors.ConfigError(f"USE_VLLM={use_vllm}, but {reason}; or set USE_VLLM=False.")
+    raise errors.ConfigError(f"USE_VLLM={use_vllm}, but {reason} and set USE_VLLM=auto.")
 
 
 def fsdp_problem(use_vllm, fsdp_version):
