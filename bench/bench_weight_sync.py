@@ -14,8 +14,7 @@ unmerge_adapter), the other through ours. The syncs alternate TRL/ours, so drift
 Reported: the base weights' drift after the syncs (the share of elements no longer equal to the start, the largest
 change), what the engine holds at the end against the exact merge of the untouched base (base + delta in fp32, cast
 once), and each walk's CPU time per sync (the median), split into user time (the arithmetic) and system time (page
-faults of the CPU allocator, which hands freed tensors back to the OS and varies from run to run; a GPU's caching
-allocator has none), with the ratios ours / TRL of both.
+faults: memory newly touched, so memory that grows from sync to sync shows there first), with the ratios ours / TRL.
 """
 
 import argparse
