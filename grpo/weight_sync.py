@@ -13,7 +13,6 @@ import sys
 import types
 
 from grpo import errors
-from grpo.plan import truthy
 
 
 def vllm_status():
@@ -41,7 +40,7 @@ def vllm_choice(use_vllm, reason):
     """USE_VLLM's answer to a vllm that cannot be imported (`reason`, from vllm_status): under auto the line to log
     (HF generate runs), under True a ConfigError, else None."""
     value = str(use_vllm).lower()
-    if reason is None or value not in truthy | {"auto"}:
+    if reason is None or value not in ("auto", "true", "1", "yes", "on"):  # USE_VLLM's values that ask for vLLM
         return None
     if value == "auto":
         return f"USE_VLLM=auto: HF generate, as {reason}"
