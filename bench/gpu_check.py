@@ -1,6 +1,6 @@
 """The GPU check: how fast grpotrainer.py generates and trains on a CUDA machine, against what the hardware allows.
 
-    bash bench/gpu_check.sh                  # the whole check, offline, in at most 8 minutes (installs .whl/ first)
+    bash bench/gpu_check.sh                  # the whole check, offline, in at most 9 minutes (installs .whl/ first)
     bash bench/gpu_check.sh --quick          # Qwen3-0.6B only: two steps' cases and decode; at most 5 minutes
     python bench/gpu_check.py --dry-run      # tiny shapes on CPU in a few minutes: the same code path
 
@@ -16,13 +16,20 @@ case that outlives its budget is killed and reported as a timeout, which is a fa
 every case, so a run cut short keeps what it measured. Per model, in this order:
     build          the random model folder
     step-generate  real `grpotrainer.py` steps at its default settings (evaluation off), plain `generate`
+    weight-sync    grpo/weight_sync.py's out-of-place vLLM weight sync through TRL's own sync_weights() into a
+                   stand-in engine: a pass/fail entry (the bf16 base bit-identical after SYNCS syncs, the engine
+                   holding the fp32 merge within one bf16 rounding), each walk's seconds per sync, TRL's drift
     decode         `generate` of the LoRA-wrapped model (unmerged, as training generates) at batch 1
                    (decode-lora-b1) and at the GRPO generation batch (decode-lora-grpo), eager, with the host's cost
+    eval           one held-out evaluation call as training makes it: gsm8k.hf_generator on the LoRA-wrapped
+                   model, EVAL_BATCH_SIZE prompts, MAX_COMPLETION_LENGTH new tokens, greedy (eval-hf)
     step-cb        step-generate with USE_TRANSFORMERS_CONTINUOUS_BATCHING=True, then dtype-after-cb: a pass/fail
                    entry, the LoRA weights and rotary inv_freq buffers fp32 at every step's end
     step-large     step-generate with 128 completions per step, all decoded by one generate call
     decode-static  decode with CACHE_IMPLEMENTATION=static: the static KV cache and the compiled decode step; the
                    compile (the warm-up call) reported apart from the timed repeats
+    eval-vllm      the same call through vLLM (gsm8k.vllm_generator), its engine's start timed apart (only where
+                   vllm is installed)
     step-vllm      step-generate with USE_VLLM=True (only where vllm is installed)
 calibrate (the device's memory bandwidth and bf16 matmul rate) runs first, once.
 
@@ -53,6 +60,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from statistics import median
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: grpo/profiles.py, grpotrainer.py, data/
 FIXTURE = ROOT / "data" / "smoke_gsm8k.jsonl"
@@ -87,7 +95,9 @@ DRY_MODELS = ["qwen3-8b"]  # what --dry-run runs unless --models says otherwise:
 DRY_LAYOUT = ("PER_DEVICE_TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS")
 # --quick: a second try in what is left of the GPU machine's window, on the small model
 QUICK = dict(models=["qwen3-0.6b"], cases=["step-generate", "decode", "step-cb"], deadline=300)
-DEADLINE = 470  # seconds for the whole run, install included (gpu_check.sh passes what it spent); the dry run 1200
+# seconds for the whole run, install included (gpu_check.sh passes what it spent); the dry run 1200. A 15-minute
+# device loan holds the machine's start (~3 min) and one command of at most 10 min: this, with a minute to spare.
+DEADLINE = 540
 # Seconds each case may take on an H200, per model: an estimate x 1.25, rounded up to 5 s. The estimates add the
 # CPU-simulated image's measured times at the real depth (process start and imports, and eager decoding, which is
 # launch-bound on a GPU: Python and kernel launches per token, not bandwidth) to the GPU's own work at its datasheet
@@ -97,6 +107,9 @@ BUDGETS = {
     "calibrate": 20,
     "build": {"qwen3-8b": 60, "qwen3-0.6b": 20, "qwen3-1.7b": 25},
     "decode": {"qwen3-8b": 90, "qwen3-0.6b": 70, "qwen3-1.7b": 75},
+    "weight-sync": {"qwen3-8b": 50, "qwen3-0.6b": 25, "qwen3-1.7b": 30},
+    "eval": {"qwen3-8b": 80, "qwen3-0.6b": 50, "qwen3-1.7b": 55},
+    "eval-vllm": {"qwen3-8b": 150, "qwen3-0.6b": 90, "qwen3-1.7b": 100},
     "decode-static": {"qwen3-8b": 155, "qwen3-0.6b": 140, "qwen3-1.7b": 145},
     "step": {"qwen3-8b": 175, "qwen3-0.6b": 135, "qwen3-1.7b": 140},
     "step-large": {"qwen3-8b": 185, "qwen3-0.6b": 140, "qwen3-1.7b": 145},
@@ -112,8 +125,10 @@ STEP_CASES = {  # case -> grpotrainer.py overrides on top of its defaults (and E
     "step-vllm": {"USE_VLLM": "true"},
 }
 DECODE_CASES = ("decode", "decode-static")
+VLLM_CASES = ("eval-vllm", "step-vllm")  # run only where vllm imports, on a GPU
 # after each build, in this order: the default step first, then what matters most if time runs out
-CASES = ("step-generate", "decode", "step-cb", "step-large", "decode-static", "step-vllm")
+CASES = ("step-generate", "weight-sync", "decode", "eval", "step-cb", "step-large", "decode-static", *VLLM_CASES)
+SYNCS = 8  # weight-sync: syncs per walk, each after an optimiser-like update of the adapter (the first: warm-up)
 DECODE_REPEATS = 3  # timed generate calls per batch size after the warm-up (the compile for decode-static)
 PROFILED_TOKENS = 8  # decode steps the profiler counts kernel launches (CPU: aten ops) over
 # On the CPU, TRL's continuous-batching default (half the free memory as paged KV cache) means gigabytes of RAM
@@ -416,6 +431,180 @@ def run_decode(args):
     return {"records": records}
 
 
+class SyncEngine:
+    """vLLM's model as TRL's sync_weights() reaches it (llm.llm_engine...model.load_weights, reset_prefix_cache):
+    load_weights copies each tensor into a buffer of its own, as vLLM copies it into its weights."""
+
+    def __init__(self):
+        self.weights = {}
+        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(
+            model_runner=SimpleNamespace(model=self))))  # fmt: skip
+
+    def load_weights(self, weights):
+        for name, tensor in weights:
+            if name not in self.weights:
+                self.weights[name] = tensor.new_empty(tensor.shape)
+            self.weights[name].copy_(tensor)
+
+    def reset_prefix_cache(self):
+        pass
+
+
+def colocated(model):
+    """TRL's VLLMGeneration in colocate mode on one process, built without vllm: the attributes sync_weights()
+    reads, the engine a SyncEngine."""
+    from trl.distributed import DistributedBackend
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    generation = object.__new__(VLLMGeneration)
+    state = SimpleNamespace(deepspeed_plugin=None, fsdp_plugin=None)
+    acc = SimpleNamespace(state=state, is_main_process=True, device=next(model.parameters()).device)
+    generation.__dict__.update(mode="colocate", enable_sleep_mode=False, accelerator=acc, model=model)
+    generation.__dict__.update(llm=SyncEngine(), _dist=DistributedBackend(acc))
+    return generation
+
+
+def run_weight_sync(args):
+    """grpo/weight_sync.py's out-of-place sync on the real shape in bf16 (the model loaded as training loads it,
+    LoRA-wrapped by grpotrainer.py's config, the adapter part-trained and moved between syncs as Adam moves it):
+    SYNCS syncs through TRL's sync_weights() with our walk, then the base checked bit for bit against a copy taken
+    before and the engine's weights against the fp32 merge; then SYNCS through TRL's own walk (the control: its
+    drift). Each sync timed, CUDA synchronised; the first of each walk is the warm-up."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from grpo import weight_sync
+
+    device, _ = device_and_dtype(args.dry_run)
+    # bf16 on the CPU too: the drift is bf16's, and a sync does no matmul worth the fp32 the dry run decodes in
+    model = with_lora(AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.bfloat16).to(device))
+    lora = {name: p for name, p in model.named_parameters() if "lora_" in name}
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in lora.items():
+            if "lora_B" in name:  # peft starts B at zero, where no delta would show
+                p.normal_(std=1e-3)
+    start = {name: p.detach().clone() for name, p in model.named_parameters() if "lora_" not in name}
+    reset_peak_memory()
+
+    def syncs(generation):
+        seconds = []
+        for _ in range(SYNCS):
+            with torch.no_grad():
+                for p in lora.values():
+                    p.add_(5e-6 * torch.randn_like(p).sign())  # grpotrainer's LEARNING_RATE, Adam's step size
+            seconds.append(timed(generation.sync_weights)[0])
+        return seconds
+
+    ours = colocated(model)
+    weight_sync.replace_weight_walk(ours)
+    ours_s = syncs(ours)
+    identical = all(torch.equal(p, start[name]) for name, p in model.named_parameters() if name in start)
+    off, elements, worst = 0, 0, 0.0  # the engine's adapted weights against base + delta summed in fp32
+    for name, module in model.named_modules():
+        if hasattr(module, "lora_A"):
+            base = start[name + ".base_layer.weight"]
+            a, b = module.lora_A["default"].weight.float(), module.lora_B["default"].weight.float()
+            exact = (base.float() + b @ a * module.scaling["default"]).to(base.dtype)
+            held = ours.llm.weights[name.removeprefix("base_model.model.") + ".weight"]
+            off, elements = off + (held != exact).sum().item(), elements + exact.numel()
+            ratio = (held.float() - exact.float()).abs() / exact.float().abs().clamp_min(torch.finfo(base.dtype).tiny)
+            worst = max(worst, ratio.max().item())
+    rounding = torch.finfo(torch.bfloat16).eps
+    trl_s = syncs(colocated(model))  # TRL's in-place merge and unmerge, on the same model
+    changed = sum((p != start[n]).sum().item() for n, p in model.named_parameters() if n in start)
+    drift = max((p.float() - start[n].float()).abs().max().item() for n, p in model.named_parameters() if n in start)
+    record = case_record(
+        "weight-sync",
+        args.model,
+        peak_memory_gib=peak_memory_gib(),
+        passed=identical and worst <= rounding,
+        base_bit_identical=identical,
+        engine_off_exact_merge_share=off / elements,  # 0: the same bits as base + delta in fp32, cast once
+        engine_max_relative_off=worst,  # must stay within one bf16 rounding (eps = 2**-7)
+        syncs=SYNCS,
+        sync_seconds=median(ours_s[1:]),
+        sync_seconds_repeats=ours_s,
+        trl_sync_seconds=median(trl_s[1:]),
+        trl_sync_seconds_repeats=trl_s,
+        sync_seconds_ours_over_trl=median(ours_s[1:]) / median(trl_s[1:]),
+        trl_base_changed_share=changed / sum(t.numel() for t in start.values()),  # TRL's walk, the control
+        trl_base_max_abs_drift=drift,
+        adapter_dtype=str(next(iter(lora.values())).dtype).removeprefix("torch."),
+    )
+    return {"records": [record]}
+
+
+def eval_prompts(dry_run):
+    """(prompts, new tokens): EVAL_BATCH_SIZE GSM8K chat prompts (the fixture's questions, repeated to fill the
+    batch) and MAX_COMPLETION_LENGTH, grpotrainer.py's defaults; 16 tokens on the CPU."""
+    from grpo import gsm8k
+
+    d = script_defaults(ROOT / "grpotrainer.py", ("EVAL_BATCH_SIZE", "MAX_COMPLETION_LENGTH"))
+    questions = [json.loads(line)["question"] for line in FIXTURE.read_text().splitlines() if line.strip()]
+    prompts = [gsm8k.make_prompt(questions[i % len(questions)]) for i in range(d["EVAL_BATCH_SIZE"])]
+    return prompts, 16 if dry_run else d["MAX_COMPLETION_LENGTH"]
+
+
+def eval_record(case, args, outputs, seconds, **figures):
+    tokens = sum(n for _, n, _ in outputs)
+    return case_record(
+        case,
+        args.model,
+        decode_tokens_per_s=tokens / seconds,
+        peak_memory_gib=peak_memory_gib(),
+        eval_call_seconds=seconds,
+        prompts=len(outputs),
+        completion_tokens=tokens,
+        truncated_share=sum(cut for _, _, cut in outputs) / len(outputs),
+        **figures,
+    )
+
+
+def run_eval(args):
+    """One held-out evaluation call as grpo/monitor.py's evaluate_trainer makes it (gsm8k.hf_generator on the
+    trainer's LoRA-wrapped model, greedy, one batch of EVAL_BATCH_SIZE prompts), after a two-token warm-up call."""
+    from grpo import gsm8k
+
+    model, tokenizer, attn = load_model(args)
+    model = with_lora(model).eval()
+    prompts, tokens = eval_prompts(args.dry_run)
+    gsm8k.hf_generator(model, tokenizer, 2)(prompts[:2])  # CUDA's and the kernels' warm-up
+    generate = gsm8k.hf_generator(model, tokenizer, tokens)
+    reset_peak_memory()
+    outputs = []
+    seconds, _ = timed(lambda: outputs.extend(generate(prompts)))
+    record = eval_record("eval-hf", args, outputs, seconds, new_tokens=tokens, attn_implementation=attn)
+    return {"records": [record]}
+
+
+def run_eval_vllm(args):
+    """The same evaluation call through vLLM (gsm8k.vllm_generator, as evaluate.py builds it; the run's own engine
+    holds the same weights), the engine's start timed apart, then a warm-up call and the timed one."""
+    from grpo import gsm8k
+
+    prompts, tokens = eval_prompts(args.dry_run)
+    longest = gsm8k.longest_prompt({"prompt": prompts}, args.model_dir)
+    started = time.perf_counter()
+    generate = gsm8k.vllm_generator(
+        args.model_dir,
+        None,
+        prompt_tokens=longest,
+        max_completion_length=tokens,
+        enable_thinking=False,
+        bf16=True,
+        trust_remote_code=False,
+        gpu_memory_utilization=0.5,
+    )
+    engine_s = time.perf_counter() - started
+    generate(prompts[:2])
+    reset_peak_memory()
+    outputs = []
+    seconds, _ = timed(lambda: outputs.extend(generate(prompts)))
+    record = eval_record("eval-vllm", args, outputs, seconds, new_tokens=tokens, engine_start_seconds=engine_s)
+    return {"records": [record]}
+
+
 def memory_allocated_gib():
     import torch
 
@@ -614,6 +803,7 @@ def run_case(args):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.calibration = json.loads(args.calibration) if args.calibration else None
     run = {"calibrate": run_calibrate, "build": run_build, "decode": run_decode, "decode-static": run_decode}
+    run |= {"weight-sync": run_weight_sync, "eval": run_eval, "eval-vllm": run_eval_vllm}
     result = run.get(args.case, run_step)(args)
     Path(args.result).write_text(json.dumps(result, indent=2) + "\n")
 
@@ -790,7 +980,7 @@ def run_model(args, model, calibration, budget, deadline):
         return
     calib = json.dumps(calibration)
     for case in args.cases:
-        if case == "step-vllm" and (args.dry_run or not hardware.importable("vllm")):
+        if case in VLLM_CASES and (args.dry_run or not hardware.importable("vllm")):
             why = "needs a CUDA GPU and vllm (requirements-vllm.txt)"
             yield case_record(case, model, status="skipped", reason=why)
             continue
@@ -799,7 +989,12 @@ def run_model(args, model, calibration, budget, deadline):
         )
         for record in result["records"] if result else [case_record(case, model)]:
             failed = record.get("passed") is False  # a check that ran and found what it checks wrong
-            why = f"failed: {json.dumps(record.get('dtypes_per_step'))}" if failed else reason
+            found = {
+                k: record[k]
+                for k in ("dtypes_per_step", "base_bit_identical", "engine_max_relative_off")
+                if k in record
+            }
+            why = f"failed: {json.dumps(found)}" if failed else reason
             yield {**record, "status": "error" if failed else status, "reason": why, "seconds": seconds,
                    "budget_s": budget(case, model)}  # fmt: skip
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check in one command, for a CUDA machine without internet (see bench/README.md):
 #
-#   bash bench/gpu_check.sh              # install what is missing from .whl/, then bench/gpu_check.py; <= 8 minutes
+#   bash bench/gpu_check.sh              # install what is missing from .whl/, then bench/gpu_check.py; <= 9 minutes
 #   bash bench/gpu_check.sh --quick      # Qwen3-0.6B only (two steps' cases and decode); <= 5 minutes
 #   bash bench/gpu_check.sh --dry-run    # the same code on CPU with tiny shapes, in a few minutes
 #   GPU_CHECK_OUT=/tmp/gpu.json bash bench/gpu_check.sh --models qwen3-0.6b   # gpu_check.py options pass through
@@ -13,7 +13,7 @@
 # version by a constraints file, so never replaced. PYTHONPATH folders outside a site-packages folder are left out
 # (said when it happens): packages put there with `pip install --target` break datasets, whose dill pickles such a
 # pyarrow by value (PicklingError: Can't pickle <class 'MonthDayNano'>). The whole run, install included, keeps to
-# gpu_check.py's deadline (470 s; --quick 300; GPU_CHECK_DEADLINE=seconds sets it); results go to $GPU_CHECK_OUT,
+# gpu_check.py's deadline (540 s; --quick 300; GPU_CHECK_DEADLINE=seconds sets it); results go to $GPU_CHECK_OUT,
 # default $OUT/gpu_check.json when $OUT is set, else outputs/bench/gpu_check.json, after every case, logs beside it.
 # When the install (or gpu_check.py before its first case) fails, that JSON still comes back: the step that failed
 # and the end of its log, and the exit status is not 0.
