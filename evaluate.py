@@ -230,7 +230,10 @@ def load_model(s, cpu_only=False):
 
 def engine(s, cpu_only, prompt_tokens):
     """(generate, prompts per call, its name): vLLM when USE_VLLM allows and a GPU has it, else transformers."""
-    vllm, note = generation.generation_choice(s["USE_VLLM"], hardware.on_gpu(cpu_only), hardware.importable("vllm"))
+    usable, broken = weight_sync.vllm_status()  # a broken vllm build: named, then transformers generates
+    if note := weight_sync.vllm_choice(s["USE_VLLM"], broken):
+        log.warning(note)
+    vllm, note = generation.generation_choice(s["USE_VLLM"], hardware.on_gpu(cpu_only), usable)
     if note:
         log.info(note)
     if vllm:

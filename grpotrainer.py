@@ -122,7 +122,7 @@ PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
 log = logging.getLogger("grpotrainer")
 
 
-def build_config(s, fields, cpu_only, train_dataset=None):
+def build_config(s, fields, cpu_only, datasets=()):
     """The GRPOConfig of the settings `s` (each constant's field is in grpo/settings.py) and the command
     line's lower-case `fields`, checked by TRL itself. Without a GPU (--plan), as the CPU would run it."""
     from trl import GRPOConfig
@@ -134,7 +134,7 @@ def build_config(s, fields, cpu_only, train_dataset=None):
     ours["model_init_kwargs"] = hardware.model_init_kwargs(attention, s["BF16"], cpu_only, trust_remote_code=remote)
     ours["chat_template_kwargs"] = {"enable_thinking": s["ENABLE_THINKING"]}
     if s["USE_VLLM"] is True:
-        ours["vllm_max_model_length"] = generation.vllm_context(s, train_dataset)
+        ours["vllm_max_model_length"] = generation.vllm_context(s, datasets)
     ours |= dict(num_completions_to_print=0, use_cpu=cpu_only, ddp_find_unused_parameters=False)
     if cpu_only:  # one thread; gloo with DDP_TIMEOUT (transformers drops it on the CPU)
         hardware.one_cpu_thread()
@@ -267,7 +267,7 @@ def main(argv=()):
     datasets = load_data(s, plan_only=bool(args.plan))
     run_plan = plan.for_run(s, datasets, hardware.world_size())
     train_dataset = None if args.plan else datasets[0]
-    config = build_config(s, args.fields, cpu_only, train_dataset=train_dataset)
+    config = build_config(s, args.fields, cpu_only, datasets=() if args.plan else datasets)
     preflight.refuse_bad_grpo_config(config, s, run_plan["train_problems"])
     if args.plan:  # --plan or --plan=json: what the run will do, and nothing more
         return print(plan.plan_json(run_plan) if args.plan == "json" else plan.format_plan(run_plan))

@@ -214,11 +214,9 @@ class HeldOutEval(TrainerCallback):
     def score(self, when, limit, key=None):
         """Score `limit` problems now, as `when` ("before", "during" or "after"), kept under `key` (default
         `when`); False when a signal cut it short."""
-        metrics = None
-        with self.stopper.evaluating(when) as cut:
-            if not cut:
-                metrics = evaluation.evaluate_trainer(self.trainer, when, limit=limit, **self.scoring)
-        if cut:
+        with self.stopper.evaluating(when, self.trainer.args.device) as scoring:
+            metrics = evaluation.evaluate_trainer(self.trainer, when, limit=limit, check=scoring.check, **self.scoring)
+        if scoring.cut:
             self.interrupted, self.stopper.stopped_at = when, self.trainer.state.global_step
             return False
         if metrics is not None:

@@ -3,6 +3,7 @@
 `<stem>_predictions.jsonl`, and compare two evaluations of the same problems with an exact paired test.
 """
 
+import contextlib
 import functools
 import html
 import itertools
@@ -13,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from grpo import errors, files, generation, gsm8k, settings, stats
+from grpo import errors, files, generation, gsm8k, settings, stats, weight_sync
 from grpo.errors import ConfigError
 
 log = logging.getLogger("grpotrainer.evaluation")
@@ -294,7 +295,7 @@ def new_logdir(output_dir, suffix=""):
     return os.path.join(chosen or output_dir, default_logdir() + suffix)
 
 
-def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, samples=None):
+def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, samples=None, check=None):
     """Score the trainer's model (adapter active) on the first `limit` test problems, with training's prompts and
     lengths, and log eval/gsm8k_* at this step through `log_metrics`; the metrics, on every rank (None when `limit`
     is 0). `when`: "before" (step 0), "during" or "after" (this step); `samples` completions per problem (default
@@ -305,6 +306,8 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     process writes the files. Every shard has the same length (the last padded with repeats of the last problem,
     dropped after the gather): under ZeRO-3 and FSDP each forward pass is collective, so every rank must make the
     same generate calls. Outside train() the model is not wrapped yet under DeepSpeed/FSDP: then it is skipped.
+    Under vLLM the run's own engine generates, its weights synced first (grpo/weight_sync.py). `check` is called
+    between generate calls (a signal's stop, on every rank at once).
     """
     if not limit:
         return None
@@ -324,16 +327,19 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     thinking = (args.chat_template_kwargs or {}).get("enable_thinking", False)
     samples, desc = args.num_generations if samples is None else samples, f"GSM8K test, {when} training"
     start = time.perf_counter()
-    with generation.generation_ready(trainer) as model:
-        tokenizer, length, cache = trainer.processing_class, args.max_completion_length, args.cache_implementation
-        # training's own end-of-turn tokens: Trainer may have rewritten the generation config's to the tokenizer's
-        eos = trainer.eos_token_ids
-        generate = generation.hf_generator(model, tokenizer, length, thinking, cache_implementation=cache, eos=eos)
-        rows = generation.generate_all(shard, generate, batch_size, desc, acc.is_main_process)
+    with contextlib.ExitStack() as stack:
+        if args.use_vllm:
+            generate = weight_sync.trainer_vllm_generator(trainer, args.max_completion_length, thinking)
+        else:  # training's own end-of-turn tokens: Trainer may have rewritten the generation config's
+            model, cache = stack.enter_context(generation.generation_ready(trainer)), args.cache_implementation
+            generate = generation.hf_generator(
+                model, trainer.processing_class, args.max_completion_length, thinking, cache_implementation=cache,
+                eos=trainer.eos_token_ids,
+            )  # fmt: skip
+        rows = generation.generate_all(shard, generate, batch_size, desc, acc.is_main_process, check=check)
         sampler = functools.partial(generate, temperature=args.temperature)
-        sampled = generation.sample_all(
-            shard, sampler, samples, batch_size, desc, acc.is_main_process, args.seed
-        )  # 0: []
+        seed = args.seed
+        sampled = generation.sample_all(shard, sampler, samples, batch_size, desc, acc.is_main_process, seed, check)
     # every rank's rows, in rank order: the padding is at the end
     rows, sampled = gather_object(rows)[:n], gather_object(sampled)[: n * samples]
     seconds = time.perf_counter() - start

@@ -9,7 +9,7 @@ import json
 import logging
 from pathlib import Path
 
-from grpo import errors, hardware
+from grpo import errors, hardware, weight_sync
 from grpo.cli import FALSE, TRUE
 from grpo.errors import ConfigError
 from grpo.plan import model_shape, read_model_config
@@ -19,7 +19,7 @@ PROMPT_TOKENS = 150  # a GSM8K prompt with system prompt and chat template, in Q
 log = logging.getLogger("grpotrainer.generation")
 
 
-def generate_all(dataset, generate, batch_size, desc="GSM8K", progress=True):
+def generate_all(dataset, generate, batch_size, desc="GSM8K", progress=True, check=None):
     """Run `generate` over the dataset's prompts in batches, with a progress bar.
 
     `generate(prompts)` takes a list of chat prompts (lists of messages) and returns one `(text, n_tokens, truncated)`
@@ -46,10 +46,12 @@ def generate_all(dataset, generate, batch_size, desc="GSM8K", progress=True):
                     }
                 )
             bar.update(len(batch["prompt"]))
+            if check is not None:  # a stop between two calls (GracefulStop.evaluating)
+                check()
     return rows
 
 
-def sample_all(dataset, generate, samples, batch_size, desc="GSM8K", progress=True, seed=0):
+def sample_all(dataset, generate, samples, batch_size, desc="GSM8K", progress=True, seed=0, check=None):
     """`samples` completions per problem from a sampling `generate`, problem-major, as `generate_all` returns rows.
 
     The random state is seeded with `seed` for the sampling and restored afterwards, so a training run's own
@@ -57,7 +59,7 @@ def sample_all(dataset, generate, samples, batch_size, desc="GSM8K", progress=Tr
     """
     repeated = dataset.select([i for i in range(len(dataset)) for _ in range(samples)])
     with seeded(seed):
-        return generate_all(repeated, generate, batch_size, f"{desc}, {samples} samples each", progress)
+        return generate_all(repeated, generate, batch_size, f"{desc}, {samples} samples each", progress, check)
 
 
 @contextlib.contextmanager
@@ -172,11 +174,13 @@ def longest_prompt(dataset, model_name, enable_thinking=False, trust_remote_code
     return max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
 
 
-def vllm_context(s, train_dataset=None):
-    """vLLM's context for a run (training's vllm_max_model_length): its longest prompt (PROMPT_TOKENS when the
-    data is not read, as in --plan) plus a whole completion plus CONTEXT_MARGIN."""
+def vllm_context(s, datasets=()):
+    """vLLM's context for a run (training's vllm_max_model_length): the longest prompt of its `datasets` (training's
+    and the held-out one, which its engine also scores; PROMPT_TOKENS when none is read, as in --plan) plus a whole
+    completion plus CONTEXT_MARGIN."""
     thinking, remote = s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"]
-    longest = longest_prompt(train_dataset, s["MODEL_NAME"], thinking, remote) if train_dataset else PROMPT_TOKENS
+    read = [data for data in datasets or () if data is not None and not isinstance(data, int)]
+    longest = max((longest_prompt(data, s["MODEL_NAME"], thinking, remote) for data in read), default=PROMPT_TOKENS)
     return context_length(longest, s["MAX_COMPLETION_LENGTH"])
 
 
@@ -259,7 +263,7 @@ def generation_ready(trainer):
             trainer.model.train(was_training)
 
 
-def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate", load_in_4bit=False):
+def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate", lossy=False):
     """(USE_VLLM as a bool, a one-line note saying which generation runs and why, or None when chosen by hand).
 
     >>> generation_choice("auto", cuda=False, vllm_installed=True)
@@ -270,8 +274,8 @@ def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate", load_in_4
         return value is True or value in TRUE, None
     if value != "auto":
         raise errors.ConfigError(f"USE_VLLM={use_vllm!r} is not one of auto, True, False.")
-    if cuda and vllm_installed and load_in_4bit:  # TRL merges LoRA into the weights it sends vLLM: lossy in 4 bits
-        return False, "USE_VLLM=auto: HF generate, as LOAD_IN_4BIT=True (vLLM would get a lossy 4-bit merge)"
+    if cuda and vllm_installed and lossy:  # vLLM gets merged weights: lossy in 4 bits, not plain B @ A for DoRA
+        return False, "USE_VLLM=auto: HF generate, as LOAD_IN_4BIT or USE_DORA is on (no exact merge for vLLM)"
     if cuda and vllm_installed:
         return True, f"USE_VLLM=auto: vLLM ({mode}), as vllm imports and a CUDA GPU is visible"
     why = "no CUDA GPU is visible" if not cuda else "vllm is not installed (requirements-vllm.txt adds it)"
@@ -286,9 +290,11 @@ VLLM_SHARE_FALLBACK = 0.3  # ... and is this when the model's config or the card
 def choose(s, cuda):
     """The settings with USE_VLLM as True or False for this machine (`generation_choice`, its reason logged) and
     VLLM_GPU_MEMORY_UTILIZATION as a share (`vllm_memory_share`, from the model's config and this GPU's memory)."""
-    use_vllm, note = generation_choice(
-        s["USE_VLLM"], cuda, hardware.importable("vllm"), s["VLLM_MODE"], load_in_4bit=s["LOAD_IN_4BIT"]
-    )
+    usable, broken = weight_sync.vllm_status()  # before trl imports vllm: a broken one is kept from it
+    if note := weight_sync.vllm_choice(s["USE_VLLM"], broken):
+        log.warning(note)
+    lossy = s["LOAD_IN_4BIT"] or s["USE_DORA"]
+    use_vllm, note = generation_choice(s["USE_VLLM"], cuda, usable, s["VLLM_MODE"], lossy=lossy)
     if note:
         log.info(note)
     share, card_gb, config = s["VLLM_GPU_MEMORY_UTILIZATION"], 0, None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from grpo import files, hardware
+from grpo import files, hardware, weight_sync
 
 
 class ResumedSettings(TrainerCallback):
@@ -111,6 +111,7 @@ def after_init(trainer, load_in_4bit):
     (training_args.bin) and the trackers record (the model is loaded by now: the token has done its job)."""
     if load_in_4bit:
         adapter_in_fp32(trainer.model)
+    weight_sync.install(trainer)  # vLLM gets base + LoRA summed aside, never merged into the trained model
     trackio_at_step(trainer)
     files.redact_fields(trainer.args)
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
-from grpo import checkpoints, errors, files, generation, hardware, hub, reward_guard, settings
+from grpo import checkpoints, errors, files, generation, hardware, hub, reward_guard, settings, weight_sync
 from grpo.errors import ConfigError
 
 log = logging.getLogger("grpotrainer.preflight")
@@ -412,6 +412,10 @@ def hardware_problems(s, cpu_only):
             "USE_VLLM=True with LOAD_IN_4BIT=True: TRL merges LoRA into the base weights for vLLM, lossy in 4-bit.\n"
             "Use vLLM with bf16 LoRA, or QLoRA with transformers generation (TRL issues 3466, 3654)."
         )
+    if s["USE_VLLM"] is True and s["USE_DORA"]:
+        problems.append("USE_VLLM=True with USE_DORA=True: vLLM gets plain LoRA's merge only; set USE_VLLM=False.")
+    if problem := weight_sync.fsdp_problem(s["USE_VLLM"] is True, hardware.fsdp_version()):
+        problems.append(problem)
     if hardware.fsdp_version() == 2:
         log.warning(FSDP2_WARNING)
     for other in ("USE_VLLM", "USE_TRANSFORMERS_CONTINUOUS_BATCHING"):

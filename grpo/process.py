@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 from grpo.errors import ConfigError, first_line
@@ -377,22 +378,28 @@ class GracefulStop:
             self.timer.cancel()
 
     @contextlib.contextmanager
-    def evaluating(self, when):
-        """A held-out evaluation (`when`: before, during or after) that a SIGTERM or Ctrl-C ends at once, rather than
-        after it has scored every problem: yields a list that holds the signal once one came (or had come before).
-        Before training nothing is saved, so there the signal unwinds the script (`run` says what it left)."""
-        cut = [self.received] if self.received is not None else []
-        previous = {signum: signal.signal(signum, _interrupt) for signum in self.signals} if not cut else {}
+    def evaluating(self, when, device=None):
+        """A held-out evaluation (`when`: before, during or after) that a SIGTERM or Ctrl-C ends between two generate
+        calls, rather than after it has scored every problem. Yields `scoring`: the scoring calls `scoring.check()`
+        between its calls, which raises Interrupted on every rank at once (`any_rank`: ranks leave their collectives
+        together) once a signal came; `scoring.cut` then holds it. Before training nothing is saved, so there the
+        signal unwinds the script (`run` says what it left)."""
+        scoring = types.SimpleNamespace(cut=[])
+
+        def check():
+            if any_rank(self.received is not None, device):
+                signum = self.received or signal.SIGTERM  # another rank's
+                raise Interrupted(signum, stop_message(signum))
+
+        scoring.check = check
         try:
             with phase(f"scoring {EVALUATIONS[when]}"):
-                yield cut  # the caller scores only while it is empty
+                yield scoring
         except Interrupted as err:
             if when == "before":
                 raise
-            cut.append(err.signum)
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            scoring.cut.append(err.signum)
+        cut = scoring.cut
         if cut:
             self.received = self.received or cut[0]
             self.received_at = self.received_at or time.monotonic()
