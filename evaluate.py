@@ -36,6 +36,7 @@ from grpo import (
     preflight,
     process,
     settings,
+    weight_sync,
 )
 from grpo.errors import ConfigError
 
