@@ -276,6 +276,27 @@ def redact(value, key=""):
     return value
 
 
+def redact_argv(argv):
+    """The command line `argv` without credentials (`redact`), for what records it: W&B keeps it in its metadata.
+
+    >>> redact_argv(["--hub_token", "abc", '--model_init_kwargs={"token": "x"}', "--LR=1"])
+    ['--hub_token', '<redacted>', '--model_init_kwargs={"token": "<redacted>"}', '--LR=1']
+    """
+    out = []
+    for i, arg in enumerate(argv):
+        key, sep, value = arg.removeprefix("--").partition("=")
+        if i and not sep and SECRET_KEY.search(argv[i - 1].removeprefix("--")) and "=" not in argv[i - 1]:
+            out.append(REDACTED)  # the value of `--hub_token abc`
+            continue
+        try:
+            parsed = json.loads(value) if value.startswith("{") else None
+        except ValueError:
+            parsed = None
+        value = json.dumps(redact(parsed)) if isinstance(parsed, dict) else redact(value, key)
+        out.append(f"--{key}={value}" if sep else redact(arg))
+    return out
+
+
 def redact_fields(config):
     """Redact, in place, every field of a dataclass (a GRPOConfig) that holds a credential (`redact`)."""
     for name in config.__dataclass_fields__:

@@ -26,6 +26,7 @@ import types
 from pathlib import Path
 
 from grpo.errors import ConfigError, first_line
+from grpo.files import redact_argv
 
 log = logging.getLogger("grpotrainer")
 LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it (filelock's)
@@ -104,8 +105,9 @@ def run(main):
     where it stopped (`phase`), exit 128 + the signal. Training installs its own handlers meanwhile."""
     set_phase("starting", NOTHING_WRITTEN)
     previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
+    argv, sys.argv[1:] = sys.argv[1:], redact_argv(sys.argv[1:])  # W&B records sys.argv: no credential there
     try:
-        return main(sys.argv[1:])
+        return main(argv)
     except ConfigError as err:
         print(f"\nerror: {err}\n", file=sys.stderr, flush=True)
         sys.exit(2)
