@@ -414,7 +414,11 @@ def finished(s):
     True
     """
     output_dir, max_steps, num_train_epochs = Path(s["OUTPUT_DIR"]), s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]
-    done = read_json_object(output_dir / FINISHED_NAME, FINISHED_TYPES)  # a hand-edited one is named
+    try:
+        done = read_json_object(output_dir / FINISHED_NAME, FINISHED_TYPES)
+    except ConfigError as err:  # torn or edited by hand: the run is finished again from its newest checkpoint
+        log.warning("%s; the run is finished again from its newest checkpoint", str(err).partition(";")[0])
+        return None
     if "global_step" not in done:
         return None
     step = done["global_step"]

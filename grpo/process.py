@@ -417,7 +417,8 @@ class GracefulStop:
             where = "the adapter is saved, the run not marked finished; rerun the same command to score it and finish"
             return f"stopped by {self.signal_name} while scoring EVAL_AFTER at step {self.stopped_at}; {where}"
         during = f" while scoring {self.during}" if self.during else ""
-        return f"stopped by {self.signal_name}{during} at step {self.stopped_at}; {where}; rerun the same command"
+        again = "rerun the same command to resume"
+        return f"stopped by {self.signal_name}{during} at step {self.stopped_at}; {where}; {again}"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -284,7 +284,8 @@ def deadline(seconds, message, source=None):
         yield
         return
     caller = threading.get_ident()
-    watchdog = Watchdog(seconds, lambda: _expire(message, sys._current_frames().get(caller), source))
+    expire = _expire  # the function now: a watchdog left armed must not find another one later
+    watchdog = Watchdog(seconds, lambda: expire(message, sys._current_frames().get(caller), source))
     main = threading.current_thread() is threading.main_thread()  # where signal handlers run
     try:
         with _cpu_clock(seconds, message, source) if main else contextlib.nullcontext():

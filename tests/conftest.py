@@ -196,7 +196,7 @@ def parse(argv):
 @pytest.fixture
 def gpu(monkeypatch):
     """Answer hardware's questions as a machine with GPUs would: `gpu(count=1, bf16=True, packages=("vllm",))`."""
-    from grpo import hardware
+    from grpo import hardware, weight_sync
 
     def fake(count=1, bf16=True, packages=None):
         monkeypatch.setattr(hardware, "cuda_available", lambda: count > 0)
@@ -204,6 +204,7 @@ def gpu(monkeypatch):
         monkeypatch.setattr(hardware, "bf16_gpu", lambda: bf16)
         if packages is not None:  # which optional packages are importable; None = as installed here
             monkeypatch.setattr(hardware, "importable", lambda package: package in packages)
+            monkeypatch.setattr(weight_sync, "vllm_status", lambda: ("vllm" in packages, None))
 
     return fake
 

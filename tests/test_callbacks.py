@@ -64,7 +64,7 @@ def trackers(monkeypatch):
 def stand_in_trainer(report_to=(), main=True, callbacks_=(), rewards=None, output_dir="out", step=0, max_steps=6):
     """What the callbacks read of a GRPOTrainer: its arguments, process, callbacks, state and newest rewards."""
     return SimpleNamespace(
-        args=SimpleNamespace(report_to=list(report_to), output_dir=str(output_dir)),
+        args=SimpleNamespace(report_to=list(report_to), output_dir=str(output_dir), device=torch.device("cpu")),
         accelerator=SimpleNamespace(is_main_process=main),
         callback_handler=SimpleNamespace(callbacks=list(callbacks_)),
         state=TrainerState(global_step=step, max_steps=max_steps, is_world_process_zero=main),
@@ -181,11 +181,12 @@ def scoring(monkeypatch):
     ("before", "during" or "after") in which SIGTERM comes; `scoring.went_on` what ran after it."""
     record = SimpleNamespace(scored=[], logged=[], went_on=[], signal_in=None)
 
-    def evaluate_trainer(trainer, when, limit, **kwargs):
+    def evaluate_trainer(trainer, when, limit, check, **kwargs):
         record.scored.append((when, trainer.state.global_step))
         if when == record.signal_in:
-            os.kill(os.getpid(), signal.SIGTERM)
-            record.went_on.append(when)  # never: the signal ends the evaluation where it comes
+            os.kill(os.getpid(), signal.SIGTERM)  # recorded by the run's handler, as in the middle of a generate call
+            check()  # between two generate calls: the scoring ends there
+            record.went_on.append(when)  # never: the check ends the evaluation
         return {"n": limit}
 
     monkeypatch.setattr(evaluation, "evaluate_trainer", evaluate_trainer)
@@ -263,7 +264,7 @@ def test_a_signal_while_scoring_eval_before_unwinds_the_script(tmp_path, scoring
     with pytest.raises(process.Interrupted) as err:  # process.run turns it into one line and exit 143
         held.on_step_begin(trainer.args, trainer.state, TrainerControl())
     assert err.value.signum == signal.SIGTERM and scoring.went_on == []
-    assert signal.getsignal(signal.SIGTERM) == stopper.handle  # training's handler back for the run's unwinding
+    assert signal.getsignal(signal.SIGTERM) == stopper.handle  # training's handler, for the run's unwinding
 
 
 @pytest.mark.parametrize(

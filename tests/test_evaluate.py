@@ -50,7 +50,7 @@ def smoke_settings(tmp_path, **overrides):
         ("VLLM_GPU_MEMORY_UTILIZATION", float("nan"), "VLLM_GPU_MEMORY_UTILIZATION=nan: a number here must be finite"),
         ("MODEL_NAME", "a//b", "MODEL_NAME='a//b' is neither a folder nor a Hub id"),
         ("EVAL_SAMPLES", -1, "EVAL_SAMPLES=-1 is outside [0, inf]: answers sampled per problem"),
-        ("TEMPERATURE", 0.0, "TEMPERATURE=0.0 is outside (0, inf): their temperature"),
+        ("TEMPERATURE", 0.0, "TEMPERATURE=0.0 is outside [0.01, inf): their temperature"),
         ("USE_VLLM", "sometimes", "USE_VLLM='sometimes' is not one of auto, True, False"),
         ("REPORT_TO", "tensorbored", "'tensorbored' is not one of tensorboard, trackio, wandb (or none)"),
         ("DATASET", "no/such/file.jsonl", "DATASET=no/such/file.jsonl: no such file or folder"),

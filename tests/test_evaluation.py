@@ -74,13 +74,13 @@ def test_evaluate_with_a_stub_generator():
     stub = StubGenerator()
     metrics, predictions = evaluation.evaluate(problems(7), stub, batch_size=3)
     assert stub.batches == [3, 3, 1]  # 7 problems in batches of at most 3
-    # i = 0..6. Strict (the even i): 0, 2, 4 -> 3/7 (6 was cut off: no credit). Lenient adds the boxed i = 1 -> 4/7.
-    # Format ('####'): 0, 2, 4 plus the wrong "#### -1" for i = 3 and 5 -> 5/7. Tokens: mean of 1..7 = 4.
+    # i = 0..6. Strict (the even i): 0, 2, 4, 6 -> 4/7 (6 was cut off after its answer: judged by it). Lenient adds
+    # the boxed i = 1 -> 5/7. Format ('####'): 0, 2, 4, 6 plus the wrong "#### -1" for i = 3 and 5 -> 6/7. Tokens: 4.
     assert {k: metrics[k] for k in gsm8k.KEYS} == {
         "n": 7,
-        "strict_accuracy": 0.4286,
-        "lenient_accuracy": 0.5714,
-        "format_rate": 0.7143,
+        "strict_accuracy": 0.5714,
+        "lenient_accuracy": 0.7143,
+        "format_rate": 0.8571,
         "mean_completion_tokens": 4.0,
         "truncated_rate": 0.1429,
         "padded_rate": 0.0,
@@ -201,6 +201,7 @@ def test_tensorboard_gets_a_run_of_its_own_with_the_scalars_and_the_paired_test(
         "eval/gsm8k_strict_accuracy": [(7, 0.25)],
         "eval/gsm8k_lenient_accuracy": [(7, 0.75)],
         "eval/gsm8k_format_rate": [(7, 0.75)],
+        "eval/gsm8k_padded_rate": [(7, 0.0)],
     }
     assert read_texts(run) == {"eval/paired": [(7, "  \n".join(PAIRED_LINES))]}  # markdown: two spaces end a line
 

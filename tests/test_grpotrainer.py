@@ -118,9 +118,9 @@ def test_a_static_cache_is_asked_of_trl_and_its_decode_step_compiled(settings):
     assert config.cache_implementation == "static"
     # TRL 1.16 builds its GenerationConfig with disable_compile=True; CompileDecode turns it back on at train begin
     trainer = SimpleNamespace(args=config, generation_config=GenerationConfig(disable_compile=True), model=None)
-    # as grpotrainer.train adds them: ResumedSettings always, CompileDecode for the static cache, no KeepFp32 (no
-    # continuous batching here)
-    _, callback = patches.callbacks(trainer)
+    # as grpotrainer.train adds them: ResumedSettings and UmaskFiles always, CompileDecode for the static cache, no
+    # KeepFp32 (no continuous batching here)
+    _, _, callback = patches.callbacks(trainer)
     assert type(callback) is patches.CompileDecode
     callback.on_train_begin(config, None, None)
     compile_config = trainer.generation_config.compile_config
@@ -128,7 +128,10 @@ def test_a_static_cache_is_asked_of_trl_and_its_decode_step_compiled(settings):
     assert (compile_config.dynamic, compile_config.mode) == (True, "reduce-overhead")
     default = grpotrainer.build_config({**settings, "BF16": False}, {}, cpu_only=True)
     # the defaults need neither CompileDecode nor KeepFp32
-    assert [type(c) for c in patches.callbacks(SimpleNamespace(args=default))] == [patches.ResumedSettings]
+    assert [type(c) for c in patches.callbacks(SimpleNamespace(args=default))] == [
+        patches.ResumedSettings,
+        patches.UmaskFiles,
+    ]
 
 
 def test_the_settings_are_the_constants_block_and_nothing_else():
@@ -271,11 +274,11 @@ def test_vllm_context_is_bounded_by_the_data_unless_given(smoke_ok, tiny_model):
     # the longest prompt of the data rendered as TRL renders it (ENABLE_THINKING=False: the empty think block too)
     assert longest == max(len(r["input_ids"]) for r in rendered)
     s = {**smoke_ok, "USE_VLLM": True, "MODEL_NAME": tiny_model}
-    config = grpotrainer.build_config(s, {}, cpu_only=True, train_dataset=data)
+    config = grpotrainer.build_config(s, {}, cpu_only=True, datasets=(data, None))
     # prompt + MAX_COMPLETION_LENGTH (32 in --smoke) + the margin: the rule evaluation's vllm_generator uses
     assert config.vllm_max_model_length == longest + 32 + generation.CONTEXT_MARGIN
     assert config.vllm_max_model_length == generation.context_length(longest, 32)
-    config = grpotrainer.build_config(s, {"vllm_max_model_length": 4096}, cpu_only=True, train_dataset=data)
+    config = grpotrainer.build_config(s, {"vllm_max_model_length": 4096}, cpu_only=True, datasets=(data, None))
     assert config.vllm_max_model_length == 4096  # the user's --vllm_max_model_length wins
     config = grpotrainer.build_config(s, {}, cpu_only=True)
     # --plan (no data loaded): a typical GSM8K prompt, as the plan's time estimates assume

@@ -408,12 +408,13 @@ def test_score_counts_the_known_cases():
     assert tuple(metrics)[: len(gsm8k.KEYS)] == gsm8k.KEYS  # the JSON file's keys, in this order
 
 
-def test_lm_eval_strict_reads_the_first_answer_line_where_ours_gives_a_second_no_credit():
-    texts = ("#### 72\n#### 73", "#### 73\n#### 72")  # a second '#### N' pads past the answer (grading.pads_answer)
+def test_lm_eval_strict_reads_the_first_answer_line_where_ours_reads_the_last():
+    texts = ("#### 72\n#### 73", "#### 73\n#### 72")  # two '#### N' lines: ours reads the last (padded), lm-eval the first
     metrics = gsm8k.score(["72", "72"], list(texts))
-    assert (metrics["strict_accuracy"], metrics["lm_eval_strict_match"]) == (0.0, 0.5)
+    assert (metrics["strict_accuracy"], metrics["lm_eval_strict_match"]) == (0.5, 0.5)
     per_problem = [gsm8k.grade(c, "72") for c in texts]
-    assert [(g["strict_correct"], g["lm_eval_strict"]) for g in per_problem] == [(False, True), (False, False)]
+    assert [(g["strict_correct"], g["lm_eval_strict"]) for g in per_problem] == [(False, True), (True, False)]
+    assert all(g["padded"] for g in per_problem) and metrics["padded_rate"] == 1.0
 
 
 def test_score_compares_by_value_not_by_text():

@@ -76,7 +76,8 @@ def code_blocks(card, lang):
 )  # fmt: skip
 def test_front_matter_is_what_the_hub_reads(model, dataset, library, expected):
     meta = front_matter(render({**SETTINGS, "MODEL_NAME": model, "DATASET": dataset}, library_name=library))
-    assert meta == {**expected, "pipeline_tag": "text-generation"}
+    # a base model whose licence is not known here (not cached, no card): the Hub's "other"
+    assert meta == {**expected, "pipeline_tag": "text-generation", "license": "other"}
 
 
 def test_card_names_base_data_rewards_settings_and_steps():
@@ -177,14 +178,18 @@ def test_the_model_index_carries_the_results_with_their_intervals_and_the_paired
     (result,) = index["results"]
     assert index["name"] == "qwen3-gsm8k-grpo" and result["task"] == {"type": "text-generation"}
     assert result["dataset"] == {"name": "GSM8K", "type": "openai/gsm8k", "config": "main", "split": "test"}
-    metrics = {m["type"]: m for m in result["metrics"]}
+    metrics = {m["name"].split(",")[0]: m for m in result["metrics"]}
     assert list(metrics) == [
-        "strict_accuracy",
-        "lenient_accuracy",
-        "lm_eval_strict_match",
-        "lm_eval_flexible_extract",
-        "sampled_accuracy",
+        "strict accuracy",
+        "lenient accuracy",
+        "lm-evaluation-harness strict-match",
+        "lm-evaluation-harness flexible-extract",
+        "sampled accuracy",
     ]
+    # the Hub's metric types: accuracy, and exact_match as lm-evaluation-harness names its gsm8k metrics
+    assert [m["type"] for m in metrics.values()] == ["accuracy", "accuracy", "exact_match", "exact_match", "accuracy"]
+    metrics = dict(zip(["strict_accuracy", "lenient_accuracy", "lm_eval", "lm_eval_flexible", "sampled_accuracy"],
+                       metrics.values(), strict=True))  # fmt: skip
     # lenient: 8 of 8 after (Wilson [0.6756, 1]), 2 of 8 before, 6 up and 0 down: p = 2 / 2^6
     assert metrics["lenient_accuracy"]["value"] == 1.0
     assert metrics["lenient_accuracy"]["name"] == "lenient accuracy, 95% CI [0.676, 1.000]"
@@ -327,6 +332,25 @@ def test_markdown_helpers(func, text, expected):
     assert func(text) == expected
 
 
+@pytest.mark.parametrize(
+    "base_card",
+    [
+        "---\nlicense: {evil: 1}\ntags: [evil]\n---\n",  # not a licence id
+        "---\nlicense: 'apache-2.0\n\ntags: [evil]'\n---\n",  # a licence with a line break: markup, refused
+        "---\na: &x [1, 2]\nb: [*x, *x, *x]\nlicense: ../../etc\n---\n",  # an alias and a path
+        "---\n" + "[" * 5000 + "\n---\n",  # nesting past YAML's reader
+        "no front matter at all",
+    ],
+)
+def test_a_hostile_base_card_changes_nothing_in_ours(tmp_path, base_card):
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "README.md").write_text(base_card)
+    card = render({**SETTINGS, "MODEL_NAME": str(base)})
+    meta = front_matter(card)
+    assert meta["license"] == "other" and meta["tags"] == modelcard.TAGS  # ours, whatever the base's card says
+
+
 def test_write_card_replaces_trls_card_and_reads_the_runs_metrics(tmp_path):
     (tmp_path / "README.md").write_text("This model is a fine-tuned version of [None](https://huggingface.co/None).")
     (tmp_path / "eval_test_after.json").write_text(json.dumps(AFTER))
@@ -338,7 +362,8 @@ def test_write_card_replaces_trls_card_and_reads_the_runs_metrics(tmp_path):
     path = modelcard.write_card(tmp_path, {**SETTINGS, "MODEL_NAME": str(base)}, metrics_after=after, steps=7)
     card = path.read_text()
     assert path == tmp_path / "README.md" and "[None]" not in card
-    assert "license" not in front_matter(card) and "local folder" in card  # nothing copied, nothing downloaded
+    # the base model's licence, read from its own card (a plain licence id, nothing else of it)
+    assert front_matter(card)["license"] == "mit" and "`mit`" in card
     assert card.startswith("---\n") and f"# {modelcard.escape(tmp_path.name)}\n" in card
     assert "| strict accuracy (`#### N` equals the gold answer) | not measured | 87.5% |" in card
 

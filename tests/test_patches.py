@@ -8,6 +8,8 @@ control test shows the library still does it.
 import time
 from types import SimpleNamespace
 
+import os
+
 import pytest
 import torch
 from conftest import REPO
@@ -116,15 +118,30 @@ def trainer_with(cache="dynamic", batching=False, bf16=False):
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
-        ({}, [patches.ResumedSettings]),
-        ({"cache": "static"}, [patches.ResumedSettings, patches.CompileDecode]),
-        ({"batching": True, "bf16": True}, [patches.ResumedSettings, patches.KeepFp32]),
-        ({"batching": True}, [patches.ResumedSettings]),  # fp32 throughout: nothing is cast
+        ({}, [patches.ResumedSettings, patches.UmaskFiles]),
+        ({"cache": "static"}, [patches.ResumedSettings, patches.UmaskFiles, patches.CompileDecode]),
+        ({"batching": True, "bf16": True}, [patches.ResumedSettings, patches.UmaskFiles, patches.KeepFp32]),
+        ({"batching": True}, [patches.ResumedSettings, patches.UmaskFiles]),  # fp32 throughout: nothing is cast
     ],
 )
 def test_the_callbacks_a_runs_settings_call_for(settings, expected):
     # ResumedSettings first: a resumed run's intervals and learning rate before any other callback reads them
     assert [type(c) for c in patches.callbacks(trainer_with(**settings))] == expected
+
+
+def test_umask_files_gives_a_checkpoints_weights_the_mode_the_umask_allows(tmp_path):
+    folder = tmp_path / "checkpoint-2"
+    folder.mkdir()
+    weights = folder / "adapter_model.safetensors"
+    weights.write_bytes(b"x")
+    weights.chmod(0o600)  # as safetensors writes it
+    mask = os.umask(0o022)
+    try:
+        args, state = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=2, is_world_process_zero=True)
+        patches.UmaskFiles().on_save(args, state, None)
+    finally:
+        os.umask(mask)
+    assert weights.stat().st_mode & 0o777 == 0o644  # readable by colleagues under umask 022
 
 
 def test_compile_decode_turns_the_static_cache_compilation_back_on():

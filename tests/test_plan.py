@@ -27,6 +27,7 @@ BASE = dict(
     EVAL_STEPS=-1,
     EVAL_SUBSET=64,
     EVAL_SAMPLES=4,
+    EVAL_BATCH_SIZE=128,
     MAX_COMPLETION_LENGTH=256,
     BETA=0.05,
     USE_VLLM=False,
@@ -200,7 +201,10 @@ def test_checkpoints_each_save_steps_and_the_last(save, steps, expected):
 
 def test_qwen3_8b_shape():
     # Qwen3-8B's model card: 8.2 B parameters, 36 layers
-    assert plan.model_shape(QWEN3_8B) == {"params": pytest.approx(8.19e9, rel=0.01), "layers": 36}
+    shape = plan.model_shape(QWEN3_8B)
+    assert (shape["params"], shape["layers"]) == (pytest.approx(8.19e9, rel=0.01), 36)
+    # q, k, v, o, gate, up, down: 2 x (4096 + 4096) + 2 x (4096 + 1024) + 3 x (4096 + 12288) in + out per block
+    assert shape["linear_sides"] == 75776 and plan.lora_params(shape, 16) == 16 * 36 * 75776  # 43.6 M at r = 16
 
 
 def test_estimates_follow_the_arithmetic():
@@ -212,7 +216,10 @@ def test_estimates_follow_the_arithmetic():
     assert h100["bandwidth_floor_ms_per_token"] == pytest.approx(4.9, abs=0.1)
     # 256 tokens x 41 ms = 10.5 s of decoding per call, one call per step
     assert 10.4 < h100["generation_seconds_per_step"] < 11.5
-    assert h100["hours_per_run"] == pytest.approx(h100["seconds_per_step"] * 11208 / 3600, rel=0.01)
+    assert h100["training_hours"] == pytest.approx(h100["seconds_per_step"] * 11208 / 3600, rel=0.01)
+    # the whole run: training, evaluation (each 10 % of it here), start-up and checkpoint saves, each counted
+    phases = sum(h100[f"{phase}_hours"] for phase in plan.PHASES)
+    assert h100["hours_per_run"] == pytest.approx(phases, abs=0.002) and h100["startup_hours"] > 0
     # vLLM lifts the host floor, so the faster memory of the H200 shows
     v = plan.make_plan({**BASE, "USE_VLLM": True}, 7473, 1319, model_config=QWEN3_8B)["estimates"]
     assert v["H200"]["decode_ms_per_token"] < v["H100"]["decode_ms_per_token"] < 41.0

@@ -116,6 +116,7 @@ def test_batch_rule_counts_every_node(smoke_settings, monkeypatch, world_size, g
 
     # torchrun and accelerate set WORLD_SIZE to the count over all nodes (2 nodes x 2 processes = 4)
     monkeypatch.setenv("WORLD_SIZE", str(world_size))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # as torchrun sets it beside WORLD_SIZE
     s = {**smoke_settings, "PER_DEVICE_TRAIN_BATCH_SIZE": 1, "GRADIENT_ACCUMULATION_STEPS": 1}
     s["NUM_GENERATIONS"] = generations
     if problem is None:
@@ -132,6 +133,7 @@ def test_batch_rule_suggests_a_fix_that_counts_every_node(smoke_settings, monkey
     from grpo.errors import ConfigError
 
     monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     s = {**smoke_settings, "PER_DEVICE_TRAIN_BATCH_SIZE": 1, "GRADIENT_ACCUMULATION_STEPS": 1, "NUM_GENERATIONS": 8}
     with pytest.raises(ConfigError) as err:
         preflight.refuse_bad_settings(s, cpu_only=True)
@@ -247,7 +249,7 @@ async def async_hung_reward(completions, **kwargs):
 def test_preflight_bounds_a_hung_reward_too(smoke_settings, monkeypatch, name):
     fired, waiting = [], [True]
 
-    def expire(message):  # the watchdog's end, without ending pytest: record it, then wake the hung main thread
+    def expire(message, frame=None, source=None):  # the watchdog's end, without ending pytest: record, then wake
         fired.append(message)
         if waiting:
             _thread.interrupt_main()
@@ -447,6 +449,7 @@ def test_several_gpus_need_one_process_each(settings, gpu, monkeypatch):
     with pytest.raises(ConfigError, match="(?s)4 GPUs are visible.*torchrun --nproc_per_node 4"):
         preflight.refuse_bad_settings(settings, cpu_only=False)
     monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     # one process per GPU is fine
     preflight.refuse_bad_settings({**settings, "GRADIENT_ACCUMULATION_STEPS": 1}, cpu_only=False)
 
@@ -643,12 +646,12 @@ def test_the_reward_check_probes_finished_completions_at_any_limit(length, caplo
 def test_lora_dropout_with_vllm_importance_sampling_warns(smoke_ok, tiny_model, caplog):
     s = {**smoke_ok, "USE_VLLM": True, "LORA_DROPOUT": 0.05, "MODEL_NAME": tiny_model}
     data = gsm8k.load(FIXTURE, "train")
-    config = grpotrainer.build_config(s, {}, cpu_only=True, train_dataset=data)
+    config = grpotrainer.build_config(s, {}, cpu_only=True, datasets=(data, None))
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
         preflight.refuse_bad_grpo_config(config, s, 32)
     assert "LORA_DROPOUT=0.05 with vLLM's importance-sampling correction" in caplog.text  # a warning, not a refusal
     caplog.clear()
-    config = grpotrainer.build_config({**s, "LORA_DROPOUT": 0.0}, {}, cpu_only=True, train_dataset=data)
+    config = grpotrainer.build_config({**s, "LORA_DROPOUT": 0.0}, {}, cpu_only=True, datasets=(data, None))
     with caplog.at_level("WARNING", logger="grpotrainer.preflight"):
         preflight.refuse_bad_grpo_config(config, {**s, "LORA_DROPOUT": 0.0}, 32)
     assert "LORA_DROPOUT" not in caplog.text  # no dropout: nothing to warn about

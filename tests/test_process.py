@@ -349,39 +349,51 @@ def handlers():
     return signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
 
 
-@pytest.mark.parametrize(("when", "setting"), [("during", "EVAL_STEPS"), ("after", "EVAL_AFTER")])
-def test_a_signal_while_scoring_ends_the_scoring_at_once_and_stops_the_run(when, setting):
+@pytest.fixture
+def training_handlers():
+    """A GracefulStop whose handlers are in place, as StopOnSignal's are from the first step on."""
     stopper = process.GracefulStop()
-    before, went_on = handlers(), []
-    with stopper.evaluating(when) as cut:
-        assert cut == []  # no signal yet: score
-        os.kill(os.getpid(), signal.SIGTERM)
-        went_on.append("scored on")  # never: the signal ended the block where it came
-    assert (cut, went_on) == ([signal.SIGTERM], [])
-    assert handlers() == before  # the caller's handlers (StopOnSignal's, in training) are back
+    previous = handlers()
+    for signum in stopper.signals:
+        signal.signal(signum, stopper.handle)
+    yield stopper
+    stopper.restore()
+    signal.signal(signal.SIGTERM, previous[0])
+    signal.signal(signal.SIGINT, previous[1])
+
+
+@pytest.mark.parametrize(("when", "setting"), [("during", "EVAL_STEPS"), ("after", "EVAL_AFTER")])
+def test_a_signal_while_scoring_ends_the_scoring_at_its_next_check_and_stops_the_run(
+    training_handlers, when, setting
+):
+    stopper, went_on = training_handlers, []
+    with stopper.evaluating(when) as scoring:
+        scoring.check()  # no signal yet: scoring goes on
+        os.kill(os.getpid(), signal.SIGTERM)  # recorded by the run's handler, in the middle of a generate call
+        scoring.check()  # between two calls: the scoring ends here
+        went_on.append("scored on")  # never
+    assert (scoring.cut, went_on) == ([signal.SIGTERM], [])
     # recorded as a stop, which the caller saves for (during) or leaves unfinished (after)
     assert (stopper.signal_name, stopper.during, stopper.exit_code) == ("SIGTERM", setting, 143)
 
 
-def test_a_signal_while_scoring_eval_before_unwinds_the_script():
-    stopper = process.GracefulStop()  # nothing trained yet: run's line says the same command starts again
-    before = handlers()
-    with pytest.raises(process.Interrupted) as err, stopper.evaluating("before"):
+def test_a_signal_while_scoring_eval_before_unwinds_the_script(training_handlers):
+    stopper = training_handlers  # nothing trained yet: run's line says the same command starts again
+    with pytest.raises(process.Interrupted) as err, stopper.evaluating("before") as scoring:
         os.kill(os.getpid(), signal.SIGINT)
-    assert handlers() == before
+        scoring.check()
     assert err.value.message == (
         "stopped by SIGINT while scoring EVAL_BEFORE: no step was trained; the same command starts again"
     )
     assert stopper.signal_name is None  # not a stop at a step: nothing to save
 
 
-def test_a_signal_from_the_step_before_skips_the_scoring():
-    stopper = process.GracefulStop()
+def test_a_signal_from_the_step_before_ends_the_scoring_at_its_first_check(training_handlers):
+    stopper = training_handlers
     stopper.handle(signal.SIGTERM, None)  # came during the training step the evaluation follows
-    before = handlers()
-    with stopper.evaluating("during") as cut:
-        assert handlers() == before  # nothing to catch: the caller sees `cut` and scores nothing
-    assert cut == [signal.SIGTERM] and stopper.signal_name == "SIGTERM"
+    with stopper.evaluating("during") as scoring:
+        scoring.check()
+    assert scoring.cut == [signal.SIGTERM] and stopper.signal_name == "SIGTERM"
 
 
 @pytest.mark.parametrize(
