@@ -101,8 +101,8 @@ def format_table(metrics, title="GSM8K"):
 
     >>> print(format_table({"n": 10, "strict_accuracy": 0.5, "strict_accuracy_ci95": [0.2366, 0.7634]}, "T"))
     T
-      n                                     10
-      strict_accuracy     0.500 [0.237, 0.763]
+      n                                             10
+      strict_accuracy             0.500 [0.237, 0.763]
     """
     lines = [title]
     for key, value in metrics.items():

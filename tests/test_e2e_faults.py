@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import BASE_ENV, REPO, read_scalars, run_script, train
 
-from grpo import checkpoints, files, guards
+from grpo import checkpoints, files
 
 ENV = {**os.environ, **BASE_ENV}
 

@@ -18,7 +18,7 @@ import torch
 from conftest import REPO, event_dirs, read_scalars, read_texts, run_script, stand_in_nvidia_smi, train
 
 import grpotrainer
-from grpo import cli, gsm8k, profiles, stats
+from grpo import cli, gsm8k, stats
 
 # ---------------------------------------------------------------------------------------------------------------
 # arguments read and checked before torch, transformers or TRL

@@ -409,7 +409,7 @@ def test_score_counts_the_known_cases():
 
 
 def test_lm_eval_strict_reads_the_first_answer_line_where_ours_reads_the_last():
-    texts = ("#### 72\n#### 73", "#### 73\n#### 72")  # two '#### N' lines: ours reads the last (padded), lm-eval the first
+    texts = ("#### 72\n#### 73", "#### 73\n#### 72")  # two '#### N': ours reads the last (padded), lm-eval the first
     metrics = gsm8k.score(["72", "72"], list(texts))
     assert (metrics["strict_accuracy"], metrics["lm_eval_strict_match"]) == (0.5, 0.5)
     per_problem = [gsm8k.grade(c, "72") for c in texts]

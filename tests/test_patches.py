@@ -5,10 +5,9 @@ control test shows the library still does it.
     .venv/bin/python -m pytest tests/test_patches.py -q
 """
 
+import os
 import time
 from types import SimpleNamespace
-
-import os
 
 import pytest
 import torch
@@ -137,8 +136,8 @@ def test_umask_files_gives_a_checkpoints_weights_the_mode_the_umask_allows(tmp_p
     weights.chmod(0o600)  # as safetensors writes it
     mask = os.umask(0o022)
     try:
-        args, state = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=2, is_world_process_zero=True)
-        patches.UmaskFiles().on_save(args, state, None)
+        state = SimpleNamespace(global_step=2, is_world_process_zero=True)
+        patches.UmaskFiles().on_save(SimpleNamespace(output_dir=str(tmp_path)), state, None)
     finally:
         os.umask(mask)
     assert weights.stat().st_mode & 0o777 == 0o644  # readable by colleagues under umask 022

@@ -20,7 +20,7 @@ import pytest
 from conftest import GSM8K_DIR, REPO, run_script, train
 
 from demo import real as real_profile
-from grpo import checkpoints, grading, gsm8k, hardware, preflight, profiles
+from grpo import checkpoints, grading, gsm8k, hardware, preflight
 
 # SmolLM2-135M-Instruct's template, as transformers converts it from the GGUF file: ChatML, no enable_thinking
 SMOLLM2_TEMPLATE = (

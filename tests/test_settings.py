@@ -224,7 +224,12 @@ def test_both_resume_rules_are_in_use():
         ("LORA_DROPOUT", 0.0, None),  # a closed end includes it
         ("TEMPERATURE", float("inf"), "TEMPERATURE=inf: a number here must be finite."),
         ("MAX_STEPS", float("nan"), "MAX_STEPS=nan: a number here must be finite."),  # nan compares as inside
-        ("LOSS_TYPE", "DAPO", None),  # a choice in any case
+        # a choice as written: TRL would refuse 'DAPO' only after the weights load
+        (
+            "LOSS_TYPE",
+            "DAPO",
+            "LOSS_TYPE='DAPO' is not one of grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo: what it is.",
+        ),
         ("SCALE_REWARDS", "all", "SCALE_REWARDS='all' is not one of group, batch, none: what it is."),
         ("USE_VLLM", "true", None),  # --USE_VLLM=true types a text (its default is "auto"); True is allowed
         ("NO_SUCH_SETTING", -5, None),  # no row, no check

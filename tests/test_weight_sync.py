@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import REPO, run_script
 
-from grpo import weight_sync
+from grpo import generation, weight_sync
 from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -313,7 +313,7 @@ def test_a_broken_vllm_without_the_check_crashes_the_trl_import(tmp_path):
 def test_after_the_check_trl_imports_and_sees_no_vllm(tmp_path):
     code = """
         import sys
-        from grpo import weight_sync
+        from grpo import generation, weight_sync
         usable, reason = weight_sync.vllm_status()
         print(usable, [n for n in sys.modules if n.startswith("vllm")], sys.modules["vllm"])
         print(reason)
@@ -474,14 +474,14 @@ def test_server_generation_asks_the_server_once_and_counts_as_hf_generator(fake_
     )
 
 
-def test_the_generator_drives_gsm8k_generate_all(fake_vllm):
+def test_the_generator_drives_generation_generate_all(fake_vllm):
     from datasets import Dataset
-
-    from grpo import gsm8k
 
     data = Dataset.from_dict({"prompt": PROMPTS, "question": ["a", "b", "c"], "answer": ["0", "1", "2"]})
     run = run_on_engine()
-    rows = gsm8k.generate_all(data, weight_sync.trainer_vllm_generator(run, 8, False), batch_size=2, progress=False)
+    rows = generation.generate_all(
+        data, weight_sync.trainer_vllm_generator(run, 8, False), batch_size=2, progress=False
+    )
     assert [(r["completion"], r["truncated"]) for r in rows] == [
         ("#### 0", False),
         ("#### 1", True),
