@@ -63,10 +63,12 @@ class StopOnSignal(process.GracefulStop, TrainerCallback):
 # TensorBoard's Custom Scalars tab: the charts README's table names, one per row, so a run opens on them rather
 # than on TRL's ~40 tags in alphabetical order (Multiline tags are regular expressions). Each held-out accuracy has
 # a chart of its own, its 95 % interval drawn as the margin (each point is a measurement: nothing to smooth).
-ACCURACY_CHARTS = {
-    "strict (#### N)": "eval/gsm8k_strict_accuracy",
-    "lenient (any answer form)": "eval/gsm8k_lenient_accuracy",
-    "sampled (at TEMPERATURE)": "eval/gsm8k_sampled_accuracy",
+HELD_OUT = {  # title: tag, each drawn with its 95 % interval (a rate without one: the value itself)
+    "strict accuracy (#### N)": "eval/gsm8k_strict_accuracy",
+    "lenient accuracy (any answer form)": "eval/gsm8k_lenient_accuracy",
+    "sampled accuracy (at TEMPERATURE)": "eval/gsm8k_sampled_accuracy",
+    "format rate": "eval/gsm8k_format_rate",
+    "padded rate": "eval/gsm8k_padded_rate",
 }
 LAYOUT = {
     "GRPO health": {
@@ -78,11 +80,13 @@ LAYOUT = {
         "kl (BETA > 0) or entropy": ["Multiline", ["train/kl$", "train/entropy$"]],
         "grad_norm": ["Multiline", ["train/grad_norm$"]],
         "clipped and padded": ["Multiline", ["train/completions/clipped_ratio$", "train/completions/padded_ratio$"]],
-        "seconds per step, generation's share": ["Multiline", ["perf/seconds_per_step$", "perf/generation_share$"]],
+        "seconds per step": ["Multiline", ["perf/seconds_per_step$"]],
+        "generation's share of a step": ["Multiline", ["perf/generation_share$"]],
     },
+    # Margin charts: each point a measurement, drawn as it is. TensorBoard draws Margin charts in reverse order.
     "GSM8K held out": {
-        **{title: ["Margin", [tag, f"{tag}_ci95_low", f"{tag}_ci95_high"]] for title, tag in ACCURACY_CHARTS.items()},
-        "format and padded rates": ["Multiline", ["eval/gsm8k_format_rate$", "eval/gsm8k_padded_rate$"]],
+        title: ["Margin", [tag, f"{tag}_ci95_low", f"{tag}_ci95_high"] if "accuracy" in tag else [tag, tag, tag]]
+        for title, tag in reversed(HELD_OUT.items())
     },
 }
 ADVISED = ("beta", "learning_rate", "num_generations", "temperature", "max_completion_length")
