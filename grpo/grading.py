@@ -1,35 +1,21 @@
 """The GSM8K answer reader: the final answer of a completion, judged as a careful human grader would.
 
-rewards.py (the rewards), evaluation (grpo/gsm8k.py) and monitoring (grpo/monitor.py) all grade with it:
-
     extract_answer(text)        the final number of a completion or a GSM8K gold solution ("1,080" -> "1080")
     answers_match(pred, gold)   equal by value, in exact decimal arithmetic ("18.00" == "18", "18.5" != "18")
     pads_answer(text)           the text goes on past its final answer (`#### 5\n#### 5`): the rewards pay nothing
-    grade(completion, gold)     one completion's verdicts, for evaluate.py: extracted, correct, strict_correct, ...
+    grade(completion, gold)     one completion's verdicts, for evaluation
 
-Where the answer is, by precedence (the last of each kind wins), before any next question or turn ("Question:",
-"User:" once the answer began: a base model going on with its few-shot prompt): 1. `#### N` (not a heading,
-`#### Step 2`); 2. `\\boxed{N}` (of words only: a final answer that is no number); 3. an answer phrase: "the answer
-is N", "Answer: N", "A: N", `<answer>N</answer>`, `"answer": "N"` ("Step by step answer:" heads working); 4. a bold
-line that opens the text, "**18 pens**", explained below it; 5. the last sentence with a number, digits or words
-("so he has fourteen pens left"). After a phrase: a number first, or a sum's stated result (`9*2 = 18`); a sentence's
-answer number; a number word; at a line's end, the next line or the final result of the working below it.
-A sentence's answer number: operands, purpose clauses ("to make 15 flans"), reasons and conditions ("because he
-scored 30") are passed over; an equation's result; else the last, unless it restates a stated result ("= $240 for
-the 6 shirts") or a given quantity ("$16 after 60 days", "12 pens out of the 18"); "6 shirts for $240" pays 240.
-Then the statement decides: a hedge ("18 or 20", "18, but it might be 20") is no answer, and the same quantity in
-other units ("2 hours, or 120 minutes", "0.6, or 60%") is the answer either way. `1,\\!080`, `1{,}080` are 1080,
-`2.4 \\times 10^{3}` is 2400, `\\frac{3}{4}` is 0.75, `2:00 pm` is 2; an expression (`#### 9*2`) is no answer: model
-output is never evaluated. Every scan is linear in the text's length, and nothing here raises on any text.
-
-No final answer, no credit: thinking that never closed says nothing (a `<think>` with no `</think>` after it, or
-thinking mode and no `</think>`); a closed block is skipped when text follows it. A cut-off completion
-(`truncated=True`) gets no answer from its last number nor from working under a heading, only from an answer it
-wrote, which evaluation judges. Padding (`pads_answer`) is judged beside the answer: evaluation marks it `padded`;
-the four rewards that pay give it 0.0, as they do a cut-off completion.
-
-Run the examples in the docstrings and the tests:
-    python -m pytest tests/test_grading.py tests/test_rewards.py grpo/grading.py -q
+Reading rules, for writing a reward of your own:
+- Where the answer is, by precedence (the last of each kind wins): `#### N`; `\\boxed{N}`; an answer phrase ("the
+  answer is N", "Answer: N", `<answer>N</answer>`); a bold first line ("**18 pens**"); else the last sentence with a
+  number, in digits or words, passing over operands, purpose clauses ("to make 15 flans") and conditions.
+- Nothing after a next question or turn ("Question:", "User:") is read.
+- A hedge ("18 or 20") is no answer; the same quantity in other units ("2 hours, or 120 minutes") counts either way.
+- LaTeX and markdown are read (`1,\\!080`, `\\frac{3}{4}`, `2.4 \\times 10^{3}`); an expression (`#### 9*2`) is no
+  answer: model output is never evaluated.
+- No final answer, no credit: thinking that never closed reads nothing; a cut-off completion (`truncated=True`)
+  gets no answer from its last number.
+- Every scan is linear in the text's length, and nothing raises on any text.
 """
 
 import re
@@ -48,8 +34,7 @@ MAX_FALLBACK_CHARS = 65536  # characters read back for the last number when the 
 MAX_TAIL_CHARS = 1000  # characters after the final answer's line: an explanation or a sign-off; more is filler
 MAX_BLANK_CHARS = 8  # whitespace in a row from the final answer on: a line break or two, not a run to the limit
 
-# Every scan of a whole completion is a str.find/rfind for a literal (C speed); regular expressions only run on
-# short spans around what those find, or are built so that each character is visited a bounded number of times.
+# Whole texts are scanned with str.find/rfind (C speed); regexes run on short spans or visit each character boundedly.
 _CTX = Context(prec=MAX_NUMBER_CHARS + 40)  # exact for every number we accept, scaled by up to 10**12
 _SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
 _THINK_OPENS = ("<think>", "<thinking>")
@@ -57,9 +42,8 @@ _THINK_CLOSES = ("</think>", "</thinking>")
 _BLOCK_ENDS = (*_THINK_CLOSES, "</reasoning>")  # text after the last of these is the answer region
 _DIGITS = "0123456789"
 
-# A number: optional sign and currency, thousands commas, decimals, an optional scale word. The look-behinds (a
-# number never starts inside a word, after a decimal point, or as the minutes of a time "2:00") and possessive
-# quantifiers keep it linear.
+# A number: sign, currency, thousands commas, decimals, a scale word; never inside a word, after a point, or the
+# minutes of "2:00". Possessive quantifiers keep it linear.
 _NUMBER = re.compile(
     r"(?<![\w.])(?!(?<=[0-9]:)[0-5][0-9](?![0-9]))(?P<neg>-(?=\$?\.?[0-9]))?\$?"
     r"(?P<body>[0-9]{1,3}(?:,[0-9]{3})++(?![0-9])(?:\.[0-9]++)?|[0-9]++(?:\.[0-9]++)?|\.[0-9]++)"
@@ -166,7 +150,7 @@ _RESTATED = re.compile(
     r"(?i:\b(?:which|that)[ \t]++(?:is|are|makes|means|equals|comes[ \t]++to)|\bor|\bi\.e\.,?"
     r"|\brounds?[ \t]++(?:down|up)?[ \t]*+to|\brounded[ \t]++(?:down|up)?[ \t]*+to)[ \t]++$"
 )
-# A reason or a condition: its numbers restate the question. It runs to the next comma.
+# A reason or a condition, to the next comma: its numbers restate the question.
 _CONDITION = re.compile(r"(?i:\b(?:because|since|if|given[ \t]++that|assuming|when|whenever)\b)")
 _DIGIT = re.compile(r"[0-9]")
 _CLAUSE_END = re.compile(r"[,;:=]")  # "... when she started = 90 more pounds": the result is no condition
@@ -177,8 +161,7 @@ _NEW_TURN = re.compile(
     r"\n[ \t*#>]*+(?:question|problem|q|user|human)(?:[ \t]*+#?[0-9]++)?[ \t*]*+:|<\|im_start\|>", re.IGNORECASE
 )
 _UNIT_PRICE = re.compile(r"[ \t]*+(?:each|apiece|per|a[ \t]++piece)\b", re.IGNORECASE)  # "for $2 each"
-# Between two numbers of an answer's statement: a first unit, then "or" (a hedge when the units agree, the same
-# quantity again when they differ: "2 hours, or 120 minutes") or a restatement ("which is", "i.e.", "(").
+# Between two numbers of a statement: a unit, then "or" (a hedge, or the same quantity in other units) or "which is".
 _LINK = re.compile(
     r"[ \t]*+(?P<unit>(?!(?:or|and|but|which|that|it|i)\b)[A-Za-z]++|%)?[ \t]*+[,;]?[ \t]*+"
     r"(?:(?P<hedge>(?:either[ \t]++)?or(?:[ \t]++(?:maybe|possibly|perhaps|even))?"
@@ -212,17 +195,11 @@ _UNIT_SIZES[None] = ("share", 100)  # a bare number: "0.6, or 60%"
 _BOLD_FIRST = re.compile(r"\s*+(?:#{1,6}[ \t]++)?(\*\*|__)(?P<body>[^\n*_]{1,100}?)\1[ \t.!]*+(?:\n|$)")
 
 # Numbers written as words, read after an answer phrase: "eighteen", "twenty-five", "a dozen".
-# fmt: off
-_UNITS = (
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
-)
-# fmt: on
-_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-_WORD_VALUES = {
-    **{word: value for value, word in enumerate(_UNITS)},
-    **{word: 20 + 10 * i for i, word in enumerate(_TENS)},
-}
+_UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+_UNITS += " seventeen eighteen nineteen"
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety"
+_WORD_VALUES = {word: value for value, word in enumerate(_UNITS.split())}
+_WORD_VALUES |= {word: 20 + 10 * i for i, word in enumerate(_TENS.split())}
 _WORD_SCALES = {"dozen": 12, "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
 _NUMBER_WORD = rf"(?:{'|'.join(sorted([*_WORD_VALUES, *_WORD_SCALES], key=len, reverse=True))})\b"
 _WORD_NUMBER = re.compile(
@@ -250,19 +227,12 @@ _OP_CHARS = "-+*/^xX\\\u2212\u00d7\u00f7\u00b7\u2217"
 
 
 def completion_to_text(completion) -> str:
-    """The text of one completion: a plain string, or chat messages whose assistant content(s) are joined.
+    """The text of one completion: a string, or the assistant contents of chat messages, joined; "" for anything else.
 
-    Args:
-        completion: a `str`, or a list of `{"role", "content"}` messages (content a string or a list of
-            `{"type": "text", "text": ...}` parts). Messages without a role count as the assistant's, as in TRL.
-
-    Returns:
-        `str`: the text, `""` for anything else (never raises).
+    A message without a role counts as the assistant's, as in TRL; of multimodal content, the text parts count.
 
     >>> completion_to_text([{"role": "assistant", "content": "#### 18"}])
     '#### 18'
-    >>> completion_to_text([{"role": "tool", "content": "42"}, {"content": [{"type": "text", "text": "18"}]}])
-    '18'
     """
     if isinstance(completion, str):
         return completion
@@ -291,46 +261,31 @@ def _content_text(content) -> str:
 
 
 def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False) -> str | None:
-    """The final numeric answer of a completion or of a GSM8K gold solution, as a normalised decimal string.
-
-    Normalised: no `$`, thousands separators, units or `%`, no trailing zeros after the point; a leading `-` kept.
-    Where it is and how it is read: the module docstring.
+    """The final answer of a completion or a GSM8K solution as a decimal string ("1080", "-3", "18.5"), or None.
 
     Args:
         text (`str`): a completion or a gold solution (chat messages are accepted too).
-        truncated (`bool`): the completion was cut off at the length limit: no answer from the last-number fallback.
+        truncated (`bool`): the completion was cut off at the length limit: no answer from its last number.
         thinking (`bool`): thinking mode was on: no answer unless the thinking closed with `</think>`.
 
-    Returns:
-        `str | None`: e.g. "1080", "-3", "18.5"; None when there is no readable final answer.
-
-    >>> extract_answer("12 * 1.5 = $18.\\n#### 18"), extract_answer(r"So he packs $\\boxed{1,\\!080}$ pens.")
-    ('18', '1080')
-    >>> extract_answer("Answer: After 60 days, Cynthia will spend $16.00"), extract_answer("#### 9*2")
-    ('16', None)
-    >>> extract_answer("<think>Is it 17?</think>The answer is 18."), extract_answer("<think>So the answer is 18")
+    >>> extract_answer("12 * 1.5 = $18.\\n#### 18"), extract_answer("#### 9*2")
     ('18', None)
-    >>> extract_answer("9 * 2 = 18, and then", truncated=True) is None  # cut off: no last-number fallback
-    True
     """
     return read_answer(text, truncated=truncated, thinking=thinking)[0]
 
 
 def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
-    """The number after the last `#### ` (GSM8K's official format), normalised like `extract_answer`; else None.
+    """The number after the last `####` (GSM8K's format; not a heading, `#### Final answer`), else None.
 
-    `####` followed by words (a markdown heading) or by an expression without its result does not count, nor does
-    one inside thinking that never closed.
-
-    >>> extract_hash_answer("A third of 36 is 12.\\n#### 12"), extract_hash_answer("#### Final answer\\nIt is 12.")
-    ('12', None)
+    >>> extract_hash_answer("A third of 36 is 12.\\n#### 12")
+    '12'
     """
     return read_answer(text, thinking=thinking, strict=True)[0]
 
 
 def answers_match(pred: str | None, gold: str | None) -> bool:
-    """Whether two answers are the same number, compared with `decimal.Decimal` (exact, no float rounding); `pred`
-    may be a tuple of values that all count as the answer (`read_answer`'s third part). None never matches.
+    """Whether two answers are the same number, compared exactly as Decimals; `pred` may be a tuple of values that
+    all count as the answer (`read_answer`'s third part). None never matches.
 
     >>> answers_match("18", "18.00"), answers_match("1,080", "1080"), answers_match("18.5", "18")
     (True, True, False)
@@ -342,24 +297,15 @@ def answers_match(pred: str | None, gold: str | None) -> bool:
 
 
 def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) -> dict:
-    """One completion against its gold answer: what the lenient extractor reads, and the verdicts.
-
-    Args:
-        completion (`str` or `list[dict]`): a plain or chat completion.
-        gold: the gold answer, a number ("1080", 1080) or a GSM8K solution ("... #### 1,080").
-        truncated (`bool`): the generation hit the token limit without an end-of-turn token.
-        thinking (`bool`): thinking mode was on (ENABLE_THINKING).
+    """One completion against its gold answer (a number, or a GSM8K solution): the evaluation's verdicts.
 
     Returns:
-        `dict`: `extracted` (`extract_answer`'s reading, or None), `correct` (the answer equals the gold),
-        `strict_correct` (the `#### N` answer equals the gold), `formatted` (there is a readable `#### N`), `padded`
-        (`pads_answer`: the rewards' reason to pay nothing, beside the verdicts, which judge the answer alone).
-        Unclosed thinking gives None, False, False, False, False.
+        `dict`: `extracted` (`extract_answer`'s reading), `correct` (it equals the gold), `strict_correct` (the
+        `#### N` answer does), `formatted` (there is a `#### N`), `padded` (`pads_answer`; the verdicts judge the
+        answer alone). `truncated` and `thinking` are as for `extract_answer`.
 
     >>> grade("So the answer is \\\\boxed{18}.", "18")
     {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False, 'padded': False}
-    >>> grade("9 * 2 = 18\\n#### 18\\n#### 18", "18")  # the answer, right, and padded
-    {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True, 'padded': True}
     """
     text = completion_to_text(completion)
     gold = gold_value(gold)
@@ -377,16 +323,12 @@ def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) 
 def pads_answer(text, *, truncated: bool = False, thinking: bool = False) -> bool:
     """Whether the completion goes on past its final answer instead of stopping there: the rewards pay it nothing.
 
-    Padding is: the answer repeated (a second `####`, `\\boxed` or answer phrase, the statement said twice, a
-    sentence whose only number is the answer: "#### 5\\nSo Sam has five pens."); filler (more than MAX_TAIL_CHARS,
-    a sentence said twice in a row) or a run of more than MAX_BLANK_CHARS whitespace; another question or turn
-    ("Question:", "Q:", "User:", `<|im_start|>`). An explanation or a check with other numbers, or a sign-off, is not.
-    A text without a final answer pads nothing. Linear in the length of the text.
+    Padding: the answer said again ("#### 5\\nSo Sam has five pens."), filler (more than MAX_TAIL_CHARS, a sentence
+    twice, more than MAX_BLANK_CHARS whitespace in a row), another question or turn ("Q:", `<|im_start|>`). An
+    explanation, a check with other numbers or a sign-off is not padding.
 
-    >>> pads_answer("#### 18\\n"), pads_answer("#### 18\\nCheck: 18 / 6 = 3. Thanks!"), pads_answer("#### 18 #### 18")
-    (False, False, True)
-    >>> pads_answer("#### 18\\nThe answer is 18."), pads_answer("#### 18" + " " * 40), pads_answer("#### 18\\nQ: Why?")
-    (True, True, True)
+    >>> pads_answer("#### 18\\nCheck: 18 / 6 = 3. Thanks!"), pads_answer("#### 18\\nThe answer is 18.")
+    (False, True)
     """
     return read_answer(text, truncated=truncated, thinking=thinking)[1]
 
@@ -425,8 +367,7 @@ def _pads(region: str, value: str | None, start: int, end: int) -> bool:
 
 
 def _repeats(tail: str, value: str | None) -> bool:
-    """Whether the text after the final answer says it again: an answer phrase ("The answer is 5."), a sentence
-    whose one number is the answer ("So Sam has five pens."), or a sentence twice in a row (filler)."""
+    """Whether the text after the answer says it again (a phrase, a sentence with it alone) or a sentence twice."""
     if (found := _phrase_answer(tail, _Computed(tail))) is not None and found[0] is not None:
         return True
     previous = None
@@ -439,8 +380,7 @@ def _repeats(tail: str, value: str | None) -> bool:
 
 
 def _statement(text: str, value: str | None, start: int, end: int) -> tuple[str | None, tuple[str, ...]]:
-    """The final answer as its statement gives it: None when it hedges between two answers ("18 or 20 apples", "18,
-    but it might be 20"); else the answer and the values that restate it in other units ("2 hours (120 minutes)")."""
+    """The answer and the values that restate it in other units ("2 hours (120 minutes)"); None for a hedge."""
     lowered = text[start : min(end, start + SPAN_CHARS)].lower()
     if value is None or not any(word in lowered for word in _LINK_WORDS):
         return value, () if value is None else (value,)
@@ -484,10 +424,8 @@ def _to_decimal(value) -> Decimal | None:
 
 
 def answer_region(text: str, thinking: bool = False) -> str | None:
-    """The text after the last closed thinking block, when any text follows it; else the whole text.
-
-    None when thinking never closed: an opening tag after the last closing one, or thinking mode and no closing tag.
-    """
+    """The text after the last closed thinking block when any follows it, else the whole text; None when thinking
+    never closed (an opening tag after the last closing one, or thinking mode and no closing tag)."""
     if "<" not in text:  # no tag at all: the common case, at str.find speed
         return None if thinking else text
     close = max((text.rfind(tag) for tag in _THINK_CLOSES), default=-1)
@@ -517,7 +455,6 @@ class _Computed:
 
 
 def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, int] | None:
-    """The final answer of an answer region by precedence (see the module docstring), as the finders return it."""
     computed = _Computed(text)
     for find in (_hash_answer, _boxed_answer, _phrase_answer, _bold_answer):
         if (found := find(text, computed, truncated)) is not None:
@@ -548,13 +485,13 @@ def _last_number_at(text: str) -> int:
     """Where the text's last number is: its last digit, or a number word after it ("so he has fourteen"); else -1."""
     last_digit = max(text.rfind(digit) for digit in _DIGITS)
     pos = max(last_digit + 1, len(text) - 2 * SENTENCE_CHARS)
-    words = _WORD_NUMBER.search(text, pos) and _last(_spelled(text, pos))
+    words = _WORD_NUMBER.search(text, pos) and max(_spelled(text, pos), key=re.Match.start, default=None)
     return last_digit if words is None else words.start()
 
 
 def _says_number(words: re.Match) -> bool:
-    """Whether a run of number words states a number: after a verb ("he has fourteen pens", not "in eight stalls",
-    "this one" or "4 million") or opening a sentence ("Eighteen dollars.")."""
+    """Whether number words state a number: after a verb ("he has fourteen", not "in eight stalls") or opening a
+    sentence."""
     return _WORD_CUE.search(words.string, max(0, words.start() - 12), words.start()) is not None
 
 
@@ -666,8 +603,7 @@ def _is_working(line: str) -> bool:
 
 
 def _last_answer(text: str, computed, last_digit: int | None = None, start: int | None = None) -> str | None:
-    """The answer number of the sentence that holds the text's last number (see `_sentence_answer`); `last_digit`,
-    where the text's last number is, and `start`, where its sentence starts, when the caller has found them."""
+    """The answer number of the sentence that holds the text's last number, at `last_digit`, from `start`."""
     last_digit = _last_number_at(text) if last_digit is None else last_digit
     if last_digit < 0:
         return None
@@ -680,7 +616,7 @@ def _last_answer(text: str, computed, last_digit: int | None = None, start: int 
         sentence = window[: last.end()]
     else:  # digits but no number here ("x2"): the last number before them, read back MAX_FALLBACK_CHARS at most
         window = _clean(text[max(0, last_digit - MAX_FALLBACK_CHARS) : last_digit], money=True)
-        last = _last(_NUMBER.finditer(window))
+        last = max(_NUMBER.finditer(window), key=re.Match.start, default=None)
         if last is None:
             return None
         start = _sentence_start(window, max(0, last.start() - SENTENCE_CHARS), last.start())
@@ -691,18 +627,9 @@ def _last_answer(text: str, computed, last_digit: int | None = None, start: int 
     return _sentence_answer(sentence, numbers, computed)
 
 
-def _last(matches) -> re.Match | None:
-    last = None
-    for last in matches:  # noqa: B007 - the last one is wanted
-        pass
-    return last
-
-
 def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | None:
-    """The answer number among a sentence's numbers, read as the module docstring says: operands, purpose
-    clauses, reasons and conditions passed over; an equation's result; else the last, unless a result stated with
-    "=" comes before it ("= $240 for the 6 shirts"), or it restates a given quantity ("$16 after 60 days", "for 3
-    gallons and 5 boxes", "of the 18") and another was computed (`= 16`) or stands before it."""
+    """The answer among a sentence's numbers: operands, purpose clauses and conditions passed over; an equation's
+    result; else the last, unless it restates a stated result ("= $240 for the 6 shirts") or a given quantity."""
     if len(numbers) <= 1:
         return _normalise(numbers[0]) if numbers else None
     if _RESULT_BEFORE.search(sentence, max(0, numbers[-1].start() - 12), numbers[-1].start()):
@@ -776,8 +703,7 @@ def _at_line_start(text: str, pos: int, prefix: re.Pattern) -> bool:
 
 
 def _span_after(text: str, pos: int) -> tuple[str, int]:
-    """The rest of the line after a marker or, when that holds no letter or digit, the next line that does, with
-    where that next line starts (-1 when the span is on the marker's own line)."""
+    """The rest of the line after a marker, or the next line with a letter or digit and where it starts (else -1)."""
     limit, start = min(len(text), pos + SPAN_CHARS), pos
     while pos < limit:
         newline = text.find("\n", pos, limit)
@@ -789,12 +715,8 @@ def _span_after(text: str, pos: int) -> tuple[str, int]:
 
 
 def _read_span(span: str, lead: bool = False, single: bool = False, computed=()) -> tuple[bool, str | None]:
-    """Read the answer after a marker: (whether it holds an answer at all, the normalised answer or None).
-
-    lead: the number must come first (after `####`); single: the span must hold exactly one number ("A:").
-    Otherwise a number first is the answer, a sentence gives its answer number, and a number word counts.
-    A number that starts an expression or an equation is replaced by the result after the last "=", if any.
-    """
+    """(whether the span after a marker holds an answer, the answer or None). `lead`: the number comes first
+    (`####`); `single`: it is the only one ("A:"); else a number first, a sentence's answer, or a number word."""
     span = _clean(span)
     number = _NUMBER.search(span)
     head = 0 if lead or single else _LEAD.match(span).end()
@@ -811,7 +733,7 @@ def _read_span(span: str, lead: bool = False, single: bool = False, computed=())
     if single and _NUMBER.search(span, number.end()) is not None:
         return False, None
     if not (lead or single) and number.start() > head:  # a sentence: "After 60 days, she will spend $16"
-        boundary = _last(_SENTENCE_END.finditer(span, 0, number.start()))
+        boundary = max(_SENTENCE_END.finditer(span, 0, number.start()), key=re.Match.start, default=None)
         start = boundary.end() if boundary else 0
         end = _SENTENCE_END.search(span, number.end())
         if end is None or "=" in span[end.start() :]:  # "... = $70. So for five days he earns 5 x 70 = $350."
