@@ -42,23 +42,19 @@ _THINK_CLOSES = ("</think>", "</thinking>")
 _BLOCK_ENDS = (*_THINK_CLOSES, "</reasoning>")  # text after the last of these is the answer region
 _DIGITS = "0123456789"
 
-# A number: sign, currency, thousands commas, decimals, a scale word; never inside a word, after a point, or the
-# minutes of "2:00". Possessive quantifiers keep it linear.
-_NUMBER = re.compile(
+_NUMBER = re.compile(  # sign, currency, thousands, decimals, scale; never in a word, after a point, in "2:00"
     r"(?<![\w.])(?!(?<=[0-9]:)[0-5][0-9](?![0-9]))(?P<neg>-(?=\$?\.?[0-9]))?\$?"
     r"(?P<body>[0-9]{1,3}(?:,[0-9]{3})++(?![0-9])(?:\.[0-9]++)?|[0-9]++(?:\.[0-9]++)?|\.[0-9]++)"
     r"(?:[ \t]*+(?P<scale>(?i:thousand|million|billion|trillion))\b)?"
 )
 # After a number: an operator and another number (an expression), or "=" (the left side of an equation).
 _EXPRESSION_TAIL = re.compile(r"[ \t]*+(?:=|(?:[-+*/^]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\$?\.?[0-9])")
-# ... or a unit and then an operator: "12.8 hectares / (1 - 3/5) = 32 hectares" (read only when an "=" follows).
-_UNIT_EXPRESSION_TAIL = re.compile(
+_UNIT_EXPRESSION_TAIL = re.compile(  # ... or a unit first, "12.8 hectares / (1 - 3/5) = 32", when an "=" follows
     r"[ \t]*+(?:[A-Za-z%]++[ \t]*+){1,3}(?:[-+*/]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\.?[0-9]"
 )
 _HEADING_TAIL = re.compile(r"[.):][ \t]++[A-Za-z]")  # "#### 2. Add the pens" is a numbered markdown heading
 _HASH_LEAD = re.compile(r"[\s*(:=~]*+")  # what may stand between "####" and its number once LaTeX is cleaned
-# What may stand before the number that a phrase gives first: markup, and "about", "exactly", "a total of".
-_LEAD = re.compile(
+_LEAD = re.compile(  # what may stand before a phrase's first number: markup, "about", "exactly", "a total of"
     r"[\s*_(:=~\"'`\[]*+(?:(?i:approximately|approx\.|about|around|roughly|exactly|only|just|nearly|almost"
     r"|(?:a[ \t]++)?total[ \t]++of)[\s*_(:=~\"'`]*+)?"
 )
@@ -73,8 +69,7 @@ _FRAC = re.compile(
     r"[ \t]*+(?:\{[ \t]*+(?P<den>[0-9]{1,30})[ \t]*+\}|(?P<den1>[0-9]))"
 )
 _WHOLE_BEFORE = re.compile(r"(?<![0-9.])[0-9]{1,30}[ \t]*+$")  # the 2 of a mixed number, 2\frac{1}{2}
-# Thousands grouping as LaTeX and typography write it: 1,\!080  1{,}080  1\,080  1\ 080  1~080, thin spaces.
-_THOUSANDS_SEP = re.compile(
+_THOUSANDS_SEP = re.compile(  # thousands as LaTeX and typography group them: 1,\!080 1{,}080 1\,080 1~080
     r"(?<=[0-9])(?:(?:,|\{,\})(?:\\[!,;: ]|~)*+|(?:\\[!,;: ]|~|[\u00a0\u2009\u202f])++)(?=[0-9]{3}(?![0-9]))"
 )
 _SCIENTIFIC = re.compile(  # 2.4 \times 10^{3}, 2.4 x 10^3: a way of writing one number, not a sum to evaluate
@@ -107,46 +102,39 @@ _PHRASE_AT = re.compile(
 )
 _HEADING_PREFIX = re.compile(r"[ \t#*>_]*+(?:final[ \t]++)?", re.IGNORECASE)
 _A_PREFIX = re.compile(r"[ \t*>_]*+")
-# "Step by step answer:", "Detailed answer:": a heading for the working that follows, not for the answer.
-_WORKING_HEADING = re.compile(
+_WORKING_HEADING = re.compile(  # "Step by step answer:", "Detailed answer:" head the working, not the answer
     r"(?i:step[- ]by[- ]step|detailed|worked|full|complete|explained|long)[ \t*_]*+(?:final[ \t]++)?$"
 )
 # A line of working rather than an answer: a list item, a "Step", or a sum.
 _WORKING_LINE = re.compile(r"[ \t>*_]*+(?:[-*\u2022][ \t]|[0-9]{1,2}[.)][ \t]|(?i:step)\b)")
-# A statement that there is no numeric answer.
-_NO_ANSWER = re.compile(
+_NO_ANSWER = re.compile(  # a statement that there is no numeric answer
     r"(?i:can(?:not|'t|[ \t]++not)[ \t]++be[ \t]++(?:determined|calculated|computed|found|answered|solved)"
     r"|not[ \t]++enough[ \t]++information|insufficient[ \t]++(?:information|data)|no[ \t]++(?:valid[ \t]++"
     r"|possible[ \t]++|unique[ \t]++)?solution|unsolvable|indeterminate|undetermined)"
 )
-# A number in a purpose clause restates the question: "to make 15 flans", "to reach his goal of 100".
-_PURPOSE = re.compile(
+_PURPOSE = re.compile(  # a purpose clause restates the question: "to make 15 flans", "to reach his goal of 100"
     r"\bto[ \t]++(?!(?:be|the|a|an|his|her|their|its|each|every|this|that|me|him|them|us)\b)[a-z]++"
     r"(?:[ \t]++(?!(?:is|are|was|were|has|have|had|will|would|can|so|which|then|but|he|she|they|it|we|i|you)\b)"
     r"[a-z0-9'.]++){0,3}[ \t]++$"
 )
-# ... unless "to" belongs to the main verb: "needs to babysit 5 times", "has to pay 18".
-_MODAL_TO = re.compile(
+_MODAL_TO = re.compile(  # ... unless "to" belongs to the main verb: "needs to babysit 5 times", "has to pay 18"
     r"\b(?:needs?|needed|has|have|had|going|wants?|wanted|able|used|ought|plans?|planned|decides?|decided"
     r"|tries|tried|expects?|expected|hopes?|hoped|likes?|liked|wish(?:es)?|got)[ \t]++$",
     re.IGNORECASE,
 )
-# A number after these restates a condition when nothing says which number was computed: "$16 after 60 days".
-_CONTEXT = re.compile(
+_CONTEXT = re.compile(  # a number after these may restate a condition: "$16 after 60 days"
     r"(?:\b(?:after|before|for|per|each|every|in|within|over|during|on|above|below|until|than)|(?<!total )\bof)[ \t]++"
     r"(?:[a-z]{1,20}?ing[ \t]++(?:away[ \t]++)?)?"
     r"(?:(?:(?P<det>the|its|his|her|their|those|these|this|that|all|both)|a|an|another|next|first|last)[ \t]++)?$",
     re.IGNORECASE,
 )
-# An operand: an operator or "=" and then a number, or a comparison ("50 < 52"); a number after "<" or ">".
-_OPERAND_TAIL = re.compile(
+_OPERAND_TAIL = re.compile(  # an operand: an operator or "=" and a number follow, or a comparison ("50 < 52")
     r"[ \t]*+(?:(?:[-+*/^=<>]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\$?\.?[0-9]|[<>\u2264\u2265])"
 )
 _COMPARED = re.compile(r"(?:[<>\u2264\u2265]|[0-9%)][ \t]*+(?:[-+*/^]|[xX]))[ \t]*+\(?[ \t]*+$")  # "50 < 52", "1 - 3"
 _RESULT_BEFORE = re.compile(r"=[ \t]*+$")
 _AND_BEFORE = re.compile(r"\band[ \t]++(?:[a-z]++[ \t]++){0,2}$")
-# A restatement of the result just before: "which is 30 minutes", "or 20 = A", "which rounds down to 15".
-_RESTATED = re.compile(
+_RESTATED = re.compile(  # restates the result before it: "which is 30 minutes", "or 20 = A", "rounds down to 15"
     r"(?i:\b(?:which|that)[ \t]++(?:is|are|makes|means|equals|comes[ \t]++to)|\bor|\bi\.e\.,?"
     r"|\brounds?[ \t]++(?:down|up)?[ \t]*+to|\brounded[ \t]++(?:down|up)?[ \t]*+to)[ \t]++$"
 )
@@ -161,8 +149,7 @@ _NEW_TURN = re.compile(
     r"\n[ \t*#>]*+(?:question|problem|q|user|human)(?:[ \t]*+#?[0-9]++)?[ \t*]*+:|<\|im_start\|>", re.IGNORECASE
 )
 _UNIT_PRICE = re.compile(r"[ \t]*+(?:each|apiece|per|a[ \t]++piece)\b", re.IGNORECASE)  # "for $2 each"
-# Between two numbers of a statement: a unit, then "or" (a hedge, or the same quantity in other units) or "which is".
-_LINK = re.compile(
+_LINK = re.compile(  # between two numbers: a unit, then "or" (a hedge, or the same quantity) or "which is"
     r"[ \t]*+(?P<unit>(?!(?:or|and|but|which|that|it|i)\b)[A-Za-z]++|%)?[ \t]*+[,;]?[ \t]*+"
     r"(?:(?P<hedge>(?:either[ \t]++)?or(?:[ \t]++(?:maybe|possibly|perhaps|even))?"
     r"|(?:but[ \t]++)?(?:it[ \t]++)?(?:might|could|may)(?:[ \t]++also)?[ \t]++be)"
@@ -207,8 +194,7 @@ _WORD_NUMBER = re.compile(
     rf"(?:(?:[ \t]*+-[ \t]*+|[ \t]++(?:and[ \t]++)?){_NUMBER_WORD})*+(?![ \t]++of\b)",
     re.IGNORECASE,
 )
-# Before a number word that states a number: a verb, or the start of a sentence ("Eighteen dollars.").
-_WORD_CUE = re.compile(
+_WORD_CUE = re.compile(  # before number words that state a number: a verb, or a sentence's start
     r"(?:(?i:\b(?:is|are|was|were|be|has|have|had|gets?|got|makes?|made|needs?|costs?|spends?|spent|pays?|paid"
     r"|earns?|earned|equals?|totals?|of|takes?|took|sells?|sold|buys?|bought|saves?|saved|uses?|used)|=)[ \t]++"
     r"|(?:^|[.!?:\n])[ \t*_#>]*+)$"
@@ -228,12 +214,7 @@ _OP_CHARS = "-+*/^xX\\\u2212\u00d7\u00f7\u00b7\u2217"
 
 def completion_to_text(completion) -> str:
     """The text of one completion: a string, or the assistant contents of chat messages, joined; "" for anything else.
-
-    A message without a role counts as the assistant's, as in TRL; of multimodal content, the text parts count.
-
-    >>> completion_to_text([{"role": "assistant", "content": "#### 18"}])
-    '#### 18'
-    """
+    A message without a role counts as the assistant's, as in TRL; of multimodal content, the text parts count."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, bytes | bytearray):
@@ -244,29 +225,22 @@ def completion_to_text(completion) -> str:
         return ""
     parts = []
     for message in completion:
-        if isinstance(message, str):
-            parts.append(message)
-        elif isinstance(message, dict) and message.get("role", "assistant") == "assistant":
-            parts.append(_content_text(message.get("content")))
+        content = message
+        if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
+            content = message.get("content")
+            if isinstance(content, list | tuple):  # multimodal parts: keep the text ones
+                texts = (p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
+                content = "\n".join(text for text in texts if isinstance(text, str) and text)
+        if isinstance(content, str):
+            parts.append(content)
     return "\n".join(part for part in parts if part)
-
-
-def _content_text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list | tuple):  # multimodal parts: keep the text ones
-        texts = (part.get("text") for part in content if isinstance(part, dict) and part.get("type", "text") == "text")
-        return "\n".join(text for text in texts if isinstance(text, str) and text)
-    return ""
 
 
 def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False) -> str | None:
     """The final answer of a completion or a GSM8K solution as a decimal string ("1080", "-3", "18.5"), or None.
 
-    Args:
-        text (`str`): a completion or a gold solution (chat messages are accepted too).
-        truncated (`bool`): the completion was cut off at the length limit: no answer from its last number.
-        thinking (`bool`): thinking mode was on: no answer unless the thinking closed with `</think>`.
+    `truncated`: the completion was cut off at the length limit, so no answer comes from its last number.
+    `thinking`: thinking mode was on, so there is no answer unless the thinking closed with `</think>`.
 
     >>> extract_answer("12 * 1.5 = $18.\\n#### 18"), extract_answer("#### 9*2")
     ('18', None)
@@ -275,11 +249,7 @@ def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False
 
 
 def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
-    """The number after the last `####` (GSM8K's format; not a heading, `#### Final answer`), else None.
-
-    >>> extract_hash_answer("A third of 36 is 12.\\n#### 12")
-    '12'
-    """
+    """The number after the last `####` (GSM8K's format; not a heading, `#### Final answer`), else None."""
     return read_answer(text, thinking=thinking, strict=True)[0]
 
 
@@ -360,7 +330,7 @@ def _pads(region: str, value: str | None, start: int, end: int) -> bool:
         return True  # an earlier `#### N`: this one repeats it
     # The statement of the final answer (from its marker, or its sentence) said just before it: `\\boxed{5} \\boxed{5}`
     if region.startswith(("answer", "Answer", "ANSWER", "A:"), start):  # a phrase: its sentence
-        start = _sentence_start(region, max(0, start - SENTENCE_CHARS), start)
+        start = _sentence_start(region, start)
     statement = region[start : min(end, start + 2 * SPAN_CHARS)].strip().rstrip(".!")  # a longer one repeats none
     before = region[max(0, start - 2 * SPAN_CHARS) : start].rstrip(" \t\n.!")
     return 0 < len(statement) <= SPAN_CHARS and before.endswith(statement)
@@ -462,7 +432,7 @@ def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, 
     last = -1 if truncated else _last_number_at(text)
     if last < 0:
         return None
-    start = _sentence_start(text, max(0, last - SENTENCE_CHARS), last)  # "  Therefore, ... = $350.": its sentence
+    start = _sentence_start(text, last)  # "  Therefore, ... = $350.": its sentence
     return _last_answer(text, computed, last, start), start, _line_end(text, last)
 
 
@@ -475,8 +445,9 @@ def _turn_at(region: str) -> int:
     return len(region) if turn is None else turn.start()
 
 
-def _sentence_start(text: str, low: int, pos: int) -> int:
-    """Where the sentence that holds `pos` starts, at its first non-space, read back no further than `low`."""
+def _sentence_start(text: str, pos: int) -> int:
+    """Where the sentence that holds `pos` starts, at its first non-space, read back SENTENCE_CHARS at most."""
+    low = max(0, pos - SENTENCE_CHARS)
     start = max((i + len(end) for end in _RAW_SENTENCE_ENDS if (i := text.rfind(end, low, pos)) >= 0), default=low)
     return pos - len(text[start:pos].lstrip())
 
@@ -522,10 +493,10 @@ def _hash_answer(text: str, computed=None, truncated: bool = False) -> tuple[str
     for pos, _ in _rfind_all(text, ("####",)):
         if pos > 0 and text[pos - 1] == "#":  # "#####" is a markdown heading, not the answer marker
             continue
-        span, next_line = _span_after(text, pos + 4)
+        span, line = _span_after(text, pos + 4)
         found, value = _read_span(span, lead=True)
         if found:
-            return value, pos, _line_end(text, pos + 4 if next_line < 0 else next_line)
+            return value, pos, _line_end(text, line)
     return None
 
 
@@ -561,10 +532,10 @@ def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[str | 
     for pos, marker in _rfind_all(text, ("answer", "Answer", "ANSWER", "A:")):
         if marker == "A:":  # a weak marker (few-shot prompts start whole solutions with it): a line "A: N" only
             if _at_line_start(text, pos, _A_PREFIX):
-                span, next_line = _span_after(text, pos + 2)
+                span, line = _span_after(text, pos + 2)
                 found, value = _read_span(span, single=True)
                 if found:
-                    return value, pos, _line_end(text, pos + 2 if next_line < 0 else next_line)
+                    return value, pos, _line_end(text, line)
             continue
         phrase = _PHRASE_AT.match(text, pos)
         json_key = phrase is not None and phrase.group("json") is not None
@@ -573,28 +544,25 @@ def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[str | 
         if _WORKING_HEADING.search(text, max(0, pos - 40), pos):  # "Step by step answer:" heads the working
             continue
         if pos > 0 and text[pos - 1] == "<" and text.startswith(">", pos + 6):  # <answer>N</answer>
-            span, next_line = _span_after(text, pos + 7)
-            span, next_line = span.split("</", 1)[0], (pos + 7 if next_line < 0 else next_line)
+            span, line = _span_after(text, pos + 7)
+            span = span.split("</", 1)[0]
         elif phrase is None or (
             phrase.group("heading") is not None and not _at_line_start(text, pos, _HEADING_PREFIX)
         ):
             continue
         else:
-            span, next_line = _span_after(text, phrase.end())
+            span, line = _span_after(text, phrase.end())
             if json_key and span[:1] and span[0] in "\"'":  # the quoted value only
                 span = span[1:].split(span[0], 1)[0]
-            if next_line >= 0 and _is_working(span):  # a heading over working: the block's final result
-                if truncated:
-                    continue
-                value = _last_answer(text[next_line:], computed)
+            if line > phrase.end() and _is_working(span):  # a heading over working: the block's final result
+                value = None if truncated else _last_answer(text[line:], computed)
                 if value is not None:
                     return value, pos, len(text)
                 continue
-            next_line = phrase.end() if next_line < 0 else next_line
         found, value = _read_span(span, computed=computed)
         if found or _NO_ANSWER.search(_clean(span)) or last_digit < pos:
             # a number, or a final answer that is no number: "The answer cannot be determined." (value None)
-            return value, pos, _line_end(text, next_line)
+            return value, pos, _line_end(text, line)
     return None
 
 
@@ -607,7 +575,7 @@ def _last_answer(text: str, computed, last_digit: int | None = None, start: int 
     last_digit = _last_number_at(text) if last_digit is None else last_digit
     if last_digit < 0:
         return None
-    start = _sentence_start(text, max(0, last_digit - SENTENCE_CHARS), last_digit) if start is None else start
+    start = _sentence_start(text, last_digit) if start is None else start
     window = _clean(text[start : last_digit + SPAN_CHARS], money=True)
     window = window if text[last_digit].isdigit() else _digits_for_words(window)  # "so he has fourteen pens"
     numbers = list(_NUMBER.finditer(window))
@@ -619,7 +587,7 @@ def _last_answer(text: str, computed, last_digit: int | None = None, start: int 
         last = max(_NUMBER.finditer(window), key=re.Match.start, default=None)
         if last is None:
             return None
-        start = _sentence_start(window, max(0, last.start() - SENTENCE_CHARS), last.start())
+        start = _sentence_start(window, last.start())
         sentence = window[start : last.end()]
         numbers = list(_NUMBER.finditer(sentence))
     if _NO_ANSWER.search(window, last.end()):  # "... so the answer cannot be determined." after the last number
@@ -703,15 +671,16 @@ def _at_line_start(text: str, pos: int, prefix: re.Pattern) -> bool:
 
 
 def _span_after(text: str, pos: int) -> tuple[str, int]:
-    """The rest of the line after a marker, or the next line with a letter or digit and where it starts (else -1)."""
+    """The rest of the line after a marker or, when it has no letter or digit, the next line that has; and where
+    what was read starts (`pos` when nothing was found)."""
     limit, start = min(len(text), pos + SPAN_CHARS), pos
     while pos < limit:
         newline = text.find("\n", pos, limit)
         line = text[pos : newline if newline >= 0 else limit]
         if _ALNUM.search(line) or newline < 0:
-            return line, -1 if pos == start else pos
+            return line, pos
         pos = newline + 1
-    return "", -1
+    return "", start
 
 
 def _read_span(span: str, lead: bool = False, single: bool = False, computed=()) -> tuple[bool, str | None]:
@@ -808,11 +777,8 @@ def _replace_fractions(text: str) -> str:
 
 def _fraction_text(whole: int, num: int, den: int) -> str:
     reduced = den // gcd(num, den) if den else 0
-    while reduced and reduced % 2 == 0:
-        reduced //= 2
-    while reduced and reduced % 5 == 0:
-        reduced //= 5
-    if reduced != 1:  # no finite decimal (or a zero denominator)
+    # A finite decimal needs a denominator of 2s and 5s only: one that divides 10**100 (den has at most 30 digits).
+    if not reduced or 10**100 % reduced:
         return f"{whole}+{num}/{den}" if whole else f"{num}/{den}"
     return _decimal_text(_CTX.add(Decimal(whole), _CTX.divide(Decimal(num), Decimal(den))))
 
@@ -858,10 +824,6 @@ def working_score(text: str) -> float:
 
 
 def ends_with_hash_line(text: str) -> bool:
-    """Whether the last non-blank line of `text` is exactly `#### N`, N a plain number (the asked format).
-
-    >>> ends_with_hash_line("2 + 2 = 4\\n#### 4\\n"), ends_with_hash_line("#### 4 apples")
-    (True, False)
-    """
+    """Whether the last non-blank line of `text` is exactly `#### N`, N a plain number (the asked format)."""
     text = text.rstrip()
     return _HASH_LINE.fullmatch(text[text.rfind("\n") + 1 :]) is not None

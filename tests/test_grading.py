@@ -588,6 +588,7 @@ def test_h_unclosed_thinking_is_never_credited(text):
 
 
 def test_completion_to_text_keeps_the_assistant_text_parts():
+    assert grading.completion_to_text([{"role": "assistant", "content": "#### 18"}]) == "#### 18"
     chat = [{"role": "tool", "content": "42"}, {"content": [{"type": "text", "text": "18"}]}]
     assert grading.completion_to_text(chat) == "18"
 
@@ -607,7 +608,13 @@ def test_extract_answer_contract(text, kwargs, expected):
 
 
 def test_extract_hash_answer_skips_a_heading():
+    assert grading.extract_hash_answer("A third of 36 is 12.\n#### 12") == "12"
     assert grading.extract_hash_answer("#### Final answer\nIt is 12.") is None
+
+
+def test_ends_with_hash_line():
+    assert grading.ends_with_hash_line("2 + 2 = 4\n#### 4\n") is True
+    assert grading.ends_with_hash_line("#### 4 apples") is False
 
 
 def test_grade_a_right_padded_answer():
