@@ -30,7 +30,6 @@ SENTENCE_CHARS = 400  # characters read back from the last number for its senten
 MAX_BOX_CHARS = 1000  # characters searched for the closing brace of \boxed{
 MAX_MARKERS = 64  # occurrences of one kind of marker tried, from the last, before giving up on that kind
 MAX_FALLBACK_CHARS = 65536  # characters read back for the last number when the last digits are none ("x2")
-# Past the final answer (`pads_answer`)
 MAX_TAIL_CHARS = 1000  # characters after the final answer's line: an explanation or a sign-off; more is filler
 MAX_BLANK_CHARS = 8  # whitespace in a row from the final answer on: a line break or two, not a run to the limit
 
@@ -208,10 +207,6 @@ _RESULT = re.compile(r"[ \t]*+\)?[ \t]*+=[ \t]*+(?:<<)?\$?-?\.?[0-9]")  # GSM8K 
 _OP_CHARS = "-+*/^xX\\\u2212\u00d7\u00f7\u00b7\u2217"
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Text in, number out
-
-
 def completion_to_text(completion) -> str:
     """The text of one completion: a string, or the assistant contents of chat messages, joined; "" for anything else.
     A message without a role counts as the assistant's, as in TRL; of multimodal content, the text parts count."""
@@ -293,12 +288,9 @@ def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) 
 def pads_answer(text, *, truncated: bool = False, thinking: bool = False) -> bool:
     """Whether the completion goes on past its final answer instead of stopping there: the rewards pay it nothing.
 
-    Padding: the answer said again ("#### 5\\nSo Sam has five pens."), filler (more than MAX_TAIL_CHARS, a sentence
+    Padding: the answer said again ("#### 5\\nThe answer is 5."), filler (more than MAX_TAIL_CHARS, a sentence
     twice, more than MAX_BLANK_CHARS whitespace in a row), another question or turn ("Q:", `<|im_start|>`). An
     explanation, a check with other numbers or a sign-off is not padding.
-
-    >>> pads_answer("#### 18\\nCheck: 18 / 6 = 3. Thanks!"), pads_answer("#### 18\\nThe answer is 18.")
-    (False, True)
     """
     return read_answer(text, truncated=truncated, thinking=thinking)[1]
 
@@ -641,10 +633,8 @@ def _clause_end(sentence: str, pos: int) -> int:
 
 def _is_operand(sentence: str, number: re.Match) -> bool:
     """Whether the number is an operand of a sum or a side of a comparison, not a stated result."""
-    return (
-        _OPERAND_TAIL.match(sentence, number.end()) is not None
-        or _COMPARED.search(sentence, max(0, number.start() - 8), number.start()) is not None
-    )
+    operand = _OPERAND_TAIL.match(sentence, number.end()) is not None
+    return operand or _COMPARED.search(sentence, max(0, number.start() - 8), number.start()) is not None
 
 
 def _in_purpose_clause(sentence: str, pos: int) -> bool:

@@ -626,6 +626,8 @@ def test_grade_a_right_padded_answer():
     ("text", "expected"),
     [
         ("#### 18\n", False),
+        ("#### 18\nCheck: 18 / 6 = 3. Thanks!", False),  # a check with other numbers, a sign-off
+        ("#### 18\nThe answer is 18.", True),
         ("#### 18 #### 18", True),
         ("#### 18" + " " * 40, True),
         ("#### 18\nQ: Why?", True),
