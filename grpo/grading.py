@@ -92,12 +92,11 @@ _BOX_OPEN = re.compile(r"[ \t]{0,8}\{")
 _BOX_BARE = re.compile(r"[ \t]{1,8}([^\s$]{1,50})")  # \boxed 18, valid LaTeX without braces
 _BRACE = re.compile(r"\\[{}]|[{}]")
 _PHRASE_AT = re.compile(
-    r"answer(?P<json>[\"'][ \t]*+:)[ \t]*+"  # {"reasoning": "...", "answer": "26"}
+    r"(?i)answer(?P<json>[\"'][ \t]*+:)[ \t]*+"  # {"reasoning": "...", "answer": "26"}
     r"|answer(?:[ \t]++(?:to|for|of)\b[^.\n]{0,60}?)?[ \t*_]++"
     r"(?:is|was|would[ \t]+be|should[ \t]+be|will[ \t]+be)\b[ \t*_:]*+"  # the (final) answer is N
     r"|answer(?:[ \t]*+\([^)\n]{0,40}\))?[ \t*_]*+[:=\uff1a]"  # Answer: N, Final answer (in $): N
-    r"|answer(?P<heading>[ \t*_:]*+)(?=\r?\n)",  # a "### Final Answer" heading, N on a following line
-    re.IGNORECASE,
+    r"|answer(?P<heading>[ \t*_:]*+)(?=\r?\n)"  # a "### Final Answer" heading, N on a following line
 )
 _HEADING_PREFIX = re.compile(r"[ \t#*>_]*+(?:final[ \t]++)?", re.IGNORECASE)
 _A_PREFIX = re.compile(r"[ \t*>_]*+")
@@ -117,15 +116,13 @@ _PURPOSE = re.compile(  # a purpose clause restates the question: "to make 15 fl
     r"[a-z0-9'.]++){0,3}[ \t]++$"
 )
 _MODAL_TO = re.compile(  # ... unless "to" belongs to the main verb: "needs to babysit 5 times", "has to pay 18"
-    r"\b(?:needs?|needed|has|have|had|going|wants?|wanted|able|used|ought|plans?|planned|decides?|decided"
-    r"|tries|tried|expects?|expected|hopes?|hoped|likes?|liked|wish(?:es)?|got)[ \t]++$",
-    re.IGNORECASE,
+    r"(?i)\b(?:needs?|needed|has|have|had|going|wants?|wanted|able|used|ought|plans?|planned|decides?|decided"
+    r"|tries|tried|expects?|expected|hopes?|hoped|likes?|liked|wish(?:es)?|got)[ \t]++$"
 )
 _CONTEXT = re.compile(  # a number after these may restate a condition: "$16 after 60 days"
-    r"(?:\b(?:after|before|for|per|each|every|in|within|over|during|on|above|below|until|than)|(?<!total )\bof)[ \t]++"
-    r"(?:[a-z]{1,20}?ing[ \t]++(?:away[ \t]++)?)?"
-    r"(?:(?:(?P<det>the|its|his|her|their|those|these|this|that|all|both)|a|an|another|next|first|last)[ \t]++)?$",
-    re.IGNORECASE,
+    r"(?i)(?:\b(?:after|before|for|per|each|every|in|within|over|during|on|above|below|until|than)"
+    r"|(?<!total )\bof)[ \t]++(?:[a-z]{1,20}?ing[ \t]++(?:away[ \t]++)?)?"
+    r"(?:(?:(?P<det>the|its|his|her|their|those|these|this|that|all|both)|a|an|another|next|first|last)[ \t]++)?$"
 )
 _OPERAND_TAIL = re.compile(  # an operand: an operator or "=" and a number follow, or a comparison ("50 < 52")
     r"[ \t]*+(?:(?:[-+*/^=<>]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\$?\.?[0-9]|[<>\u2264\u2265])"
@@ -149,12 +146,11 @@ _NEW_TURN = re.compile(
 )
 _UNIT_PRICE = re.compile(r"[ \t]*+(?:each|apiece|per|a[ \t]++piece)\b", re.IGNORECASE)  # "for $2 each"
 _LINK = re.compile(  # between two numbers: a unit, then "or" (a hedge, or the same quantity) or "which is"
-    r"[ \t]*+(?P<unit>(?!(?:or|and|but|which|that|it|i)\b)[A-Za-z]++|%)?[ \t]*+[,;]?[ \t]*+"
+    r"(?i)[ \t]*+(?P<unit>(?!(?:or|and|but|which|that|it|i)\b)[A-Za-z]++|%)?[ \t]*+[,;]?[ \t]*+"
     r"(?:(?P<hedge>(?:either[ \t]++)?or(?:[ \t]++(?:maybe|possibly|perhaps|even))?"
     r"|(?:but[ \t]++)?(?:it[ \t]++)?(?:might|could|may)(?:[ \t]++also)?[ \t]++be)"
     r"|(?P<restated>which[ \t]++(?:is|equals)|that[ \t]++is|that's|i\.e\.,?|\())?"
-    r"[ \t]*+\(?[ \t]*+(?:about[ \t]++)?",
-    re.IGNORECASE,
+    r"[ \t]*+\(?[ \t]*+(?:about[ \t]++)?"
 )
 _LINK_WORDS = (" or ", "might", "could", "may ", "which", "that is", "that's", "i.e", "(")  # what _LINK needs
 _UNIT_WORD = re.compile(r"[ \t]*+([A-Za-z]++|%)")
@@ -189,9 +185,8 @@ _WORD_VALUES |= {word: 20 + 10 * i for i, word in enumerate(_TENS.split())}
 _WORD_SCALES = {"dozen": 12, "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
 _NUMBER_WORD = rf"(?:{'|'.join(sorted([*_WORD_VALUES, *_WORD_SCALES], key=len, reverse=True))})\b"
 _WORD_NUMBER = re.compile(
-    rf"(?<![\w-])(?:an?[ \t]++(?=(?:dozen|hundred|thousand|million)\b))?{_NUMBER_WORD}"
-    rf"(?:(?:[ \t]*+-[ \t]*+|[ \t]++(?:and[ \t]++)?){_NUMBER_WORD})*+(?![ \t]++of\b)",
-    re.IGNORECASE,
+    rf"(?i)(?<![\w-])(?:an?[ \t]++(?=(?:dozen|hundred|thousand|million)\b))?{_NUMBER_WORD}"
+    rf"(?:(?:[ \t]*+-[ \t]*+|[ \t]++(?:and[ \t]++)?){_NUMBER_WORD})*+(?![ \t]++of\b)"
 )
 _WORD_CUE = re.compile(  # before number words that state a number: a verb, or a sentence's start
     r"(?:(?i:\b(?:is|are|was|were|be|has|have|had|gets?|got|makes?|made|needs?|costs?|spends?|spent|pays?|paid"
