@@ -6,16 +6,13 @@
     grade(completion, gold)     one completion's verdicts, for evaluation
 
 Reading rules, for writing a reward of your own:
-- Where the answer is, by precedence (the last of each kind wins): `#### N`; `\\boxed{N}`; an answer phrase ("the
-  answer is N", "Answer: N", `<answer>N</answer>`); a bold first line ("**18 pens**"); else the last sentence with a
-  number, in digits or words, passing over operands, purpose clauses ("to make 15 flans") and conditions.
-- Nothing after a next question or turn ("Question:", "User:") is read.
+- The answer, by precedence (the last of each kind wins; nothing after a next "Question:" or turn): `#### N`;
+  `\\boxed{N}`; an answer phrase ("the answer is N", "Answer: N", `<answer>N</answer>`); a bold first line ("**18
+  pens**"); else the last sentence with a number, in digits or words, passing over operands, purpose clauses
+  ("to make 15 flans") and conditions.
 - A hedge ("18 or 20") is no answer; the same quantity in other units ("2 hours, or 120 minutes") counts either way.
-- LaTeX and markdown are read (`1,\\!080`, `\\frac{3}{4}`, `2.4 \\times 10^{3}`); an expression (`#### 9*2`) is no
-  answer: model output is never evaluated.
-- No final answer, no credit: thinking that never closed reads nothing; a cut-off completion (`truncated=True`)
-  gets no answer from its last number.
-- Every scan is linear in the text's length, and nothing raises on any text.
+- LaTeX and markdown are read (`1,\\!080`, `\\frac{3}{4}`); an expression (`#### 9*2`) is never evaluated.
+- No final answer, no credit: unclosed thinking reads nothing; a cut-off completion gets none from its last number.
 """
 
 import re
@@ -228,9 +225,8 @@ def completion_to_text(completion) -> str:
 
 def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False) -> str | None:
     """The final answer of a completion or a GSM8K solution as a decimal string ("1080", "-3", "18.5"), or None.
-
-    `truncated`: the completion was cut off at the length limit, so no answer comes from its last number.
-    `thinking`: thinking mode was on, so there is no answer unless the thinking closed with `</think>`.
+    `truncated`: cut off at the length limit, so no answer from its last number; `thinking`: thinking mode was on,
+    so none unless the thinking closed.
 
     >>> extract_answer("12 * 1.5 = $18.\\n#### 18"), extract_answer("#### 9*2")
     ('18', None)
@@ -259,10 +255,8 @@ def answers_match(pred: str | None, gold: str | None) -> bool:
 def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) -> dict:
     """One completion against its gold answer (a number, or a GSM8K solution): the evaluation's verdicts.
 
-    Returns:
-        `dict`: `extracted` (`extract_answer`'s reading), `correct` (it equals the gold), `strict_correct` (the
-        `#### N` answer does), `formatted` (there is a `#### N`), `padded` (`pads_answer`; the verdicts judge the
-        answer alone). `truncated` and `thinking` are as for `extract_answer`.
+    Returns `extracted` (`extract_answer`'s reading), `correct` (it equals the gold), `strict_correct` (the `#### N`
+    answer does), `formatted` (there is a `#### N`), `padded` (`pads_answer`; the verdicts judge the answer alone).
 
     >>> grade("So the answer is \\\\boxed{18}.", "18")
     {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False, 'padded': False}
@@ -407,11 +401,9 @@ class _Computed:
         return value in self.values
 
 
-# Each finder returns the last answer of its kind as (value, where its marker starts, where the line it was read
-# from ends), or None when the text has none; the value is None for a final answer that is no number.
-
-
 def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, int] | None:
+    """The last answer of the first kind found, as each finder gives it: (value, where its marker starts, where the
+    line it was read from ends), value None for a final answer that is no number; None for no answer."""
     computed = _Computed(text)
     for find in (_hash_answer, _boxed_answer, _phrase_answer, _bold_answer):
         if (found := find(text, computed, truncated)) is not None:
@@ -690,9 +682,8 @@ def _read_span(span: str, lead: bool = False, single: bool = False, computed=())
         boundary = max(_SENTENCE_END.finditer(span, 0, number.start()), key=re.Match.start, default=None)
         start = boundary.end() if boundary else 0
         end = _SENTENCE_END.search(span, number.end())
-        if end is None or "=" in span[end.start() :]:  # "... = $70. So for five days he earns 5 x 70 = $350."
-            end = None
-        sentence = span[start : end.start() if end else len(span)]
+        # the sentence, or all of the span when an "=" follows: "... = $70. So for five days he earns 5 x 70 = $350."
+        sentence = span[start : len(span) if end is None or "=" in span[end.start() :] else end.start()]
         return True, _sentence_answer(sentence, list(_NUMBER.finditer(sentence)), computed)
     return True, _stated(span, number)
 
