@@ -440,8 +440,7 @@ def _last_number_at(text: str) -> int:
 
 
 def _says_number(words: re.Match) -> bool:
-    """Whether number words state a number: after a verb ("he has fourteen", not "in eight stalls") or opening a
-    sentence."""
+    """Whether number words state a number: after a verb ("has six", not "in eight stalls") or opening a sentence."""
     return _WORD_CUE.search(words.string, max(0, words.start() - 12), words.start()) is not None
 
 
@@ -648,8 +647,7 @@ def _at_line_start(text: str, pos: int, prefix: re.Pattern) -> bool:
 
 
 def _span_after(text: str, pos: int) -> tuple[str, int]:
-    """The rest of the line after a marker or, when it has no letter or digit, the next line that has; and where
-    what was read starts (`pos` when nothing was found)."""
+    """The rest of the line after a marker, or the next line with a letter or digit; and where the one read starts."""
     limit, start = min(len(text), pos + SPAN_CHARS), pos
     while pos < limit:
         newline = text.find("\n", pos, limit)
