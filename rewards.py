@@ -1,10 +1,8 @@
 """The GRPO reward functions that grpotrainer.py selects by name from `REWARDS`: read these to write your own.
 
-TRL's GRPOTrainer calls a reward once per batch as `f(prompts=..., completions=..., completion_ids=..., answer=...,
-trainer_state=..., log_extra=..., ...)`; it returns one float per completion, or None (which TRL skips) where a
-reward that needs the gold has no readable one. Completions are chat lists for GSM8K (`completion_to_text` reads
-either form); the gold comes as `answer` or, as TRL's and open-r1's rewards read it, `solution`. How answers are
-read is grpo/grading.py's job. A parameter named max_completion_length or enable_thinking gets the run's value.
+TRL's GRPOTrainer calls each reward once per batch with keyword arguments (completions, completion_ids, the dataset's
+columns such as `answer`, ...) and takes one float per completion, or None, which it skips. grpo/grading.py reads
+the answers; a parameter named max_completion_length or enable_thinking gets the run's value.
 
     correctness_reward   1.0 when the final answer equals the gold by value (the reward GRPO should optimise)
     format_reward        1.0 for a last line `#### N`, 0.5 for a decorated or misplaced one
@@ -12,14 +10,9 @@ read is grpo/grading.py's job. A parameter named max_completion_length or enable
     math_reward          the tutorial's combined partial credit, summing to 1.0 for a right, shown answer
     overlong_reward      DAPO's soft overlong punishment, from the token counts
 
-A completion earns credit only where it stops at its answer. One cut off at max_completion_length, or one that pads
-past it (grading.pads_answer: the answer repeated, filler, another question; not an explanation or a sign-off),
-scores 0.0 on the first four, though evaluation still judges its answer: a model must not learn to pad to the limit.
-They log the share of padded completions as completions/padded_ratio.
-
-Your own reward goes in a module on the Python path (the repository root, or a folder on PYTHONPATH), selected as
-`--REWARD_FUNCS=correctness_reward,mymodule:my_reward`. Run the examples and the tests:
-    python -m pytest tests/test_rewards.py rewards.py -q
+The first four pay 0.0 to a completion cut off at max_completion_length or padded past its answer (the answer
+repeated, filler, another question): a model must not learn to pad to the limit. A reward of your own goes in a
+module on the Python path and is named "module:function".
 """
 
 from collections.abc import Callable
@@ -37,7 +30,7 @@ from grpo.grading import (
 
 
 def _golds(answer, n: int) -> list[str | None]:
-    """The gold answers, one per completion, normalised; a missing or unreadable gold is None."""
+    """The gold answers, one per completion, normalised; None where missing or unreadable."""
     if not isinstance(answer, list | tuple):  # one gold for every completion, or None
         answer = [answer] * n
     answer = [answer[i] if i < len(answer) else None for i in range(n)]
@@ -47,23 +40,22 @@ def _golds(answer, n: int) -> list[str | None]:
 
 
 def _truncated(completion_ids, max_completion_length: int | None, n: int) -> list[bool]:
-    """Which completions were cut off: as many token ids as max_completion_length (TRL passes them unpadded, up to
-    and including the EOS token). A reward is not told the EOS ids, so one whose EOS is its last allowed token
-    counts as cut off too: it used the whole budget. Without the ids or the limit, none is."""
+    """Which completions were cut off: as many token ids (unpadded, EOS included) as max_completion_length. A reward
+    is not told the EOS ids, so an EOS as the last allowed token counts as cut off too: it used the whole budget."""
     if max_completion_length is None or not isinstance(completion_ids, list | tuple) or len(completion_ids) != n:
         return [False] * n
     return [hasattr(ids, "__len__") and len(ids) >= max_completion_length for ids in completion_ids]
 
 
-def _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric) -> tuple[list, list[bool]]:
-    """Each completion's reading (grading.read_answer: its answer, whether it pads past it, the values that count as
-    it), and whether it stopped at its answer: not cut off, not padded. The padded share goes to TRL's `log_metric`
-    hook, so TensorBoard shows it as train/completions/padded_ratio."""
+def _read(completions, completion_ids, max_completion_length, enable_thinking, log_metric) -> tuple[list, list, list]:
+    """The completions' texts, their grading.read_answer, and whether each stopped at its answer (not cut off, not
+    padded); the padded share goes to TRL's `log_metric` hook, shown as train/completions/padded_ratio."""
+    texts = [completion_to_text(c) for c in completions or []]
     cut = _truncated(completion_ids, max_completion_length, len(texts))
     read = [read_answer(t, truncated=c, thinking=enable_thinking) for t, c in zip(texts, cut, strict=True)]
     if callable(log_metric) and read:
         log_metric("completions/padded_ratio", sum(r[1] for r in read) / len(read))
-    return read, [not (r[1] or c) for r, c in zip(read, cut, strict=True)]
+    return texts, read, [not (r[1] or c) for r, c in zip(read, cut, strict=True)]
 
 
 def correctness_reward(
@@ -80,18 +72,14 @@ def correctness_reward(
 ) -> list[float | None]:
     """1.0 when the completion's final answer equals the gold answer by value, else 0.0; None without a gold.
 
-    No final answer, no credit: thinking that never closed scores 0.0, and so does a completion cut off at
-    max_completion_length or one that repeats or pads its answer (`#### 18\\n#### 18`; see grpo/grading.py).
+    No final answer, no credit: unclosed thinking, a cut-off completion and a padded one score 0.0.
 
     Args:
         completions (`list[str]` or `list[list[dict]]`): plain or chat completions.
         answer (`list[str]`, *optional*): the gold answers, a number ("1080") or a GSM8K solution ("... #### 1,080").
         solution (`list[str]`, *optional*): the gold under the name TRL's and open-r1's rewards read, if no `answer`.
-        completion_ids (`list[list[int]]`, *optional*): the token ids TRL passes; as many as max_completion_length
-            (GRPOConfig's limit) tell a cut-off completion.
-        log_extra (`Callable[[str, list], None]`, *optional*): TRL's hook for extra columns of the completions
-            table; the reward logs `extracted` (its reading of each completion) and `gold`.
-        log_metric (`Callable[[str, float], None]`, *optional*): TRL's hook for a scalar; gets the padded share.
+        completion_ids (`list[list[int]]`, *optional*): the token ids; as many as max_completion_length: cut off.
+        log_extra, log_metric (*optional*): TRL's logging hooks: the `extracted` and `gold` columns, the padded share.
         enable_thinking (`bool`): thinking mode is on, so an answer needs a closed `</think>` first.
         **kwargs: the other arguments TRL passes (prompts, trainer_state, ...); unused, there so any call works.
 
@@ -109,9 +97,8 @@ def correctness_reward(
     >>> correctness_reward(["<think>So it is 18.", "#### 18"], answer=["18", None], enable_thinking=True)
     [0.0, None]
     """
-    texts = [completion_to_text(c) for c in completions or []]
+    texts, read, stopped = _read(completions, completion_ids, max_completion_length, enable_thinking, log_metric)
     golds = _golds(solution if answer is None else answer, len(texts))
-    read, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
     if callable(log_extra):
         log_extra("extracted", [r[0] for r in read])
         log_extra("gold", golds)
@@ -133,27 +120,17 @@ def format_reward(
 ) -> list[float]:
     """How well the completion follows the asked format: a last line `#### N`, and nothing after it.
 
-    1.0: the last non-blank line is `#### N`, N a plain number (sign, thousands commas and decimals allowed).
-    0.5: a `#### N` answer is there but decorated or followed by a short sign-off (`#### $18`, `#### 18 pens`,
-    `#### 18\\nDone!`).
-    0.0: no `#### N` (a `\\boxed{}` or "The answer is" answer gets nothing here; correctness_reward credits it),
-    thinking that never closed (a `#### N` inside it is no final answer), a completion cut off at
-    max_completion_length, or one that repeats or pads its answer (`#### 18\\n#### 18`: grading.pads_answer).
-
-    Args:
-        completions (`list[str]` or `list[list[dict]]`): plain or chat completions.
-        answer: the gold answers; unused (the format does not depend on them).
-        completion_ids, log_metric, max_completion_length, enable_thinking: as for correctness_reward.
-        **kwargs: the other arguments TRL passes (prompts, trainer_state, ...); unused.
+    1.0: the last non-blank line is `#### N`, N a plain number. 0.5: a `#### N` decorated or followed by a sign-off
+    (`#### 18 pens`, `#### 18\\nDone!`). 0.0: no `#### N` (a `\\boxed{}` answer gets nothing here), or unclosed
+    thinking, cut off or padded as for correctness_reward, whose arguments it takes (`answer` unused).
 
     >>> format_reward(["2 + 2 = 4\\n#### 4", "#### 4 apples", "#### 4\\nDone!", "The answer is 4.", "#### 4\\n#### 4"])
     [1.0, 0.5, 0.5, 0.0, 0.0]
     """
-    texts = [completion_to_text(c) for c in completions or []]
-    stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)[1]
-    # A `#### N` inside unclosed thinking, or cut off by a next question, is none: extract_hash_answer gives None.
+    texts, _, stopped = _read(completions, completion_ids, max_completion_length, enable_thinking, log_metric)
     rewards = []
     for text, ok in zip(texts, stopped, strict=True):
+        # extract_hash_answer finds no `#### N` inside unclosed thinking or after a next question
         hashed = ok and extract_hash_answer(text, thinking=enable_thinking) is not None
         rewards.append((1.0 if ends_with_hash_line(text) else 0.5) if hashed else 0.0)
     return rewards
@@ -169,24 +146,15 @@ def reasoning_reward(
     enable_thinking: bool = False,
     **kwargs,
 ) -> list[float]:
-    """Whether the completion shows its working: arithmetic on numbers, and equations with their results.
+    """Whether the completion shows its working, thinking included: arithmetic, and equations with their results.
 
-    1.0: an equation with a result, `36 / 3 = 12`, `(3 + 4) x 2 = 14`, `12 \\times 2 = 24`, `<<36/3=12>>`.
-    0.5: arithmetic without a stated result, `36 / 3`.
-    0.0: neither (a bare answer), or a completion cut off or padded past its answer, as for correctness_reward
-    (sums appended after the answer earn nothing). The check reads the whole completion, thinking included.
-
-    Args:
-        completions (`list[str]` or `list[list[dict]]`): plain or chat completions.
-        answer: the gold answers; unused (shown working does not depend on them).
-        completion_ids, log_metric, max_completion_length, enable_thinking: as for correctness_reward.
-        **kwargs: the other arguments TRL passes (prompts, trainer_state, ...); unused.
+    1.0: an equation with a result (`36 / 3 = 12`, `<<36/3=12>>`). 0.5: arithmetic alone (`36 / 3`). 0.0: neither,
+    or cut off or padded as for correctness_reward, whose arguments it takes (`answer` unused).
 
     >>> reasoning_reward(["He sells 20 - 5 - 3 = 12 pens.", "A third of them, 36 / 3, are blue.", "#### 12"])
     [1.0, 0.5, 0.0]
     """
-    texts = [completion_to_text(c) for c in completions or []]
-    stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)[1]
+    texts, _, stopped = _read(completions, completion_ids, max_completion_length, enable_thinking, log_metric)
     return [working_score(text) if ok else 0.0 for text, ok in zip(texts, stopped, strict=True)]
 
 
@@ -203,23 +171,14 @@ def math_reward(
 ) -> list[float | None]:
     """The GSM8K tutorial's combined reward, made whole: partial credit that sums to 1.0 for a right, shown answer.
 
-    0.2 for a `#### N` answer, + 0.2 for shown arithmetic (reasoning_reward > 0), + 0.2 for a readable answer
-    (`extract_answer` is not None), + 0.4 when that answer is right. None where the gold is missing (TRL skips it).
-    Thinking that never closed, a cut-off completion and one padded past its answer score 0.0 (no final answer, so
-    no part of the credit), as for correctness_reward.
-
-    Args:
-        completions (`list[str]` or `list[list[dict]]`): plain or chat completions.
-        answer, solution (`list[str]`, *optional*): the gold answers, as for correctness_reward.
-        completion_ids, log_metric, max_completion_length, enable_thinking: as for correctness_reward.
-        **kwargs: the other arguments TRL passes; unused.
+    0.2 for a `#### N` answer, + 0.2 for shown arithmetic, + 0.2 for a readable answer, + 0.4 when it is right.
+    None without a gold; 0.0 for unclosed thinking, cut off or padded; arguments as for correctness_reward.
 
     >>> math_reward(["36 / 3 = 12\\n#### 12", "36 / 3 = 12\\n#### 13", "The answer is 12.", "12"], answer=["12"] * 4)
     [1.0, 0.6, 0.6, 0.6]
     """
-    texts = [completion_to_text(c) for c in completions or []]
+    texts, read, stopped = _read(completions, completion_ids, max_completion_length, enable_thinking, log_metric)
     golds = _golds(solution if answer is None else answer, len(texts))
-    read, stopped = _read(texts, completion_ids, max_completion_length, enable_thinking, log_metric)
     rewards = []
     for text, gold, (pred, _, accepted), ok in zip(texts, golds, read, stopped, strict=True):
         if gold is None or not ok or answer_region(text, enable_thinking) is None:
@@ -236,9 +195,8 @@ def math_reward(
 
 
 def overlong_reward(completions=None, completion_ids=None, *, max_completion_length: int, **kwargs) -> list[float]:
-    """DAPO's soft overlong punishment, TRL's own `get_soft_overlong_punishment` (imported when first called, so
-    that `import rewards` stays light): 0 up to L - C tokens, then down linearly to -1 at L, with
-    L = max_completion_length and C = L // 4. Without `completion_ids` (their lengths) every completion scores 0.0.
+    """DAPO's soft overlong punishment (TRL's `get_soft_overlong_punishment`, imported when called): 0 up to L - C
+    tokens, then down linearly to -1 at L = max_completion_length, C = L // 4; 0.0 for all without `completion_ids`.
 
     >>> overlong_reward(["a", "b", "c"], completion_ids=[[1] * 50, [1] * 90, [1] * 100], max_completion_length=100)
     [0.0, -0.6, -1.0]
@@ -251,7 +209,7 @@ def overlong_reward(completions=None, completion_ids=None, *, max_completion_len
     return [float(r) for r in punish(list(completion_ids))]
 
 
-# Name -> reward, for REWARD_FUNCS; TRL logs each as rewards/<name>/mean.
+# Name -> reward, as the run's reward list names them; TRL logs each as rewards/<name>/mean.
 REWARDS: dict[str, Callable] = {
     "correctness_reward": correctness_reward,
     "format_reward": format_reward,
@@ -260,6 +218,5 @@ REWARDS: dict[str, Callable] = {
     "overlong_reward": overlong_reward,
 }
 
-# The rewards above that score the form (format, working, length), not the value: preflight does not warn when
-# they score a right and a wrong answer alike.
+# Rewards that score the form, not the value: preflight does not warn when they score right and wrong alike.
 ANSWER_BLIND = ("format_reward", "reasoning_reward", "overlong_reward")

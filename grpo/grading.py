@@ -1,35 +1,18 @@
 """The GSM8K answer reader: the final answer of a completion, judged as a careful human grader would.
 
-rewards.py (the rewards), evaluation (grpo/gsm8k.py) and monitoring (grpo/monitor.py) all grade with it:
-
     extract_answer(text)        the final number of a completion or a GSM8K gold solution ("1,080" -> "1080")
     answers_match(pred, gold)   equal by value, in exact decimal arithmetic ("18.00" == "18", "18.5" != "18")
     pads_answer(text)           the text goes on past its final answer (`#### 5\n#### 5`): the rewards pay nothing
-    grade(completion, gold)     one completion's verdicts, for evaluate.py: extracted, correct, strict_correct, ...
+    grade(completion, gold)     one completion's verdicts, for evaluation
 
-Where the answer is, by precedence (the last of each kind wins), before any next question or turn ("Question:",
-"User:" once the answer began: a base model going on with its few-shot prompt): 1. `#### N` (not a heading,
-`#### Step 2`); 2. `\\boxed{N}` (of words only: a final answer that is no number); 3. an answer phrase: "the answer
-is N", "Answer: N", "A: N", `<answer>N</answer>`, `"answer": "N"` ("Step by step answer:" heads working); 4. a bold
-line that opens the text, "**18 pens**", explained below it; 5. the last sentence with a number, digits or words
-("so he has fourteen pens left"). After a phrase: a number first, or a sum's stated result (`9*2 = 18`); a sentence's
-answer number; a number word; at a line's end, the next line or the final result of the working below it.
-A sentence's answer number: operands, purpose clauses ("to make 15 flans"), reasons and conditions ("because he
-scored 30") are passed over; an equation's result; else the last, unless it restates a stated result ("= $240 for
-the 6 shirts") or a given quantity ("$16 after 60 days", "12 pens out of the 18"); "6 shirts for $240" pays 240.
-Then the statement decides: a hedge ("18 or 20", "18, but it might be 20") is no answer, and the same quantity in
-other units ("2 hours, or 120 minutes", "0.6, or 60%") is the answer either way. `1,\\!080`, `1{,}080` are 1080,
-`2.4 \\times 10^{3}` is 2400, `\\frac{3}{4}` is 0.75, `2:00 pm` is 2; an expression (`#### 9*2`) is no answer: model
-output is never evaluated. Every scan is linear in the text's length, and nothing here raises on any text.
-
-No final answer, no credit: thinking that never closed says nothing (a `<think>` with no `</think>` after it, or
-thinking mode and no `</think>`); a closed block is skipped when text follows it. A cut-off completion
-(`truncated=True`) gets no answer from its last number nor from working under a heading, only from an answer it
-wrote, which evaluation judges. Padding (`pads_answer`) is judged beside the answer: evaluation marks it `padded`;
-the four rewards that pay give it 0.0, as they do a cut-off completion.
-
-Run the examples in the docstrings and the tests:
-    python -m pytest tests/test_grading.py tests/test_rewards.py grpo/grading.py -q
+Reading rules, for writing a reward of your own:
+- The answer, by precedence (the last of each kind wins; nothing after a next "Question:" or turn): `#### N`;
+  `\\boxed{N}`; an answer phrase ("the answer is N", "Answer: N", `<answer>N</answer>`); a bold first line ("**18
+  pens**"); else the last sentence with a number, in digits or words, passing over operands, purpose clauses
+  ("to make 15 flans") and conditions.
+- A hedge ("18 or 20") is no answer; the same quantity in other units ("2 hours, or 120 minutes") counts either way.
+- LaTeX and markdown are read (`1,\\!080`, `\\frac{3}{4}`); an expression (`#### 9*2`) is never evaluated.
+- No final answer, no credit: unclosed thinking reads nothing; a cut-off completion gets none from its last number.
 """
 
 import re
@@ -44,12 +27,10 @@ SENTENCE_CHARS = 400  # characters read back from the last number for its senten
 MAX_BOX_CHARS = 1000  # characters searched for the closing brace of \boxed{
 MAX_MARKERS = 64  # occurrences of one kind of marker tried, from the last, before giving up on that kind
 MAX_FALLBACK_CHARS = 65536  # characters read back for the last number when the last digits are none ("x2")
-# Past the final answer (`pads_answer`)
 MAX_TAIL_CHARS = 1000  # characters after the final answer's line: an explanation or a sign-off; more is filler
 MAX_BLANK_CHARS = 8  # whitespace in a row from the final answer on: a line break or two, not a run to the limit
 
-# Every scan of a whole completion is a str.find/rfind for a literal (C speed); regular expressions only run on
-# short spans around what those find, or are built so that each character is visited a bounded number of times.
+# Whole texts are scanned with str.find/rfind (C speed); regexes run on short spans or visit each character boundedly.
 _CTX = Context(prec=MAX_NUMBER_CHARS + 40)  # exact for every number we accept, scaled by up to 10**12
 _SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
 _THINK_OPENS = ("<think>", "<thinking>")
@@ -57,24 +38,19 @@ _THINK_CLOSES = ("</think>", "</thinking>")
 _BLOCK_ENDS = (*_THINK_CLOSES, "</reasoning>")  # text after the last of these is the answer region
 _DIGITS = "0123456789"
 
-# A number: optional sign and currency, thousands commas, decimals, an optional scale word. The look-behinds (a
-# number never starts inside a word, after a decimal point, or as the minutes of a time "2:00") and possessive
-# quantifiers keep it linear.
-_NUMBER = re.compile(
+_NUMBER = re.compile(  # sign, currency, thousands, decimals, scale; never in a word, after a point, in "2:00"
     r"(?<![\w.])(?!(?<=[0-9]:)[0-5][0-9](?![0-9]))(?P<neg>-(?=\$?\.?[0-9]))?\$?"
     r"(?P<body>[0-9]{1,3}(?:,[0-9]{3})++(?![0-9])(?:\.[0-9]++)?|[0-9]++(?:\.[0-9]++)?|\.[0-9]++)"
     r"(?:[ \t]*+(?P<scale>(?i:thousand|million|billion|trillion))\b)?"
 )
 # After a number: an operator and another number (an expression), or "=" (the left side of an equation).
 _EXPRESSION_TAIL = re.compile(r"[ \t]*+(?:=|(?:[-+*/^]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\$?\.?[0-9])")
-# ... or a unit and then an operator: "12.8 hectares / (1 - 3/5) = 32 hectares" (read only when an "=" follows).
-_UNIT_EXPRESSION_TAIL = re.compile(
+_UNIT_EXPRESSION_TAIL = re.compile(  # ... or a unit first, "12.8 hectares / (1 - 3/5) = 32", when an "=" follows
     r"[ \t]*+(?:[A-Za-z%]++[ \t]*+){1,3}(?:[-+*/]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\.?[0-9]"
 )
 _HEADING_TAIL = re.compile(r"[.):][ \t]++[A-Za-z]")  # "#### 2. Add the pens" is a numbered markdown heading
 _HASH_LEAD = re.compile(r"[\s*(:=~]*+")  # what may stand between "####" and its number once LaTeX is cleaned
-# What may stand before the number that a phrase gives first: markup, and "about", "exactly", "a total of".
-_LEAD = re.compile(
+_LEAD = re.compile(  # what may stand before a phrase's first number: markup, "about", "exactly", "a total of"
     r"[\s*_(:=~\"'`\[]*+(?:(?i:approximately|approx\.|about|around|roughly|exactly|only|just|nearly|almost"
     r"|(?:a[ \t]++)?total[ \t]++of)[\s*_(:=~\"'`]*+)?"
 )
@@ -89,8 +65,7 @@ _FRAC = re.compile(
     r"[ \t]*+(?:\{[ \t]*+(?P<den>[0-9]{1,30})[ \t]*+\}|(?P<den1>[0-9]))"
 )
 _WHOLE_BEFORE = re.compile(r"(?<![0-9.])[0-9]{1,30}[ \t]*+$")  # the 2 of a mixed number, 2\frac{1}{2}
-# Thousands grouping as LaTeX and typography write it: 1,\!080  1{,}080  1\,080  1\ 080  1~080, thin spaces.
-_THOUSANDS_SEP = re.compile(
+_THOUSANDS_SEP = re.compile(  # thousands as LaTeX and typography group them: 1,\!080 1{,}080 1\,080 1~080
     r"(?<=[0-9])(?:(?:,|\{,\})(?:\\[!,;: ]|~)*+|(?:\\[!,;: ]|~|[\u00a0\u2009\u202f])++)(?=[0-9]{3}(?![0-9]))"
 )
 _SCIENTIFIC = re.compile(  # 2.4 \times 10^{3}, 2.4 x 10^3: a way of writing one number, not a sum to evaluate
@@ -114,59 +89,49 @@ _BOX_OPEN = re.compile(r"[ \t]{0,8}\{")
 _BOX_BARE = re.compile(r"[ \t]{1,8}([^\s$]{1,50})")  # \boxed 18, valid LaTeX without braces
 _BRACE = re.compile(r"\\[{}]|[{}]")
 _PHRASE_AT = re.compile(
-    r"answer(?P<json>[\"'][ \t]*+:)[ \t]*+"  # {"reasoning": "...", "answer": "26"}
+    r"(?i)answer(?P<json>[\"'][ \t]*+:)[ \t]*+"  # {"reasoning": "...", "answer": "26"}
     r"|answer(?:[ \t]++(?:to|for|of)\b[^.\n]{0,60}?)?[ \t*_]++"
     r"(?:is|was|would[ \t]+be|should[ \t]+be|will[ \t]+be)\b[ \t*_:]*+"  # the (final) answer is N
     r"|answer(?:[ \t]*+\([^)\n]{0,40}\))?[ \t*_]*+[:=\uff1a]"  # Answer: N, Final answer (in $): N
-    r"|answer(?P<heading>[ \t*_:]*+)(?=\r?\n)",  # a "### Final Answer" heading, N on a following line
-    re.IGNORECASE,
+    r"|answer(?P<heading>[ \t*_:]*+)(?=\r?\n)"  # a "### Final Answer" heading, N on a following line
 )
 _HEADING_PREFIX = re.compile(r"[ \t#*>_]*+(?:final[ \t]++)?", re.IGNORECASE)
 _A_PREFIX = re.compile(r"[ \t*>_]*+")
-# "Step by step answer:", "Detailed answer:": a heading for the working that follows, not for the answer.
-_WORKING_HEADING = re.compile(
+_WORKING_HEADING = re.compile(  # "Step by step answer:", "Detailed answer:" head the working, not the answer
     r"(?i:step[- ]by[- ]step|detailed|worked|full|complete|explained|long)[ \t*_]*+(?:final[ \t]++)?$"
 )
 # A line of working rather than an answer: a list item, a "Step", or a sum.
 _WORKING_LINE = re.compile(r"[ \t>*_]*+(?:[-*\u2022][ \t]|[0-9]{1,2}[.)][ \t]|(?i:step)\b)")
-# A statement that there is no numeric answer.
-_NO_ANSWER = re.compile(
+_NO_ANSWER = re.compile(  # a statement that there is no numeric answer
     r"(?i:can(?:not|'t|[ \t]++not)[ \t]++be[ \t]++(?:determined|calculated|computed|found|answered|solved)"
     r"|not[ \t]++enough[ \t]++information|insufficient[ \t]++(?:information|data)|no[ \t]++(?:valid[ \t]++"
     r"|possible[ \t]++|unique[ \t]++)?solution|unsolvable|indeterminate|undetermined)"
 )
-# A number in a purpose clause restates the question: "to make 15 flans", "to reach his goal of 100".
-_PURPOSE = re.compile(
+_PURPOSE = re.compile(  # a purpose clause restates the question: "to make 15 flans", "to reach his goal of 100"
     r"\bto[ \t]++(?!(?:be|the|a|an|his|her|their|its|each|every|this|that|me|him|them|us)\b)[a-z]++"
     r"(?:[ \t]++(?!(?:is|are|was|were|has|have|had|will|would|can|so|which|then|but|he|she|they|it|we|i|you)\b)"
     r"[a-z0-9'.]++){0,3}[ \t]++$"
 )
-# ... unless "to" belongs to the main verb: "needs to babysit 5 times", "has to pay 18".
-_MODAL_TO = re.compile(
-    r"\b(?:needs?|needed|has|have|had|going|wants?|wanted|able|used|ought|plans?|planned|decides?|decided"
-    r"|tries|tried|expects?|expected|hopes?|hoped|likes?|liked|wish(?:es)?|got)[ \t]++$",
-    re.IGNORECASE,
+_MODAL_TO = re.compile(  # ... unless "to" belongs to the main verb: "needs to babysit 5 times", "has to pay 18"
+    r"(?i)\b(?:needs?|needed|has|have|had|going|wants?|wanted|able|used|ought|plans?|planned|decides?|decided"
+    r"|tries|tried|expects?|expected|hopes?|hoped|likes?|liked|wish(?:es)?|got)[ \t]++$"
 )
-# A number after these restates a condition when nothing says which number was computed: "$16 after 60 days".
-_CONTEXT = re.compile(
-    r"(?:\b(?:after|before|for|per|each|every|in|within|over|during|on|above|below|until|than)|(?<!total )\bof)[ \t]++"
-    r"(?:[a-z]{1,20}?ing[ \t]++(?:away[ \t]++)?)?"
-    r"(?:(?:(?P<det>the|its|his|her|their|those|these|this|that|all|both)|a|an|another|next|first|last)[ \t]++)?$",
-    re.IGNORECASE,
+_CONTEXT = re.compile(  # a number after these may restate a condition: "$16 after 60 days"
+    r"(?i)(?:\b(?:after|before|for|per|each|every|in|within|over|during|on|above|below|until|than)"
+    r"|(?<!total )\bof)[ \t]++(?:[a-z]{1,20}?ing[ \t]++(?:away[ \t]++)?)?"
+    r"(?:(?:(?P<det>the|its|his|her|their|those|these|this|that|all|both)|a|an|another|next|first|last)[ \t]++)?$"
 )
-# An operand: an operator or "=" and then a number, or a comparison ("50 < 52"); a number after "<" or ">".
-_OPERAND_TAIL = re.compile(
+_OPERAND_TAIL = re.compile(  # an operand: an operator or "=" and a number follow, or a comparison ("50 < 52")
     r"[ \t]*+(?:(?:[-+*/^=<>]|[xX](?=[ \t]*+[0-9]))[ \t]*+\(?[ \t]*+-?\$?\.?[0-9]|[<>\u2264\u2265])"
 )
 _COMPARED = re.compile(r"(?:[<>\u2264\u2265]|[0-9%)][ \t]*+(?:[-+*/^]|[xX]))[ \t]*+\(?[ \t]*+$")  # "50 < 52", "1 - 3"
 _RESULT_BEFORE = re.compile(r"=[ \t]*+$")
 _AND_BEFORE = re.compile(r"\band[ \t]++(?:[a-z]++[ \t]++){0,2}$")
-# A restatement of the result just before: "which is 30 minutes", "or 20 = A", "which rounds down to 15".
-_RESTATED = re.compile(
+_RESTATED = re.compile(  # restates the result before it: "which is 30 minutes", "or 20 = A", "rounds down to 15"
     r"(?i:\b(?:which|that)[ \t]++(?:is|are|makes|means|equals|comes[ \t]++to)|\bor|\bi\.e\.,?"
     r"|\brounds?[ \t]++(?:down|up)?[ \t]*+to|\brounded[ \t]++(?:down|up)?[ \t]*+to)[ \t]++$"
 )
-# A reason or a condition: its numbers restate the question. It runs to the next comma.
+# A reason or a condition, to the next comma: its numbers restate the question.
 _CONDITION = re.compile(r"(?i:\b(?:because|since|if|given[ \t]++that|assuming|when|whenever)\b)")
 _DIGIT = re.compile(r"[0-9]")
 _CLAUSE_END = re.compile(r"[,;:=]")  # "... when she started = 90 more pounds": the result is no condition
@@ -177,15 +142,12 @@ _NEW_TURN = re.compile(
     r"\n[ \t*#>]*+(?:question|problem|q|user|human)(?:[ \t]*+#?[0-9]++)?[ \t*]*+:|<\|im_start\|>", re.IGNORECASE
 )
 _UNIT_PRICE = re.compile(r"[ \t]*+(?:each|apiece|per|a[ \t]++piece)\b", re.IGNORECASE)  # "for $2 each"
-# Between two numbers of an answer's statement: a first unit, then "or" (a hedge when the units agree, the same
-# quantity again when they differ: "2 hours, or 120 minutes") or a restatement ("which is", "i.e.", "(").
-_LINK = re.compile(
-    r"[ \t]*+(?P<unit>(?!(?:or|and|but|which|that|it|i)\b)[A-Za-z]++|%)?[ \t]*+[,;]?[ \t]*+"
+_LINK = re.compile(  # between two numbers: a unit, then "or" (a hedge, or the same quantity) or "which is"
+    r"(?i)[ \t]*+(?P<unit>(?!(?:or|and|but|which|that|it|i)\b)[A-Za-z]++|%)?[ \t]*+[,;]?[ \t]*+"
     r"(?:(?P<hedge>(?:either[ \t]++)?or(?:[ \t]++(?:maybe|possibly|perhaps|even))?"
     r"|(?:but[ \t]++)?(?:it[ \t]++)?(?:might|could|may)(?:[ \t]++also)?[ \t]++be)"
     r"|(?P<restated>which[ \t]++(?:is|equals)|that[ \t]++is|that's|i\.e\.,?|\())?"
-    r"[ \t]*+\(?[ \t]*+(?:about[ \t]++)?",
-    re.IGNORECASE,
+    r"[ \t]*+\(?[ \t]*+(?:about[ \t]++)?"
 )
 _LINK_WORDS = (" or ", "might", "could", "may ", "which", "that is", "that's", "i.e", "(")  # what _LINK needs
 _UNIT_WORD = re.compile(r"[ \t]*+([A-Za-z]++|%)")
@@ -212,26 +174,18 @@ _UNIT_SIZES[None] = ("share", 100)  # a bare number: "0.6, or 60%"
 _BOLD_FIRST = re.compile(r"\s*+(?:#{1,6}[ \t]++)?(\*\*|__)(?P<body>[^\n*_]{1,100}?)\1[ \t.!]*+(?:\n|$)")
 
 # Numbers written as words, read after an answer phrase: "eighteen", "twenty-five", "a dozen".
-# fmt: off
-_UNITS = (
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
-)
-# fmt: on
-_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-_WORD_VALUES = {
-    **{word: value for value, word in enumerate(_UNITS)},
-    **{word: 20 + 10 * i for i, word in enumerate(_TENS)},
-}
+_UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+_UNITS += " seventeen eighteen nineteen"
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety"
+_WORD_VALUES = {word: value for value, word in enumerate(_UNITS.split())}
+_WORD_VALUES |= {word: 20 + 10 * i for i, word in enumerate(_TENS.split())}
 _WORD_SCALES = {"dozen": 12, "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
 _NUMBER_WORD = rf"(?:{'|'.join(sorted([*_WORD_VALUES, *_WORD_SCALES], key=len, reverse=True))})\b"
 _WORD_NUMBER = re.compile(
-    rf"(?<![\w-])(?:an?[ \t]++(?=(?:dozen|hundred|thousand|million)\b))?{_NUMBER_WORD}"
-    rf"(?:(?:[ \t]*+-[ \t]*+|[ \t]++(?:and[ \t]++)?){_NUMBER_WORD})*+(?![ \t]++of\b)",
-    re.IGNORECASE,
+    rf"(?i)(?<![\w-])(?:an?[ \t]++(?=(?:dozen|hundred|thousand|million)\b))?{_NUMBER_WORD}"
+    rf"(?:(?:[ \t]*+-[ \t]*+|[ \t]++(?:and[ \t]++)?){_NUMBER_WORD})*+(?![ \t]++of\b)"
 )
-# Before a number word that states a number: a verb, or the start of a sentence ("Eighteen dollars.").
-_WORD_CUE = re.compile(
+_WORD_CUE = re.compile(  # before number words that state a number: a verb, or a sentence's start
     r"(?:(?i:\b(?:is|are|was|were|be|has|have|had|gets?|got|makes?|made|needs?|costs?|spends?|spent|pays?|paid"
     r"|earns?|earned|equals?|totals?|of|takes?|took|sells?|sold|buys?|bought|saves?|saved|uses?|used)|=)[ \t]++"
     r"|(?:^|[.!?:\n])[ \t*_#>]*+)$"
@@ -245,25 +199,9 @@ _RESULT = re.compile(r"[ \t]*+\)?[ \t]*+=[ \t]*+(?:<<)?\$?-?\.?[0-9]")  # GSM8K 
 _OP_CHARS = "-+*/^xX\\\u2212\u00d7\u00f7\u00b7\u2217"
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Text in, number out
-
-
 def completion_to_text(completion) -> str:
-    """The text of one completion: a plain string, or chat messages whose assistant content(s) are joined.
-
-    Args:
-        completion: a `str`, or a list of `{"role", "content"}` messages (content a string or a list of
-            `{"type": "text", "text": ...}` parts). Messages without a role count as the assistant's, as in TRL.
-
-    Returns:
-        `str`: the text, `""` for anything else (never raises).
-
-    >>> completion_to_text([{"role": "assistant", "content": "#### 18"}])
-    '#### 18'
-    >>> completion_to_text([{"role": "tool", "content": "42"}, {"content": [{"type": "text", "text": "18"}]}])
-    '18'
-    """
+    """The text of one completion: a string, or the assistant contents of chat messages, joined; "" for anything else.
+    A message without a role counts as the assistant's, as in TRL; of multimodal content, the text parts count."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, bytes | bytearray):
@@ -274,63 +212,36 @@ def completion_to_text(completion) -> str:
         return ""
     parts = []
     for message in completion:
-        if isinstance(message, str):
-            parts.append(message)
-        elif isinstance(message, dict) and message.get("role", "assistant") == "assistant":
-            parts.append(_content_text(message.get("content")))
+        content = message
+        if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
+            content = message.get("content")
+            if isinstance(content, list | tuple):  # multimodal parts: keep the text ones
+                texts = (p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
+                content = "\n".join(text for text in texts if isinstance(text, str) and text)
+        if isinstance(content, str):
+            parts.append(content)
     return "\n".join(part for part in parts if part)
 
 
-def _content_text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list | tuple):  # multimodal parts: keep the text ones
-        texts = (part.get("text") for part in content if isinstance(part, dict) and part.get("type", "text") == "text")
-        return "\n".join(text for text in texts if isinstance(text, str) and text)
-    return ""
-
-
 def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False) -> str | None:
-    """The final numeric answer of a completion or of a GSM8K gold solution, as a normalised decimal string.
+    """The final answer of a completion or a GSM8K solution as a decimal string ("1080", "-3", "18.5"), or None.
+    `truncated`: cut off at the length limit, so no answer from its last number; `thinking`: thinking mode was on,
+    so none unless the thinking closed.
 
-    Normalised: no `$`, thousands separators, units or `%`, no trailing zeros after the point; a leading `-` kept.
-    Where it is and how it is read: the module docstring.
-
-    Args:
-        text (`str`): a completion or a gold solution (chat messages are accepted too).
-        truncated (`bool`): the completion was cut off at the length limit: no answer from the last-number fallback.
-        thinking (`bool`): thinking mode was on: no answer unless the thinking closed with `</think>`.
-
-    Returns:
-        `str | None`: e.g. "1080", "-3", "18.5"; None when there is no readable final answer.
-
-    >>> extract_answer("12 * 1.5 = $18.\\n#### 18"), extract_answer(r"So he packs $\\boxed{1,\\!080}$ pens.")
-    ('18', '1080')
-    >>> extract_answer("Answer: After 60 days, Cynthia will spend $16.00"), extract_answer("#### 9*2")
-    ('16', None)
-    >>> extract_answer("<think>Is it 17?</think>The answer is 18."), extract_answer("<think>So the answer is 18")
+    >>> extract_answer("12 * 1.5 = $18.\\n#### 18"), extract_answer("#### 9*2")
     ('18', None)
-    >>> extract_answer("9 * 2 = 18, and then", truncated=True) is None  # cut off: no last-number fallback
-    True
     """
     return read_answer(text, truncated=truncated, thinking=thinking)[0]
 
 
 def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
-    """The number after the last `#### ` (GSM8K's official format), normalised like `extract_answer`; else None.
-
-    `####` followed by words (a markdown heading) or by an expression without its result does not count, nor does
-    one inside thinking that never closed.
-
-    >>> extract_hash_answer("A third of 36 is 12.\\n#### 12"), extract_hash_answer("#### Final answer\\nIt is 12.")
-    ('12', None)
-    """
+    """The number after the last `####` (GSM8K's format; not a heading, `#### Final answer`), else None."""
     return read_answer(text, thinking=thinking, strict=True)[0]
 
 
 def answers_match(pred: str | None, gold: str | None) -> bool:
-    """Whether two answers are the same number, compared with `decimal.Decimal` (exact, no float rounding); `pred`
-    may be a tuple of values that all count as the answer (`read_answer`'s third part). None never matches.
+    """Whether two answers are the same number, compared exactly as Decimals; `pred` may be a tuple of values that
+    all count as the answer (`read_answer`'s third part). None never matches.
 
     >>> answers_match("18", "18.00"), answers_match("1,080", "1080"), answers_match("18.5", "18")
     (True, True, False)
@@ -342,24 +253,13 @@ def answers_match(pred: str | None, gold: str | None) -> bool:
 
 
 def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) -> dict:
-    """One completion against its gold answer: what the lenient extractor reads, and the verdicts.
+    """One completion against its gold answer (a number, or a GSM8K solution): the evaluation's verdicts.
 
-    Args:
-        completion (`str` or `list[dict]`): a plain or chat completion.
-        gold: the gold answer, a number ("1080", 1080) or a GSM8K solution ("... #### 1,080").
-        truncated (`bool`): the generation hit the token limit without an end-of-turn token.
-        thinking (`bool`): thinking mode was on (ENABLE_THINKING).
-
-    Returns:
-        `dict`: `extracted` (`extract_answer`'s reading, or None), `correct` (the answer equals the gold),
-        `strict_correct` (the `#### N` answer equals the gold), `formatted` (there is a readable `#### N`), `padded`
-        (`pads_answer`: the rewards' reason to pay nothing, beside the verdicts, which judge the answer alone).
-        Unclosed thinking gives None, False, False, False, False.
+    Returns `extracted` (`extract_answer`'s reading), `correct` (it equals the gold), `strict_correct` (the `#### N`
+    answer does), `formatted` (there is a `#### N`), `padded` (`pads_answer`; the verdicts judge the answer alone).
 
     >>> grade("So the answer is \\\\boxed{18}.", "18")
     {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False, 'padded': False}
-    >>> grade("9 * 2 = 18\\n#### 18\\n#### 18", "18")  # the answer, right, and padded
-    {'extracted': '18', 'correct': True, 'strict_correct': True, 'formatted': True, 'padded': True}
     """
     text = completion_to_text(completion)
     gold = gold_value(gold)
@@ -377,16 +277,9 @@ def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) 
 def pads_answer(text, *, truncated: bool = False, thinking: bool = False) -> bool:
     """Whether the completion goes on past its final answer instead of stopping there: the rewards pay it nothing.
 
-    Padding is: the answer repeated (a second `####`, `\\boxed` or answer phrase, the statement said twice, a
-    sentence whose only number is the answer: "#### 5\\nSo Sam has five pens."); filler (more than MAX_TAIL_CHARS,
-    a sentence said twice in a row) or a run of more than MAX_BLANK_CHARS whitespace; another question or turn
-    ("Question:", "Q:", "User:", `<|im_start|>`). An explanation or a check with other numbers, or a sign-off, is not.
-    A text without a final answer pads nothing. Linear in the length of the text.
-
-    >>> pads_answer("#### 18\\n"), pads_answer("#### 18\\nCheck: 18 / 6 = 3. Thanks!"), pads_answer("#### 18 #### 18")
-    (False, False, True)
-    >>> pads_answer("#### 18\\nThe answer is 18."), pads_answer("#### 18" + " " * 40), pads_answer("#### 18\\nQ: Why?")
-    (True, True, True)
+    Padding: the answer said again ("#### 5\\nThe answer is 5."), filler (more than MAX_TAIL_CHARS, a sentence
+    twice, more than MAX_BLANK_CHARS whitespace in a row), another question or turn ("Q:", `<|im_start|>`). An
+    explanation, a check with other numbers or a sign-off is not padding.
     """
     return read_answer(text, truncated=truncated, thinking=thinking)[1]
 
@@ -418,15 +311,14 @@ def _pads(region: str, value: str | None, start: int, end: int) -> bool:
         return True  # an earlier `#### N`: this one repeats it
     # The statement of the final answer (from its marker, or its sentence) said just before it: `\\boxed{5} \\boxed{5}`
     if region.startswith(("answer", "Answer", "ANSWER", "A:"), start):  # a phrase: its sentence
-        start = _sentence_start(region, max(0, start - SENTENCE_CHARS), start)
+        start = _sentence_start(region, start)
     statement = region[start : min(end, start + 2 * SPAN_CHARS)].strip().rstrip(".!")  # a longer one repeats none
     before = region[max(0, start - 2 * SPAN_CHARS) : start].rstrip(" \t\n.!")
     return 0 < len(statement) <= SPAN_CHARS and before.endswith(statement)
 
 
 def _repeats(tail: str, value: str | None) -> bool:
-    """Whether the text after the final answer says it again: an answer phrase ("The answer is 5."), a sentence
-    whose one number is the answer ("So Sam has five pens."), or a sentence twice in a row (filler)."""
+    """Whether the text after the answer says it again (a phrase, a sentence with it alone) or a sentence twice."""
     if (found := _phrase_answer(tail, _Computed(tail))) is not None and found[0] is not None:
         return True
     previous = None
@@ -439,8 +331,7 @@ def _repeats(tail: str, value: str | None) -> bool:
 
 
 def _statement(text: str, value: str | None, start: int, end: int) -> tuple[str | None, tuple[str, ...]]:
-    """The final answer as its statement gives it: None when it hedges between two answers ("18 or 20 apples", "18,
-    but it might be 20"); else the answer and the values that restate it in other units ("2 hours (120 minutes)")."""
+    """The answer and the values that restate it in other units ("2 hours (120 minutes)"); None for a hedge."""
     lowered = text[start : min(end, start + SPAN_CHARS)].lower()
     if value is None or not any(word in lowered for word in _LINK_WORDS):
         return value, () if value is None else (value,)
@@ -484,10 +375,8 @@ def _to_decimal(value) -> Decimal | None:
 
 
 def answer_region(text: str, thinking: bool = False) -> str | None:
-    """The text after the last closed thinking block, when any text follows it; else the whole text.
-
-    None when thinking never closed: an opening tag after the last closing one, or thinking mode and no closing tag.
-    """
+    """The text after the last closed thinking block when any follows it, else the whole text; None when thinking
+    never closed (an opening tag after the last closing one, or thinking mode and no closing tag)."""
     if "<" not in text:  # no tag at all: the common case, at str.find speed
         return None if thinking else text
     close = max((text.rfind(tag) for tag in _THINK_CLOSES), default=-1)
@@ -512,12 +401,9 @@ class _Computed:
         return value in self.values
 
 
-# Each finder returns the last answer of its kind as (value, where its marker starts, where the line it was read
-# from ends), or None when the text has none; the value is None for a final answer that is no number.
-
-
 def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, int] | None:
-    """The final answer of an answer region by precedence (see the module docstring), as the finders return it."""
+    """The last answer of the first kind found, as each finder gives it: (value, where its marker starts, where the
+    line it was read from ends), value None for a final answer that is no number; None for no answer."""
     computed = _Computed(text)
     for find in (_hash_answer, _boxed_answer, _phrase_answer, _bold_answer):
         if (found := find(text, computed, truncated)) is not None:
@@ -525,7 +411,7 @@ def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, 
     last = -1 if truncated else _last_number_at(text)
     if last < 0:
         return None
-    start = _sentence_start(text, max(0, last - SENTENCE_CHARS), last)  # "  Therefore, ... = $350.": its sentence
+    start = _sentence_start(text, last)  # "  Therefore, ... = $350.": its sentence
     return _last_answer(text, computed, last, start), start, _line_end(text, last)
 
 
@@ -538,8 +424,9 @@ def _turn_at(region: str) -> int:
     return len(region) if turn is None else turn.start()
 
 
-def _sentence_start(text: str, low: int, pos: int) -> int:
-    """Where the sentence that holds `pos` starts, at its first non-space, read back no further than `low`."""
+def _sentence_start(text: str, pos: int) -> int:
+    """Where the sentence that holds `pos` starts, at its first non-space, read back SENTENCE_CHARS at most."""
+    low = max(0, pos - SENTENCE_CHARS)
     start = max((i + len(end) for end in _RAW_SENTENCE_ENDS if (i := text.rfind(end, low, pos)) >= 0), default=low)
     return pos - len(text[start:pos].lstrip())
 
@@ -548,13 +435,12 @@ def _last_number_at(text: str) -> int:
     """Where the text's last number is: its last digit, or a number word after it ("so he has fourteen"); else -1."""
     last_digit = max(text.rfind(digit) for digit in _DIGITS)
     pos = max(last_digit + 1, len(text) - 2 * SENTENCE_CHARS)
-    words = _WORD_NUMBER.search(text, pos) and _last(_spelled(text, pos))
+    words = _WORD_NUMBER.search(text, pos) and max(_spelled(text, pos), key=re.Match.start, default=None)
     return last_digit if words is None else words.start()
 
 
 def _says_number(words: re.Match) -> bool:
-    """Whether a run of number words states a number: after a verb ("he has fourteen pens", not "in eight stalls",
-    "this one" or "4 million") or opening a sentence ("Eighteen dollars.")."""
+    """Whether number words state a number: after a verb ("has six", not "in eight stalls") or opening a sentence."""
     return _WORD_CUE.search(words.string, max(0, words.start() - 12), words.start()) is not None
 
 
@@ -585,10 +471,10 @@ def _hash_answer(text: str, computed=None, truncated: bool = False) -> tuple[str
     for pos, _ in _rfind_all(text, ("####",)):
         if pos > 0 and text[pos - 1] == "#":  # "#####" is a markdown heading, not the answer marker
             continue
-        span, next_line = _span_after(text, pos + 4)
+        span, line = _span_after(text, pos + 4)
         found, value = _read_span(span, lead=True)
         if found:
-            return value, pos, _line_end(text, pos + 4 if next_line < 0 else next_line)
+            return value, pos, _line_end(text, line)
     return None
 
 
@@ -624,10 +510,10 @@ def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[str | 
     for pos, marker in _rfind_all(text, ("answer", "Answer", "ANSWER", "A:")):
         if marker == "A:":  # a weak marker (few-shot prompts start whole solutions with it): a line "A: N" only
             if _at_line_start(text, pos, _A_PREFIX):
-                span, next_line = _span_after(text, pos + 2)
+                span, line = _span_after(text, pos + 2)
                 found, value = _read_span(span, single=True)
                 if found:
-                    return value, pos, _line_end(text, pos + 2 if next_line < 0 else next_line)
+                    return value, pos, _line_end(text, line)
             continue
         phrase = _PHRASE_AT.match(text, pos)
         json_key = phrase is not None and phrase.group("json") is not None
@@ -636,28 +522,25 @@ def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[str | 
         if _WORKING_HEADING.search(text, max(0, pos - 40), pos):  # "Step by step answer:" heads the working
             continue
         if pos > 0 and text[pos - 1] == "<" and text.startswith(">", pos + 6):  # <answer>N</answer>
-            span, next_line = _span_after(text, pos + 7)
-            span, next_line = span.split("</", 1)[0], (pos + 7 if next_line < 0 else next_line)
+            span, line = _span_after(text, pos + 7)
+            span = span.split("</", 1)[0]
         elif phrase is None or (
             phrase.group("heading") is not None and not _at_line_start(text, pos, _HEADING_PREFIX)
         ):
             continue
         else:
-            span, next_line = _span_after(text, phrase.end())
+            span, line = _span_after(text, phrase.end())
             if json_key and span[:1] and span[0] in "\"'":  # the quoted value only
                 span = span[1:].split(span[0], 1)[0]
-            if next_line >= 0 and _is_working(span):  # a heading over working: the block's final result
-                if truncated:
-                    continue
-                value = _last_answer(text[next_line:], computed)
+            if line > phrase.end() and _is_working(span):  # a heading over working: the block's final result
+                value = None if truncated else _last_answer(text[line:], computed)
                 if value is not None:
                     return value, pos, len(text)
                 continue
-            next_line = phrase.end() if next_line < 0 else next_line
         found, value = _read_span(span, computed=computed)
         if found or _NO_ANSWER.search(_clean(span)) or last_digit < pos:
             # a number, or a final answer that is no number: "The answer cannot be determined." (value None)
-            return value, pos, _line_end(text, next_line)
+            return value, pos, _line_end(text, line)
     return None
 
 
@@ -666,12 +549,11 @@ def _is_working(line: str) -> bool:
 
 
 def _last_answer(text: str, computed, last_digit: int | None = None, start: int | None = None) -> str | None:
-    """The answer number of the sentence that holds the text's last number (see `_sentence_answer`); `last_digit`,
-    where the text's last number is, and `start`, where its sentence starts, when the caller has found them."""
+    """The answer number of the sentence that holds the text's last number, at `last_digit`, from `start`."""
     last_digit = _last_number_at(text) if last_digit is None else last_digit
     if last_digit < 0:
         return None
-    start = _sentence_start(text, max(0, last_digit - SENTENCE_CHARS), last_digit) if start is None else start
+    start = _sentence_start(text, last_digit) if start is None else start
     window = _clean(text[start : last_digit + SPAN_CHARS], money=True)
     window = window if text[last_digit].isdigit() else _digits_for_words(window)  # "so he has fourteen pens"
     numbers = list(_NUMBER.finditer(window))
@@ -680,10 +562,10 @@ def _last_answer(text: str, computed, last_digit: int | None = None, start: int 
         sentence = window[: last.end()]
     else:  # digits but no number here ("x2"): the last number before them, read back MAX_FALLBACK_CHARS at most
         window = _clean(text[max(0, last_digit - MAX_FALLBACK_CHARS) : last_digit], money=True)
-        last = _last(_NUMBER.finditer(window))
+        last = max(_NUMBER.finditer(window), key=re.Match.start, default=None)
         if last is None:
             return None
-        start = _sentence_start(window, max(0, last.start() - SENTENCE_CHARS), last.start())
+        start = _sentence_start(window, last.start())
         sentence = window[start : last.end()]
         numbers = list(_NUMBER.finditer(sentence))
     if _NO_ANSWER.search(window, last.end()):  # "... so the answer cannot be determined." after the last number
@@ -691,18 +573,9 @@ def _last_answer(text: str, computed, last_digit: int | None = None, start: int 
     return _sentence_answer(sentence, numbers, computed)
 
 
-def _last(matches) -> re.Match | None:
-    last = None
-    for last in matches:  # noqa: B007 - the last one is wanted
-        pass
-    return last
-
-
 def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | None:
-    """The answer number among a sentence's numbers, read as the module docstring says: operands, purpose
-    clauses, reasons and conditions passed over; an equation's result; else the last, unless a result stated with
-    "=" comes before it ("= $240 for the 6 shirts"), or it restates a given quantity ("$16 after 60 days", "for 3
-    gallons and 5 boxes", "of the 18") and another was computed (`= 16`) or stands before it."""
+    """The answer among a sentence's numbers: operands, purpose clauses and conditions passed over; an equation's
+    result; else the last, unless it restates a stated result ("= $240 for the 6 shirts") or a given quantity."""
     if len(numbers) <= 1:
         return _normalise(numbers[0]) if numbers else None
     if _RESULT_BEFORE.search(sentence, max(0, numbers[-1].start() - 12), numbers[-1].start()):
@@ -746,10 +619,8 @@ def _clause_end(sentence: str, pos: int) -> int:
 
 def _is_operand(sentence: str, number: re.Match) -> bool:
     """Whether the number is an operand of a sum or a side of a comparison, not a stated result."""
-    return (
-        _OPERAND_TAIL.match(sentence, number.end()) is not None
-        or _COMPARED.search(sentence, max(0, number.start() - 8), number.start()) is not None
-    )
+    operand = _OPERAND_TAIL.match(sentence, number.end()) is not None
+    return operand or _COMPARED.search(sentence, max(0, number.start() - 8), number.start()) is not None
 
 
 def _in_purpose_clause(sentence: str, pos: int) -> bool:
@@ -776,25 +647,20 @@ def _at_line_start(text: str, pos: int, prefix: re.Pattern) -> bool:
 
 
 def _span_after(text: str, pos: int) -> tuple[str, int]:
-    """The rest of the line after a marker or, when that holds no letter or digit, the next line that does, with
-    where that next line starts (-1 when the span is on the marker's own line)."""
+    """The rest of the line after a marker, or the next line with a letter or digit; and where the one read starts."""
     limit, start = min(len(text), pos + SPAN_CHARS), pos
     while pos < limit:
         newline = text.find("\n", pos, limit)
         line = text[pos : newline if newline >= 0 else limit]
         if _ALNUM.search(line) or newline < 0:
-            return line, -1 if pos == start else pos
+            return line, pos
         pos = newline + 1
-    return "", -1
+    return "", start
 
 
 def _read_span(span: str, lead: bool = False, single: bool = False, computed=()) -> tuple[bool, str | None]:
-    """Read the answer after a marker: (whether it holds an answer at all, the normalised answer or None).
-
-    lead: the number must come first (after `####`); single: the span must hold exactly one number ("A:").
-    Otherwise a number first is the answer, a sentence gives its answer number, and a number word counts.
-    A number that starts an expression or an equation is replaced by the result after the last "=", if any.
-    """
+    """(whether the span after a marker holds an answer, the answer or None). `lead`: the number comes first
+    (`####`); `single`: it is the only one ("A:"); else a number first, a sentence's answer, or a number word."""
     span = _clean(span)
     number = _NUMBER.search(span)
     head = 0 if lead or single else _LEAD.match(span).end()
@@ -811,12 +677,11 @@ def _read_span(span: str, lead: bool = False, single: bool = False, computed=())
     if single and _NUMBER.search(span, number.end()) is not None:
         return False, None
     if not (lead or single) and number.start() > head:  # a sentence: "After 60 days, she will spend $16"
-        boundary = _last(_SENTENCE_END.finditer(span, 0, number.start()))
+        boundary = max(_SENTENCE_END.finditer(span, 0, number.start()), key=re.Match.start, default=None)
         start = boundary.end() if boundary else 0
         end = _SENTENCE_END.search(span, number.end())
-        if end is None or "=" in span[end.start() :]:  # "... = $70. So for five days he earns 5 x 70 = $350."
-            end = None
-        sentence = span[start : end.start() if end else len(span)]
+        # the sentence, or all of the span when an "=" follows: "... = $70. So for five days he earns 5 x 70 = $350."
+        sentence = span[start : len(span) if end is None or "=" in span[end.start() :] else end.start()]
         return True, _sentence_answer(sentence, list(_NUMBER.finditer(sentence)), computed)
     return True, _stated(span, number)
 
@@ -886,11 +751,8 @@ def _replace_fractions(text: str) -> str:
 
 def _fraction_text(whole: int, num: int, den: int) -> str:
     reduced = den // gcd(num, den) if den else 0
-    while reduced and reduced % 2 == 0:
-        reduced //= 2
-    while reduced and reduced % 5 == 0:
-        reduced //= 5
-    if reduced != 1:  # no finite decimal (or a zero denominator)
+    # A finite decimal needs a denominator of 2s and 5s only: one that divides 10**100 (den has at most 30 digits).
+    if not reduced or 10**100 % reduced:
         return f"{whole}+{num}/{den}" if whole else f"{num}/{den}"
     return _decimal_text(_CTX.add(Decimal(whole), _CTX.divide(Decimal(num), Decimal(den))))
 
@@ -936,10 +798,6 @@ def working_score(text: str) -> float:
 
 
 def ends_with_hash_line(text: str) -> bool:
-    """Whether the last non-blank line of `text` is exactly `#### N`, N a plain number (the asked format).
-
-    >>> ends_with_hash_line("2 + 2 = 4\\n#### 4\\n"), ends_with_hash_line("#### 4 apples")
-    (True, False)
-    """
+    """Whether the last non-blank line of `text` is exactly `#### N`, N a plain number (the asked format)."""
     text = text.rstrip()
     return _HASH_LINE.fullmatch(text[text.rfind("\n") + 1 :]) is not None

@@ -581,3 +581,57 @@ def test_h_unclosed_thinking_is_never_credited(text):
     # by the grader or by the reward, whatever the thinking says
     assert grade(text, "18")["correct"] is False
     assert correctness_reward([text], answer=["18"]) == [0.0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The public readers' contracts (once grading.py's doctests)
+
+
+def test_completion_to_text_keeps_the_assistant_text_parts():
+    assert grading.completion_to_text([{"role": "assistant", "content": "#### 18"}]) == "#### 18"
+    chat = [{"role": "tool", "content": "42"}, {"content": [{"type": "text", "text": "18"}]}]
+    assert grading.completion_to_text(chat) == "18"
+
+
+@pytest.mark.parametrize(
+    ("text", "kwargs", "expected"),
+    [
+        (r"So he packs $\boxed{1,\!080}$ pens.", {}, "1080"),
+        ("Answer: After 60 days, Cynthia will spend $16.00", {}, "16"),
+        ("<think>Is it 17?</think>The answer is 18.", {}, "18"),
+        ("<think>So the answer is 18", {}, None),
+        ("9 * 2 = 18, and then", {"truncated": True}, None),  # cut off: no last-number fallback
+    ],
+)
+def test_extract_answer_contract(text, kwargs, expected):
+    assert extract_answer(text, **kwargs) == expected
+
+
+def test_extract_hash_answer_skips_a_heading():
+    assert grading.extract_hash_answer("A third of 36 is 12.\n#### 12") == "12"
+    assert grading.extract_hash_answer("#### Final answer\nIt is 12.") is None
+
+
+def test_ends_with_hash_line():
+    assert grading.ends_with_hash_line("2 + 2 = 4\n#### 4\n") is True
+    assert grading.ends_with_hash_line("#### 4 apples") is False
+
+
+def test_grade_a_right_padded_answer():
+    expected = {"extracted": "18", "correct": True, "strict_correct": True, "formatted": True, "padded": True}
+    assert grade("9 * 2 = 18\n#### 18\n#### 18", "18") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("#### 18\n", False),
+        ("#### 18\nCheck: 18 / 6 = 3. Thanks!", False),  # a check with other numbers, a sign-off
+        ("#### 18\nThe answer is 18.", True),
+        ("#### 18 #### 18", True),
+        ("#### 18" + " " * 40, True),
+        ("#### 18\nQ: Why?", True),
+    ],
+)
+def test_pads_answer_contract(text, expected):
+    assert grading.pads_answer(text) is expected

@@ -95,6 +95,11 @@ def test_mcnemar_is_two_sided():
     assert mcnemar_exact(14, 43) == mcnemar_exact(43, 14)
 
 
+def test_mcnemar_caps_at_one():
+    # 2 * (1 + 2) / 4 = 1.5 is no probability
+    assert mcnemar_exact(1, 1) == 1.0
+
+
 def test_mcnemar_matches_the_binomial_sum():
     # 2 * P[X <= 2] for X ~ binomial(10, 1/2) = 2 * (1 + 10 + 45) / 1024
     assert mcnemar_exact(8, 2) == pytest.approx(2 * 56 / 1024)
@@ -124,6 +129,12 @@ def test_paired_samples_is_the_sign_test_on_each_problems_count():
     assert result["p_value"] == pytest.approx(10 / 16)
     assert (result["before"], result["after"]) == (pytest.approx(6 / 18), pytest.approx(9 / 18))
     assert result["difference"] == pytest.approx(3 / 18)
+
+
+def test_paired_samples_on_two_samples_each():
+    # problem 0: 0 -> 2 up, 1: tie, 2: 0 -> 1 up, 3: 2 -> 0 down; accuracy 3/8 -> 4/8; p = 2 * (1 + 3) / 8, capped
+    test = paired_samples([0, 1, 0, 2], [2, 1, 1, 0], 2)
+    assert (test["up"], test["down"], test["before"], test["after"], test["p_value"]) == (2, 1, 0.375, 0.5, 1.0)
 
 
 def test_paired_samples_with_one_sample_is_mcnemar():
@@ -161,6 +172,11 @@ def test_pass_at_k_matches_the_binomial_form_for_large_n():
     assert pass_at_k(200, 50, 10) == pytest.approx(expected, rel=1e-12)
 
 
+def test_pass_at_k_is_exact_at_the_ends():
+    # no right sample: never; fewer wrong samples than k: always
+    assert (pass_at_k(4, 0, 4), pass_at_k(4, 3, 2)) == (0.0, 1.0)
+
+
 def test_pass_at_1_is_the_share_right():
     assert pass_at_k(8, 3, 1) == pytest.approx(3 / 8)
 
@@ -180,6 +196,7 @@ def test_mean_pass_at_k_and_every_k():
     # k = 1 is the sampled accuracy, 5/12; k = n is the share of problems solved at least once, 2/3
     assert every[1] == pytest.approx(5 / 12)
     assert every[4] == pytest.approx(2 / 3)
+    assert {k: round(v, 4) for k, v in every.items()} == {1: 0.4167, 2: 0.5, 3: 0.5833, 4: 0.6667}
 
 
 def test_mean_pass_at_k_refuses_no_problems():
@@ -218,6 +235,8 @@ GOLD_SOLUTION = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 4
         ("#### 72", GOLD_SOLUTION, True, True),
         # no number at all
         ("I cannot tell.", "72", False, False),
+        # lm-eval stops at "Question:", so the next question's numbers are never read
+        ("So 72.\n\nQuestion: Sam has 5 pens.", "72", False, True),
     ],
 )
 def test_lm_eval_verdicts(completion, gold, strict, flexible):
