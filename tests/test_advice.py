@@ -253,6 +253,13 @@ def test_a_fixed_setting_leaves_the_other_advice_as_it_is():
     assert [(a.signal, a.level) for a in shown] == [("kl", "act"), ("clipped", "ok")]
 
 
+def test_the_pace_line():
+    # moved from progress_line's docstring
+    assert (
+        advice.progress_line(5, 300, 12.3, 0.78) == "step 5/300: 12.3 s/step, ETA 1h00m, generation 78 % of the step"
+    )
+
+
 @pytest.mark.parametrize(
     ("share", "use_vllm", "lever"),
     [
@@ -262,6 +269,7 @@ def test_a_fixed_setting_leaves_the_other_advice_as_it_is():
     ],
 )
 def test_generation_advice_names_the_lever_when_generation_dominates(share, use_vllm, lever):
+    assert advice.generation_advice(0.4) is None  # moved from generation_advice's docstring
     said = advice.generation_advice(share, use_vllm, sequences_per_call=64)
     if lever is None:
         assert said is None
