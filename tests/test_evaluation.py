@@ -306,6 +306,15 @@ def test_compare_counts_the_flips_and_tests_them_exactly():
     assert (paired["strict"]["up"], paired["strict"]["down"], paired["strict"]["p_value"]) == (1, 2, 1.0)
 
 
+def test_compare_pairs_the_first_problems_and_refuses_a_reordering():
+    # moved from compare's docstring
+    before = [{"question": q, "correct": c, "strict_correct": c} for q, c in zip("abc", (0, 0, 1), strict=True)]
+    after = [{"question": q, "correct": c, "strict_correct": 0} for q, c in zip("ab", (1, 1), strict=True)]
+    paired = evaluation.compare(before, after, "before.json")
+    assert (paired["lenient"]["up"], paired["lenient"]["p_value"], paired["strict"]["up"]) == (2, 0.5, 0)
+    assert evaluation.compare(before, after[::-1]) is None
+
+
 def with_samples(records, counts):
     return [{**r, "sampled_correct": c} for r, c in zip(records, counts, strict=True)]
 
@@ -353,6 +362,13 @@ def test_flip_lines_name_each_flipped_problem_and_only_those():
         "#0   strict -     lenient up    Problem 0: how many?",
         "#2   strict -     lenient down  Problem 2: how many?",
     ]
+
+
+def test_flip_lines_shorten_nothing_short():
+    # moved from flip_lines's docstring
+    before = [{"question": "How many apples?", "correct": 0, "strict_correct": 0}]
+    after = [{"question": "How many apples?", "correct": 1, "strict_correct": 0}]
+    assert evaluation.flip_lines(before, after) == ["#0   strict -     lenient up    How many apples?"]
 
 
 def test_paired_with_before_reads_the_runs_eval_before(tmp_path, capsys):
@@ -421,6 +437,13 @@ def test_a_baseline_of_other_problems_names_the_first_that_differs(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------------------
 # the run's last line, and its held-out points
+
+
+def test_the_runs_last_line_gives_its_time_and_both_accuracies():
+    # moved from summary_line's docstring
+    scored = ({"strict_accuracy": 0.25, "n": 64}, {"strict_accuracy": 0.5, "n": 64})
+    line = evaluation.summary_line(50, 0.0, scored, now=lambda: 754.0)
+    assert line == "finished: 50 steps in 12m34s; GSM8K strict accuracy 0.250 -> 0.500 (64 test problems)"
 
 
 def test_the_runs_last_line_carries_the_paired_test():
