@@ -120,8 +120,7 @@ class Advisor:
         self.logs_seen = self._quiet = 0
         self._zero_std_run = self._entropy_run = self._padded_run = 0  # logs in a row each signal has held
         self._entropy_first = self._padded_low = None  # the run's first entropy, its lowest padded share
-        self._rewards = deque(maxlen=max(thresholds.reward_flat_window, 2))
-        self._signal = deque(maxlen=max(thresholds.reward_flat_window, 2))  # frac_reward_zero_std beside each reward
+        self._rewards = deque(maxlen=max(thresholds.reward_flat_window, 2))  # (reward, share of tied groups)
         self._shown = {}  # signal -> (log index, level) it was last shown at
 
     def update(self, logs, step=None):
@@ -201,14 +200,13 @@ class Advisor:
         reward, window = logs.get("reward"), self.t.reward_flat_window
         if not _finite(reward) or window < 2:
             return None
-        self._rewards.append(reward)
-        self._signal.append(tie_share(logs) or 0.0)
+        self._rewards.append((reward, tie_share(logs) or 0.0))
         # Most groups scoring all alike is zero_std's case and the usual prelude to a jump (GRPO waits for a group
         # that tells its completions apart): flat counts only while most groups carry signal.
-        if len(self._rewards) < window or sum(self._signal) / len(self._signal) >= FLAT_NEEDS_SIGNAL:
+        if len(self._rewards) < window or sum(t for _, t in self._rewards) / window >= FLAT_NEEDS_SIGNAL:
             return None
         # the halves' means, not the first and last values: a per-step reward is noisy
-        values, half = list(self._rewards), window // 2
+        values, half = [r for r, _ in self._rewards], window // 2
         before, after = sum(values[:half]) / half, sum(values[half:]) / (window - half)
         if abs(after - before) >= self.t.reward_flat_delta:
             return None

@@ -99,7 +99,7 @@ def publish(trainer, step, scalars=None, texts=None):
 
 
 def trackio_run():
-    """trackio's current run, once its callback has opened it (at the first log), or None."""
+    """trackio's current run, once its callback has opened it at the first log."""
     trackio = sys.modules.get("trackio")
     return trackio.context_vars.current_run.get() if trackio is not None else None
 
@@ -371,7 +371,6 @@ def name_run(trainer, resumed=None):
 
 
 def tensorboard_writer(trainer):
-    """The SummaryWriter of the trainer's TensorBoardCallback, or None."""
     return getattr(tensorboard_callback(trainer), "tb_writer", None)
 
 

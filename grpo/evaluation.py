@@ -77,10 +77,9 @@ def to_trackers(metrics, s, stem, step, name):
     if "wandb" in report:
         import wandb
 
+        text = {"eval/paired": wandb.Html(f"<pre>{html.escape(paired)}</pre>")} if paired else {}
         with wandb.init(name=run_name, dir=s["OUTPUT_DIR"], config=config, job_type="eval") as run:
-            run.log(
-                {**scalars, **({"eval/paired": wandb.Html(f"<pre>{html.escape(paired)}</pre>")} if paired else {})}
-            )
+            run.log({**scalars, **text})
     if "trackio" in report:
         import trackio
 
@@ -172,10 +171,8 @@ def load_evaluation(path, split="test", name="BASELINE"):
     """(metrics, predictions, file) of an evaluation that `report` wrote: its .json, or a folder holding
     eval_<split>.json (evaluate.py's) or else eval_<split>_after.json (a training run's); else a ConfigError."""
     path = Path(path)
-    if path.is_dir():
-        path = next(
-            (path / f for f in (f"eval_{split}.json", f"eval_{split}_after.json") if (path / f).is_file()), path
-        )
+    found = [path / f for f in (f"eval_{split}.json", f"eval_{split}_after.json") if (path / f).is_file()]
+    path = found[0] if path.is_dir() and found else path
     predictions_path = path.with_name(path.stem + "_predictions.jsonl")
     problem = f"{name}={path} is not an evaluation that evaluate.py or a training run wrote"
     fix = f"Give an eval_<split>.json with its _predictions.jsonl beside it, or a folder holding eval_{split}.json."
@@ -188,13 +185,9 @@ def load_evaluation(path, split="test", name="BASELINE"):
             predictions = [json.loads(line) for line in f if line.strip()]
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ConfigError(f"{problem} ({type(err).__name__}: {err}).\n{fix}") from None
-    keys = {"question", "correct", "strict_correct"}
-    if not (
-        isinstance(metrics, dict)
-        and {"n", "strict_accuracy", "lenient_accuracy"} <= set(metrics)
-        and all(isinstance(p, dict) and keys <= set(p) for p in predictions)
-        and len(predictions) == metrics["n"]
-    ):
+    scores = isinstance(metrics, dict) and {"n", "strict_accuracy", "lenient_accuracy"} <= set(metrics)
+    verdicts = all(isinstance(p, dict) and {"question", "correct", "strict_correct"} <= set(p) for p in predictions)
+    if not (scores and verdicts and len(predictions) == metrics["n"]):
         raise ConfigError(f"{problem} (it lacks the metrics or the per-problem verdicts).\n{fix}")
     return metrics, predictions, path
 
@@ -276,6 +269,7 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     from accelerate.utils import gather_object
 
     acc, args = trainer.accelerator, trainer.args
+    main = acc.is_main_process
     n = min(limit, len(dataset))
     shard = dataset.select(shard_indices(n, acc.process_index, acc.num_processes))
     thinking = (args.chat_template_kwargs or {}).get("enable_thinking", False)
@@ -286,24 +280,18 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
             generate = weight_sync.trainer_vllm_generator(trainer, args.max_completion_length, thinking)
         else:  # training's own end-of-turn tokens: Trainer may have rewritten the generation config's
             model = stack.enter_context(generation.generation_ready(trainer))
+            options = dict(cache_implementation=args.cache_implementation, eos=trainer.eos_token_ids)
             generate = generation.hf_generator(
-                model,
-                trainer.processing_class,
-                args.max_completion_length,
-                thinking,
-                cache_implementation=args.cache_implementation,
-                eos=trainer.eos_token_ids,
+                model, trainer.processing_class, args.max_completion_length, thinking, **options
             )
-        rows = generation.generate_all(shard, generate, batch_size, desc, acc.is_main_process, check=check)
+        rows = generation.generate_all(shard, generate, batch_size, desc, main, check=check)
         sampler = functools.partial(generate, temperature=args.temperature)
-        seed = args.seed
-        sampled = generation.sample_all(shard, sampler, samples, batch_size, desc, acc.is_main_process, seed, check)
+        sampled = generation.sample_all(shard, sampler, samples, batch_size, desc, main, seed=args.seed, check=check)
     # every rank's rows, in rank order: the padding is at the end
     rows, sampled = gather_object(rows)[:n], gather_object(sampled)[: n * samples]
-    seconds = time.perf_counter() - start
-    metrics, predictions = results(rows, seconds, thinking, sampled, samples, args.temperature)
+    metrics, predictions = results(rows, time.perf_counter() - start, thinking, sampled, samples, args.temperature)
     step = trainer.state.global_step
-    if acc.is_main_process:
+    if main:
         if when != "before" and (paired := paired_with_before(args.output_dir, predictions, samples)):
             metrics["paired"] = paired
         title = f"GSM8K test {when} training (step {step})"

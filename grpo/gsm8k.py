@@ -30,6 +30,7 @@ ACCURACIES = {  # metric -> the verdict of one graded completion it counts
     "lm_eval_strict_match": "lm_eval_strict",
     "lm_eval_flexible_extract": "lm_eval_flexible",
 }
+RATES = ACCURACIES | {"format_rate": "formatted", "truncated_rate": "truncated", "padded_rate": "padded"}
 INTERVAL = "_ci95"  # `<accuracy>_ci95`: its 95 % Wilson interval [low, high]
 SCALARS = {
     "strict_accuracy": "eval/gsm8k_strict_accuracy",
@@ -230,27 +231,11 @@ def score(golds, completions, completion_tokens=None, truncated=None):
 def summarize(graded, completion_tokens):
     """The metrics of completions graded by `grade`: `KEYS`, and each accuracy's Wilson interval (`INTERVAL`)."""
     n = len(graded)
-
-    def count(key):
-        return sum(bool(g.get(key)) for g in graded)
-
-    def share(key):
-        return round(count(key) / n, 4) if n else 0.0
-
-    metrics = {
-        "n": n,
-        "strict_accuracy": share("strict_correct"),
-        "lenient_accuracy": share("correct"),
-        "format_rate": share("formatted"),
-        "mean_completion_tokens": round(sum(completion_tokens) / n, 2) if n else 0.0,
-        "truncated_rate": share("truncated"),
-        "padded_rate": share("padded"),
-        "lm_eval_strict_match": share("lm_eval_strict"),
-        "lm_eval_flexible_extract": share("lm_eval_flexible"),
-    }
-    for key, verdict in ACCURACIES.items():
-        metrics[key + INTERVAL] = interval(count(verdict), n)
-    return metrics
+    counts = {key: sum(bool(g.get(verdict)) for g in graded) for key, verdict in RATES.items()}
+    metrics = {key: round(count / n, 4) if n else 0.0 for key, count in counts.items()}
+    metrics |= {"n": n, "mean_completion_tokens": round(sum(completion_tokens) / n, 2) if n else 0.0}
+    metrics = {key: metrics[key] for key in KEYS}  # in the order of KEYS, the JSON file's
+    return metrics | {key + INTERVAL: interval(counts[key], n) for key in ACCURACIES}
 
 
 def interval(successes, n):
