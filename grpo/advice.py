@@ -267,11 +267,7 @@ def tie_share(logs):
 def tied_fraction(rewards, weights, group, tolerance=TIE_TOLERANCE):
     """The share of groups (`group` consecutive completions, as TRL orders them) whose weighted total rewards lie
     within `tolerance` times the batch's largest |reward|: TRL's frac_reward_zero_std misses float32 ties. A None
-    or NaN reward counts as 0, as TRL's nansum counts it. None for an empty batch.
-
-    >>> tied_fraction([[1.0] * 8 + [0.0] * 7 + [1.0]], [1.2], 8)
-    0.5
-    """
+    or NaN reward counts as 0, as TRL's nansum counts it. None for an empty batch."""
     totals = [
         sum(w * (r if r is not None and math.isfinite(r) else 0.0) for w, r in zip(weights, row, strict=True))
         for row in zip(*rewards, strict=True)

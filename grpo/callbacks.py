@@ -318,11 +318,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|])")  # what Python-Markdown (T
 
 def md(text, max_chars=None):
     """`text` as literal markdown for one table cell. TensorBoard sanitises HTML after rendering, which would drop
-    a model's `<think>` tags: so punctuation is escaped, `&<>` become entities and line breaks `<br>`.
-
-    >>> md("<think>2*3</think>\\n#### 6 | ok")
-    '&lt;think&gt;2\\\\*3&lt;/think&gt;<br>\\\\#\\\\#\\\\#\\\\# 6 \\\\| ok'
-    """
+    a model's `<think>` tags: so punctuation is escaped, `&<>` become entities and line breaks `<br>`."""
     text = str(text)
     if max_chars and len(text) > max_chars:
         text = text[:max_chars] + f" ... ({len(text) - max_chars} more characters)"

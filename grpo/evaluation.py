@@ -126,11 +126,7 @@ def compare(baseline, predictions, name="", samples=(0, 0)):
 
 
 def paired_lines(paired):
-    """The paired test as text, one line per accuracy.
-
-    >>> paired_lines({"baseline": "b.json", "strict": stats.paired([0, 0, 1, 1], [1, 1, 1, 0])})
-    ['paired with b.json on 4 problems (exact McNemar test):', 'strict: 0.500 -> 0.750 (+0.250; 2 up / 1 down, p = 1)']
-    """
+    """The paired test as text, one line per accuracy."""
     if not paired:
         return []
     tests = {label: test for label, test in paired.items() if label != "baseline"}

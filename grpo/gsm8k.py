@@ -239,11 +239,7 @@ def summarize(graded, completion_tokens):
 
 
 def interval(successes, n):
-    """The 95 % Wilson interval of `successes` of `n`, as a JSON list rounded to 4 decimals.
-
-    >>> interval(5, 10), interval(0, 0)
-    ([0.2366, 0.7634], [0.0, 1.0])
-    """
+    """The 95 % Wilson interval of `successes` of `n`, as a JSON list rounded to 4 decimals."""
     return [round(bound, 4) for bound in stats.wilson(successes, n)]
 
 
@@ -273,11 +269,7 @@ def sampled_summary(counts, samples, temperature):
 
 
 def sampled_counts(golds, completions, samples, thinking=False, truncated=None):
-    """Per problem, how many of its `samples` completions were right: [{"correct": c, "strict_correct": c'}, ...].
-
-    >>> sampled_counts(["3"], ["#### 3", "The answer is 3.", "#### 4"], 3)
-    [{'correct': 2, 'strict_correct': 1}]
-    """
+    """Per problem, how many of its `samples` completions were right: [{"correct": c, "strict_correct": c'}, ...]."""
     truncated = truncated or [False] * len(completions)
     graded = [
         grading.grade(c, golds[i // samples], truncated=truncated[i], thinking=thinking)

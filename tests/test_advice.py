@@ -221,6 +221,11 @@ def test_tied_groups_are_counted_at_any_group_size(group, weights):
     assert advice.tied_fraction([correct, formatted], weights, group) == tied / (tied + varied)
 
 
+def test_a_group_of_weighted_rewards_is_tied_or_not():
+    # moved from tied_fraction's docstring: two groups of 8, the first all 1.0, the second seven 0.0 and a 1.0
+    assert advice.tied_fraction([[1.0] * 8 + [0.0] * 7 + [1.0]], [1.2], 8) == 0.5
+
+
 def test_trls_zero_std_test_misses_a_tie_of_eight_rewards_of_1_2():
     import torch
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import read_scalars, read_texts, run_script
 from test_grading import CASES  # the same known grades, scored here as metrics
 
-from grpo import evaluation, gsm8k, process
+from grpo import evaluation, gsm8k, process, stats
 from grpo.errors import ConfigError
 
 TOKEN = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7"  # shaped like a Hugging Face access token; no real one
@@ -364,7 +364,16 @@ def test_flip_lines_name_each_flipped_problem_and_only_those():
     ]
 
 
-def test_flip_lines_shorten_nothing_short():
+def test_paired_lines_name_the_baseline_and_each_accuracy():
+    # moved from paired_lines's docstring
+    lines = evaluation.paired_lines({"baseline": "b.json", "strict": stats.paired([0, 0, 1, 1], [1, 1, 1, 0])})
+    assert lines == [
+        "paired with b.json on 4 problems (exact McNemar test):",
+        "strict: 0.500 -> 0.750 (+0.250; 2 up / 1 down, p = 1)",
+    ]
+
+
+def test_flip_lines_of_one_problem_flipped_up():
     # moved from flip_lines's docstring
     before = [{"question": "How many apples?", "correct": 0, "strict_correct": 0}]
     after = [{"question": "How many apples?", "correct": 1, "strict_correct": 0}]

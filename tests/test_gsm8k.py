@@ -446,6 +446,11 @@ def test_score_compares_by_value_not_by_text():
     assert (metrics["strict_accuracy"], metrics["lenient_accuracy"]) == (0.6667, 1.0)
 
 
+def test_the_wilson_interval_as_a_rounded_list():
+    # moved from interval's docstring
+    assert (gsm8k.interval(5, 10), gsm8k.interval(0, 0)) == ([0.2366, 0.7634], [0.0, 1.0])
+
+
 def test_score_of_nothing_is_zero_not_an_error():
     intervals = {key + gsm8k.INTERVAL: [0.0, 1.0] for key in gsm8k.ACCURACIES}  # no problems: no information
     assert gsm8k.score([], []) == dict.fromkeys(gsm8k.KEYS, 0) | {"n": 0} | intervals
@@ -498,6 +503,12 @@ def test_sampled_metrics_of_two_samples_per_problem():
     m = gsm8k.sampled_metrics(["18", "5"], ["#### 18", "The answer is 18.", "#### 4", "#### 5"], 2, 1.0)
     assert (m["sampled_accuracy"], m["sampled_strict_accuracy"]) == (0.75, 0.5)
     assert (m["pass_at_k"], m["sampled_accuracy_ci95"]) == ({"1": 0.75, "2": 1.0}, [0.1979, 0.9733])
+
+
+def test_sampled_counts_count_each_problems_right_samples():
+    # moved from sampled_counts's docstring
+    counts = gsm8k.sampled_counts(["3"], ["#### 3", "The answer is 3.", "#### 4"], 3)
+    assert counts == [{"correct": 2, "strict_correct": 1}]
 
 
 def test_pass_at_k_and_the_sampled_interval_follow_their_formulas():
