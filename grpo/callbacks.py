@@ -373,8 +373,7 @@ def tensorboard_writer(trainer):
 def tensorboard_callback(trainer):
     from transformers.integrations import TensorBoardCallback
 
-    callbacks = trainer.callback_handler.callbacks if trainer is not None else []
-    return next((cb for cb in callbacks if isinstance(cb, TensorBoardCallback)), None)
+    return next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, TensorBoardCallback)), None)
 
 
 class PerfMonitor(TrainerCallback):

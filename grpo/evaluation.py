@@ -137,8 +137,7 @@ def paired_lines(paired):
 
 def pair_text(test):
     """One paired test as text, with both accuracies on the problems it pairs."""
-    before, after = accuracies(test)
-    return stats.describe_pair(before, after, test)
+    return stats.describe_pair(*accuracies(test), test)
 
 
 def accuracies(test):

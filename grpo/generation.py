@@ -78,13 +78,11 @@ def hf_generator(
         )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.convert_ids_to_tokens(eos[0])
-    pad = tokenizer.pad_token_id
+    limits = dict(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
 
     def generate(prompts, temperature=temperature):
         sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {}
-        config = GenerationConfig(
-            **{"do_sample": False, **sampling}, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad
-        )
+        config = GenerationConfig(**{"do_sample": False, **sampling}, **limits)
         texts = render(tokenizer, prompts, enable_thinking)
         inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
         inputs = inputs.to(model.device)
@@ -109,8 +107,7 @@ def render(tokenizer, prompts, enable_thinking=False):
 
 
 def refuses_system_turn(model_name, trust_remote_code=False):
-    """Whether the model's chat template raises on a system turn (Gemma's and Mistral's do), read from a local folder
-    or the Hugging Face cache; False when it cannot be read here."""
+    """Whether the model's chat template raises on a system turn (Gemma's, Mistral's); False when not cached here."""
     from jinja2.exceptions import TemplateError
     from transformers import AutoTokenizer
 
@@ -166,8 +163,7 @@ def vllm_generator(
     gpu_memory_utilization,
     temperature=0.0,
 ):
-    """A `generate` on a vLLM engine of its own, greedy at temperature 0, the adapter (if any) as a LoRA request;
-    `prompt_tokens`, the longest prompt's, bounds its context."""
+    """A `generate` on a vLLM engine of its own, the adapter as a LoRA request; `prompt_tokens` bound its context."""
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
