@@ -229,6 +229,9 @@ def log_point(trainer, metrics):
         logs |= {name: metrics[key]} if key in metrics else {}
         low_high = metrics.get(key + gsm8k.INTERVAL)
         logs |= {f"{name}_ci95_low": low_high[0], f"{name}_ci95_high": low_high[1]} if low_high else {}
+    tensorboard = tensorboard_callback(trainer)
+    if tensorboard is not None and not tensorboard.logging_dir:  # TENSORBOARD_LOGGING_DIR="" (name_run names the rest)
+        tensorboard.logging_dir = evaluation.new_logdir(trainer.args.output_dir)  # output_dir/runs, not ./runs
     Trainer.log(trainer, logs)
     if lines := evaluation.paired_lines(metrics.get("paired")):  # markdown: two spaces end a line
         publish(trainer, trainer.state.global_step, texts={"eval/paired": "  \n".join(lines)})
