@@ -1,12 +1,10 @@
-"""Advice that names the constant to change when GRPO training goes wrong, from plain log dicts: pure rules, no
-trainer (grpo/callbacks.py feeds them). The signals, their thresholds (constants in grpotrainer.py) and the advice
-are tabled in docs/troubleshooting.md. Groups are counted tied by our own `tied_fraction`: TRL's
-frac_reward_zero_std misses float32 ties. A NaN or inf loss, grad_norm, kl or reward is a stop.
+"""Advice that names the constant to change when GRPO training goes wrong: pure rules over plain log dicts, which
+grpo/callbacks.py feeds. docs/troubleshooting.md tables the signals, their thresholds and the advice.
 """
 
 import math
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 
 from grpo.plan import duration
 
@@ -19,10 +17,66 @@ SOLVED_MOST = 0.8  # correctness above which tied groups are mostly all right (l
 LEVERS = {"clipped": "MAX_COMPLETION_LENGTH"}  # the setting an advisory asks to change, when a profile fixes it
 FLAT_NEEDS_SIGNAL = 0.5  # the flat-reward advice needs frac_reward_zero_std below this, on average over its window
 
+# the GRPOConfig values the advice reads (callbacks.HealthMonitor copies them from the trainer's arguments)
+CONFIG = ("beta", "learning_rate", "num_generations", "temperature", "max_completion_length")
+CONFIG += ("mask_truncated_completions",)
+# What the advice says, naming the constant to change: filled in by Advisor._text with the thresholds (kl_act, ...),
+# the CONFIG values ("?" when unknown) and the rule's own values (kl, frac, fix, ...)
+TEXTS = {
+    "kept": "The newest checkpoint-N in OUTPUT_DIR is kept as it was; the final adapter is not written.",
+    "nan": "{key} is {value}{at}: the weights are diverging, so training stops before they are saved. {kept} Lower "
+    "LEARNING_RATE (now {learning_rate}) or raise BETA (now {beta}); a resumed run keeps the checkpoint's learning "
+    "rate, so start a fresh OUTPUT_DIR to change it.",
+    "nan_reward": "{key} is {value}{at}: every reward function returned None, NaN or inf for every completion, so "
+    "there is nothing to learn from and training stops. Check the functions in REWARD_FUNCS. {kept}",
+    "kl_act": "kl is {kl:.3g} (> KL_ACT={kl_act:g}): the policy has drifted far from the reference model and is "
+    "likely exploiting the reward or collapsing. Raise BETA (now {beta}; e.g. double it) and lower LEARNING_RATE (now "
+    "{learning_rate}; e.g. halve it).",
+    "kl_warn": "kl is {kl:.3g} (> KL_WARN={kl_warn:g}): the policy is moving away from the reference model. Watch "
+    "train/kl; above KL_ACT={kl_act:g} raise BETA (now {beta}) or lower LEARNING_RATE (now {learning_rate}).",
+    "zero_std": "in {frac:.0%} of groups all {num_generations} completions got the same reward, for {run} logs in a "
+    "row (frac_tied_groups >= ZERO_STD_FRAC={zero_std_frac:g} for ZERO_STD_LOGS={zero_std_logs}): such groups have "
+    "zero advantage and teach nothing. {fix}",
+    "solved_most": "The model already solves {solved:.0%} of its problems, so most groups are all right: raise "
+    "NUM_GENERATIONS (now {num_generations}) so more groups hold a wrong answer, TEMPERATURE (now {temperature}) for "
+    "more varied ones, or train on a harder subset (DATASET: the problems evaluate.py's predictions get wrong).",
+    "tell_apart": "Check that the reward tells the responses apart (see completions/samples in the Text tab), or "
+    "raise NUM_GENERATIONS (now {num_generations}) or TEMPERATURE (now {temperature}) for more varied groups.",
+    "flat_reward": "the mean reward has been flat for {reward_flat_window} logs ({before:.3f} -> {after:.3f}, a "
+    "change under REWARD_FLAT_DELTA={reward_flat_delta:g} over REWARD_FLAT_WINDOW={reward_flat_window}). If it is "
+    "near its maximum the run has converged; otherwise check that the reward tells the responses apart "
+    "(frac_tied_groups, completions/samples), or raise LEARNING_RATE (now {learning_rate}) while train/kl stays low.",
+    "clipped": "{ratio:.0%} of completions hit MAX_COMPLETION_LENGTH (now {max_completion_length} tokens) unfinished "
+    "(completions/clipped_ratio > CLIPPED_RATIO_MAX={clipped_ratio_max:g}): a cut-off completion earns no reward. "
+    "{fix}",
+    "clipped_pads": "Many of them pad past their answer (completions/padded_ratio {padded:.0%}): a longer limit "
+    "leaves more room to pad and masking hides what it costs, so change neither (see the padded advice).",
+    "clipped_fix": "Raise MAX_COMPLETION_LENGTH, or set MASK_TRUNCATED_COMPLETIONS=True to leave them out of the "
+    "loss.",
+    "padded": "{share:.0%} of completions repeat or pad past their final answer (completions/padded_ratio, up from "
+    "{low:.0%} for {run} logs): the model is learning to go on after its answer ('#### 5' repeated, filler, another "
+    "question). The registry's rewards pay such completions nothing; {fix} Read completions/samples.",
+    "padded_masked": "but MASK_TRUNCATED_COMPLETIONS=True leaves those that pad to the limit out of the loss: set it "
+    "False.",
+    "padded_rewards": "a REWARD_FUNCS entry of your own that pays them should score 0 where grpo.grading.pads_answer "
+    "is true; with none, the padding spreads in groups that score all alike (frac_tied_groups): raise NUM_GENERATIONS "
+    "(now {num_generations}) or TEMPERATURE (now {temperature}).",
+    "grad_norm": "grad_norm is {grad_norm:.3g} (> GRAD_NORM_MAX={grad_norm_max:g}): the updates are exploding. "
+    "{lower}",
+    "entropy": "entropy is {entropy:.3g} nats, {noise:.0%} of uniform noise over {vocab} tokens, for {run} logs (it "
+    "began at {first:.3g}): the model has stopped producing text. {lower}",
+    "lower_lr": "Lower LEARNING_RATE (now {learning_rate}; e.g. 10x), from an earlier checkpoint.",
+    "generation": "generation takes {percent:.0f} % of each step; set USE_VLLM=True (requirements-vllm.txt) to "
+    "generate with vLLM, or {more}",
+    "generation_vllm": "generation takes {percent:.0f} % of each step; {more}",
+    "more_sequences": "decode more sequences per generation call{batch}: raise STEPS_PER_GENERATION or "
+    "PER_DEVICE_TRAIN_BATCH_SIZE, so that decoding reads the weights once for many sequences",
+}
+
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When each signal fires; every field feeds from the grpotrainer constant of the same name in capitals."""
+    """When each signal fires; a field without a default is read from the setting of its name in capitals."""
 
     kl_warn: float
     kl_act: float
@@ -44,8 +98,8 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Advice:
-    signal: str  # kl, zero_std, flat_reward, clipped, nan
-    level: str  # warn, act or stop
+    signal: str  # nan, kl, zero_std, flat_reward, clipped, diverging, padded, healthy
+    level: str  # ok, warn, act or stop
     message: str
 
     def __str__(self):
@@ -53,33 +107,28 @@ class Advice:
 
 
 class Advisor:
-    """Turns a stream of training logs (keys as callbacks get them, without "train/") into advisories; pure.
-    `settings` holds the GRPOConfig values in force (beta, learning_rate, ...) so that advice can quote them."""
+    """Turns a stream of training logs (keys as callbacks get them, without "train/") into advisories. `settings`
+    holds the GRPOConfig values in force (beta, learning_rate, ...), which the advice quotes."""
 
     def __init__(self, thresholds, settings=None, repeat_after=REPEAT_AFTER, healthy_every=HEALTHY_EVERY, fixed=()):
         self.t = thresholds
         self.fixed = set(fixed)  # settings a profile fixes on purpose: their advice becomes a note
         self.settings = dict(settings or {})
         self.repeat_after = repeat_after
-        self.healthy_every = healthy_every  # an "ok healthy" line after this many quiet logs; 0 = never
-        self._quiet = 0
-        self.stop = None  # the Advice that stopped training, once a NaN was seen
-        self.logs_seen = 0
-        self._zero_std_run = 0
-        self._entropy_run, self._entropy_first = 0, None
-        self._padded_run, self._padded_low = 0, None
-        self._rewards = deque(maxlen=max(thresholds.reward_flat_window, 2))
-        self._signal = deque(maxlen=max(thresholds.reward_flat_window, 2))  # frac_reward_zero_std beside each reward
+        self.healthy_every = healthy_every  # 0 = never
+        self.stop = None  # the Advice that stopped training
+        self.logs_seen = self._quiet = 0
+        self._zero_std_run = self._entropy_run = self._padded_run = 0  # logs in a row each signal has held
+        self._entropy_first = self._padded_low = None  # the run's first entropy, its lowest padded share
+        self._rewards = deque(maxlen=max(thresholds.reward_flat_window, 2))  # (reward, share of tied groups)
         self._shown = {}  # signal -> (log index, level) it was last shown at
 
     def update(self, logs, step=None):
         self.logs_seen += 1
-        fired = [a for a in (self._nan(logs, step), self._kl(logs), self._zero_std(logs)) if a]
-        fired += [a for a in (self._flat_reward(logs), self._clipped(logs), self._diverging(logs)) if a]
-        fired += [a for a in (self._padded(logs),) if a]
-        fired = [self._as_note(a) if LEVERS.get(a.signal) in self.fixed else a for a in fired]
-        if self.stop is None and (stop := next((a for a in fired if a.level == "stop"), None)):
-            self.stop = stop
+        fired = [self._nan(logs, step), self._kl(logs), self._zero_std(logs), self._flat_reward(logs)]
+        fired += [self._clipped(logs), self._diverging(logs), self._padded(logs)]
+        fired = [self._as_note(a) if LEVERS.get(a.signal) in self.fixed else a for a in fired if a]
+        self.stop = self.stop or next((a for a in fired if a.level == "stop"), None)
         self._quiet = 0 if fired else self._quiet + 1
         if self.healthy_every and self._quiet and self._quiet % self.healthy_every == 0:
             return [self._healthy(logs, step)]
@@ -106,52 +155,34 @@ class Advisor:
         value = self.settings.get(name)
         return fallback if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
+    def _text(self, name, **values):
+        """TEXTS[name] filled in with the thresholds, the CONFIG values and the rule's `values`."""
+        return TEXTS[name].format(**asdict(self.t), **{key: self._setting(key) for key in CONFIG}, **values)
+
+    def _say(self, signal, level, name, **values):
+        return Advice(signal, level, self._text(name, **values))
+
     # Each rule reads one signal from the log and returns an Advice, or None when the signal is quiet.
 
     def _nan(self, logs, step):
-        # Trainer replaces a NaN loss by the running mean in its logs (logging_nan_inf_filter), so grad_norm is the
-        # reliable sign; TRL logs a reward of None when every reward function returned None or NaN for every row.
+        # Trainer logs a NaN loss as the running mean (logging_nan_inf_filter), so grad_norm is the reliable sign;
+        # TRL logs a reward of None when every reward function returned None or NaN for every row.
         for key in ("loss", "grad_norm", "kl", "reward"):
             value = logs.get(key, 0.0)
             if value is None or (isinstance(value, float) and not math.isfinite(value)):
                 break
         else:
             return None
-        at = f"{key} is {value}" + (f" at step {step}" if step is not None else "")
-        kept = "The newest checkpoint-N in OUTPUT_DIR is kept as it was; the final adapter is not written."
-        if key == "reward":
-            why = (
-                "every reward function returned None, NaN or inf for every completion, so there is nothing to "
-                f"learn from and training stops. Check the functions in REWARD_FUNCS. {kept}"
-            )
-        else:
-            why = (
-                f"the weights are diverging, so training stops before they are saved. {kept} Lower LEARNING_RATE "
-                f"(now {self._setting('learning_rate')}) or raise BETA (now {self._setting('beta')}); a resumed run "
-                "keeps the checkpoint's learning rate, so start a fresh OUTPUT_DIR to change it."
-            )
-        return Advice("nan", "stop", f"{at}: {why}")
+        at = f" at step {step}" if step is not None else ""
+        name = "nan_reward" if key == "reward" else "nan"
+        return self._say("nan", "stop", name, key=key, value=value, at=at, kept=TEXTS["kept"])
 
     def _kl(self, logs):
         kl = logs.get("kl")
         if not isinstance(kl, (int, float)) or not kl > self.t.kl_warn:
             return None
-        beta, lr = self._setting("beta"), self._setting("learning_rate")
-        if kl > self.t.kl_act:
-            return Advice(
-                "kl",
-                "act",
-                f"kl is {kl:.3g} (> KL_ACT={self.t.kl_act:g}): the policy has drifted far from the reference model "
-                f"and is likely exploiting the reward or collapsing. Raise BETA (now {beta}; e.g. double it) and "
-                f"lower LEARNING_RATE (now {lr}; e.g. halve it).",
-            )
-        return Advice(
-            "kl",
-            "warn",
-            f"kl is {kl:.3g} (> KL_WARN={self.t.kl_warn:g}): the policy is moving away from the reference model. "
-            f"Watch train/kl; above KL_ACT={self.t.kl_act:g} raise BETA (now {beta}) or lower LEARNING_RATE "
-            f"(now {lr}).",
-        )
+        level = "act" if kl > self.t.kl_act else "warn"
+        return self._say("kl", level, f"kl_{level}", kl=kl)
 
     def _zero_std(self, logs):
         frac = tie_share(logs)
@@ -160,121 +191,69 @@ class Advisor:
         self._zero_std_run = self._zero_std_run + 1 if frac >= self.t.zero_std_frac else 0
         if self._zero_std_run < self.t.zero_std_logs:
             return None
-        n, temperature = self._setting("num_generations"), self._setting("temperature")
         solved = logs.get("rewards/correctness_reward/mean")
-        fix = (
-            f"The model already solves {solved:.0%} of its problems, so most groups are all right: raise "
-            f"NUM_GENERATIONS (now {n}) so more groups hold a wrong answer, TEMPERATURE (now {temperature}) for more "
-            "varied ones, or train on a harder subset (DATASET: the problems evaluate.py's predictions get wrong)."
-            if isinstance(solved, (int, float)) and solved >= SOLVED_MOST
-            else "Check that the reward tells the responses apart (see completions/samples in the Text tab), or "
-            f"raise NUM_GENERATIONS (now {n}) or TEMPERATURE (now {temperature}) for more varied groups."
-        )
-        return Advice(
-            "zero_std",
-            "warn",
-            f"in {frac:.0%} of groups all {n} completions got the same reward, for {self._zero_std_run} logs in a "
-            f"row (frac_tied_groups >= ZERO_STD_FRAC={self.t.zero_std_frac:g} for ZERO_STD_LOGS="
-            f"{self.t.zero_std_logs}): such groups have zero advantage and teach nothing. {fix}",
-        )
+        most = isinstance(solved, (int, float)) and solved >= SOLVED_MOST
+        fix = self._text("solved_most" if most else "tell_apart", solved=solved)
+        return self._say("zero_std", "warn", "zero_std", frac=frac, run=self._zero_std_run, fix=fix)
 
     def _flat_reward(self, logs):
-        reward = logs.get("reward")
-        window = self.t.reward_flat_window
-        if not isinstance(reward, (int, float)) or not math.isfinite(reward) or window < 2:
+        reward, window = logs.get("reward"), self.t.reward_flat_window
+        if not _finite(reward) or window < 2:
             return None
-        self._rewards.append(reward)
-        self._signal.append(tie_share(logs) or 0.0)
-        # A plateau where most groups score all alike is zero_std's case, and the usual prelude to a jump: GRPO
-        # waits for the rare group that tells its completions apart. Flat counts only while most groups carry signal.
-        if len(self._rewards) < window or sum(self._signal) / len(self._signal) >= FLAT_NEEDS_SIGNAL:
+        self._rewards.append((reward, tie_share(logs) or 0.0))
+        # Most groups scoring all alike is zero_std's case and the usual prelude to a jump (GRPO waits for a group
+        # that tells its completions apart): flat counts only while most groups carry signal.
+        if len(self._rewards) < window or sum(t for _, t in self._rewards) / window >= FLAT_NEEDS_SIGNAL:
             return None
-        values = list(self._rewards)
-        # Halves of the window, not first and last values: a per-step reward is noisy, its running mean is not.
-        before, after = sum(values[: window // 2]) / (window // 2), sum(values[window // 2 :]) / (window - window // 2)
+        # the halves' means, not the first and last values: a per-step reward is noisy
+        values, half = [r for r, _ in self._rewards], window // 2
+        before, after = sum(values[:half]) / half, sum(values[half:]) / (window - half)
         if abs(after - before) >= self.t.reward_flat_delta:
             return None
-        return Advice(
-            "flat_reward",
-            "warn",
-            f"the mean reward has been flat for {window} logs ({before:.3f} -> {after:.3f}, a change under "
-            f"REWARD_FLAT_DELTA={self.t.reward_flat_delta:g} over REWARD_FLAT_WINDOW={window}). If it is near its "
-            "maximum the run has converged; otherwise check that the reward tells the responses apart "
-            "(frac_tied_groups, completions/samples), or raise LEARNING_RATE "
-            f"(now {self._setting('learning_rate')}) while train/kl stays low.",
-        )
+        return self._say("flat_reward", "warn", "flat_reward", before=before, after=after)
 
     def _clipped(self, logs):
         ratio = logs.get("completions/clipped_ratio")
         if not isinstance(ratio, (int, float)) or not ratio > self.t.clipped_ratio_max:
             return None
-        length, padded = self._setting("max_completion_length"), logs.get("completions/padded_ratio")
-        fix = (
-            f"Many of them pad past their answer (completions/padded_ratio {padded:.0%}): a longer limit leaves more "
-            "room to pad and masking hides what it costs, so change neither (see the padded advice)."
-            if isinstance(padded, (int, float)) and padded >= ratio / 2
-            else "Raise MAX_COMPLETION_LENGTH, or set MASK_TRUNCATED_COMPLETIONS=True to leave them out of the loss."
-        )
-        return Advice(
-            "clipped",
-            "warn",
-            f"{ratio:.0%} of completions hit MAX_COMPLETION_LENGTH (now {length} tokens) unfinished (completions/"
-            f"clipped_ratio > CLIPPED_RATIO_MAX={self.t.clipped_ratio_max:g}): a cut-off completion earns no reward. "
-            f"{fix}",
-        )
+        padded = logs.get("completions/padded_ratio")
+        pads = isinstance(padded, (int, float)) and padded >= ratio / 2
+        fix = self._text("clipped_pads" if pads else "clipped_fix", padded=padded)
+        return self._say("clipped", "warn", "clipped", ratio=ratio, fix=fix)
 
     def _padded(self, logs):
-        """The model learning to go on past its answer (`#### 5` repeated to the limit): the rewards logged the share
-        of such completions (completions/padded_ratio); it fires when that share climbs above the run's lowest."""
+        """The model learning to go on past its answer (`#### 5` repeated to the limit): the share of such
+        completions (completions/padded_ratio) climbs above the run's lowest."""
         share = logs.get("completions/padded_ratio")
-        if not isinstance(share, (int, float)) or not math.isfinite(share):
+        if not _finite(share):
             return None
         self._padded_low = share if self._padded_low is None else min(self._padded_low, share)
         self._padded_run = self._padded_run + 1 if share >= self._padded_low + self.t.padded_rise else 0
         if self._padded_run < self.t.padded_logs:
             return None
-        fix = (
-            "but MASK_TRUNCATED_COMPLETIONS=True leaves those that pad to the limit out of the loss: set it False."
-            if self.settings.get("mask_truncated_completions")
-            else "a REWARD_FUNCS entry of your own that pays them should score 0 where grpo.grading.pads_answer is "
-            "true; with none, the padding spreads in groups that score all alike (frac_tied_groups): raise "
-            f"NUM_GENERATIONS (now {self._setting('num_generations')}) or TEMPERATURE (now "
-            f"{self._setting('temperature')})."
-        )
-        return Advice(
-            "padded",
-            "warn",
-            f"{share:.0%} of completions repeat or pad past their final answer (completions/padded_ratio, up from "
-            f"{self._padded_low:.0%} for {self._padded_run} logs): the model is learning to go on after its answer "
-            "('#### 5' repeated, filler, another question). The registry's rewards pay such completions nothing; "
-            f"{fix} Read completions/samples.",
-        )
+        fix = self._text("padded_masked" if self.settings.get("mask_truncated_completions") else "padded_rewards")
+        return self._say("padded", "warn", "padded", share=share, low=self._padded_low, run=self._padded_run, fix=fix)
 
     def _diverging(self, logs):
         """Divergence without a NaN: the gradient norm explodes, or the entropy climbs to that of uniform noise."""
         grad_norm, entropy, vocab = logs.get("grad_norm"), logs.get("entropy"), self.settings.get("vocab_size")
-        lr = f"Lower LEARNING_RATE (now {self._setting('learning_rate')}; e.g. 10x), from an earlier checkpoint."
+        lower = self._text("lower_lr")
         if isinstance(grad_norm, (int, float)) and self.t.grad_norm_max < grad_norm < math.inf:  # inf: the NaN rule
-            return Advice(
-                "diverging",
-                "act",
-                f"grad_norm is {grad_norm:.3g} (> GRAD_NORM_MAX={self.t.grad_norm_max:g}): "
-                f"the updates are exploding. {lr}",
-            )
-        if not isinstance(entropy, (int, float)) or not vocab or not math.isfinite(entropy):
+            return self._say("diverging", "act", "grad_norm", grad_norm=grad_norm, lower=lower)
+        if not _finite(entropy) or not vocab:
             return None
         top = self.t.entropy_max_frac * math.log(vocab)
         self._entropy_first = entropy if self._entropy_first is None else self._entropy_first
         self._entropy_run = self._entropy_run + 1 if entropy >= top else 0
         if self._entropy_run < self.t.entropy_logs or self._entropy_first >= top:
             return None  # a model that starts as noise (a random one) has not diverged
-        return Advice(
-            "diverging",
-            "act",
-            f"entropy is {entropy:.3g} nats, {entropy / math.log(vocab):.0%} of uniform noise over "
-            f"{vocab} tokens, for {self._entropy_run} logs (it began at {self._entropy_first:.3g}): the model has "
-            f"stopped producing text. {lr}",
-        )
+        noise = entropy / math.log(vocab)
+        values = dict(entropy=entropy, noise=noise, vocab=vocab, run=self._entropy_run, first=self._entropy_first)
+        return self._say("diverging", "act", "entropy", lower=lower, **values)
+
+
+def _finite(value):
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def tie_share(logs):
@@ -286,13 +265,9 @@ def tie_share(logs):
 
 
 def tied_fraction(rewards, weights, group, tolerance=TIE_TOLERANCE):
-    """The share of groups (`group` consecutive completions, as TRL orders them) whose weighted total rewards are
-    all within `tolerance` times the batch's largest |reward|, so float rounding does not hide a tie. A None or NaN
-    reward counts as 0, as TRL's nansum counts it. None for an empty batch.
-
-    >>> tied_fraction([[1.0] * 8 + [0.0] * 7 + [1.0]], [1.2], 8)
-    0.5
-    """
+    """The share of groups (`group` consecutive completions, as TRL orders them) whose weighted total rewards lie
+    within `tolerance` times the batch's largest |reward|: TRL's frac_reward_zero_std misses float32 ties. A None
+    or NaN reward counts as 0, as TRL's nansum counts it. None for an empty batch."""
     totals = [
         sum(w * (r if r is not None and math.isfinite(r) else 0.0) for w, r in zip(weights, row, strict=True))
         for row in zip(*rewards, strict=True)
@@ -305,11 +280,7 @@ def tied_fraction(rewards, weights, group, tolerance=TIE_TOLERANCE):
 
 
 def progress_line(step, max_steps, seconds_per_step, generation_share):
-    """The line logged after the first steps: measured seconds per step, the ETA and generation's share.
-
-    >>> progress_line(5, 300, 12.3, 0.78)
-    'step 5/300: 12.3 s/step, ETA 1h00m, generation 78 % of the step'
-    """
+    """The pace line: measured seconds per step, the ETA and generation's share of the step."""
     eta = duration((max_steps - step) * seconds_per_step)
     share = f"{generation_share * 100:.0f} %"
     return f"step {step}/{max_steps}: {seconds_per_step:.1f} s/step, ETA {eta}, generation {share} of the step"
@@ -319,19 +290,8 @@ generation_dominates = 0.6  # share of the step above which generation's lever i
 
 
 def generation_advice(generation_share, use_vllm=False, sequences_per_call=None):
-    """Advice naming the lever when generation takes more than `generation_dominates` of the step, else None.
-
-    >>> generation_advice(0.4) is None
-    True
-    """
+    """Advice naming the lever when generation takes more than `generation_dominates` of the step, else None."""
     if generation_share <= generation_dominates:
         return None
-    share = f"generation takes {generation_share * 100:.0f} % of each step"
-    batch = f" (now {sequences_per_call})" if sequences_per_call else ""
-    more = (
-        f"decode more sequences per generation call{batch}: raise STEPS_PER_GENERATION or "
-        "PER_DEVICE_TRAIN_BATCH_SIZE, so that decoding reads the weights once for many sequences"
-    )
-    if use_vllm:
-        return f"{share}; {more}"
-    return f"{share}; set USE_VLLM=True (requirements-vllm.txt) to generate with vLLM, or {more}"
+    more = TEXTS["more_sequences"].format(batch=f" (now {sequences_per_call})" if sequences_per_call else "")
+    return TEXTS["generation_vllm" if use_vllm else "generation"].format(percent=generation_share * 100, more=more)

@@ -1,12 +1,5 @@
 """The training run's callbacks: what it logs, advises and scores while it trains, and how a signal stops it.
-
-- `StopOnSignal`: SIGTERM and Ctrl-C (grpo/process.py's GracefulStop) at the step ends.
-- `HealthMonitor`: grpo/advice.py's advice, printed and sent to every tracker; stops cleanly on a NaN.
-- `PerfMonitor`: the measured pace and generation's share (perf/*).
-- `HeldOutEval`: EVAL_BEFORE, EVAL_STEPS and EVAL_AFTER (grpo/evaluation.py), at the trainer's step.
-- `CompletionSamples`: a few completions of the newest batch as a table.
-Every number goes through the trainer's log and every text through `log_text`, so TensorBoard, W&B and trackio see
-the same things.
+Numbers go through the trainer's log or `publish`, texts through `publish`: TensorBoard, W&B and trackio see the same.
 """
 
 import html
@@ -23,7 +16,6 @@ import markdown
 from transformers import TrainerCallback
 
 from grpo import advice, evaluation, files, grading, gsm8k, patches, plan, process
-from grpo.advice import Advisor
 
 log = logging.getLogger("grpotrainer.monitor")
 
@@ -60,10 +52,9 @@ class StopOnSignal(process.GracefulStop, TrainerCallback):
         self.restore()
 
 
-# TensorBoard's Custom Scalars tab: the charts README's table names, one per row, so a run opens on them rather
-# than on TRL's ~40 tags in alphabetical order (Multiline tags are regular expressions). Each held-out accuracy has
-# a chart of its own, its 95 % interval drawn as the margin (each point is a measurement: nothing to smooth).
-HELD_OUT = {  # title: tag, each drawn with its 95 % interval (a rate without one: the value itself)
+# TensorBoard's Custom Scalars tab: the README's charts, so a run opens on them rather than on TRL's ~40 tags
+# (Multiline tags are regular expressions); each held-out metric on a chart of its own.
+HELD_OUT = {  # title: tag, drawn with its 95 % interval (a rate without one: the value itself)
     "strict accuracy (#### N)": "eval/gsm8k_strict_accuracy",
     "lenient accuracy (any answer form)": "eval/gsm8k_lenient_accuracy",
     "sampled accuracy (at TEMPERATURE)": "eval/gsm8k_sampled_accuracy",
@@ -89,14 +80,11 @@ LAYOUT = {
         for title, tag in reversed(HELD_OUT.items())
     },
 }
-ADVISED = ("beta", "learning_rate", "num_generations", "temperature", "max_completion_length")
-ADVISED += ("mask_truncated_completions",)  # the GRPOConfig values advice quotes
 
 
 def publish(trainer, step, scalars=None, texts=None):
-    """Numbers and markdown texts at the trainer's `step`, under the same tags, to every tracker of REPORT_TO by its
-    own API: TensorBoard's writer, W&B's run (at train/global_step, as transformers logs it) and trackio's run. The
-    trainer's log would file them under train/ and drop the texts. Main process only."""
+    """Numbers and markdown texts at `step` to each tracker of the run by its own API (the trainer's log would file
+    them under train/ and drop the texts): W&B at train/global_step, as transformers logs. Main process only."""
     scalars, texts = scalars or {}, texts or {}
     report = trainer.args.report_to or []
     if not trainer.accelerator.is_main_process or not (scalars or texts):
@@ -115,14 +103,13 @@ def publish(trainer, step, scalars=None, texts=None):
 
 
 def trackio_run():
-    """trackio's current run, once its callback has opened it (at the first log), or None."""
+    """trackio's current run, once its callback has opened it at the first log."""
     trackio = sys.modules.get("trackio")
     return trackio.context_vars.current_run.get() if trackio is not None else None
 
 
 def send_alerts(trainer, step, shown):
-    """Each Advice as an alert of W&B and trackio, where they are in REPORT_TO and their run is open: the channel
-    those trackers have for a message, as the Text tab is TensorBoard's (trackio's at the trainer's step)."""
+    """Each Advice as an alert in W&B and trackio, where the run reports to them: their channel for a message."""
     report = trainer.args.report_to or []
     for a in shown:
         title, error = f"{a.level} {a.signal}", a.level == "stop"
@@ -135,15 +122,12 @@ def send_alerts(trainer, step, shown):
 
 
 class HealthMonitor(TrainerCallback):
-    """Prints the Advisor's advisories and publishes them (health/advice, alerts); stops cleanly on a NaN.
-
-    Every rank runs the same Advisor on the same (averaged) logs, so all stop at the same step; only rank 0 writes.
-    A stop sets `should_save = False` for the rest of the run, so the newest checkpoint holds the last good weights.
-    `fixed`: the settings the profile fixes on purpose (--smoke's completion limit), whose advice is not given.
-    """
+    """Prints the advice and publishes it (health/advice, alerts); stops on a NaN without saving for the rest of
+    the run, so the newest checkpoint holds the last good weights. Every rank advises on the same averaged logs and
+    stops at the same step. `fixed`: the settings a profile fixes on purpose, whose advice becomes a note."""
 
     def __init__(self, thresholds, trainer, fixed=()):
-        self.advisor = Advisor(thresholds, fixed=fixed)
+        self.advisor = advice.Advisor(thresholds, fixed=fixed)
         self.trainer = trainer
         self.layout_written = False
 
@@ -152,7 +136,7 @@ class HealthMonitor(TrainerCallback):
         return self.advisor.stop
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.advisor.settings.update({name: getattr(args, name, None) for name in ADVISED})
+        self.advisor.settings.update({name: getattr(args, name, None) for name in advice.CONFIG})
         self.advisor.settings["vocab_size"] = getattr(getattr(model, "config", None), "vocab_size", None)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -167,22 +151,18 @@ class HealthMonitor(TrainerCallback):
         if self.advisor.stop:
             control.should_training_stop = True
             control.should_save = False
-        writer = tensorboard_writer(self.trainer) if state.is_world_process_zero else None
-        if writer is not None and not self.layout_written:  # the writer exists from the first log on
+        if not state.is_world_process_zero:
+            return
+        if not self.layout_written and (writer := tensorboard_writer(self.trainer)) is not None:  # from the 1st log
             writer.add_custom_scalars(LAYOUT)
             self.layout_written = True
-        if not shown or not state.is_world_process_zero:
+        if not shown:
             return
         for a in shown:
             log.warning("health %s", a)
         text = "\n\n".join(f"**{a.level.upper()}** {md(a.message)}" for a in shown)
         publish(self.trainer, state.global_step, texts={"health/advice": text})
         send_alerts(self.trainer, state.global_step, [a for a in shown if a.level != "ok"])
-
-    def install(self, trainer):
-        """First in the list (transformers calls callbacks in order), so the trackers see frac_tied_groups."""
-        trainer.callback_handler.callbacks.insert(0, self)
-        return self
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.advisor.stop:  # the flow callback may ask for a save at this step; the weights are not worth it
@@ -192,28 +172,19 @@ class HealthMonitor(TrainerCallback):
 
 
 class HeldOutEval(TrainerCallback):
-    """Held-out GSM8K accuracy at the trainer's step in every tracker (`log_point`): EVAL_BEFORE (`before`
-    problems) as the first step begins, at step 0; EVAL_STEPS every `every` steps (-1: every 10 % of the run) on
-    `subset` problems; EVAL_AFTER (`after`) when training ends, if `finished()` says the run was not stopped. The
-    last step is left to EVAL_AFTER when that is on (it scores the same model). `scoring`: evaluate_trainer's
-    dataset, batch_size, settings and samples; `stopper`: the run's StopOnSignal.
-
-    A SIGTERM or Ctrl-C while it scores ends the scoring at once (`stopper.evaluating`): during training the step
-    is saved and the run stops; at the end the adapter is saved and the run is left unfinished; the same command
-    then does the evaluation. Inside train(), so that DeepSpeed and FSDP have wrapped the model, and first among
-    the callbacks (`install`): the trackers' own on_train_end closes their runs, after the "after" point."""
+    """Held-out accuracy at the trainer's step (`log_point`): `before` problems as the first step begins, `subset`
+    every `every` steps (-1: each 10 % of the run; the last step is left to `after`), `after` when training ends
+    unless `finished()` says the run was stopped. `scoring`: evaluate_trainer's other arguments. A signal while it
+    scores ends the scoring at once (`stopper.evaluating`): the step (or at the end the adapter) is saved, the run
+    stops unfinished, and the same command scores it again."""
 
     def __init__(self, trainer, stopper, every, subset, scoring, before=0, after=0, finished=lambda: True):
         self.trainer, self.stopper = trainer, stopper
         self.every, self.subset, self.before, self.after = every, subset, before, after
         self.scoring = scoring
         self.finished = finished
-        self.metrics = {}  # "before", "after", or the step of an EVAL_STEPS point -> its metrics
+        self.metrics = {}  # "before", "after", or the step of a point during training -> its metrics
         self.interrupted = None  # what a signal cut short: "before", "during" or "after"
-
-    def install(self, trainer):
-        trainer.callback_handler.callbacks.insert(0, self)
-        return self
 
     def score(self, when, limit, key=None):
         """Score `limit` problems now, as `when` ("before", "during" or "after"), kept under `key` (default
@@ -251,10 +222,9 @@ class HeldOutEval(TrainerCallback):
 
 
 def log_point(trainer, metrics):
-    """A held-out point as eval/gsm8k_* (with each accuracy's interval as _ci95_low and _ci95_high) at the trainer's
-    step, to every callback and the run's log_history: transformers' Trainer.log, whose `eval_` prefix the trackers
-    write as `eval/` (not GRPOTrainer.log, which would average TRL's buffer into it and clear it); and the paired
-    test against EVAL_BEFORE as the text eval/paired (`publish`)."""
+    """A held-out point as eval/gsm8k_* (each interval as _ci95_low and _ci95_high) at the trainer's step, to every
+    callback and log_history, and its paired test as the text eval/paired. Through transformers' Trainer.log, whose
+    `eval_` prefix the trackers write as `eval/`: GRPOTrainer.log would average TRL's buffer into it and clear it."""
     from transformers import Trainer
 
     logs = {}
@@ -264,27 +234,22 @@ def log_point(trainer, metrics):
         low_high = metrics.get(key + gsm8k.INTERVAL)
         logs |= {f"{name}_ci95_low": low_high[0], f"{name}_ci95_high": low_high[1]} if low_high else {}
     tensorboard = tensorboard_callback(trainer)
-    if tensorboard is not None and not tensorboard.logging_dir:  # outside train(): a run resumed past its last step
-        tensorboard.logging_dir = evaluation.new_logdir(trainer.args.output_dir)  # in OUTPUT_DIR/runs, not ./runs
+    if tensorboard is not None and not tensorboard.logging_dir:  # TENSORBOARD_LOGGING_DIR="" (name_run names the rest)
+        tensorboard.logging_dir = evaluation.new_logdir(trainer.args.output_dir)  # output_dir/runs, not ./runs
     Trainer.log(trainer, logs)
     if lines := evaluation.paired_lines(metrics.get("paired")):  # markdown: two spaces end a line
         publish(trainer, trainer.state.global_step, texts={"eval/paired": "  \n".join(lines)})
 
 
 class CompletionSamples(TrainerCallback):
-    """Every `every` steps (LOG_COMPLETIONS_STEPS; 0 = never), at that step's log, a table of a few completions of
-    the newest batch in TensorBoard's Text tab. The rows come from TRL's completion records
-    (completions/completions_NNNNN.parquet), which it writes right after the callbacks' `on_log`: so the table is
-    written when the next step begins, or at the save that follows the log.
+    """Every `every` steps (0 = never), a table of a few completions of the newest batch (completions/samples).
+    TRL writes their records (completions/completions_NNNNN.parquet, and its own table to W&B and trackio) at each
+    log while the trainer's `log_completions` is on, which is switched on for the steps due; it writes them after
+    the callbacks' `on_log`, so the table is made when the next step begins or at the save after the log."""
 
-    TRL writes those records, and logs its completions table to W&B and trackio, at every log while the trainer's
-    `log_completions` is on (GRPOTrainer.log reads it each time): it is switched on for the steps due, off between."""
-
-    def __init__(self, trainer, every, num_samples=4, tag="completions/samples"):
-        self.trainer = trainer  # for TensorBoard's writer and the reward functions' names
+    def __init__(self, trainer, every):
+        self.trainer = trainer
         self.every = every
-        self.num_samples = num_samples
-        self.tag = tag
         self.pending = None  # the step of a log whose records TRL is about to write
 
     def on_step_end(self, args, state, control, **kwargs):  # before this step's log
@@ -302,34 +267,26 @@ class CompletionSamples(TrainerCallback):
         import pyarrow.parquet as pq
 
         records = pq.read_table(path).to_pylist()  # one dict per completion, in batch order
-        rows = sample_rows(records, self.trainer.reward_func_names, self.num_samples)
-        if rows:
-            publish(self.trainer, step, texts={self.tag: render_table(rows)})
+        if rows := sample_rows(records, self.trainer.reward_func_names):
+            publish(self.trainer, step, texts={"completions/samples": render_table(rows)})
 
     on_save = on_step_begin  # the last step's table: the final checkpoint is saved after the log, before train end
 
 
 def sample_rows(records, reward_names, n=4):
-    """Up to `n` of TRL's completion records, round robin over their prompts: a batch of one prompt shows its
-    group, a batch of many shows many prompts."""
+    """Up to `n` of TRL's completion records, round robin over their prompts, in batch order."""
     questions = [question_of(r.get("prompt")) for r in records]
     groups = {}  # question -> indices of its completions, in batch order
     for i, question in enumerate(questions):
         groups.setdefault(question, []).append(i)
     round_robin = [i for rank in zip_longest(*groups.values()) for i in rank if i is not None]
     rows = []
-    for i in sorted(round_robin[:n]):  # shown in batch order, so a group's completions stay together
+    for i in sorted(round_robin[:n]):
         record, text = records[i], grading.completion_to_text(records[i].get("completion"))
-        rows.append(
-            {
-                "question": questions[i],
-                "completion": text,
-                "extracted": record["extracted"] if "extracted" in record else grading.extract_answer(text),
-                "gold": record.get("gold"),
-                "rewards": {name: record.get(name) for name in reward_names},
-                "advantage": record.get("advantage"),
-            }
-        )
+        extracted = record["extracted"] if "extracted" in record else grading.extract_answer(text)
+        row = dict(question=questions[i], completion=text, extracted=extracted, gold=record.get("gold"))
+        rewards = {name: record.get(name) for name in reward_names}
+        rows.append(row | {"rewards": rewards, "advantage": record.get("advantage")})
     return rows
 
 
@@ -368,11 +325,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|])")  # what Python-Markdown (T
 
 def md(text, max_chars=None):
     """`text` as literal markdown for one table cell. TensorBoard sanitises HTML after rendering, which would drop
-    a model's `<think>` tags: so punctuation is escaped, `&<>` become entities and line breaks `<br>`.
-
-    >>> md("<think>2*3</think>\\n#### 6 | ok")
-    '&lt;think&gt;2\\\\*3&lt;/think&gt;<br>\\\\#\\\\#\\\\#\\\\# 6 \\\\| ok'
-    """
+    a model's `<think>` tags: so punctuation is escaped, `&<>` become entities and line breaks `<br>`."""
     text = str(text)
     if max_chars and len(text) > max_chars:
         text = text[:max_chars] + f" ... ({len(text) - max_chars} more characters)"
@@ -381,22 +334,23 @@ def md(text, max_chars=None):
 
 
 def install(trainer, s, record, stopper, eval_dataset, resumed, fixed=()):
-    """The run's callbacks on `trainer`: advice and held-out accuracy first (the trackers see what they add to a
-    log, and record the after point before they close), the signal stop, the pace, TRL's and transformers'
-    workarounds (grpo/patches.py), the completion samples; and the run's name in every tracker. Returns the
-    HealthMonitor and the HeldOutEval, which say how the run ended."""
-    health = HealthMonitor(advice.Thresholds.from_settings(s), trainer, fixed=fixed).install(trainer)
+    """The run's callbacks on `trainer` and its name in every tracker; returns the HealthMonitor and the HeldOutEval,
+    which say how the run ended."""
+    health = HealthMonitor(advice.Thresholds.from_settings(s), trainer, fixed=fixed)
+    scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
     held_out = HeldOutEval(
         trainer,
         stopper,
         every=s["EVAL_STEPS"],
         subset=s["EVAL_SUBSET"],
-        scoring={"dataset": eval_dataset, "batch_size": s["EVAL_BATCH_SIZE"], "settings": record}
-        | {"samples": s["EVAL_SAMPLES"]},
+        scoring=scoring,
         before=0 if resumed else s["EVAL_BEFORE"],
         after=s["EVAL_AFTER"],
         finished=lambda: not (stopper.signal_name or health.stopped),
-    ).install(trainer)
+    )
+    # first (transformers calls callbacks in order): the trackers then record the frac_tied_groups that the health
+    # monitor adds to a log, and the "after" point before their own on_train_end closes their runs
+    trainer.callback_handler.callbacks[:0] = [held_out, health]
     for callback in [stopper, PerfMonitor(trainer), *patches.callbacks(trainer)]:
         trainer.add_callback(callback)
     trainer.add_callback(CompletionSamples(trainer, s["LOG_COMPLETIONS_STEPS"]))
@@ -405,9 +359,8 @@ def install(trainer, s, record, stopper, eval_dataset, resumed, fixed=()):
 
 
 def name_run(trainer, resumed=None):
-    """Name the run in every tracker after OUTPUT_DIR, and a resumed segment after the checkpoint it resumed: the
-    TensorBoard folder runs/<OUTPUT_DIR's name>_<date>_<host>[_resumed-at-N] and W&B's and trackio's run_name, unless
-    --run_name or TENSORBOARD_LOGGING_DIR chose them."""
+    """Name the run after its output folder, a resumed segment after its checkpoint, unless --run_name or
+    TENSORBOARD_LOGGING_DIR chose: TensorBoard's runs/<folder>_<date>_<host>[_resumed-at-N] and the run_name."""
     from transformers.integrations.integration_utils import default_logdir
 
     name = Path(trainer.args.output_dir).resolve().name
@@ -421,22 +374,18 @@ def name_run(trainer, resumed=None):
 
 
 def tensorboard_writer(trainer):
-    """The SummaryWriter of the trainer's TensorBoardCallback, or None: text lands in the run's own event file."""
     return getattr(tensorboard_callback(trainer), "tb_writer", None)
 
 
 def tensorboard_callback(trainer):
     from transformers.integrations import TensorBoardCallback
 
-    callbacks = trainer.callback_handler.callbacks if trainer is not None else []
-    return next((cb for cb in callbacks if isinstance(cb, TensorBoardCallback)), None)
+    return next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, TensorBoardCallback)), None)
 
 
 class PerfMonitor(TrainerCallback):
-    """After the first steps and at every tenth of the run: the measured seconds per step, the ETA and generation's
-    share of the step (advice.progress_line), printed and published as perf/seconds_per_step, perf/eta_hours and
-    perf/generation_share; when generation dominates, advice.generation_advice's lever is printed and published
-    (perf/advice). The first step (compilation, allocator warm-up) is left out of the pace."""
+    """Two steps after the first and at every tenth of the run: the pace, the ETA and generation's share (perf/*),
+    and once generation's lever when it dominates. The first step (compilation, warm-up) is left out of the pace."""
 
     def __init__(self, trainer):
         self.trainer = trainer
@@ -457,7 +406,7 @@ class PerfMonitor(TrainerCallback):
         per_step = (now - t0) / steps
         share = min(1.0, (self.clock["seconds"] - g0) / max(now - t0, 1e-9))
         log.info(advice.progress_line(state.global_step, state.max_steps, per_step, share))
-        sequences = args.per_device_train_batch_size * args.steps_per_generation  # one call's, as plan.py counts
+        sequences = args.per_device_train_batch_size * args.steps_per_generation  # one call's
         lever = None if self.advised or args.use_cpu else advice.generation_advice(share, args.use_vllm, sequences)
         if lever:
             log.warning("perf %s", lever)

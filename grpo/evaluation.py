@@ -1,6 +1,5 @@
-"""Scoring a model on held-out problems and reporting it, for evaluate.py and for a training run's own points
-(EVAL_BEFORE, EVAL_STEPS, EVAL_AFTER): generate, grade (grpo/gsm8k.py's metrics), write `<stem>.json` and
-`<stem>_predictions.jsonl`, and compare two evaluations of the same problems with an exact paired test.
+"""Scoring a model on held-out problems, for evaluate.py and a training run's own points: generate, grade
+(grpo/gsm8k.py), write `<stem>.json` and `<stem>_predictions.jsonl`, and pair two evaluations of the same problems.
 """
 
 import contextlib
@@ -21,9 +20,8 @@ log = logging.getLogger("grpotrainer.evaluation")
 
 
 def results(rows, seconds, thinking=False, sampled_rows=(), samples=0, temperature=0.0):
-    """The metrics and the prediction records (question, gold, completion, extracted, correct, lm-eval's verdicts,
-    ...) of `rows`; with `sampled_rows` (from `sample_all`) the sampled-accuracy metrics too, and in each record
-    `sampled_correct`, how many of its samples were right."""
+    """(metrics, a graded record per row); with `sampled_rows` (`samples` per problem) the sampled accuracy too, and
+    in each record `sampled_correct`, how many of its samples were right."""
     predictions = [{**r, **gsm8k.grade(r["completion"], r["gold"], r["truncated"], thinking)} for r in rows]
     metrics = gsm8k.summarize(predictions, [r["completion_tokens"] for r in rows])
     if samples:
@@ -31,17 +29,14 @@ def results(rows, seconds, thinking=False, sampled_rows=(), samples=0, temperatu
         cut = [r["truncated"] for r in sampled_rows]
         counts = gsm8k.sampled_counts(golds, completions, samples, thinking, cut)
         metrics |= gsm8k.sampled_summary(counts, samples, temperature)
-        for prediction, count in zip(predictions, counts, strict=True):  # per problem, for paired comparisons
+        for prediction, count in zip(predictions, counts, strict=True):
             prediction["sampled_correct"] = count["correct"]
     return {**metrics, "seconds": round(seconds, 2)}, predictions
 
 
 def evaluate(dataset, generate, batch_size, desc="GSM8K", thinking=False, *, sampler=None, samples=0, temperature=0.0):
-    """Generate for every problem of `dataset` (columns prompt, answer, question) and score: (metrics, predictions).
-
-    With `samples` > 0, `sampler` (a `generate` that samples at `temperature`) also writes that many completions per
-    problem, scored as sampled accuracy (see `sampled_metrics`).
-    """
+    """Generate for every problem of `dataset` and score: (metrics, predictions); with `samples`, `sampler` (a
+    `generate` that samples at `temperature`) writes that many completions per problem for the sampled accuracy."""
     start = time.perf_counter()
     rows = generation.generate_all(dataset, generate, batch_size, desc)
     sampled = generation.sample_all(dataset, sampler, samples, batch_size, desc) if samples else []
@@ -49,8 +44,8 @@ def evaluate(dataset, generate, batch_size, desc="GSM8K", thinking=False, *, sam
 
 
 def report(metrics, predictions, output_dir, stem, step=0, title="GSM8K", settings=None):
-    """Print the table; write <stem>.json (the metrics and, under "settings", what they were measured with, without
-    credentials) and <stem>_predictions.jsonl, each written aside and renamed into place."""
+    """Print the table; write <stem>.json (the metrics, and the settings without credentials) and
+    <stem>_predictions.jsonl, each written aside and renamed into place."""
     print(format_table(metrics, title), flush=True)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -62,9 +57,8 @@ def report(metrics, predictions, output_dir, stem, step=0, title="GSM8K", settin
 
 
 def to_trackers(metrics, s, stem, step, name):
-    """evaluate.py's results in each tracker of REPORT_TO, at the adapter's step: a TensorBoard run of its own in
-    OUTPUT_DIR/runs (eval/gsm8k_* and the paired test as text), a W&B run, a trackio run (project "huggingface",
-    as training's)."""
+    """evaluate.py's results at the adapter's step in a run of their own in each tracker the settings `s` name:
+    eval/gsm8k_* and the paired test as the text eval/paired (trackio's project "huggingface", as training's)."""
     report = settings.trackers(s["REPORT_TO"])
     scalars = {tag: metrics[key] for key, tag in gsm8k.SCALARS.items() if key in metrics}
     paired = "  \n".join(paired_lines(metrics.get("paired")))  # markdown: two spaces end a line
@@ -83,10 +77,9 @@ def to_trackers(metrics, s, stem, step, name):
     if "wandb" in report:
         import wandb
 
+        text = {"eval/paired": wandb.Html(f"<pre>{html.escape(paired)}</pre>")} if paired else {}
         with wandb.init(name=run_name, dir=s["OUTPUT_DIR"], config=config, job_type="eval") as run:
-            run.log(
-                {**scalars, **({"eval/paired": wandb.Html(f"<pre>{html.escape(paired)}</pre>")} if paired else {})}
-            )
+            run.log({**scalars, **text})
     if "trackio" in report:
         import trackio
 
@@ -96,8 +89,7 @@ def to_trackers(metrics, s, stem, step, name):
 
 
 def format_table(metrics, title="GSM8K"):
-    """The metrics as a small aligned text table: each accuracy with its interval, pass@k on one row, and the
-    paired test's lines when there is one.
+    """The metrics as an aligned text table: each accuracy with its interval, pass@k on one row, the paired test.
 
     >>> print(format_table({"n": 10, "strict_accuracy": 0.5, "strict_accuracy_ci95": [0.2366, 0.7634]}, "T"))
     T
@@ -117,23 +109,9 @@ def format_table(metrics, title="GSM8K"):
 
 
 def compare(baseline, predictions, name="", samples=(0, 0)):
-    """The paired exact test of two evaluations' greedy verdicts, problem by problem, when `predictions` covers the
-    first problems of `baseline` (the same question texts in the same order): a held-out point of EVAL_SUBSET
-    problems pairs with an EVAL_BEFORE of as many or more. None when the problems differ. `samples`: how many
-    sampled answers per problem (baseline's, predictions'); when equal and above 0, sampled accuracy is paired too.
-
-    Returns {"baseline": name, "strict": stats.paired(...), "lenient": stats.paired(...)}, and "sampled":
-    stats.paired_samples(...) on each problem's count of right samples: n, the flips up (wrong -> right) and down,
-    the exact McNemar (sign test) p_value and the difference in accuracy.
-
-    >>> before = [{"question": q, "correct": c, "strict_correct": c} for q, c in zip("abc", (0, 0, 1))]
-    >>> after = [{"question": q, "correct": c, "strict_correct": 0} for q, c in zip("ab", (1, 1))]
-    >>> paired = compare(before, after, "before.json")
-    >>> paired["lenient"]["up"], paired["lenient"]["p_value"], paired["strict"]["up"]
-    (2, 0.5, 0)
-    >>> compare(before, after[::-1]) is None
-    True
-    """
+    """{"baseline": name, "strict": stats.paired(...), "lenient": ...} of two evaluations' verdicts when
+    `predictions` covers the first problems of `baseline` (the same questions in the same order), else None; and
+    "sampled" (stats.paired_samples) when both drew as many samples per problem (`samples`) and more than 0."""
     head = baseline[: len(predictions)]
     if not predictions or [b["question"] for b in head] != [p["question"] for p in predictions]:
         return None
@@ -148,12 +126,7 @@ def compare(baseline, predictions, name="", samples=(0, 0)):
 
 
 def paired_lines(paired):
-    """The paired test as text, one line per accuracy: both accuracies on the shared problems, the change, the
-    flips and the p-value.
-
-    >>> paired_lines({"baseline": "b.json", "strict": stats.paired([0, 0, 1, 1], [1, 1, 1, 0])})
-    ['paired with b.json on 4 problems (exact McNemar test):', 'strict: 0.500 -> 0.750 (+0.250; 2 up / 1 down, p = 1)']
-    """
+    """The paired test as text, one line per accuracy."""
     if not paired:
         return []
     tests = {label: test for label, test in paired.items() if label != "baseline"}
@@ -163,9 +136,8 @@ def paired_lines(paired):
 
 
 def pair_text(test):
-    """One paired test (stats.paired's dict) as text, with both accuracies on the problems it pairs."""
-    before, after = accuracies(test)
-    return stats.describe_pair(before, after, test)
+    """One paired test as text, with both accuracies on the problems it pairs."""
+    return stats.describe_pair(*accuracies(test), test)
 
 
 def accuracies(test):
@@ -176,12 +148,7 @@ def accuracies(test):
 
 
 def flip_lines(baseline, predictions, width=60):
-    """One line per problem whose strict or lenient verdict flipped: its index, both flips, its question's start.
-
-    >>> before = [{"question": "How many apples?", "correct": 0, "strict_correct": 0}]
-    >>> flip_lines(before, [{"question": "How many apples?", "correct": 1, "strict_correct": 0}])
-    ['#0   strict -     lenient up    How many apples?']
-    """
+    """One line per problem whose strict or lenient verdict flipped: its index, both flips, its question's start."""
     lines = []
     for i, (b, p) in enumerate(zip(baseline, predictions, strict=True)):
         flips = {
@@ -196,14 +163,11 @@ def flip_lines(baseline, predictions, width=60):
 
 
 def load_evaluation(path, split="test", name="BASELINE"):
-    """(metrics, predictions, file) of an evaluation that `report` wrote: `path` is its .json, or a folder holding
-    eval_<split>.json (evaluate.py's) or else eval_<split>_after.json (a training run's EVAL_AFTER). Anything else
-    is a ConfigError naming `name`."""
+    """(metrics, predictions, file) of an evaluation that `report` wrote: its .json, or a folder holding
+    eval_<split>.json (evaluate.py's) or else eval_<split>_after.json (a training run's); else a ConfigError."""
     path = Path(path)
-    if path.is_dir():
-        path = next(
-            (path / f for f in (f"eval_{split}.json", f"eval_{split}_after.json") if (path / f).is_file()), path
-        )
+    found = [path / f for f in (f"eval_{split}.json", f"eval_{split}_after.json") if (path / f).is_file()]
+    path = found[0] if path.is_dir() and found else path
     predictions_path = path.with_name(path.stem + "_predictions.jsonl")
     problem = f"{name}={path} is not an evaluation that evaluate.py or a training run wrote"
     fix = f"Give an eval_<split>.json with its _predictions.jsonl beside it, or a folder holding eval_{split}.json."
@@ -216,20 +180,15 @@ def load_evaluation(path, split="test", name="BASELINE"):
             predictions = [json.loads(line) for line in f if line.strip()]
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ConfigError(f"{problem} ({type(err).__name__}: {err}).\n{fix}") from None
-    keys = {"question", "correct", "strict_correct"}
-    if not (
-        isinstance(metrics, dict)
-        and {"n", "strict_accuracy", "lenient_accuracy"} <= set(metrics)
-        and all(isinstance(p, dict) and keys <= set(p) for p in predictions)
-        and len(predictions) == metrics["n"]
-    ):
+    scores = isinstance(metrics, dict) and {"n", "strict_accuracy", "lenient_accuracy"} <= set(metrics)
+    verdicts = all(isinstance(p, dict) and {"question", "correct", "strict_correct"} <= set(p) for p in predictions)
+    if not (scores and verdicts and len(predictions) == metrics["n"]):
         raise ConfigError(f"{problem} (it lacks the metrics or the per-problem verdicts).\n{fix}")
     return metrics, predictions, path
 
 
 def load_baseline(path, split, questions, name="BASELINE"):
-    """`load_evaluation` of an evaluation that scored exactly `questions` (the same texts in the same order), or
-    a ConfigError naming the first problem that differs."""
+    """`load_evaluation` of an evaluation of exactly `questions`, else a ConfigError naming the first that differs."""
     metrics, predictions, path = load_evaluation(path, split, name)
     scored = [p["question"] for p in predictions]
     if scored != list(questions):
@@ -243,8 +202,7 @@ def load_baseline(path, split, questions, name="BASELINE"):
 
 
 def paired_with_before(output_dir, predictions, samples=0):
-    """`compare` against the run's EVAL_BEFORE (OUTPUT_DIR/eval_test_before.json) when there is one on the same
-    problems, else None. A before file that cannot be read is warned about and skipped: it must not stop a run."""
+    """`compare` against the run's eval_test_before.json, else None; one that cannot be read is only warned about."""
     path = Path(output_dir) / "eval_test_before.json"
     if not path.is_file():
         return None
@@ -257,14 +215,7 @@ def paired_with_before(output_dir, predictions, samples=0):
 
 
 def summary_line(steps, started, metrics=(None, None), dataset="openai/gsm8k", now=time.monotonic):
-    """The one line a run ends with: its steps, its wall time since `started`, and the strict and lenient accuracy
-    on `dataset`'s test split before -> after training when both were scored (`metrics`: before, after), with the
-    paired test when `after` holds one (the accuracies then on the problems both scored).
-
-    >>> scored = ({"strict_accuracy": 0.25, "n": 64}, {"strict_accuracy": 0.5, "n": 64})
-    >>> summary_line(50, 0.0, scored, now=lambda: 754.0)
-    'finished: 50 steps in 12m34s; GSM8K strict accuracy 0.250 -> 0.500 (64 test problems)'
-    """
+    """The line a run ends with: its steps, its time since `started` and its (before, after) accuracy."""
     before, after = metrics
     minutes, seconds = divmod(round(now() - started), 60)
     line = f"finished: {steps} steps in {minutes}m{seconds:02d}s"
@@ -284,9 +235,8 @@ def summary_line(steps, started, metrics=(None, None), dataset="openai/gsm8k", n
 
 
 def new_logdir(output_dir, suffix=""):
-    """A new TensorBoard run folder, output_dir/runs/<date>_<host><suffix>, named as transformers names its runs.
-    TENSORBOARD_LOGGING_DIR replaces output_dir/runs/... for training (`suffix` ""), where transformers writes too;
-    an evaluation (a `suffix`) gets its own run folder in it, so two never log the same tags into one."""
+    """A new TensorBoard run folder, output_dir/runs/<date>_<host><suffix>, as transformers names them; under
+    TENSORBOARD_LOGGING_DIR an evaluation (a `suffix`) gets a folder of its own, so two never log into one."""
     from transformers.integrations.integration_utils import default_logdir
 
     chosen = os.environ.get("TENSORBOARD_LOGGING_DIR")
@@ -296,19 +246,11 @@ def new_logdir(output_dir, suffix=""):
 
 
 def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, samples=None, check=None):
-    """Score the trainer's model (adapter active) on the first `limit` test problems, with training's prompts and
-    lengths, and log eval/gsm8k_* at this step through `log_metrics`; the metrics, on every rank (None when `limit`
-    is 0). `when`: "before" (step 0), "during" or "after" (this step); `samples` completions per problem (default
-    NUM_GENERATIONS; 0 = none) give the sampled accuracy. A "during" or "after" point on problems the run's
-    EVAL_BEFORE scored carries the paired test against it (`compare`), also as TensorBoard text eval/paired.
-
-    Each rank generates one contiguous shard of the problems and the rows are gathered on every rank; the main
-    process writes the files. Every shard has the same length (the last padded with repeats of the last problem,
-    dropped after the gather): under ZeRO-3 and FSDP each forward pass is collective, so every rank must make the
-    same generate calls. Outside train() the model is not wrapped yet under DeepSpeed/FSDP: then it is skipped.
-    Under vLLM the run's own engine generates, its weights synced first (grpo/weight_sync.py). `check` is called
-    between generate calls (a signal's stop, on every rank at once).
-    """
+    """The metrics of the trainer's model (adapter on) on the first `limit` test problems, on every rank (None for
+    no `limit`), with training's prompts and lengths, and `samples` per problem (default: its group size); the main
+    process writes the files, with the paired test against the run's "before" point. `when`: "before", "during" or
+    "after". `check` is called between generate calls (a signal's stop, on every rank at once). Each rank scores a
+    shard (`shard_indices`); under vLLM the run's own engine generates, its weights synced first (weight_sync)."""
     if not limit:
         return None
     if (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled) and not trainer.is_in_train:
@@ -322,6 +264,7 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     from accelerate.utils import gather_object
 
     acc, args = trainer.accelerator, trainer.args
+    main = acc.is_main_process
     n = min(limit, len(dataset))
     shard = dataset.select(shard_indices(n, acc.process_index, acc.num_processes))
     thinking = (args.chat_template_kwargs or {}).get("enable_thinking", False)
@@ -331,23 +274,21 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
         if args.use_vllm:
             generate = weight_sync.trainer_vllm_generator(trainer, args.max_completion_length, thinking)
         else:  # training's own end-of-turn tokens: Trainer may have rewritten the generation config's
-            model, cache = stack.enter_context(generation.generation_ready(trainer)), args.cache_implementation
+            model = stack.enter_context(generation.generation_ready(trainer))
+            options = dict(cache_implementation=args.cache_implementation, eos=trainer.eos_token_ids)
             generate = generation.hf_generator(
-                model, trainer.processing_class, args.max_completion_length, thinking, cache_implementation=cache,
-                eos=trainer.eos_token_ids,
-            )  # fmt: skip
-        rows = generation.generate_all(shard, generate, batch_size, desc, acc.is_main_process, check=check)
+                model, trainer.processing_class, args.max_completion_length, thinking, **options
+            )
+        rows = generation.generate_all(shard, generate, batch_size, desc, main, check=check)
         sampler = functools.partial(generate, temperature=args.temperature)
-        seed = args.seed
-        sampled = generation.sample_all(shard, sampler, samples, batch_size, desc, acc.is_main_process, seed, check)
+        sampled = generation.sample_all(shard, sampler, samples, batch_size, desc, main, seed=args.seed, check=check)
     # every rank's rows, in rank order: the padding is at the end
     rows, sampled = gather_object(rows)[:n], gather_object(sampled)[: n * samples]
-    seconds = time.perf_counter() - start
-    metrics, predictions = results(rows, seconds, thinking, sampled, samples, args.temperature)
+    metrics, predictions = results(rows, time.perf_counter() - start, thinking, sampled, samples, args.temperature)
     step = trainer.state.global_step
-    if acc.is_main_process:
+    if main:
         if when != "before" and (paired := paired_with_before(args.output_dir, predictions, samples)):
-            metrics["paired"] = paired  # the flips since EVAL_BEFORE on the same problems, and their exact test
+            metrics["paired"] = paired
         title = f"GSM8K test {when} training (step {step})"
         report(metrics, predictions, args.output_dir, f"eval_test_{when}", step=step, title=title, settings=settings)
         append_eval_point(args.output_dir, when, step, metrics)
@@ -355,8 +296,8 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
 
 
 def shard_indices(n, rank, world):
-    """The problems (of `n`) rank `rank` of `world` scores: one contiguous run of ceil(n / world), padded with
-    repeats of the last problem so that every rank makes the same generate calls; in rank order, the padding last.
+    """The problems (of `n`) that rank `rank` of `world` scores: ceil(n / world) in a row, padded with the last
+    problem, as under ZeRO-3 and FSDP every forward pass is collective and every rank must make the same calls.
 
     >>> [shard_indices(5, rank, 2) for rank in range(2)]
     [[0, 1, 2], [3, 4, 4]]
@@ -366,15 +307,14 @@ def shard_indices(n, rank, world):
 
 
 def scored(output_dir, step):
-    """Whether OUTPUT_DIR/eval_test.jsonl holds a held-out point at `step` (a rerun scores a point a stop cut)."""
+    """Whether output_dir/eval_test.jsonl holds a held-out point at `step`."""
     path = Path(output_dir) / "eval_test.jsonl"
     lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
     return any(json.loads(line).get("step") == step for line in lines if line.strip())
 
 
 def append_eval_point(output_dir, when, step, metrics):
-    """Append one evaluation point to OUTPUT_DIR/eval_test.jsonl (before, each held-out point, after): every point
-    of a run is kept, where eval_test_<when>.json holds the latest of each kind."""
+    """Append a point to output_dir/eval_test.jsonl, which keeps them all (eval_test_<when>.json the latest)."""
     record = {"step": step, "when": when, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "metrics": metrics}
     with open(Path(output_dir) / "eval_test.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(record, default=str) + "\n")

@@ -1,7 +1,5 @@
-"""The generation engines that evaluation runs on, one contract for all: `generate(prompts, temperature=...)` takes
-chat prompts and returns one `(text, completion tokens, cut off)` per prompt. `hf_generator` wraps a transformers
-model as training generates with it, `vllm_generator` a vLLM engine of its own; `generate_all` and `sample_all`
-run one over a dataset. `generation_choice` decides USE_VLLM=auto for a machine.
+"""The generation engines evaluation runs on, one contract for all: `generate(prompts, temperature=...)` takes chat
+prompts and returns one `(text, completion tokens, cut off)` per prompt; and which engine a machine gets.
 """
 
 import contextlib
@@ -9,23 +7,22 @@ import json
 import logging
 from pathlib import Path
 
-from grpo import errors, hardware, weight_sync
+from grpo import hardware, weight_sync
 from grpo.cli import FALSE, TRUE
 from grpo.errors import ConfigError
 from grpo.plan import model_shape, read_model_config
 
-CONTEXT_MARGIN = 64  # tokens of vLLM context over the longest prompt plus a completion (see `context_length`)
+CONTEXT_MARGIN = 64  # tokens of vLLM context over the longest prompt plus a completion
 PROMPT_TOKENS = 150  # a GSM8K prompt with system prompt and chat template, in Qwen's tokens (typical)
+VLLM_OVERHEAD_GB = 3.0  # vLLM's CUDA graphs, activations and allocator slack besides weights and KV cache
+VLLM_SHARE_BOUNDS = (0.1, 0.9)  # the automatic share of GPU memory stays within these
+VLLM_SHARE_FALLBACK = 0.3  # ... and is this when the model's config or the card's memory is unknown
+ROW = ("question", "gold", "completion", "completion_tokens", "truncated")
 log = logging.getLogger("grpotrainer.generation")
 
 
 def generate_all(dataset, generate, batch_size, desc="GSM8K", progress=True, check=None):
-    """Run `generate` over the dataset's prompts in batches, with a progress bar.
-
-    `generate(prompts)` takes a list of chat prompts (lists of messages) and returns one `(text, n_tokens, truncated)`
-    per prompt: `hf_generator` and `vllm_generator` make one from a model, and a test can pass a stub.
-    Returns one row per problem: question, gold, completion, completion_tokens, truncated.
-    """
+    """Run `generate` over the dataset's prompts in batches, with a progress bar: a row (ROW) per problem."""
     from tqdm.auto import tqdm
 
     rows = []
@@ -35,55 +32,28 @@ def generate_all(dataset, generate, batch_size, desc="GSM8K", progress=True, che
             outputs = generate(batch["prompt"])
             if len(outputs) != len(batch["prompt"]):
                 raise RuntimeError(f"the generator returned {len(outputs)} completions for {len(batch['prompt'])}")
-            for question, gold, (text, n_tokens, cut) in zip(batch["question"], batch["answer"], outputs, strict=True):
-                rows.append(
-                    {
-                        "question": question,
-                        "gold": gold,
-                        "completion": text,
-                        "completion_tokens": n_tokens,
-                        "truncated": cut,
-                    }
-                )
+            for question, gold, output in zip(batch["question"], batch["answer"], outputs, strict=True):
+                rows.append(dict(zip(ROW, (question, gold, *output), strict=True)))
             bar.update(len(batch["prompt"]))
-            if check is not None:  # a stop between two calls (GracefulStop.evaluating)
+            if check is not None:  # a signal's stop, between two calls
                 check()
     return rows
 
 
 def sample_all(dataset, generate, samples, batch_size, desc="GSM8K", progress=True, seed=0, check=None):
-    """`samples` completions per problem from a sampling `generate`, problem-major, as `generate_all` returns rows.
+    """`samples` completions per problem, problem-major, drawn with torch seeded with `seed` and put back after:
+    a training run's own random stream is the same with or without this evaluation."""
+    import torch
 
-    The random state is seeded with `seed` for the sampling and restored afterwards, so a training run's own
-    sampling stream is the same with or without this evaluation.
-    """
     repeated = dataset.select([i for i in range(len(dataset)) for _ in range(samples)])
-    with seeded(seed):
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
+        torch.manual_seed(seed)
         return generate_all(repeated, generate, batch_size, f"{desc}, {samples} samples each", progress, check)
 
 
-@contextlib.contextmanager
-def seeded(seed):
-    """torch's random state seeded with `seed` inside the block and put back as it was after it."""
-    import torch
-
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
-
-
 def eos_ids(model, tokenizer):
-    """Token ids that end a completion, by GRPOTrainer's rule: the tokenizer's EOS, then the generation config's
-    (Qwen3: <|im_end|>, <|endoftext|>). A converted folder may name another EOS than the end of turn its generation
-    config stops at (SmolLM2's GGUF: <|im_start|> and <|im_end|>): then either ends a completion, as in training.
-
-    >>> from types import SimpleNamespace as NS
-    >>> eos_ids(NS(generation_config=NS(eos_token_id=2)), NS(eos_token_id=1))
-    [1, 2]
-    >>> eos_ids(NS(generation_config=NS(eos_token_id=[2, 0])), NS(eos_token_id=2))
-    [2, 0]
-    """
+    """Token ids that end a completion, by GRPOTrainer's rule: the tokenizer's EOS, then the generation config's.
+    A converted folder may name an EOS other than its end of turn (SmolLM2's GGUF): then either ends one."""
     eos = getattr(model.generation_config, "eos_token_id", None)
     eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
@@ -94,12 +64,9 @@ def eos_ids(model, tokenizer):
 def hf_generator(
     model, tokenizer, max_new_tokens, enable_thinking=False, temperature=0.0, cache_implementation="dynamic", eos=None
 ):
-    """A `generate(prompts, temperature=temperature)` for `generate_all` on a transformers model, as training
-    generates: its chat template and `enable_thinking`, left padding, greedy at temperature 0 else sampled from the
-    full distribution (no top-k or top-p, GRPOTrainer's default). Tokens are counted up to and including the first
-    end-of-turn token (`eos`, a trainer's `eos_token_ids`, else `eos_ids`) and the text decoded without special
-    tokens, as TRL does for the rewards; no end-of-turn token means cut off. A tokenizer without a pad token is
-    given the first end-of-turn token, as GRPOTrainer does."""
+    """A `generate` on a transformers model, as GRPOTrainer generates: left padding, greedy at temperature 0, else
+    sampled without top-k or top-p; tokens counted up to the first end of turn (`eos`, else `eos_ids`), included,
+    and decoded without special tokens; none means cut off. A missing pad token becomes the first end of turn."""
     import torch
     from transformers import GenerationConfig
 
@@ -111,19 +78,12 @@ def hf_generator(
         )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.convert_ids_to_tokens(eos[0])
-    pad = tokenizer.pad_token_id
+    limits = dict(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
 
     def generate(prompts, temperature=temperature):
         sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {}
-        config = GenerationConfig(
-            **{"do_sample": False, **sampling}, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad
-        )
-        texts = [
-            tokenizer.apply_chat_template(
-                p, tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
-            )
-            for p in prompts
-        ]
+        config = GenerationConfig(**{"do_sample": False, **sampling}, **limits)
+        texts = render(tokenizer, prompts, enable_thinking)
         inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
         inputs = inputs.to(model.device)
         with torch.no_grad():
@@ -140,15 +100,21 @@ def hf_generator(
     return generate
 
 
+def render(tokenizer, prompts, enable_thinking=False):
+    """The chat prompts as training renders them: the chat template with the generation prompt."""
+    options = dict(tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking)
+    return [tokenizer.apply_chat_template(p, **options) for p in prompts]
+
+
 def refuses_system_turn(model_name, trust_remote_code=False):
-    """Whether MODEL_NAME's chat template raises on a system turn (Gemma's and Mistral's do), read from a local
-    folder or the Hugging Face cache without the weights; False when it cannot be read here."""
+    """Whether the model's chat template raises on a system turn (Gemma's, Mistral's); False when not cached here."""
     from jinja2.exceptions import TemplateError
     from transformers import AutoTokenizer
 
     try:
-        remote = {"trust_remote_code": trust_remote_code}
-        tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=True, **remote)
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_name, local_files_only=True, trust_remote_code=trust_remote_code
+        )
     except (OSError, ValueError):  # not cached, or not a tokenizer: loading says why
         return False
     turns = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
@@ -157,27 +123,22 @@ def refuses_system_turn(model_name, trust_remote_code=False):
     except TemplateError:  # the template's own raise_exception("System role not supported")
         return True
     except ValueError:  # no chat template at all: preflight names that
-        return False
+        pass
     return False
 
 
 def longest_prompt(dataset, model_name, enable_thinking=False, trust_remote_code=False):
-    """The token count of the longest prompt of `dataset` as training and evaluation render it: MODEL_NAME's chat
-    template with the generation prompt. Loads only the tokenizer (a second for all of GSM8K's train split)."""
+    """The token count of the longest prompt of `dataset` in the model's chat template, as training renders it."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_name, trust_remote_code=trust_remote_code)
-    texts = [
-        tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking)
-        for p in dataset["prompt"]
-    ]
+    texts = render(tokenizer, dataset["prompt"], enable_thinking)
     return max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
 
 
 def vllm_context(s, datasets=()):
-    """vLLM's context for a run (training's vllm_max_model_length): the longest prompt of its `datasets` (training's
-    and the held-out one, which its engine also scores; PROMPT_TOKENS when none is read, as in --plan) plus a whole
-    completion plus CONTEXT_MARGIN."""
+    """vLLM's context for a run (`context_length`), from the longest prompt of its `datasets` (training's and the
+    held-out one, which its engine also scores), else PROMPT_TOKENS."""
     thinking, remote = s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"]
     read = [data for data in datasets or () if data is not None and not isinstance(data, int)]
     longest = max((longest_prompt(data, s["MODEL_NAME"], thinking, remote) for data in read), default=PROMPT_TOKENS)
@@ -185,13 +146,8 @@ def vllm_context(s, datasets=()):
 
 
 def context_length(prompt_tokens, max_completion_length):
-    """vLLM's context bound for a GSM8K run, training's `vllm_max_model_length` and evaluation's `max_model_len`:
-    the longest prompt plus a whole completion plus CONTEXT_MARGIN. Without it vLLM reserves KV cache for the
-    model's full context (40,960 positions for Qwen3-8B) when a prompt and its completion need ~1,300.
-
-    >>> context_length(180, 256)
-    500
-    """
+    """vLLM's context: the longest prompt, a whole completion and CONTEXT_MARGIN. Without it vLLM reserves KV cache
+    for the model's full context (40,960 positions for Qwen3-8B) where a prompt and its completion need ~1,300."""
     return prompt_tokens + max_completion_length + CONTEXT_MARGIN
 
 
@@ -207,9 +163,7 @@ def vllm_generator(
     gpu_memory_utilization,
     temperature=0.0,
 ):
-    """A `generate(prompts, temperature=temperature)` backed by vLLM, greedy at temperature 0, with the adapter (if
-    any) as a LoRA request. One engine serves every temperature. `prompt_tokens`: the longest prompt's length
-    (`longest_prompt`), which bounds vLLM's context (`context_length`)."""
+    """A `generate` on a vLLM engine of its own, the adapter as a LoRA request; `prompt_tokens` bound its context."""
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
@@ -237,10 +191,8 @@ def vllm_generator(
 
 @contextlib.contextmanager
 def generation_ready(trainer):
-    """The trainer's model ready to generate as GRPOTrainer's own generation gets it: unwrapped, DeepSpeed ZeRO-3
-    parameters gathered (unless ds3_gather_for_generation is off), FSDP1 parameters summoned, without activation
-    checkpointing (TRL's unwrap_model_for_generation), in eval mode (no LoRA dropout), under no_grad; the
-    train/eval mode is put back after."""
+    """The trainer's model ready to generate, as GRPOTrainer's own generation gets it (ZeRO-3 parameters gathered,
+    FSDP's summoned, no activation checkpointing), in eval mode (no LoRA dropout), its mode put back after."""
     import torch
     from trl.distributed import DistributedBackend
     from trl.models import unwrap_model_for_generation
@@ -264,16 +216,12 @@ def generation_ready(trainer):
 
 
 def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate", lossy=False):
-    """(USE_VLLM as a bool, a one-line note saying which generation runs and why, or None when chosen by hand).
-
-    >>> generation_choice("auto", cuda=False, vllm_installed=True)
-    (False, 'USE_VLLM=auto: HF generate, as no CUDA GPU is visible')
-    """
+    """(whether vLLM generates, a line saying which engine and why, or None when chosen by hand)."""
     value = use_vllm.lower() if isinstance(use_vllm, str) else use_vllm
     if isinstance(value, bool) or value in TRUE | FALSE:
         return value is True or value in TRUE, None
     if value != "auto":
-        raise errors.ConfigError(f"USE_VLLM={use_vllm!r} is not one of auto, True, False.")
+        raise ConfigError(f"USE_VLLM={use_vllm!r} is not one of auto, True, False.")
     if cuda and vllm_installed and lossy:  # vLLM gets merged weights: lossy in 4 bits, not plain B @ A for DoRA
         return False, "USE_VLLM=auto: HF generate, as LOAD_IN_4BIT or USE_DORA is on (no exact merge for vLLM)"
     if cuda and vllm_installed:
@@ -282,14 +230,8 @@ def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate", lossy=Fal
     return False, f"USE_VLLM=auto: HF generate, as {why}"
 
 
-VLLM_OVERHEAD_GB = 3.0  # vLLM's CUDA graphs, activations and allocator slack besides weights and KV cache
-VLLM_SHARE_BOUNDS = (0.1, 0.9)  # the automatic share stays within these
-VLLM_SHARE_FALLBACK = 0.3  # ... and is this when the model's config or the card's memory is unknown
-
-
 def choose(s, cuda):
-    """The settings with USE_VLLM as True or False for this machine (`generation_choice`, its reason logged) and
-    VLLM_GPU_MEMORY_UTILIZATION as a share (`vllm_memory_share`, from the model's config and this GPU's memory)."""
+    """The settings with vLLM on or off for this machine (its reason logged) and vLLM's share of GPU memory."""
     usable, broken = weight_sync.vllm_status()  # before trl imports vllm: a broken one is kept from it
     if note := weight_sync.vllm_choice(s["USE_VLLM"], broken):
         log.warning(note)
@@ -308,19 +250,14 @@ def choose(s, cuda):
 
 
 def vllm_memory_share(value, model_config=None, card_gb=0, sequences=0, tokens=0):
-    """VLLM_GPU_MEMORY_UTILIZATION: a number as given, or for "auto" (bf16 weights + twice the KV cache of one
-    generation call's `sequences` of `tokens` + vllm_overhead_gb) / the card's memory, within vllm_share_bounds.
-
-    >>> vllm_memory_share("auto", None, 80, 64, 406), vllm_memory_share("0.5", None, 80, 64, 406)
-    (0.3, 0.5)
-    """
+    """vLLM's share of GPU memory: a number as given, or for "auto" (bf16 weights, twice the KV cache of one call's
+    `sequences` of `tokens`, VLLM_OVERHEAD_GB) / the card's memory."""
     if value != "auto":
         try:
             return float(value)
         except ValueError:
-            raise errors.ConfigError(
-                f"VLLM_GPU_MEMORY_UTILIZATION={value!r} is not auto nor a share such as 0.3."
-            ) from None
+            message = f"VLLM_GPU_MEMORY_UTILIZATION={value!r} is not auto nor a share such as 0.3."
+            raise ConfigError(message) from None
     if not model_config or not card_gb:
         return VLLM_SHARE_FALLBACK
     c = model_config if isinstance(model_config, dict) else model_config.to_dict()

@@ -1,21 +1,11 @@
-"""The GSM8K task, shared by training (grpotrainer.py) and evaluation (evaluate.py): prompts, data, scoring.
+"""The GSM8K task, shared by training and evaluate.py (which import it, never each other, so that an accuracy is
+measured with training's own prompt, chat template and grader, grpo/grading.py): prompts, data, scoring.
 
-Both scripts import this module and never each other, so a before/after accuracy is measured with exactly the prompt,
-chat template and grader that training used (grpo/grading.py's `grade`: the answer a completion gives, judged as a
-careful grader would; no credit for thinking that never closed). Metrics (`KEYS`): strict_accuracy (the
-last '####' number), lenient_accuracy (any answer form the grader reads), format_rate, mean_completion_tokens,
-truncated_rate, padded_rate (the share that repeats or pads past its answer, which the rewards pay nothing and the
-accuracies still judge: after training, no higher than before);
-a lenient accuracy far above the strict one means the model solves the problems but ignores the asked format.
-Sampled accuracy (`SAMPLED_KEYS`): k completions per problem at a temperature, c/k per problem (pass@1 estimated
-from k) averaged over problems: at training's TEMPERATURE, what GRPO's correctness reward pays on average; and
-pass_at_k, the unbiased pass@k for k = 1..samples (grpo/stats.py).
-
-How sure: every accuracy has `<key>_ci95`, its 95 % Wilson interval [low, high] over the n problems (the sampled
-one too: a problem's c/k lies in [0, 1], so its variance is at most p(1-p) and the interval errs wide).
-lm_eval_strict_match and lm_eval_flexible_extract grade the same greedy completions as lm-evaluation-harness's gsm8k
-task does (the first `#### N`; the last number), for setting beside a published score (stats.py says what differs).
-`paired` compares two evaluations of the same problems (`compare`): the flips and the exact McNemar p-value.
+The metrics besides the README's: format_rate (a readable `#### N`), mean_completion_tokens, truncated_rate (cut off
+at the limit) and padded_rate (going on past the answer: the rewards pay it nothing, the accuracies still judge it);
+sampled_accuracy and sampled_strict_accuracy, k completions per problem at a temperature (training's: what the
+correctness reward pays on average), c/k averaged over the problems. Its interval errs wide: a problem's c/k lies in
+[0, 1], so its variance is at most p(1-p).
 """
 
 import json
@@ -26,7 +16,7 @@ from pathlib import Path
 from grpo import errors, grading, hub, stats
 from grpo.errors import ConfigError
 
-# The instruction before every problem; grpotrainer.py and evaluate.py start from this default.
+# The instruction before every problem, the scripts' default
 SYSTEM_PROMPT = (
     "You are a careful math tutor. Solve the problem step by step, showing each calculation. "
     "Then write the final answer on its own last line as '#### <number>', with no units."
@@ -40,6 +30,7 @@ ACCURACIES = {  # metric -> the verdict of one graded completion it counts
     "lm_eval_strict_match": "lm_eval_strict",
     "lm_eval_flexible_extract": "lm_eval_flexible",
 }
+RATES = ACCURACIES | {"format_rate": "formatted", "truncated_rate": "truncated", "padded_rate": "padded"}
 INTERVAL = "_ci95"  # `<accuracy>_ci95`: its 95 % Wilson interval [low, high]
 SCALARS = {
     "strict_accuracy": "eval/gsm8k_strict_accuracy",
@@ -62,14 +53,8 @@ GOLD_NUMBER = re.compile(r"[ \t]*\$?[ \t]*-?[0-9][0-9,]*(?:\.[0-9]+)?(?P<rest>.*
 
 
 def make_prompt(question, system_prompt=SYSTEM_PROMPT, fold=False):
-    """Chat messages for one problem: the system prompt, then the question; with `fold` (a chat template that
-    refuses a system turn, as Gemma's and Mistral's do) one user turn holding both.
-
-    >>> make_prompt("1+1?", "Be brief.")
-    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': '1+1?'}]
-    >>> make_prompt("1+1?", "Be brief.", fold=True)
-    [{'role': 'user', 'content': 'Be brief.\\n\\n1+1?'}]
-    """
+    """Chat messages for one problem: the system prompt, then the question; with `fold` (for a chat template that
+    refuses a system turn, as Gemma's and Mistral's do) one user turn holding both."""
     if fold:
         return [{"role": "user", "content": f"{system_prompt}\n\n{question}" if system_prompt else question}]
     return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
@@ -77,14 +62,10 @@ def make_prompt(question, system_prompt=SYSTEM_PROMPT, fold=False):
 
 def load(dataset, split="train", *, config="main", limit=0, skip_bad_rows=False, system_prompt=SYSTEM_PROMPT,
          question="question", answer="answer", fold=False, name="DATASET"):  # fmt: skip
-    """GSM8K (or a dataset shaped like it) as a Dataset with `prompt` (chat messages), `answer` and `solution` (the
-    gold number, under both names so that TRL's own rewards, which read `solution`, run beside ours) and `question`.
-
-    `dataset` is a Hub id (with `config`), a .jsonl file, or a folder holding {split}.jsonl; `question` and `answer`
-    name its columns (QUESTION_FIELD, ANSWER_FIELD), the answer a GSM8K solution ending `#### N` or a bare number.
-    Rows without a gold number are an error naming them, or are dropped with `skip_bad_rows`. `limit` keeps the
-    first N usable rows.
-    """
+    """GSM8K (or a dataset shaped like it: a Hub id, a .jsonl file, or a folder of {split}.jsonl) as a Dataset with
+    `prompt`, `question`, and the gold number as `answer` and as `solution` (TRL's own rewards read `solution`).
+    `question` and `answer` name its columns; rows without a gold number are an error naming them, or dropped with
+    `skip_bad_rows`. `limit` keeps the first N usable rows."""
     fields = (question, answer)  # open-r1's datasets name the answer column "solution"
     if hub.is_local(dataset):
         rows, source = _read_local(dataset, split, name, fields)
@@ -103,13 +84,10 @@ def load(dataset, split="train", *, config="main", limit=0, skip_bad_rows=False,
     import datasets
 
     questions = [rows[i]["question"] for i in keep]
+    answers = [golds[i] for i in keep]
+    prompts = [make_prompt(q, system_prompt, fold) for q in questions]
     return datasets.Dataset.from_dict(
-        {
-            "prompt": [make_prompt(q, system_prompt, fold) for q in questions],
-            "answer": [golds[i] for i in keep],
-            "solution": [golds[i] for i in keep],
-            "question": questions,
-        }
+        {"prompt": prompts, "answer": answers, "solution": answers, "question": questions}
     )
 
 
@@ -118,28 +96,18 @@ KNOWN_SIZES = {"openai/gsm8k": (7473, 1319)}
 
 
 def known_sizes(dataset, config):
-    """(train, test) problems of a Hub dataset in KNOWN_SIZES when the Hub cannot be reached (a --plan offline),
-    else None: then the dataset itself is read."""
-    if (
-        dataset in KNOWN_SIZES
-        and config in ("main", "socratic")
-        and hub.hub_unreachable(dataset, "DATASET", "dataset")
-    ):
-        log.info(
-            "DATASET=%s: the Hub cannot be reached; the plan uses its known sizes %s", dataset, KNOWN_SIZES[dataset]
-        )
-        return KNOWN_SIZES[dataset]
-    return None
+    """(train, test) problems of a dataset in KNOWN_SIZES when the Hub cannot be reached, else None."""
+    known = dataset in KNOWN_SIZES and config in ("main", "socratic")
+    if not known or not hub.hub_unreachable(dataset, "DATASET", "dataset"):
+        return None
+    log.info("DATASET=%s: the Hub cannot be reached; the plan uses its known sizes %s", dataset, KNOWN_SIZES[dataset])
+    return KNOWN_SIZES[dataset]
 
 
 def gold_answer(answer):
-    """The gold number of a GSM8K answer ("... #### 1,080" -> "1080") or of a bare number ("18", 2.5), or None when
-    it has none: also when the text after its '####' holds more digits than the number read (`#### 1e3`,
-    `#### 1 000`) or its commas do not group thousands (`#### 2,50`): such a row is refused, not trained on as 1.
-
-    >>> [gold_answer(a) for a in ("3 * 6 = 18\\n#### 18", "#### $1,000", "#### 1e3", "#### 1 000", "#### 2,50", 18)]
-    ['18', '1000', None, None, None, '18']
-    """
+    """The gold number of a GSM8K answer ("... #### 1,080" -> "1080") or of a bare number ("18", 2.5), else None:
+    also when more digits follow the number (`#### 1e3`, `#### 1 000`) or a comma groups no thousands (`#### 2,50`),
+    so that such a row is refused rather than trained on as 1."""
     text = str(answer) if "####" in str(answer) else f"#### {answer}"
     value = grading.extract_hash_answer(text)
     number = GOLD_NUMBER.match(text.rpartition("####")[2])
@@ -172,28 +140,23 @@ def _read_hub(dataset, config, split, name, fields):
 
 
 def _read_local(dataset, split, name, fields):
-    """The rows of a .jsonl file shaped like GSM8K, checked line by line: every problem names its line number.
-
-    Read by hand rather than with datasets' JSON builder, whose errors name neither the line nor the field. Lines
-    end at \\n only (U+2028 and the like are text inside a line); a byte-order mark and blank lines are tolerated.
-    """
+    """The rows of a .jsonl file shaped like GSM8K, each problem named with its line: by hand, as datasets' JSON
+    builder names neither line nor field. Lines end at \\n only; a byte-order mark and blank lines are tolerated."""
     path = Path(dataset)
     path = path / f"{split}.jsonl" if path.is_dir() else path
     where = f"{name}={dataset}" + (f" ({split} split)" if path.name == f"{split}.jsonl" else "")
     if not path.is_file():
         raise ConfigError(
             f"{where} points at {path}, which {'is not a regular file' if path.exists() else 'does not exist'}.\n"
-            "Give a GSM8K-format .jsonl file "
-            '(one {"question": ..., "answer": "... #### N"} per line), a folder with train.jsonl and test.jsonl, '
-            "or the Hub id openai/gsm8k."
+            'Give a GSM8K-format .jsonl file (one {"question": ..., "answer": "... #### N"} per line), a folder with '
+            "train.jsonl and test.jsonl, or the Hub id openai/gsm8k."
         )
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = path.read_bytes()[: err.start].count(b"\n") + 1
-        raise ConfigError(
-            f"{where}: {path} is not UTF-8 text (line {line}, byte {err.start}); save it as UTF-8."
-        ) from None
+        message = f"{where}: {path} is not UTF-8 text (line {line}, byte {err.start}); save it as UTF-8."
+        raise ConfigError(message) from None
     rows, problems = [], []
     for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
@@ -210,9 +173,7 @@ def _read_local(dataset, split, name, fields):
             problems.append(f"line {number}: a {type(row).__name__}, not an object")
             continue
         fields = fields if rows or problems else _open_r1_answer(fields, row)  # decided by the first row
-        problems += [
-            f"line {number}: {p}" for field in fields if (p := _field_problem(row, field, field == fields[1]))
-        ]
+        problems += [f"line {number}: {p}" for f in fields if (p := _field_problem(row, f, f == fields[1]))]
         rows.append({"question": row.get(fields[0]), "answer": str(row.get(fields[1])), "line": f"line {number}"})
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
@@ -250,12 +211,7 @@ def _field_problem(row, field, number_ok):
 
 def grade(completion, gold, truncated=False, thinking=False):
     """The grader's verdicts (grading.grade), `truncated`, and lm-evaluation-harness's two gsm8k verdicts, which
-    read the text as lm-eval does (no rule for cut-off or unclosed thinking).
-
-    >>> v = grade("#### 18\\n#### 19", "19")  # the last #### is the answer (padded); lm-eval's strict reads the first
-    >>> v["strict_correct"], v["padded"], v["lm_eval_strict"], v["lm_eval_flexible"]
-    (True, True, False, True)
-    """
+    read the text as lm-eval does (no rule for cut-off or unclosed thinking)."""
     verdicts = grading.grade(completion, gold, truncated=truncated, thinking=thinking)
     return {
         **verdicts,
@@ -266,69 +222,30 @@ def grade(completion, gold, truncated=False, thinking=False):
 
 
 def score(golds, completions, completion_tokens=None, truncated=None):
-    """The metrics dict (keys `KEYS` and the intervals) for completions graded against their gold answers; pure.
-
-    Shares are rounded to 4 decimals, so 1 of 3 is 0.3333.
-
-    >>> m = score(["18", "5", "7"], ["#### 18", "The answer is 5.", "#### 8"], [4, 6, 2])
-    >>> m["n"], m["strict_accuracy"], m["lenient_accuracy"], m["format_rate"], m["mean_completion_tokens"]
-    (3, 0.3333, 0.6667, 0.6667, 4.0)
-    >>> m["strict_accuracy_ci95"], m["lm_eval_flexible_extract"]
-    ([0.0615, 0.7923], 0.6667)
-    """
+    """The metrics (`KEYS` and the intervals, shares rounded to 4 decimals) of completions against their golds."""
     truncated = truncated or [False] * len(completions)
     graded = [grade(c, g, truncated=t) for c, g, t in zip(completions, golds, truncated, strict=True)]
     return summarize(graded, completion_tokens or [0] * len(graded))
 
 
 def summarize(graded, completion_tokens):
-    """The metrics of already graded completions (dicts from `grade`) and their token counts: `KEYS`, and for each
-    accuracy its Wilson interval (`INTERVAL`)."""
+    """The metrics of completions graded by `grade`: `KEYS`, and each accuracy's Wilson interval (`INTERVAL`)."""
     n = len(graded)
-
-    def count(key):
-        return sum(bool(g.get(key)) for g in graded)
-
-    def share(key):
-        return round(count(key) / n, 4) if n else 0.0
-
-    metrics = {
-        "n": n,
-        "strict_accuracy": share("strict_correct"),
-        "lenient_accuracy": share("correct"),
-        "format_rate": share("formatted"),
-        "mean_completion_tokens": round(sum(completion_tokens) / n, 2) if n else 0.0,
-        "truncated_rate": share("truncated"),
-        "padded_rate": share("padded"),
-        "lm_eval_strict_match": share("lm_eval_strict"),
-        "lm_eval_flexible_extract": share("lm_eval_flexible"),
-    }
-    for key, verdict in ACCURACIES.items():
-        metrics[key + INTERVAL] = interval(count(verdict), n)
-    return metrics
+    counts = {key: sum(bool(g.get(verdict)) for g in graded) for key, verdict in RATES.items()}
+    metrics = {key: round(count / n, 4) if n else 0.0 for key, count in counts.items()}
+    metrics |= {"n": n, "mean_completion_tokens": round(sum(completion_tokens) / n, 2) if n else 0.0}
+    metrics = {key: metrics[key] for key in KEYS}  # in the order of KEYS, the JSON file's
+    return metrics | {key + INTERVAL: interval(counts[key], n) for key in ACCURACIES}
 
 
 def interval(successes, n):
-    """The 95 % Wilson interval of `successes` of `n`, as a JSON list rounded to 4 decimals.
-
-    >>> interval(5, 10), interval(0, 0)
-    ([0.2366, 0.7634], [0.0, 1.0])
-    """
+    """The 95 % Wilson interval of `successes` of `n`, as a JSON list rounded to 4 decimals."""
     return [round(bound, 4) for bound in stats.wilson(successes, n)]
 
 
 def sampled_metrics(golds, completions, samples, temperature, thinking=False, truncated=None):
-    """The sampled-accuracy metrics (keys `SAMPLED_KEYS`, intervals) of `samples` completions per problem; pure.
-
-    `completions` are problem-major: the first `samples` belong to golds[0], the next to golds[1], ... For one
-    problem with c correct of k, c/k is the unbiased estimate of the chance that one sample is correct (pass@1);
-    sampled_accuracy is its mean over the problems, rounded to 4 decimals. pass_at_k maps k (as text, JSON's keys)
-    to the mean unbiased pass@k over the problems.
-
-    >>> m = sampled_metrics(["18", "5"], ["#### 18", "The answer is 18.", "#### 4", "#### 5"], 2, 1.0)
-    >>> m["sampled_accuracy"], m["sampled_strict_accuracy"], m["pass_at_k"], m["sampled_accuracy_ci95"]
-    (0.75, 0.5, {'1': 0.75, '2': 1.0}, [0.1979, 0.9733])
-    """
+    """The sampled-accuracy metrics (`SAMPLED_KEYS`, intervals) of `samples` completions per problem, problem-major
+    (the first `samples` are golds[0]'s); pass_at_k maps k, as text, to the mean unbiased pass@k."""
     if len(completions) != len(golds) * samples:
         raise ValueError(f"{len(completions)} completions for {len(golds)} problems x {samples} samples")
     return sampled_summary(sampled_counts(golds, completions, samples, thinking, truncated), samples, temperature)
@@ -352,11 +269,7 @@ def sampled_summary(counts, samples, temperature):
 
 
 def sampled_counts(golds, completions, samples, thinking=False, truncated=None):
-    """Per problem, how many of its `samples` completions were right: [{"correct": c, "strict_correct": c'}, ...].
-
-    >>> sampled_counts(["3"], ["#### 3", "The answer is 3.", "#### 4"], 3)
-    [{'correct': 2, 'strict_correct': 1}]
-    """
+    """Per problem, how many of its `samples` completions were right: [{"correct": c, "strict_correct": c'}, ...]."""
     truncated = truncated or [False] * len(completions)
     graded = [
         grading.grade(c, golds[i // samples], truncated=truncated[i], thinking=thinking)

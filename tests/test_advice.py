@@ -221,6 +221,11 @@ def test_tied_groups_are_counted_at_any_group_size(group, weights):
     assert advice.tied_fraction([correct, formatted], weights, group) == tied / (tied + varied)
 
 
+def test_a_group_of_weighted_rewards_is_tied_or_not():
+    # moved from tied_fraction's docstring: two groups of 8, the first all 1.0, the second seven 0.0 and a 1.0
+    assert advice.tied_fraction([[1.0] * 8 + [0.0] * 7 + [1.0]], [1.2], 8) == 0.5
+
+
 def test_trls_zero_std_test_misses_a_tie_of_eight_rewards_of_1_2():
     import torch
 
@@ -253,6 +258,13 @@ def test_a_fixed_setting_leaves_the_other_advice_as_it_is():
     assert [(a.signal, a.level) for a in shown] == [("kl", "act"), ("clipped", "ok")]
 
 
+def test_the_pace_line():
+    # moved from progress_line's docstring
+    assert (
+        advice.progress_line(5, 300, 12.3, 0.78) == "step 5/300: 12.3 s/step, ETA 1h00m, generation 78 % of the step"
+    )
+
+
 @pytest.mark.parametrize(
     ("share", "use_vllm", "lever"),
     [
@@ -262,6 +274,7 @@ def test_a_fixed_setting_leaves_the_other_advice_as_it_is():
     ],
 )
 def test_generation_advice_names_the_lever_when_generation_dominates(share, use_vllm, lever):
+    assert advice.generation_advice(0.4) is None  # moved from generation_advice's docstring
     said = advice.generation_advice(share, use_vllm, sequences_per_call=64)
     if lever is None:
         assert said is None

@@ -504,6 +504,13 @@ def test_markdown_cells_cannot_format_break_the_table_or_inject_html():
     assert "<br />#### 6 _a_ `b`" in rendered or "<br>#### 6 _a_ `b`" in rendered  # the newline kept, as a break
 
 
+def test_md_escapes_punctuation_and_html_and_keeps_line_breaks():
+    # moved from md's docstring
+    assert (
+        callbacks.md("<think>2*3</think>\n#### 6 | ok") == "&lt;think&gt;2\\*3&lt;/think&gt;<br>\\#\\#\\#\\# 6 \\| ok"
+    )
+
+
 def test_sample_rows_spread_over_prompts_with_gold_and_rewards():
     # records as TRL's completions_NNNNN.parquet holds them: prompt, completion, one column per reward function,
     # the log_extra columns (extracted, gold) and the advantage

@@ -13,7 +13,7 @@ import pytest
 from conftest import read_scalars, read_texts, run_script
 from test_grading import CASES  # the same known grades, scored here as metrics
 
-from grpo import evaluation, gsm8k, process
+from grpo import evaluation, gsm8k, process, stats
 from grpo.errors import ConfigError
 
 TOKEN = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7"  # shaped like a Hugging Face access token; no real one
@@ -306,6 +306,15 @@ def test_compare_counts_the_flips_and_tests_them_exactly():
     assert (paired["strict"]["up"], paired["strict"]["down"], paired["strict"]["p_value"]) == (1, 2, 1.0)
 
 
+def test_compare_pairs_the_first_problems_and_refuses_a_reordering():
+    # moved from compare's docstring
+    before = [{"question": q, "correct": c, "strict_correct": c} for q, c in zip("abc", (0, 0, 1), strict=True)]
+    after = [{"question": q, "correct": c, "strict_correct": 0} for q, c in zip("ab", (1, 1), strict=True)]
+    paired = evaluation.compare(before, after, "before.json")
+    assert (paired["lenient"]["up"], paired["lenient"]["p_value"], paired["strict"]["up"]) == (2, 0.5, 0)
+    assert evaluation.compare(before, after[::-1]) is None
+
+
 def with_samples(records, counts):
     return [{**r, "sampled_correct": c} for r, c in zip(records, counts, strict=True)]
 
@@ -353,6 +362,22 @@ def test_flip_lines_name_each_flipped_problem_and_only_those():
         "#0   strict -     lenient up    Problem 0: how many?",
         "#2   strict -     lenient down  Problem 2: how many?",
     ]
+
+
+def test_paired_lines_name_the_baseline_and_each_accuracy():
+    # moved from paired_lines's docstring
+    lines = evaluation.paired_lines({"baseline": "b.json", "strict": stats.paired([0, 0, 1, 1], [1, 1, 1, 0])})
+    assert lines == [
+        "paired with b.json on 4 problems (exact McNemar test):",
+        "strict: 0.500 -> 0.750 (+0.250; 2 up / 1 down, p = 1)",
+    ]
+
+
+def test_flip_lines_of_one_problem_flipped_up():
+    # moved from flip_lines's docstring
+    before = [{"question": "How many apples?", "correct": 0, "strict_correct": 0}]
+    after = [{"question": "How many apples?", "correct": 1, "strict_correct": 0}]
+    assert evaluation.flip_lines(before, after) == ["#0   strict -     lenient up    How many apples?"]
 
 
 def test_paired_with_before_reads_the_runs_eval_before(tmp_path, capsys):
@@ -421,6 +446,13 @@ def test_a_baseline_of_other_problems_names_the_first_that_differs(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------------------
 # the run's last line, and its held-out points
+
+
+def test_the_runs_last_line_gives_its_time_and_both_accuracies():
+    # moved from summary_line's docstring
+    scored = ({"strict_accuracy": 0.25, "n": 64}, {"strict_accuracy": 0.5, "n": 64})
+    line = evaluation.summary_line(50, 0.0, scored, now=lambda: 754.0)
+    assert line == "finished: 50 steps in 12m34s; GSM8K strict accuracy 0.250 -> 0.500 (64 test problems)"
 
 
 def test_the_runs_last_line_carries_the_paired_test():

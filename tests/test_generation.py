@@ -66,6 +66,21 @@ def test_sample_all_repeats_each_problem_in_place():
     assert echo.batches == [4, 2]  # the 6 prompts batched as any others
 
 
+def test_eos_ids_put_the_tokenizers_first_and_keep_the_generation_configs():
+    # moved from eos_ids's docstring
+    assert generation.eos_ids(NS(generation_config=NS(eos_token_id=2)), NS(eos_token_id=1)) == [1, 2]
+    assert generation.eos_ids(NS(generation_config=NS(eos_token_id=[2, 0])), NS(eos_token_id=2)) == [2, 0]
+
+
+def test_context_length_and_the_choices_for_vllm():
+    # moved from the docstrings of context_length, generation_choice and vllm_memory_share
+    assert generation.context_length(180, 256) == 500
+    choice = generation.generation_choice("auto", cuda=False, vllm_installed=True)
+    assert choice == (False, "USE_VLLM=auto: HF generate, as no CUDA GPU is visible")
+    assert generation.vllm_memory_share("auto", None, 80, 64, 406) == 0.3
+    assert generation.vllm_memory_share("0.5", None, 80, 64, 406) == 0.5
+
+
 @pytest.fixture(scope="module")
 def tiny(tiny_model):
     """(model, tokenizer) of the tiny smoke model, fp32, in eval mode: one load for the module."""

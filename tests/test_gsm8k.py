@@ -32,6 +32,13 @@ def needs_gsm8k(split):
     return GSM8K_DIR / f"{split}.jsonl"
 
 
+def test_make_prompt_puts_the_system_prompt_first_or_folds_it_into_the_user_turn():
+    # moved from make_prompt's docstring
+    system, user = {"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}
+    assert gsm8k.make_prompt("1+1?", "Be brief.") == [system, user]
+    assert gsm8k.make_prompt("1+1?", "Be brief.", fold=True) == [{"role": "user", "content": "Be brief.\n\n1+1?"}]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # load: a local file
 
@@ -339,12 +346,14 @@ def test_the_known_sizes_are_gsm8ks():
     [
         ("3 * 6 = 18\n#### 18", "18"),
         ("#### 1,080", "1080"),  # a comma groups thousands
+        ("#### $1,000", "1000"),
         ("#### 12,345,678", "12345678"),
         ("#### -1,080", "-1080"),
         ("#### $1,000.50", "1000.5"),
         ("#### 18 pens", "18"),  # units may follow
         ("18", "18"),  # a bare number, as text or as JSON's number
         (2.5, "2.5"),
+        (18, "18"),
         ("#### 2,50", None),  # a comma that groups no thousands: 250? 2.50? refused, not read as 2 or 250
         ("#### 1,0000", None),
         ("#### 25,0", None),
@@ -408,6 +417,20 @@ def test_score_counts_the_known_cases():
     assert tuple(metrics)[: len(gsm8k.KEYS)] == gsm8k.KEYS  # the JSON file's keys, in this order
 
 
+def test_score_rounds_shares_to_four_decimals():
+    # moved from score's docstring
+    m = gsm8k.score(["18", "5", "7"], ["#### 18", "The answer is 5.", "#### 8"], [4, 6, 2])
+    assert (m["n"], m["strict_accuracy"], m["lenient_accuracy"], m["format_rate"]) == (3, 0.3333, 0.6667, 0.6667)
+    assert m["mean_completion_tokens"] == 4.0 and m["lm_eval_flexible_extract"] == 0.6667
+    assert m["strict_accuracy_ci95"] == [0.0615, 0.7923]
+
+
+def test_grade_adds_lm_evals_verdicts():
+    # moved from grade's docstring: the last #### is the answer (padded); lm-eval's strict reads the first
+    v = gsm8k.grade("#### 18\n#### 19", "19")
+    assert (v["strict_correct"], v["padded"], v["lm_eval_strict"], v["lm_eval_flexible"]) == (True, True, False, True)
+
+
 def test_lm_eval_strict_reads_the_first_answer_line_where_ours_reads_the_last():
     texts = ("#### 72\n#### 73", "#### 73\n#### 72")  # two '#### N': ours reads the last (padded), lm-eval the first
     metrics = gsm8k.score(["72", "72"], list(texts))
@@ -421,6 +444,11 @@ def test_score_compares_by_value_not_by_text():
     # "1,080", "1080.00" and "$1080" are all 1080 (grading.answers_match compares Decimals): three right of three.
     metrics = gsm8k.score(["1080"] * 3, ["#### 1,080", "#### 1080.00", "The answer is $1080."])
     assert (metrics["strict_accuracy"], metrics["lenient_accuracy"]) == (0.6667, 1.0)
+
+
+def test_the_wilson_interval_as_a_rounded_list():
+    # moved from interval's docstring
+    assert (gsm8k.interval(5, 10), gsm8k.interval(0, 0)) == ([0.2366, 0.7634], [0.0, 1.0])
 
 
 def test_score_of_nothing_is_zero_not_an_error():
@@ -468,6 +496,19 @@ def test_sampled_accuracy_is_the_mean_per_problem_share_of_correct_samples(compl
         "sampled_accuracy": round(accuracy, 4),
         "sampled_strict_accuracy": round(strict, 4),
     }
+
+
+def test_sampled_metrics_of_two_samples_per_problem():
+    # moved from sampled_metrics's docstring
+    m = gsm8k.sampled_metrics(["18", "5"], ["#### 18", "The answer is 18.", "#### 4", "#### 5"], 2, 1.0)
+    assert (m["sampled_accuracy"], m["sampled_strict_accuracy"]) == (0.75, 0.5)
+    assert (m["pass_at_k"], m["sampled_accuracy_ci95"]) == ({"1": 0.75, "2": 1.0}, [0.1979, 0.9733])
+
+
+def test_sampled_counts_count_each_problems_right_samples():
+    # moved from sampled_counts's docstring
+    counts = gsm8k.sampled_counts(["3"], ["#### 3", "The answer is 3.", "#### 4"], 3)
+    assert counts == [{"correct": 2, "strict_correct": 1}]
 
 
 def test_pass_at_k_and_the_sampled_interval_follow_their_formulas():
