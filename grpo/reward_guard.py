@@ -135,7 +135,7 @@ class Guard:
 
     @contextlib.contextmanager
     def guarding(self, kwargs, grace=0):
-        """The `deadline` (`grace` s past the timeout) and the note around one call; yields "at training step N"."""
+        """The `deadline` (`grace` seconds late) and the note around one call; yields "at training step N"."""
         where = f"at training step {getattr(kwargs.get('trainer_state'), 'global_step', '?')}"
         try:
             message = timeout_message(self.timeout, self.entry, where)
@@ -217,7 +217,7 @@ def check_values(values, completions, entry, where):
 
 
 class RewardTimeout(BaseException):
-    """An async reward cancelled at its timeout: a BaseException, so that its own `except Exception` cannot go on."""
+    """An async reward cancelled at its timeout: a BaseException, so that no `except Exception` swallows it."""
 
 
 def timeout_message(seconds, entry, where):
