@@ -1,8 +1,4 @@
-"""The files of a run, one rule each: `~` in a path setting, checkpoint-N folders, the run's record
-(run_settings.json), writing aside then renaming (a file or a whole folder), and whether a pid is alive.
-
-Nothing heavy is imported here: every other module of the package and the scripts use it.
-"""
+"""The files of a run: `~` in paths, checkpoint-N folders, the run's record, atomic writes, credentials kept out."""
 
 import contextlib
 import json
@@ -16,35 +12,19 @@ from types import GenericAlias, UnionType
 from grpo.errors import ConfigError
 
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")
-SETTINGS_FILE = "run_settings.json"  # in OUTPUT_DIR: what a run was told, read back by evaluate.py and export.py
-STEP_FILE = "adapter_step.json"  # in OUTPUT_DIR, beside the final adapter: the step its weights are from
-# The settings of every script that name a file or folder: `~` in them means the home folder, as in a shell.
-PATH_SETTINGS = ("MODEL_NAME", "DATASET", "OUTPUT_DIR", "ADAPTER")
+SETTINGS_FILE = "run_settings.json"  # what a run was told, read back by evaluate.py and export.py
+STEP_FILE = "adapter_step.json"  # beside the final adapter: the step its weights are from
+PATH_SETTINGS = ("MODEL_NAME", "DATASET", "OUTPUT_DIR", "ADAPTER")  # the settings naming a file or folder
 
 
 def expand_paths(settings):
-    """`settings` (a new dict) with a leading `~` or `~user` of each path setting expanded, as a shell would.
-
-    The shell leaves `--OUTPUT_DIR=~/x` alone (`~` expands only at the start of a word); transformers and our code
-    would then disagree on where `~/x` is. Every script's `cli.parse` applies this once, to defaults and overrides.
-
-    >>> s = expand_paths({"OUTPUT_DIR": "~/x", "MODEL_NAME": "Qwen/Qwen3-8B", "SYSTEM_PROMPT": "~"})
-    >>> s["OUTPUT_DIR"] == os.path.join(os.path.expanduser("~"), "x"), s["MODEL_NAME"], s["SYSTEM_PROMPT"]
-    (True, 'Qwen/Qwen3-8B', '~')
-    """
-    out = dict(settings)
-    for key in PATH_SETTINGS:
-        if isinstance(out.get(key), str) and out[key].startswith("~"):
-            out[key] = os.path.expanduser(out[key])
-    return out
+    """`settings` (a new dict) with a leading `~` of each path expanded, which a shell leaves in `--NAME=~/x`."""
+    paths = {key: os.path.expanduser(settings[key]) for key in PATH_SETTINGS if isinstance(settings.get(key), str)}
+    return {**settings, **paths}
 
 
 def checkpoint_step(path):
-    """N for a folder named checkpoint-N (Trainer's name for a checkpoint), else None.
-
-    >>> checkpoint_step("runs/a/checkpoint-40"), checkpoint_step("runs/a"), checkpoint_step("checkpoint-4x")
-    (40, None, None)
-    """
+    """N for a folder named checkpoint-N (Trainer's name for a checkpoint), else None."""
     match = _CHECKPOINT.fullmatch(Path(path).name)
     return int(match.group(1)) if match else None
 
@@ -56,9 +36,7 @@ def checkpoint_dirs(output_dir):
 
 
 def read_json_object(path, types=None):
-    """The JSON object in the file `path`; {} when there is no such file. Anything else is refused, naming it, and
-    so is a value of another type than `types` gives for its key (`type_problem`): a record edited by hand."""
-
+    """The JSON object in `path` ({} when absent); anything else, or a value not of its `types`, is a ConfigError."""
     path = Path(path)
     if not path.is_file():
         return {}
@@ -74,14 +52,7 @@ def read_json_object(path, types=None):
 
 
 def type_problem(record, types):
-    """The first key of `record` whose value is not of its type in `types`, said in words; None if all fit. A type
-    may be a union (`str | None`) or `list[str]` / `dict[str, int]`, whose items are checked too. Absent keys fit;
-    an int fits float; a bool (JSON true) fits only bool.
-    >>> type_problem({"LORA_R": [16], "BF16": True}, {"LORA_R": int, "BF16": bool, "SEED": int})
-    'LORA_R is [16], not int'
-    >>> type_problem({"dataset_sizes": {"train": "7"}}, {"dataset_sizes": dict[str, int]})
-    'dataset_sizes is {"train": "7"}, not dict[str, int]'
-    """
+    """The first key of `record` whose value is not its type in `types`, in words, or None; an int fits float."""
     for key, want in types.items():
         if key in record and not _fits(record[key], want):
             shown = json.dumps(record[key], default=str)
@@ -103,23 +74,11 @@ def _fits(value, want):
 
 def _aside(path, kind):
     """A hidden sibling of `path` for work in progress; host and pid, since nodes may share the file system."""
-    path = Path(path)
     return path.parent / f".{path.name}.{kind}-{socket.gethostname()}-{os.getpid()}"
 
 
-def fsync_dir(path):
-    """Make a rename inside `path` durable (POSIX: the directory entry lives in the directory)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path, text, durable=False):
-    """Write `text` to `path` so that a reader sees the old file or the new one, never half of either: written
-    aside, then renamed over it; `durable` also fsyncs the file and the directory (for markers a rerun trusts).
-    What a killed earlier write of this host left aside is deleted first."""
+    """Write `text` aside, then rename it over `path`: never half a file. `durable` fsyncs the file and folder too."""
     path = Path(path)
     for _, stale in _stale(path):
         stale.unlink(missing_ok=True)
@@ -132,10 +91,13 @@ def atomic_write(path, text, durable=False):
                 os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
     if durable:
-        fsync_dir(path.parent)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     return path
 
 
@@ -161,13 +123,9 @@ def _stale(target):
 
 @contextlib.contextmanager
 def publish_dir(target, replace=False):
-    """Fill a hidden sibling folder in the block, then rename it to `target`: never half a folder at `target`.
-
-    Without `replace`, a `target` that another process (a torchrun rank) finished first is kept and ours dropped.
-    With it, an existing `target` is renamed aside, the new one renamed in, and the old one deleted; if that second
-    rename fails or is interrupted, the old one is renamed back. A block that raises leaves `target` as it was.
-    Siblings left by a killed earlier call on this host are cleaned up first, and an old `target` that a kill
-    left aside between the two renames is put back, so `target` is never lost."""
+    """Fill a hidden sibling folder in the block, then rename it to `target`: never half a folder there. Without
+    `replace`, a `target` another process (a torchrun rank) finished first is kept; with it, the old `target` is
+    renamed aside and comes back if the new one's rename fails or is cut (by a kill too: put back next time)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     for kind, path in _stale(target):
@@ -182,17 +140,11 @@ def publish_dir(target, replace=False):
         yield tmp
         if replace and target.exists():
             target.rename(old)
-            try:
-                tmp.rename(target)
-            except BaseException:  # KeyboardInterrupt too: the earlier folder comes back
-                old.rename(target)
-                raise
-        else:
-            try:
-                tmp.rename(target)
-            except OSError:
-                if not target.exists():
-                    raise  # not another process's finished folder: a real failure
+        try:
+            tmp.rename(target)
+        except OSError:
+            if old.exists() or not target.exists():
+                raise  # not another process's finished folder: a real failure
     finally:
         if old.exists() and not target.exists():  # a failed rename, or a stop between the two: the old one back
             old.rename(target)
@@ -200,26 +152,15 @@ def publish_dir(target, replace=False):
         shutil.rmtree(old, ignore_errors=True)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The record of a run: its settings, written by grpotrainer.py and read back by evaluate.py and export.py
-
-
 def record(s, fields, profile, sizes, processes=1):
-    """What a run records of itself (run_settings.json, the card, evaluations' settings): its settings with local
-    paths made absolute (so that evaluate.py and export.py find them from any folder), the command line's GRPOConfig
-    fields, the profile, the data's sizes and the number of processes, which the batch counts (a resume with
-    another is refused like any other change of what the run is)."""
-    paths = {key: os.path.abspath(s[key]) for key in PATH_SETTINGS if key in s and _is_path(s[key])}
+    """A run's record: its settings (local paths made absolute), GRPOConfig fields, profile, data sizes, processes."""
+    paths = {key: s[key] for key in PATH_SETTINGS if isinstance(s.get(key), str)}
+    paths = {key: os.path.abspath(path) for key, path in paths.items() if os.path.exists(os.path.expanduser(path))}
     return {**s, **paths, "grpo_config": fields, "profile": profile, "dataset_sizes": sizes, "processes": processes}
 
 
-def _is_path(value):
-    return isinstance(value, str) and bool(value) and os.path.exists(os.path.expanduser(value))
-
-
 def honour_umask(folder):
-    """Give the files under `folder` that a library wrote private (safetensors writes 0600) the mode the user's
-    umask allows, as any other file of theirs gets: colleagues on a shared machine can read the adapter."""
+    """Give the weights under `folder` (safetensors writes them 0600) the mode the user's umask allows."""
     mask = os.umask(0)
     os.umask(mask)
     for path in Path(folder).rglob("*.safetensors"):
@@ -228,9 +169,7 @@ def honour_umask(folder):
 
 
 def unshare(output_dir):
-    """Give every file under OUTPUT_DIR that another name shares (a `cp -al` or `rsync --link-dest` backup) a copy
-    of its own, so that what transformers and peft rewrite in place (README.md, adapter_config.json,
-    training_args.bin, the weights) changes this run's files and never the backup's."""
+    """Give each hard-linked file under `output_dir` (a `cp -al` backup) its own copy: peft rewrites files in place."""
     for path in Path(output_dir).rglob("*"):
         if path.is_file() and not path.is_symlink() and path.stat().st_nlink > 1:
             copy = _aside(path, "tmp")
@@ -239,13 +178,12 @@ def unshare(output_dir):
 
 
 def write_settings(output_dir, settings, main_process=True):
-    """Write the resolved settings of a run, without credentials (`redact`), to OUTPUT_DIR/run_settings.json
-    (atomically, by the main process of a torchrun job only); return the path."""
+    """Write a run's settings, without credentials, to `output_dir`/run_settings.json; return the path."""
     path = Path(output_dir) / SETTINGS_FILE
-    if not main_process:
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, json.dumps(redact(settings), indent=2, default=str) + "\n")
+    if main_process:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(redact(settings), indent=2, default=str) + "\n")
+    return path
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -258,13 +196,7 @@ REDACTED = "<redacted>"
 
 
 def redact(value, key=""):
-    """`value` (a record, a list, a text) with every credential replaced by REDACTED: the text under a key named
-    like one (token, secret, password, api_key, authorization), a Hugging Face token anywhere in a text, and the
-    user and password of a URL.
-
-    >>> redact({"model_init_kwargs": {"token": "abc", "revision": "main"}, "url": "http://u:p@host:8000"})
-    {'model_init_kwargs': {'token': '<redacted>', 'revision': 'main'}, 'url': 'http://<redacted>@host:8000'}
-    """
+    """`value` (a record, list or text) with every credential replaced: a secret key's text, HF tokens, URL logins."""
     if isinstance(value, dict):
         return {k: redact(v, k) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -277,11 +209,7 @@ def redact(value, key=""):
 
 
 def redact_argv(argv):
-    """The command line `argv` without credentials (`redact`), for what records it: W&B keeps it in its metadata.
-
-    >>> redact_argv(["--hub_token", "abc", '--model_init_kwargs={"token": "x"}', "--LR=1"])
-    ['--hub_token', '<redacted>', '--model_init_kwargs={"token": "<redacted>"}', '--LR=1']
-    """
+    """The command line `argv` without credentials, for what records it (W&B)."""
     out = []
     for i, arg in enumerate(argv):
         key, sep, value = arg.removeprefix("--").partition("=")
@@ -306,8 +234,7 @@ def redact_fields(config):
 
 
 def run_settings(adapter, types=None):
-    """The settings a run recorded, for an adapter folder (a run's OUTPUT_DIR or a checkpoint-N in it); {} if none.
-    `types`: those of the settings the caller reads (`read_json_object`)."""
+    """The settings a run recorded, for its output folder or a checkpoint-N in it; {} if none."""
     for folder in (Path(adapter), Path(adapter).parent):
         if (folder / SETTINGS_FILE).is_file():
             return read_json_object(folder / SETTINGS_FILE, types)
@@ -315,10 +242,8 @@ def run_settings(adapter, types=None):
 
 
 def adapter_step(adapter):
-    """The training step an adapter's weights are from: a checkpoint-N's own trainer_state.json, or the label a
-    run's final save wrote beside its adapter (`checkpoints.save_adapter`); 0 for no adapter (the base model), None
-    when not recorded (another tool's adapter, or a final save cut short). Never the newest checkpoint's step, which
-    a run resumed past the final adapter (or saving a checkpoint now) has moved on from."""
+    """The training step an adapter's weights are from: a checkpoint's trainer_state.json, or the label a final save
+    wrote beside it; 0 for no adapter (the base), None when not recorded. Never the newest checkpoint's step."""
     if not adapter:
         return 0
     for name in ("trainer_state.json", STEP_FILE):

@@ -1,30 +1,18 @@
-"""Workarounds for what TRL 1.16 and transformers 5.17 do that this project's runs must undo or reach: each names
-the library behaviour it answers, and reaches into private state only where no public hook exists.
-
-- `ResumedSettings`: a resumed run's SAVE_STEPS, LOGGING_STEPS and learning-rate schedule.
-- `KeepFp32`, `adapter_in_fp32`: TRL's casts of fp32 weights to bf16 (continuous batching, 4-bit).
-- `CompileDecode`: TRL's generation config that never compiles the static-cache decode step.
-- `time_generation`, `latest_rewards`: generation's wall time and the newest batch's rewards, which TRL keeps private.
-"""
+"""Workarounds for what TRL 1.16 and transformers 5.17 do that a run must undo or reach, each naming the why."""
 
 import functools
 import time
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 
 from grpo import files, hardware, weight_sync
 
 
 class ResumedSettings(TrainerCallback):
-    """A resumed run takes this run's SAVE_STEPS and LOGGING_STEPS, and the learning rate of the schedule Trainer
-    built for this run's length at the step reached (README: resuming).
-
-    Trainer restores the checkpoint's trainer_state.json over the new intervals (its old SAVE_STEPS would then
-    decide what a kill loses), and the optimizer's learning rate is the old schedule's: after a raised MAX_STEPS,
-    the old end's 0 for the first resumed step. The new scheduler (its length, warm-up and decay) then runs from
-    the next step only. On a fresh start, or a resume at the same length, both are what Trainer has already.
-    """
+    """A resumed run takes this run's save and logging intervals (Trainer restores the checkpoint's) and this run's
+    learning rate at the step reached (the optimizer keeps the old schedule's, 0 if the run was made longer)."""
 
     def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
         state.compute_steps(args, state.max_steps)
@@ -39,18 +27,10 @@ class ResumedSettings(TrainerCallback):
 
 
 class KeepFp32(TrainerCallback):
-    """Keep what the model holds in fp32 in fp32 under USE_TRANSFORMERS_CONTINUOUS_BATCHING with BF16.
-
-    TRL 1.16 casts the whole model to bf16 right before `generate_batch` and never back: the LoRA weights would then
-    train in bf16 (an Adam step of 1e-5 rounds away above ~3e-3), and the rotary `inv_freq` drifts 0.35 rad of phase
-    at position 300. Right after generation this puts back every fp32 tensor held here (torch's cast swaps `.data`
-    for a new tensor, so the originals stay intact). No public hook sits between generation and the loss, so
-    `generate_batch` is wrapped on the PeftModel TRL generates with.
-    """
+    """Put fp32 tensors back after `generate_batch`, before which TRL 1.16 casts the whole model to bf16 (Adam steps
+    of 1e-5 would round away, rotary `inv_freq` drift); the cast swaps `.data` for new tensors, sparing the old."""
 
     def __init__(self, model):
-        import torch
-
         self.model = model
         self.params = []  # (parameter, its fp32 tensor), taken at each step's start
         self.buffers = [
@@ -70,8 +50,6 @@ class KeepFp32(TrainerCallback):
         model.generate_batch = generate_then_restore
 
     def on_step_begin(self, args, state, control, **kwargs):
-        import torch
-
         self.params = [(p, p.data) for p in self.model.parameters() if p.dtype == torch.float32]
 
     on_train_begin = on_step_begin
@@ -84,18 +62,14 @@ class KeepFp32(TrainerCallback):
 
 
 def adapter_in_fp32(model):
-    """Put the trainable (LoRA) weights of a 4-bit model back in fp32, before the optimizer is built: TRL 1.16 casts
-    them to bf16, where at LEARNING_RATE=1e-5 75 % of q_proj's lora_A entries never move (updates round away)."""
-    import torch
-
+    """A 4-bit model's trainable weights back in fp32: TRL 1.16 casts them to bf16, where 1e-5 updates round away."""
     for param in model.parameters():
         if param.requires_grad and param.dtype != torch.float32:
             param.data = param.data.float()
 
 
 class CompileDecode(TrainerCallback):
-    """CACHE_IMPLEMENTATION=static in training: TRL 1.16 builds its GenerationConfig with disable_compile=True, so
-    the decode step would never compile. This turns it back on, on trainer.generation_config (no public hook)."""
+    """A static cache's decode step compiled: TRL 1.16 sets disable_compile=True on its GenerationConfig."""
 
     def __init__(self, generation_config):
         self.generation_config = generation_config
@@ -106,21 +80,18 @@ class CompileDecode(TrainerCallback):
 
 
 def after_init(trainer, load_in_4bit):
-    """What a built trainer needs before it trains: a 4-bit model's adapter back in fp32, trackio's logs at the
-    trainer's step, and no credential left in its arguments, which Trainer saves with every checkpoint
-    (training_args.bin) and the trackers record (the model is loaded by now: the token has done its job)."""
+    """Before training: a 4-bit adapter in fp32, vLLM's sync out of place, trackio at the step, no credential in
+    the arguments, which every checkpoint saves (the model is loaded by now)."""
     if load_in_4bit:
         adapter_in_fp32(trainer.model)
-    weight_sync.install(trainer)  # vLLM gets base + LoRA summed aside, never merged into the trained model
+    weight_sync.install(trainer)
     trackio_at_step(trainer)
     files.redact_fields(trainer.args)
 
 
 def trackio_at_step(trainer):
-    """transformers' TrackioCallback logs without a step, so trackio counts its own: held-out points landed at 0, 2,
-    10 beside training's 1, 3, 5. Its on_log again, at the trainer's step (the callback has no setting for it)."""
-    from transformers.integrations import TrackioCallback
-    from transformers.integrations.integration_utils import rewrite_logs
+    """TrackioCallback's on_log at the trainer's step: it logs without one, so held-out points landed off the axis."""
+    from transformers.integrations.integration_utils import TrackioCallback, rewrite_logs
 
     def on_log(args, state, control, model=None, logs=None, callback=None, **kwargs):
         if not callback._initialized:
@@ -143,9 +114,7 @@ class UmaskFiles(TrainerCallback):
 
 
 def callbacks(trainer):
-    """The callbacks undoing what TRL 1.16 and transformers do that this run's settings meet: a resumed run's
-    intervals and schedule (ResumedSettings), private weight files (UmaskFiles), static-cache compilation
-    (CompileDecode), fp32 weights (KeepFp32)."""
+    """The callbacks above that this trainer's arguments need."""
     callbacks = [ResumedSettings(), UmaskFiles()]
     if trainer.args.cache_implementation == "static":
         callbacks.append(CompileDecode(trainer.generation_config))
@@ -155,8 +124,7 @@ def callbacks(trainer):
 
 
 def latest_rewards(trainer):
-    """The newest batch's rewards, one list per reward function, over all processes. GRPOTrainer keeps them in
-    its private `_logs` and has no public hook: read here only, None when missing (another TRL version)."""
+    """The newest batch's rewards per reward function, from GRPOTrainer's private `_logs`; None when missing."""
     logs = getattr(trainer, "_logs", None)
     if not isinstance(logs, dict) or "rewards" not in logs:
         return None
@@ -164,11 +132,7 @@ def latest_rewards(trainer):
 
 
 def time_generation(trainer):
-    """Wrap `trainer._generate` so that its wall seconds add up in the returned dict's "seconds"; return the dict.
-
-    TRL 1.16 has no public hook around generation: GRPOTrainer._generate is the one method through which every
-    generation round goes (HF generate, paged batching or vLLM), prompts in, completion ids out, so the time spent in
-    it is generation's share of a step. Rewards and log-probs are computed outside it."""
+    """Count calls and wall seconds of `trainer._generate`, which every generation goes through (no public hook)."""
     original = trainer._generate
     clock = {"seconds": 0.0, "calls": 0}
 

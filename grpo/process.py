@@ -1,13 +1,5 @@
-"""Process safety for the scripts: clean exits, what a stop leaves, one run per folder, SIGTERM and Ctrl-C in
-training, and faults told by their type and where they were raised.
-
-- `run`: a ConfigError ends as one paragraph and exit 2; SIGTERM or Ctrl-C as one line saying where it stopped
-  (`phase`), exit 128 + the signal; a closed stdout quietly, as SIGPIPE would.
-- `output_lock`: two runs writing into one OUTPUT_DIR (filelock's flock, which the OS releases even on kill -9).
-- `StopOnSignal`: in training, all ranks finish the step and save, or, past STOP_GRACE or at a second signal, end
-  without saving it.
-- `faults`, `disk_full`: a full disk, a distributed stall or NaN sampling as one message.
-"""
+"""Process safety for the scripts: clean exits saying what a stop leaves (`run`), one run per folder (`output_lock`),
+SIGTERM and Ctrl-C in training (`GracefulStop`), and known faults told by their type and where raised (`faults`)."""
 
 import contextlib
 import errno
@@ -22,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 import types
 from pathlib import Path
 
@@ -29,7 +22,7 @@ from grpo.errors import ConfigError, first_line
 from grpo.files import redact_argv
 
 log = logging.getLogger("grpotrainer")
-LOCK_NAME = "run.lock"  # in OUTPUT_DIR, while a run holds it (filelock's)
+LOCK_NAME = "run.lock"  # in the output folder while a run holds it: filelock's flock, which even kill -9 releases
 HOLDER_NAME = "run.lock.json"  # beside it: the holding run's pid, host and start, for the refusal
 TORCH_DISTRIBUTED = ("/torch/distributed/", "/torch/nn/parallel/")  # where a collective raises, in torch
 AUTOGRAD_ENGINE = "/torch/autograd/graph.py"  # where backward's errors, DDP's all-reduce's included, come out
@@ -39,24 +32,17 @@ COPY_WINDOW = 2.0
 EVALUATIONS = {"before": "EVAL_BEFORE", "during": "EVAL_STEPS", "after": "EVAL_AFTER"}  # a held-out score's setting
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# exits
-
-
 class Interrupted(BaseException):
-    """SIGTERM or Ctrl-C outside training: unwinds the script through every `finally` (the lock, a publish_dir).
-    A BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it."""
+    """SIGTERM or Ctrl-C outside training, unwinding the script through every `finally` (the lock, a publish_dir);
+    a BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it."""
 
     def __init__(self, signum, message):
         super().__init__(signum, message)
         self.signum, self.message = signum, message  # the phase as it was when the signal came
 
 
-# What the script is doing now and what an interruption there leaves, set with `phase`; read by `run`'s message.
 NOTHING_WRITTEN = "nothing was written; the same command starts again"
-
-
-_phase = ["starting", NOTHING_WRITTEN]
+_phase = ["starting", NOTHING_WRITTEN]  # what the script does now and what a stop there leaves, for `run`'s line
 
 
 def set_phase(doing, outcome=None):
@@ -76,11 +62,7 @@ def phase(doing, outcome=None):
 
 
 def stop_message(signum):
-    """The one line for a signal `signum` in the current phase.
-    >>> with phase("loading the model", "nothing was written"):
-    ...     stop_message(signal.SIGTERM)
-    'stopped by SIGTERM while loading the model: nothing was written'
-    """
+    """The one line for a signal `signum` in the current phase."""
     return f"stopped by {signal.Signals(signum).name} while {_phase[0]}: {_phase[1]}"
 
 
@@ -90,8 +72,8 @@ def _interrupt(signum, frame):
 
 @contextlib.contextmanager
 def interruptible():
-    """SIGTERM and Ctrl-C unwind the block through `run`, with its one line for the phase, whatever handlers training
-    installed: for work inside train() that trains nothing (EVAL_BEFORE), where finishing "the step" would save it."""
+    """SIGTERM and Ctrl-C unwind the block through `run`, with its one line for the phase, whatever handlers were
+    there before (training's, for work inside train() that trains nothing); put back after it."""
     previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
@@ -102,43 +84,36 @@ def interruptible():
 
 def run(main):
     """Call `main(argv)`: a ConfigError ends as one paragraph and exit 2; SIGTERM and Ctrl-C as one line saying
-    where it stopped (`phase`), exit 128 + the signal. Training installs its own handlers meanwhile."""
+    where it stopped (`phase`), exit 128 + the signal; a closed stdout quietly, as SIGPIPE would."""
     set_phase("starting", NOTHING_WRITTEN)
-    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
     argv, sys.argv[1:] = sys.argv[1:], redact_argv(sys.argv[1:])  # W&B records sys.argv: no credential there
-    try:
-        return main(argv)
-    except ConfigError as err:
-        print(f"\nerror: {err}\n", file=sys.stderr, flush=True)
-        sys.exit(2)
-    except OSError as err:
-        if _cwd_gone():  # a relative path resolved against a folder that is gone: no fault of the code
-            print("\nerror: the working folder was deleted while this ran; cd to one that exists.", file=sys.stderr)
+    with interruptible():  # a caller's own handlers (pytest's) come back once main is done
+        try:
+            return main(argv)
+        except ConfigError as err:
+            print(f"\nerror: {err}\n", file=sys.stderr, flush=True)
             sys.exit(2)
-        if not isinstance(err, BrokenPipeError) or not _stdout_broken():  # another pipe's: a bug, with its traceback
-            raise
-        # stdout's reader went away (`--help | head -1`): end quietly, as SIGPIPE ends a command-line tool, with
-        # stdout pointed at /dev/null so that Python's own flush at exit finds nothing to complain about
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(128 + signal.SIGPIPE)
-    except (Interrupted, KeyboardInterrupt) as err:
-        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
-        for other in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut this line into a traceback
-            signal.signal(other, signal.SIG_IGN)
-        message = err.message if isinstance(err, Interrupted) else stop_message(signum)
-        print(f"\n{message}", file=sys.stderr, flush=True)
-        sys.exit(128 + signum)
-    finally:
-        for signum, handler in previous.items():  # a caller's own (pytest's), once main is done
-            signal.signal(signum, handler)
-
-
-def _cwd_gone():
-    try:
-        os.getcwd()
-    except FileNotFoundError:
-        return True
-    return False
+        except OSError as err:
+            try:
+                os.getcwd()
+            except FileNotFoundError:  # a relative path resolved against a folder that is gone: no fault of the code
+                print(
+                    "\nerror: the working folder was deleted while this ran; cd to one that exists.", file=sys.stderr
+                )
+                sys.exit(2)
+            if not isinstance(err, BrokenPipeError) or not _stdout_broken():  # another pipe's: a bug, kept as it is
+                raise
+            # stdout's reader went away (`--help | head -1`): end quietly, as SIGPIPE ends a command-line tool, with
+            # stdout pointed at /dev/null so that Python's own flush at exit finds nothing to complain about
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(128 + signal.SIGPIPE)
+        except (Interrupted, KeyboardInterrupt) as err:
+            signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+            for other in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut this line into a traceback
+                signal.signal(other, signal.SIG_IGN)
+            message = err.message if isinstance(err, Interrupted) else stop_message(signum)
+            print(f"\n{message}", file=sys.stderr, flush=True)
+            sys.exit(128 + signum)
 
 
 def _stdout_broken():
@@ -154,7 +129,6 @@ def _stdout_broken():
 def setup_logging(prefix, rank0=True):
     """Log the "grpotrainer" loggers to stderr as "[prefix] message". The root logger stays unconfigured: a
     library with its own handler (huggingface_hub) would otherwise print every message twice."""
-
     logger = logging.getLogger("grpotrainer")
     if not logger.handlers:
         logger.addHandler(logging.StreamHandler())
@@ -174,19 +148,13 @@ def require(packages, script):
         )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# one run per folder
-
-
 def any_rank(flag, device=None):
-    """True when `flag` is true on any process (an all-reduce of max). Every process must call it at the same
-    point."""
+    """True when `flag` is true on any process (an all-reduce); every process must call it at the same point."""
+    import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         return bool(flag)
-    import torch
-
     if device is None:  # NCCL reduces only CUDA tensors; accelerate has set this process's GPU
         nccl = "nccl" in str(dist.get_backend()) and torch.cuda.is_available()
         device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
@@ -205,8 +173,8 @@ def read_holder(path):
 
 
 def take_lock(output_dir):
-    """Lock OUTPUT_DIR for this process: (the held FileLock, None), or (None, why it is refused). A killed run's
-    lock is taken over; the holder's pid, host and time go to run.lock.json, since filelock owns the lock file."""
+    """Lock `output_dir`: (the held FileLock, None), or (None, why it is refused). A killed run's lock is taken
+    over; the holder's pid, host and time go to run.lock.json, since filelock owns the lock file."""
     from filelock import FileLock, Timeout
 
     output_dir = Path(output_dir)
@@ -215,38 +183,30 @@ def take_lock(output_dir):
         output_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except Timeout:
-        return None, holder_message(output_dir, read_holder(output_dir / HOLDER_NAME))
+        holder = read_holder(output_dir / HOLDER_NAME)
+        pid, host = holder.get("pid", "?"), holder.get("host", "an unknown host")
+        since = holder.get("since")
+        since = f"since {since}" if since else f"which has not named itself in {HOLDER_NAME} yet"
+        return None, (
+            f"OUTPUT_DIR {output_dir} is in use by another run (pid {pid} on {host}, {since}); "
+            "two runs in one folder overwrite each other.\nWait for it to end, stop it, or give this run another "
+            "OUTPUT_DIR."
+        )
     except OSError as err:
         return None, f"cannot lock OUTPUT_DIR {output_dir} ({err}): it must be a folder this user can write."
     previous = read_holder(output_dir / HOLDER_NAME)
     if previous.get("pid"):
-        log.info("took over %s from pid %s on %s, which no longer holds it", LOCK_NAME, *holder_id(previous))
+        host = previous.get("host", "an unknown host")
+        log.info("took over %s from pid %s on %s, which no longer holds it", LOCK_NAME, previous["pid"], host)
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M")}
     (output_dir / HOLDER_NAME).write_text(json.dumps(holder))
     return lock, None
 
 
-def holder_id(holder):
-    return holder.get("pid", "?"), holder.get("host", "an unknown host")
-
-
-def holder_message(output_dir, holder):
-    pid, host = holder_id(holder)
-    since = f"since {holder['since']}" if holder.get("since") else f"which has not named itself in {HOLDER_NAME} yet"
-    return (
-        f"OUTPUT_DIR {output_dir} is in use by another run (pid {pid} on {host}, {since}); "
-        "two runs in one folder overwrite each other.\nWait for it to end, stop it, or give this run another "
-        "OUTPUT_DIR."
-    )
-
-
 @contextlib.contextmanager
 def output_lock(output_dir, rank0):
-    """Hold OUTPUT_DIR for one run while the block runs; refuse with ConfigError when another run has it.
-
-    Only global rank 0 takes the lock and every rank learns the outcome (`any_rank`), so all ranks of a refused run
-    stop before writing anything. That needs the process group: enter this after build_config().
-    """
+    """Hold `output_dir` for one run while the block runs, else a ConfigError. Rank 0 takes the lock and every rank
+    learns the outcome (`any_rank`: after the process group exists), so a refused run writes nothing."""
     lock, refusal = take_lock(output_dir) if rank0 else (None, None)
     if any_rank(refusal is not None):
         raise ConfigError(refusal or f"rank 0 could not lock OUTPUT_DIR {output_dir}; see its message.")
@@ -259,14 +219,9 @@ def output_lock(output_dir, rank0):
             lock.release()
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# SIGTERM and Ctrl-C in training
-
-
 class Watchdog(threading.Thread):
-    """Calls `fire(*args)` once `seconds` of the process's running time have passed, unless cancelled first. Time
-    the process spent stopped (Ctrl-Z, SIGSTOP, a scheduler's suspend) does not count: every thread stops with it,
-    so a tick that took far longer than asked is counted as one tick. A daemon thread: it never holds the exit."""
+    """A daemon thread calling `fire(*args)` once `seconds` of running time have passed, unless cancelled first.
+    Time stopped (Ctrl-Z, a scheduler's suspend) stops every thread, so a tick far longer than asked counts as one."""
 
     TICK = 0.25  # seconds per tick; a tick counts at most TICK + SLACK (a busy machine delays threads a little)
     SLACK = 1.0
@@ -291,27 +246,17 @@ class Watchdog(threading.Thread):
 
 
 class GracefulStop:
-    """On SIGTERM or SIGINT, finish the current optimiser step, save a checkpoint and stop training.
-
-    The handlers only record the signal; at each step end the processes agree (`any_rank`), so all stop at the same
-    step. A step that does not end within `grace` seconds of the signal (STOP_GRACE; a hung reward, a generation
-    that never ends), or a second signal while it runs, ends the process at once with one line, without saving:
-    a cluster would otherwise burn the allocation waiting, and the newest whole checkpoint is what the same command
-    resumes. Signals within COPY_WINDOW of the first are its copies, and signals during the save are ignored, so a
-    launcher forwarding the terminal's Ctrl-C cannot cut the save. `exit_code` is 128 + the signal number, not 0: a
-    Job, a restart policy or an `until` loop must see that the run is not done.
-    """
+    """On SIGTERM or SIGINT, finish the step on every rank (they agree at its end), save a checkpoint and stop.
+    A step outlasting `grace` seconds after the signal, or a second signal while it runs, ends the process at once
+    without saving it (the newest whole checkpoint resumes); copies of the signal (COPY_WINDOW) and signals during
+    the save are ignored. `exit_code` is 128 + the signal: a restart loop must see that the run is not done."""
 
     def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), resuming=None, grace=0):
         # until training begins, a signal unwinds through run, whose line says what the same command does then
-        again = (
-            f"the same command resumes from {resuming}"
-            if resuming
-            else "no step was trained; the same command starts again"
-        )
-        set_phase("loading the model", again)
+        again = "no step was trained; the same command starts again"
+        set_phase("loading the model", f"the same command resumes from {resuming}" if resuming else again)
         self.signals = tuple(signals)
-        self.grace = grace  # STOP_GRACE: seconds the step may take after the signal; 0 = no limit
+        self.grace = grace  # seconds the step may take after the signal; 0 = no limit
         self.received = None  # the first signal's number
         self.received_at = None  # and its time.monotonic()
         self.signal_name = None  # its name, once the processes have agreed to stop
@@ -348,30 +293,26 @@ class GracefulStop:
         log.warning("%s ignored: %s; kill -9 stops at once, without a new checkpoint", name, doing)
 
     def arm(self):
-        """Start the grace timer (none when STOP_GRACE is 0)."""
         if self.grace:
             self.timer = Watchdog(self.grace, self.end_step, f"not ended within STOP_GRACE={self.grace:g} s")
 
     def end_step(self, why):
-        """End the process now, with the step in progress unsaved and the newest whole checkpoint kept; unless the
-        processes have agreed to save (the save goes on), or the Trainer is between steps, where it may be writing
-        a checkpoint of SAVE_STEPS (the next step gets the grace anew). Written straight to file descriptor 2 and
-        ended with os._exit, since the main thread may be stuck holding sys.stderr's lock or in a thread join."""
+        """End the process now, the step unsaved, unless the processes agreed to save or the Trainer is between steps
+        (maybe saving: the next step gets the grace anew). On fd 2, by os._exit: the main thread may hold stderr's
+        lock or be stuck in a thread join."""
         with self.deciding:
             if self.signal_name is not None:
                 return
             if self.between:
                 return self.arm()
             again = f"from {self.newest}" if self.newest else "from the start"
-            line = (
-                f"stopped by {signal.Signals(self.received).name} in step {self.step + 1}: {why}, so it is not saved; "
-            )
-            os.write(2, f"\n{line}rerun the same command to resume {again}\n".encode())
+            name = signal.Signals(self.received).name
+            line = f"stopped by {name} in step {self.step + 1}: {why}, so it is not saved; rerun the same command"
+            os.write(2, f"\n{line} to resume {again}\n".encode())
             os._exit(self.exit_code)
 
     def restore(self):
-        """Put back the handlers that were there before training (safe to call more than once): run's, whose
-        line for a stop from now on says that the run is not finished."""
+        """Put back the handlers from before training (run's, saying now that the run is unfinished); repeatable."""
         set_phase("finishing the run", "it is not marked finished; the same command finishes it from its checkpoint")
         while self.previous:
             signum, handler = self.previous.popitem()
@@ -381,19 +322,16 @@ class GracefulStop:
 
     @contextlib.contextmanager
     def evaluating(self, when, device=None):
-        """A held-out evaluation (`when`: before, during or after) that a SIGTERM or Ctrl-C ends between two generate
-        calls, rather than after it has scored every problem. Yields `scoring`: the scoring calls `scoring.check()`
-        between its calls, which raises Interrupted on every rank at once (`any_rank`: ranks leave their collectives
-        together) once a signal came; `scoring.cut` then holds it. Before training nothing is saved, so there the
-        signal unwinds the script (`run` says what it left)."""
-        scoring = types.SimpleNamespace(cut=[])
+        """A held-out evaluation (`when`: before, during or after) that a signal ends at its next `scoring.check()`,
+        on every rank at once (`any_rank`); `scoring.cut` then holds the signal. Before training, nothing is saved:
+        there the signal unwinds the script."""
 
         def check():
             if any_rank(self.received is not None, device):
                 signum = self.received or signal.SIGTERM  # another rank's
                 raise Interrupted(signum, stop_message(signum))
 
-        scoring.check = check
+        scoring = types.SimpleNamespace(cut=[], check=check)
         try:
             with phase(f"scoring {EVALUATIONS[when]}"):
                 yield scoring
@@ -401,9 +339,7 @@ class GracefulStop:
             if when == "before":
                 raise
             scoring.cut.append(err.signum)
-        cut = scoring.cut
-        if cut:
-            self.received = self.received or cut[0]
+            self.received = self.received or err.signum
             self.received_at = self.received_at or time.monotonic()
             self.signal_name, self.during = signal.Signals(self.received).name, EVALUATIONS[when]
 
@@ -421,10 +357,6 @@ class GracefulStop:
         return f"stopped by {self.signal_name}{during} at step {self.stopped_at}; {where}; {again}"
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# full disks, stalls and NaN sampling
-
-
 def chain(err):
     """`err` and the exceptions it was raised from or during, outermost first."""
     seen = []
@@ -436,16 +368,13 @@ def chain(err):
 
 def frames(err):
     """The (file, function) of each Python frame `err` passed through, outermost first."""
-    tb, out = err.__traceback__, []
-    while tb is not None:
-        out.append((tb.tb_frame.f_code.co_filename.replace(os.sep, "/"), tb.tb_frame.f_code.co_name))
-        tb = tb.tb_next
-    return out
+    walk = traceback.walk_tb(err.__traceback__)
+    return [(frame.f_code.co_filename.replace(os.sep, "/"), frame.f_code.co_name) for frame, _ in walk]
 
 
 def writer_failed(e):
-    """A checkpoint writer's error that keeps no errno: safetensors' SafetensorError raised while serialising a
-    file, or the RuntimeError of torch.save's C++ writer (raised inside torch/serialization.py's save)."""
+    """A checkpoint writer's error that keeps no errno: safetensors' SafetensorError while serialising a file, or
+    the RuntimeError of torch.save's C++ writer."""
     from safetensors import SafetensorError
 
     where = frames(e)
@@ -455,10 +384,14 @@ def writer_failed(e):
 
 
 def disk_full_error(err, output_dir, then="rerun the same command to resume"):
-    """A ConfigError naming the full disk and OUTPUT_DIR when `err` (or its cause) is ENOSPC/EDQUOT, or a checkpoint
-    writer's error without errno (`writer_failed`) under 64 MiB free; the next run sets the cut checkpoint aside.
-    `then`: what to do once there is space (evaluate.py and export.py start again rather than resume)."""
-    free = free_bytes(output_dir)
+    """A ConfigError naming the full disk when `err` (or its cause) is ENOSPC/EDQUOT, or a checkpoint writer's
+    error without errno under 64 MiB free; `then`: what to do once there is space."""
+    path = Path(output_dir).resolve()
+    while not path.exists() and path != path.parent:  # the free space where it would be
+        path = path.parent
+    free = None
+    with contextlib.suppress(OSError):
+        free = shutil.disk_usage(path).free
     for e in chain(err):
         full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
         if full or (writer_failed(e) and free is not None and free < 64 * 2**20):
@@ -471,16 +404,13 @@ def disk_full_error(err, output_dir, then="rerun the same command to resume"):
 
 
 def stall_error(err, ddp_timeout):
-    """A ConfigError naming DDP_TIMEOUT when `err` is torch's DistError, a RuntimeError raised inside
-    torch.distributed (gloo's timeout), or one raised by the autograd engine while more than one rank runs (DDP's
-    gradient all-reduce runs inside backward, and gloo's lost-peer and timeout errors come out of it as plain
-    RuntimeErrors), else None. Any other error, whatever its text, is not a stall."""
+    """A ConfigError when `err` is torch's DistError, or a plain RuntimeError raised inside torch.distributed or,
+    with several ranks, by the autograd engine (DDP's all-reduce runs in backward); else None, whatever its text."""
     import torch.distributed as dist
 
     several = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     for e in chain(err):
         where = frames(e)
-        # gloo's own timeout is a plain RuntimeError, raised by a collective in torch/distributed (or DDP's sync)
         inner = where[-1] if where else ("", "")
         in_torch_distributed = type(e) is RuntimeError and any(d in inner[0] for d in TORCH_DISTRIBUTED)
         in_backward = type(e) is RuntimeError and several and inner[0].endswith(AUTOGRAD_ENGINE)
@@ -494,40 +424,35 @@ def stall_error(err, ddp_timeout):
 
 
 @contextlib.contextmanager
-def faults(output_dir, ddp_timeout):
-    """Turn a full disk, a distributed stall or NaN probabilities raised in the block into a ConfigError (exit 2)."""
+def faults(output_dir, ddp_timeout=None, then="rerun the same command to resume"):
+    """A full disk, and in training (`ddp_timeout` given) a distributed stall or NaN probabilities, raised in the
+    block as one ConfigError (exit 2); any other error goes on."""
     try:
         yield
     except Exception as err:
-        known = disk_full_error(err, output_dir) or stall_error(err, ddp_timeout) or nonfinite_error(err)
+        known = disk_full_error(err, output_dir, then)
+        if ddp_timeout is not None:
+            known = known or stall_error(err, ddp_timeout) or nonfinite_error(err)
         if known is None:
             raise
         raise known from None
 
 
-@contextlib.contextmanager
 def disk_full(output_dir, then):
-    """A full disk raised in the block as `disk_full_error`'s one message (exit 2); any other error goes on."""
-    try:
-        yield
-    except Exception as err:
-        if (known := disk_full_error(err, output_dir, then)) is None:
-            raise
-        raise known from None
+    """A full disk raised in the block as one ConfigError (exit 2); any other error goes on."""
+    return faults(output_dir, then=then)
 
 
 def nonfinite_error(err):
-    """A ConfigError when sampling met NaN or inf probabilities (damaged weights, or a diverged run): a RuntimeError
-    from transformers' generation whose innermost frame holds a `probs` tensor torch.multinomial refuses."""
+    """A ConfigError when sampling met NaN or inf probabilities: a RuntimeError from transformers' generation whose
+    innermost frame holds a `probs` tensor torch.multinomial refuses."""
     import torch
 
     for e in chain(err):
-        tb = e.__traceback__
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        if type(e) is not RuntimeError or tb is None or "transformers/generation/" not in frames(e)[-1][0]:
+        where = list(traceback.walk_tb(e.__traceback__))
+        if type(e) is not RuntimeError or not where or "transformers/generation/" not in frames(e)[-1][0]:
             continue
-        probs = tb.tb_frame.f_locals.get("probs")
+        probs = where[-1][0].f_locals.get("probs")
         if isinstance(probs, torch.Tensor) and not (probs.isfinite().all() and (probs >= 0).all()):
             return ConfigError(
                 f"the model's next-token probabilities are NaN or inf ({first_line(e)}).\n"
@@ -535,14 +460,3 @@ def nonfinite_error(err):
                 "After steps, the run diverged: lower LEARNING_RATE and rerun to resume from the newest checkpoint."
             )
     return None
-
-
-def free_bytes(path):
-    """Free bytes on the filesystem holding `path` (or its nearest existing parent); None if unknown."""
-    path = Path(path).resolve()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:
-        return shutil.disk_usage(path).free
-    except OSError:
-        return None

@@ -1,12 +1,6 @@
-"""vLLM beside a LoRA model in training: weights sent out of place, a vllm that cannot be imported kept from crashing
-the run, held-out evaluation on the run's own engine.
-
-TRL 1.16 sends weights by merging the adapter into the bf16 base in place, reading it and unmerging
-(VLLMGeneration._iter_named_params); bf16 cannot undo the addition exactly, so the frozen base drifts at every sync
-(TRL issue 6688) and the saved adapter no longer fits the base it was trained on. `install(trainer)` sends each
-adapted weight as base + B @ A x scaling, summed in fp32 and rounded once, and never writes the model.
-Nothing heavy is imported at import: `vllm_status` must run before anything imports trl.
-"""
+"""vLLM beside a LoRA model in training: the weights sent out of place (TRL 1.16 merges the adapter into the bf16
+base and unmerges, so the base drifts at every sync: TRL issue 6688), a broken vllm kept from TRL, held-out
+evaluation on the run's engine. Nothing heavy at import: `vllm_status` runs before anything imports trl."""
 
 import importlib.util
 import sys
@@ -16,9 +10,8 @@ from grpo import errors
 
 
 def vllm_status():
-    """(usable, reason): whether vllm imports as TRL imports it; not installed: (False, None). Installed but broken
-    (a CUDA 13 wheel on a CUDA 12 driver: ImportError), its half-imported modules are dropped and sys.modules maps
-    "vllm" to None, for which find_spec answers None: TRL's is_vllm_available() is then False and trl imports."""
+    """(usable, reason): whether vllm imports as TRL imports it; (False, None) when not installed. A broken one (a
+    CUDA 13 wheel on a CUDA 12 driver) is mapped to None in sys.modules, so TRL's is_vllm_available() is False."""
     if importlib.util.find_spec("vllm") is None:
         return False, None
     try:  # what trl/generation/vllm_generation.py and vllm_client.py import when vllm is installed
@@ -37,10 +30,9 @@ def vllm_status():
 
 
 def vllm_choice(use_vllm, reason):
-    """USE_VLLM's answer to a vllm that cannot be imported (`reason`, from vllm_status): under auto the line to log
-    (HF generate runs), under True a ConfigError, else None."""
+    """`use_vllm`'s answer to a vllm that cannot be imported (`reason`): auto's line to log, True's ConfigError."""
     value = str(use_vllm).lower()
-    if reason is None or value not in ("auto", "true", "1", "yes", "on"):  # USE_VLLM's values that ask for vLLM
+    if reason is None or value not in ("auto", "true", "1", "yes", "on"):  # the values that ask for vLLM
         return None
     if value == "auto":
         return f"USE_VLLM=auto: HF generate, as {reason}"
@@ -48,7 +40,7 @@ def vllm_choice(use_vllm, reason):
 
 
 def fsdp_problem(use_vllm, fsdp_version):
-    """Why vLLM with LoRA cannot run under FSDP, for preflight before any weights load, or None."""
+    """Why vLLM with LoRA cannot run under FSDP, or None."""
     if not (use_vllm and fsdp_version):
         return None
     return (
@@ -58,17 +50,15 @@ def fsdp_problem(use_vllm, fsdp_version):
 
 
 def install(trainer):
-    """Make the trainer's vLLM weight sync out of place (colocate and server; one GPU, DDP, ZeRO-3). Nothing without
-    vLLM or LoRA. Returns whether it did."""
-    from accelerate.utils import is_peft_model
+    """Make the trainer's vLLM weight sync out of place (colocate and server; one GPU, DDP, ZeRO-3); whether it did."""
+    from peft import PeftModel
+    from peft.tuners.lora import Linear, LoraLayer
 
-    if not trainer.args.use_vllm or not is_peft_model(trainer.vllm_generation.model):
+    if not trainer.args.use_vllm or not isinstance(trainer.vllm_generation.model, PeftModel):
         return False
     fsdp = getattr(trainer.accelerator.state, "fsdp_plugin", None)
     if problem := fsdp_problem(True, fsdp and fsdp.fsdp_version):
         raise errors.ConfigError(problem)
-    from peft.tuners.lora import Linear, LoraLayer
-
     for name, layer in trainer.vllm_generation.model.named_modules():
         plain = isinstance(layer, Linear) and not layer.lora_variant and not any(layer.lora_bias.values())
         if isinstance(layer, LoraLayer) and not plain:  # DoRA, a LoRA bias, embeddings, 4-bit: not B @ A alone
@@ -78,23 +68,20 @@ def install(trainer):
 
 
 def replace_weight_walk(generation):
-    # TRL has no public hook for the weights it sends to vLLM: sync_weights() reads them from this private method in
-    # colocate and server mode alike, so binding ours on the instance covers both and leaves TRL's class as it is.
+    """Bind ours on the instance: TRL's sync_weights reads this private method in either mode (no public hook)."""
     generation._iter_named_params = types.MethodType(out_of_place_params, generation)
 
 
 def out_of_place_params(generation):
-    """(name, tensor) as TRL's _iter_named_params yields them for a PEFT model, each adapted weight as base + the
-    active adapters' deltas in fp32, cast once to the base's dtype. The whole model is gathered around the walk as
-    TRL gathers it (ZeRO-3: collective, so every process walks); nothing of it is written."""
+    """(name, tensor) as TRL's _iter_named_params yields them, each adapted weight merged (`merged_weight`), the
+    model gathered as TRL gathers it (ZeRO-3: collective, every process walks); nothing of it is written."""
     from peft.tuners.lora import LoraLayer
 
     model = generation.model
     with generation._dist.gather_params(list(model.parameters())):
-        layers = {}  # base weight -> its LoRA layer
-        for module in model.modules():
-            if isinstance(module, LoraLayer) and not module.merged:
-                layers[id(module.get_base_layer().weight)] = module
+        layers = {  # base weight -> its LoRA layer
+            id(m.get_base_layer().weight): m for m in model.modules() if isinstance(m, LoraLayer) and not m.merged
+        }
         for name, param in model.named_parameters():
             name = name.removeprefix("base_model.model.").replace(".base_layer", "")
             if model.prefix in name or "original_module" in name:  # the adapter itself; a module_to_save's original
@@ -114,32 +101,33 @@ def merged_weight(layer, weight):
 
 
 def lora_delta(layer, adapter):
-    """peft's LoRA delta (Linear.get_delta_weight: B @ A x scaling) in fp32 whatever the adapter's dtype: under ZeRO-3
-    TRL keeps the adapter in bf16 (autocast_adapter_dtype=False), where peft's own product would round on the GPU.
-    Detached: a delta carrying autograd history makes every tensor vLLM copies it into part of a growing graph."""
-    from peft.utils.other import transpose
-
+    """peft's LoRA delta (B @ A x scaling) in fp32: under ZeRO-3 TRL keeps the adapter in bf16, where peft's own
+    product would round. Detached: autograd history would make every tensor vLLM copies it into part of a graph."""
     product = layer.lora_B[adapter].weight.detach().float() @ layer.lora_A[adapter].weight.detach().float()
-    return transpose(product.mul_(layer.scaling[adapter]), layer.fan_in_fan_out)
+    product.mul_(layer.scaling[adapter])
+    return product.T if layer.fan_in_fan_out else product
 
 
 def trainer_vllm_generator(trainer, max_new_tokens, enable_thinking):
-    """A `generate(prompts, temperature=0.0)` on the run's vLLM engine with gsm8k.hf_generator's contract (one (text,
-    n_tokens, truncated) per chat prompt; greedy at 0, else sampled without top-k or top-p), the engine's weights
-    synced first when stale. Colocate: each rank's own engine. Server: only the main process talks to the server.
-    Syncing (ZeRO-3) and server mode are collective: every rank must call as often (evaluate_trainer's shards do)."""
+    """A `generate(prompts, temperature=0.0)` on the run's vLLM engine with gsm8k.hf_generator's contract, the
+    weights synced first when stale. Syncing (ZeRO-3) and server mode are collective: every rank calls as often."""
     generation = trainer.vllm_generation
     if generation.mode == "colocate" and generation.tensor_parallel_size > 1:  # its ranks must all send the same
         raise NotImplementedError("held-out evaluation on a tensor-parallel colocated vLLM engine")
     thinking = {"enable_thinking": enable_thinking}
 
     def generate(prompts, temperature=0.0):
-        sync_if_stale(trainer)
+        # stale after a step, or discarded by sleep mode: read from TRL's private markers, as it has no public way
+        asleep = generation.mode == "colocate" and generation.enable_sleep_mode and generation._llm_weights_sleeping
+        if trainer.state.global_step != trainer._last_loaded_step or asleep:
+            generation.sync_weights()
+            trainer._last_loaded_step = trainer.state.global_step
+        sampling = dict(n=1, temperature=temperature, top_k=0, top_p=1.0, max_tokens=max_new_tokens)
         if generation.mode == "server":
-            return server_generate(trainer, prompts, temperature, max_new_tokens, thinking)
+            return server_generate(trainer, prompts, sampling, thinking)
         from vllm import SamplingParams
 
-        params = SamplingParams(n=1, temperature=temperature, top_k=0, top_p=1.0, max_tokens=max_new_tokens)
+        params = SamplingParams(**sampling)
         sleeps = generation.enable_sleep_mode  # as TRL's generate: the KV cache woken, then everything asleep again
         if sleeps:
             generation.llm.wake_up(tags=["kv_cache"])
@@ -155,19 +143,8 @@ def trainer_vllm_generator(trainer, max_new_tokens, enable_thinking):
     return generate
 
 
-def sync_if_stale(trainer):
-    # GRPOTrainer syncs lazily, before a generation in a step it has not synced in (_generate_single_turn), and
-    # sleep mode (level 2) discards the engine's weights; TRL offers no public way to ask, so this reads its markers.
-    generation = trainer.vllm_generation
-    asleep = generation.mode == "colocate" and generation.enable_sleep_mode and generation._llm_weights_sleeping
-    if trainer.state.global_step != trainer._last_loaded_step or asleep:
-        generation.sync_weights()
-        trainer._last_loaded_step = trainer.state.global_step
-
-
-def server_generate(trainer, prompts, temperature, max_new_tokens, thinking):
-    """This rank's completions, every rank's prompts sent from the main process in one call; counted and decoded
-    as gsm8k.hf_generator does (up to the first end of turn, without special tokens; none = cut off)."""
+def server_generate(trainer, prompts, sampling, thinking):
+    """This rank's completions of every rank's prompts, sent by the main process, decoded as hf_generator does."""
     from accelerate.utils import broadcast_object_list, gather_object
 
     acc, tokenizer, eos = trainer.accelerator, trainer.processing_class, trainer.eos_token_ids
@@ -175,7 +152,6 @@ def server_generate(trainer, prompts, temperature, max_new_tokens, thinking):
     result = [None]
     if acc.is_main_process:
         everyone = [p for rank in per_rank for p in rank]
-        sampling = dict(n=1, temperature=temperature, top_k=0, top_p=1.0, max_tokens=max_new_tokens)
         answer = trainer.vllm_generation.vllm_client.chat(everyone, **sampling, chat_template_kwargs=thinking)
         result = [answer["completion_ids"]]
     broadcast_object_list(result, from_process=0)

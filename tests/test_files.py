@@ -144,6 +144,30 @@ def test_load_errors_are_the_users_and_everything_else_is_a_bug():
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# paths, checkpoint folders and records
+
+
+def test_expand_paths_expands_a_leading_tilde_of_path_settings_only():
+    s = files.expand_paths({"OUTPUT_DIR": "~/x", "MODEL_NAME": "Qwen/Qwen3-8B", "SYSTEM_PROMPT": "~"})
+    # the shell leaves `--OUTPUT_DIR=~/x` alone; a prompt is text, not a path
+    assert s["OUTPUT_DIR"] == os.path.join(os.path.expanduser("~"), "x")
+    assert (s["MODEL_NAME"], s["SYSTEM_PROMPT"]) == ("Qwen/Qwen3-8B", "~")
+
+
+def test_checkpoint_step_reads_only_trainers_folder_names():
+    steps = files.checkpoint_step("runs/a/checkpoint-40"), files.checkpoint_step("runs/a")
+    assert (*steps, files.checkpoint_step("checkpoint-4x")) == (40, None, None)
+
+
+def test_type_problem_names_the_first_value_of_the_wrong_type():
+    types = {"LORA_R": int, "BF16": bool, "SEED": int}  # an absent key fits
+    assert files.type_problem({"LORA_R": [16], "BF16": True}, types) == "LORA_R is [16], not int"
+    # a generic's items are checked too
+    problem = files.type_problem({"dataset_sizes": {"train": "7"}}, {"dataset_sizes": dict[str, int]})
+    assert problem == 'dataset_sizes is {"train": "7"}, not dict[str, int]'
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # the step an adapter is labelled with
 
 
@@ -198,6 +222,24 @@ TOKEN = "hf_" + "a1B2" * 8  # the shape of a Hugging Face access token
 )
 def test_redact(value, key, expected):
     assert files.redact(value, key) == expected
+
+
+def test_redact_a_record():
+    record = {"model_init_kwargs": {"token": "abc", "revision": "main"}, "url": "http://u:p@host:8000"}
+    assert files.redact(record) == {
+        "model_init_kwargs": {"token": "<redacted>", "revision": "main"},
+        "url": "http://<redacted>@host:8000",
+    }
+
+
+def test_redact_argv_hides_a_credentials_value_in_either_form():
+    argv = ["--hub_token", "abc", '--model_init_kwargs={"token": "x"}', "--LR=1"]
+    assert files.redact_argv(argv) == [
+        "--hub_token",
+        "<redacted>",
+        '--model_init_kwargs={"token": "<redacted>"}',
+        "--LR=1",
+    ]
 
 
 def test_redact_reaches_into_nested_records_and_leaves_the_input_alone():

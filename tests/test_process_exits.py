@@ -60,6 +60,13 @@ def test_a_keyboard_interrupt_raised_elsewhere_ends_the_same_way(monkeypatch, ca
     )
 
 
+def test_the_stop_message_says_the_signal_the_phase_and_what_it_leaves():
+    with process.phase("loading the model", "nothing was written"):
+        assert (
+            process.stop_message(signal.SIGTERM) == "stopped by SIGTERM while loading the model: nothing was written"
+        )
+
+
 def test_run_puts_back_the_callers_handlers_and_a_phase_block_its_phase(monkeypatch):
     mine = signal.getsignal(signal.SIGTERM)
     seen = {}
