@@ -215,15 +215,16 @@ def generation_ready(trainer):
             trainer.model.train(was_training)
 
 
-def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate", lossy=False):
-    """(whether vLLM generates, a line saying which engine and why, or None when chosen by hand)."""
+def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate", blocked=None):
+    """(whether vLLM generates, a line saying which engine and why, or None when chosen by hand). `blocked`: why
+    vLLM cannot run this configuration, which sends "auto" to HF generate (preflight refuses it under True)."""
     value = use_vllm.lower() if isinstance(use_vllm, str) else use_vllm
     if isinstance(value, bool) or value in TRUE | FALSE:
         return value is True or value in TRUE, None
     if value != "auto":
         raise ConfigError(f"USE_VLLM={use_vllm!r} is not one of auto, True, False.")
-    if cuda and vllm_installed and lossy:  # vLLM gets merged weights: lossy in 4 bits, not plain B @ A for DoRA
-        return False, "USE_VLLM=auto: HF generate, as LOAD_IN_4BIT or USE_DORA is on (no exact merge for vLLM)"
+    if cuda and vllm_installed and blocked:
+        return False, f"USE_VLLM=auto: HF generate, as {blocked}"
     if cuda and vllm_installed:
         return True, f"USE_VLLM=auto: vLLM ({mode}), as vllm imports and a CUDA GPU is visible"
     why = "no CUDA GPU is visible" if not cuda else "vllm is not installed (requirements-vllm.txt adds it)"
@@ -235,8 +236,14 @@ def choose(s, cuda):
     usable, broken = weight_sync.vllm_status()  # before trl imports vllm: a broken one is kept from it
     if note := weight_sync.vllm_choice(s["USE_VLLM"], broken):
         log.warning(note)
-    lossy = s["LOAD_IN_4BIT"] or s["USE_DORA"]
-    use_vllm, note = generation_choice(s["USE_VLLM"], cuda, usable, s["VLLM_MODE"], lossy=lossy)
+    blocked = (  # vLLM gets merged weights: lossy in 4 bits, not B @ A for DoRA; none from FSDP's shards
+        "LOAD_IN_4BIT or USE_DORA is on (no exact merge for vLLM)"
+        if s["LOAD_IN_4BIT"] or s["USE_DORA"]
+        else f"FSDP{hardware.fsdp_version()} shards keep the LoRA weights from vLLM"
+        if hardware.fsdp_version()
+        else None
+    )
+    use_vllm, note = generation_choice(s["USE_VLLM"], cuda, usable, s["VLLM_MODE"], blocked=blocked)
     if note:
         log.info(note)
     share, card_gb, config = s["VLLM_GPU_MEMORY_UTILIZATION"], 0, None

@@ -5,6 +5,7 @@
 
 import _thread
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -823,6 +824,23 @@ def test_use_vllm_auto_is_chosen_for_this_machine(gpu, monkeypatch, tmp_path, ca
         s = resolved(["--plan", "--USE_VLLM=false", f"--OUTPUT_DIR={tmp_path}"], cpu_only=False)
     assert s["USE_VLLM"] is False  # chosen by hand: as given, the text read as a boolean, without a line
     assert not [m for m in caplog.messages if m.startswith("USE_VLLM")]
+
+
+def test_use_vllm_auto_under_fsdp_falls_back_to_hf_and_true_is_refused(gpu, monkeypatch, tmp_path, caplog):
+    # vLLM cannot get the LoRA from FSDP's shards: auto chooses HF generate and says why, True is a mistake
+    gpu(count=1, packages=("vllm",))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "1")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(total_memory=80e9))
+    with caplog.at_level("INFO", logger="grpotrainer"):
+        s = resolved(["--plan", f"--OUTPUT_DIR={tmp_path}"], cpu_only=False)
+    assert s["USE_VLLM"] is False
+    assert "USE_VLLM=auto: HF generate, as FSDP1 shards" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="grpotrainer"), contextlib.suppress(ConfigError):
+        resolved(["--plan", "--USE_VLLM=true", f"--OUTPUT_DIR={tmp_path}"], cpu_only=False)
+    assert "USE_VLLM=True under FSDP1" in caplog.text  # --plan says what would stop the run
 
 
 def test_vllm_memory_share_auto_fits_the_model_on_this_card(gpu, monkeypatch, tmp_path):
