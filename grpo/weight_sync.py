@@ -109,7 +109,7 @@ def lora_delta(layer, adapter):
 
 
 def trainer_vllm_generator(trainer, max_new_tokens, enable_thinking):
-    """A `generate(prompts, temperature=0.0)` on the run's vLLM engine with gsm8k.hf_generator's contract, the
+    """A `generate(prompts, temperature=0.0)` on the run's vLLM engine with generation.hf_generator's contract, the
     weights synced first when stale. Syncing (ZeRO-3) and server mode are collective: every rank calls as often."""
     generation = trainer.vllm_generation
     if generation.mode == "colocate" and generation.tensor_parallel_size > 1:  # its ranks must all send the same
