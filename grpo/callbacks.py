@@ -255,9 +255,11 @@ class CompletionSamples(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):  # before this step's log
         self.trainer.log_completions = bool(self.every) and state.global_step % self.every == 0
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
+    def on_log(self, args, state, control, logs=None, **kwargs):  # before TRL writes the records of this log
         if "reward" in (logs or {}):  # a new batch was generated since the last log
             self.pending = state.global_step
+        else:  # none since (the train-end summary): TRL would write the last table a second time
+            self.trainer.log_completions = False
 
     def on_step_begin(self, args, state, control, **kwargs):
         step, self.pending = self.pending, None

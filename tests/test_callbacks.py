@@ -551,6 +551,9 @@ def test_completions_are_logged_every_n_steps(every, due):
     logged = []
     for step in range(1, 7):
         samples.on_step_end(None, TrainerState(global_step=step), TrainerControl())
-        if trainer.log_completions:  # what GRPOTrainer.log reads at this step's log
+        samples.on_log(None, TrainerState(global_step=step), TrainerControl(), logs={"reward": 0.5})
+        if trainer.log_completions:  # what GRPOTrainer.log reads at this step's log, after the callbacks
             logged.append(step)
-    assert logged == due
+    summary = {"train_runtime": 1.0, "train_loss": 0.0}  # the train-end log: no new completions, so no table
+    samples.on_log(None, TrainerState(global_step=6), TrainerControl(), logs=summary)
+    assert logged == due and not trainer.log_completions
