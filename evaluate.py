@@ -283,7 +283,8 @@ def main(argv=()):
         dataset = gsm8k.load(
             s["DATASET"], s["SPLIT"], question=s["QUESTION_FIELD"], answer=s["ANSWER_FIELD"], **options
         )
-        baseline = evaluation.load_baseline(s["BASELINE"], s["SPLIT"], dataset["question"]) if s["BASELINE"] else None
+        stem = results_name(s, args.given)  # a second dataset gets its own files and TensorBoard run
+        baseline = s["BASELINE"] and evaluation.load_baseline(s["BASELINE"], s["SPLIT"], dataset["question"], stem)
     prompt_tokens = generation.longest_prompt(dataset, s["MODEL_NAME"], s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"])
     refuse_past_context(s, prompt_tokens)
     generate, batch_size, engine_name = engine(s, cpu_only, prompt_tokens)
@@ -308,7 +309,6 @@ def main(argv=()):
         metrics["paired"] = evaluation.compare(before, predictions, str(where), samples)
         flips = evaluation.flip_lines(before, predictions)
         print(f"flips against {where} ({len(flips)} problems):", *flips, sep="\n  ", flush=True)
-    stem = results_name(s, args.given)  # a second dataset gets its own files and TensorBoard run
     title = f"{name}, GSM8K {split}"
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
     with process.phase("writing the results", redo), process.disk_full(s["OUTPUT_DIR"], "rerun the same command"):

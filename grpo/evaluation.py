@@ -162,11 +162,12 @@ def flip_lines(baseline, predictions, width=60):
     return lines
 
 
-def load_evaluation(path, split="test", name="BASELINE"):
-    """(metrics, predictions, file) of an evaluation that `report` wrote: its .json, or a folder holding
-    eval_<split>.json (evaluate.py's) or else eval_<split>_after.json (a training run's); else a ConfigError."""
+def load_evaluation(path, split="test", name="BASELINE", stem=None):
+    """(metrics, predictions, file) of an evaluation that `report` wrote: its .json, or a folder holding <stem>.json
+    (evaluate.py's name for this data), eval_<split>.json or else eval_<split>_after.json (a training run's)."""
     path = Path(path)
-    found = [path / f for f in (f"eval_{split}.json", f"eval_{split}_after.json") if (path / f).is_file()]
+    names = [f"{stem}.json"] if stem else []
+    found = [path / f for f in (*names, f"eval_{split}.json", f"eval_{split}_after.json") if (path / f).is_file()]
     path = found[0] if path.is_dir() and found else path
     predictions_path = path.with_name(path.stem + "_predictions.jsonl")
     problem = f"{name}={path} is not an evaluation that evaluate.py or a training run wrote"
@@ -187,9 +188,9 @@ def load_evaluation(path, split="test", name="BASELINE"):
     return metrics, predictions, path
 
 
-def load_baseline(path, split, questions, name="BASELINE"):
+def load_baseline(path, split, questions, stem=None, name="BASELINE"):
     """`load_evaluation` of an evaluation of exactly `questions`, else a ConfigError naming the first that differs."""
-    metrics, predictions, path = load_evaluation(path, split, name)
+    metrics, predictions, path = load_evaluation(path, split, name, stem)
     scored = [p["question"] for p in predictions]
     if scored != list(questions):
         i = next(i for i, (a, b) in enumerate(itertools.zip_longest(scored, questions)) if a != b)

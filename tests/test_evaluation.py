@@ -407,6 +407,11 @@ def test_an_evaluation_reads_back_from_its_file_or_folder(tmp_path):
         assert (read["strict_accuracy"], back, path.name) == (0.5, predictions, "eval_test_after.json")
     evaluation.report(metrics, predictions, tmp_path / "run", "eval_test")
     assert evaluation.load_evaluation(tmp_path / "run")[2].name == "eval_test.json"  # evaluate.py's own comes first
+    # a folder scored on another DATASET holds eval_<name>-<hash>_<split>.json: evaluate.py asks for that stem first
+    evaluation.report(metrics, predictions, tmp_path / "run", "eval_mine-0123abcd_test")
+    found = evaluation.load_evaluation(tmp_path / "run", stem="eval_mine-0123abcd_test")[2]
+    assert found.name == "eval_mine-0123abcd_test.json"
+    assert evaluation.load_evaluation(tmp_path / "run", stem="eval_other-ffffffff_test")[2].name == "eval_test.json"
 
 
 @pytest.mark.parametrize(
