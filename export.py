@@ -138,6 +138,8 @@ def resolve(c, given=frozenset()):
         c["ENABLE_THINKING"] = bool(run.get("ENABLE_THINKING", False))
     c["OUTPUT_DIR"] = c["OUTPUT_DIR"] or default_output_dir(adapter, "-adapter" if c["ADAPTER_ONLY"] else "-merged")
     c["STEP"] = files.adapter_step(adapter)
+    if newer := files.newer_checkpoint(adapter, c["STEP"]):
+        log.warning(newer)
     run = {**run, "MODEL_NAME": c["MODEL_NAME"], "ENABLE_THINKING": c["ENABLE_THINKING"]}
     if run.get("LOAD_IN_4BIT") and not c["ADAPTER_ONLY"]:
         log.warning("the run trained on 4-bit (QLoRA) base weights; the merge uses %s weights instead", c["DTYPE"])

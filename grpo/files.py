@@ -241,6 +241,19 @@ def run_settings(adapter, types=None):
     return {}
 
 
+def newer_checkpoint(adapter, step):
+    """A line when the run folder `adapter` (adapter from `step`) holds a newer checkpoint: a continuation that was
+    stopped before its final save (SIGKILL, a node lost), whose final adapter is still the older one; else None."""
+    newer = [c for c in checkpoint_dirs(adapter) if (c / "adapter_config.json").is_file()]
+    if checkpoint_step(adapter) is not None or not newer or (step is not None and checkpoint_step(newer[-1]) <= step):
+        return None
+    known = f"the adapter of step {step}" if step is not None else "an adapter whose step is not recorded"
+    return (
+        f"ADAPTER={adapter} holds {known}, but {newer[-1].name} there is newer: a continuation stopped before its "
+        f"final save. This uses the older adapter; rerun training to finish, or set ADAPTER={newer[-1]}."
+    )
+
+
 def adapter_step(adapter):
     """The training step an adapter's weights are from: a checkpoint's trainer_state.json, or the label a final save
     wrote beside it; 0 for no adapter (the base), None when not recorded. Never the newest checkpoint's step."""

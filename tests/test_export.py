@@ -176,6 +176,18 @@ def test_missing_adapter_names_the_newest_checkpoint(tmp_path):
         export.resolve(settings_for(tmp_path))
 
 
+def test_an_adapter_older_than_a_checkpoint_beside_it_is_merged_with_a_warning(tmp_path, caplog):
+    # a finished run (step 4) continued and SIGKILLed after checkpoint-6: the final adapter is still step 4's
+    folder = adapter_folder(tmp_path)
+    (folder / files.STEP_FILE).write_text(json.dumps({"global_step": 4}))
+    (folder / "checkpoint-6").mkdir()
+    (folder / "checkpoint-6" / "adapter_config.json").write_text("{}")
+    with caplog.at_level("WARNING", logger="grpotrainer.export"):
+        export.resolve(c := settings_for(folder))
+    assert c["STEP"] == 4  # the step of what is merged, never the checkpoint's
+    assert "holds the adapter of step 4, but checkpoint-6 there is newer" in caplog.text
+
+
 MARKED = {export.marker: json.dumps({"files": [export.marker, "model.safetensors"]}), "model.safetensors": ""}
 
 

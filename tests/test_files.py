@@ -191,6 +191,19 @@ def test_the_final_adapter_keeps_its_own_step_when_checkpoints_move_past_it(tmp_
     assert files.adapter_step(None) == 0  # the base model
 
 
+def test_a_checkpoint_newer_than_the_final_adapter_is_named(tmp_path):
+    # a continuation SIGKILLed after checkpoint-6 left step 4's adapter in OUTPUT_DIR: evaluate.py and export.py say so
+    (tmp_path / files.STEP_FILE).write_text(json.dumps({"global_step": 4}))
+    assert files.newer_checkpoint(tmp_path, 4) is None  # no checkpoint
+    for step in (4, 6):
+        (checkpoint(tmp_path / f"checkpoint-{step}", step) / "adapter_config.json").write_text("{}")
+    (tmp_path / "checkpoint-8").mkdir()  # being written: no adapter yet
+    assert "step 4, but checkpoint-6 there is newer" in files.newer_checkpoint(tmp_path, 4)
+    assert files.newer_checkpoint(tmp_path, 6) is None  # the run finished at 6
+    assert "not recorded, but checkpoint-6" in files.newer_checkpoint(tmp_path, None)
+    assert files.newer_checkpoint(tmp_path / "checkpoint-4", 4) is None  # a checkpoint given by hand is what it is
+
+
 def test_an_adapter_without_a_label_is_not_given_a_checkpoints_step(tmp_path):
     checkpoint(tmp_path / "checkpoint-6", 6)
     (tmp_path / "adapter_model.safetensors").write_bytes(b"weights of an unknown step")
