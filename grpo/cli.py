@@ -36,9 +36,10 @@ class Args:
 
 
 def constants(namespace):
-    """The settings of a module: its public UPPERCASE names (pass `globals()` or a module)."""
+    """The settings of a module: its UPPERCASE names that grpo/settings.py's TABLE describes (pass `globals()` or a
+    module); its other UPPERCASE names (grpotrainer's PROFILES, CONFIG_CLASS) are code, not settings."""
     items = namespace.items() if isinstance(namespace, dict) else vars(namespace).items()
-    return {k: v for k, v in items if k.isupper() and not k.startswith("_")}
+    return {k: v for k, v in items if k.isupper() and k in TABLE}
 
 
 def _coerce(key, raw, default):
