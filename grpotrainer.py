@@ -22,7 +22,6 @@ import time
 import rewards
 from demo import real, smoke, sums
 from grpo import (
-    callbacks,
     checkpoints,
     cli,
     errors,
@@ -32,7 +31,6 @@ from grpo import (
     gsm8k,
     hardware,
     modelcard,
-    patches,
     plan,
     preflight,
     process,
@@ -158,6 +156,8 @@ def build_trainer(s, config, reward_funcs, train_dataset):
     from peft import LoraConfig
     from trl import GRPOTrainer
 
+    from grpo import patches
+
     lora = LoraConfig(
         task_type="CAUSAL_LM",
         target_modules=preflight.lora_targets(s["LORA_TARGET_MODULES"]),
@@ -194,6 +194,8 @@ def load_data(s, plan_only=False):
 
 def train(s, record, config, reward_funcs, datasets, started):
     """One run in its locked OUTPUT_DIR: resume or start, train, save, score, mark it finished, say so in a line."""
+    from grpo import callbacks, patches  # transformers' callbacks: imported once the settings are known good
+
     train_dataset, eval_dataset = datasets
     out, rank0 = s["OUTPUT_DIR"], config.process_index == 0
     last = checkpoints.resume_checkpoint(out, s, main_process=rank0)
