@@ -55,8 +55,9 @@ def leaves_nothing_behind():
             left.append(f"a {signal.Signals(signum).name} handler")
             signal.signal(signum, handler)
     now = {key: value for key, value in os.environ.items() if key not in OWN_VARIABLES}
-    if now != {key: value for key, value in environ.items() if key not in OWN_VARIABLES}:
-        left.append(f"environment variables {sorted({key for key, _ in set(now.items()) ^ set(environ.items())})}")
+    then = {key: value for key, value in environ.items() if key not in OWN_VARIABLES}
+    if now != then:
+        left.append(f"environment variables {sorted({key for key, _ in set(now.items()) ^ set(then.items())})}")
         for key in set(now) - set(environ):
             del os.environ[key]
         os.environ.update({key: value for key, value in environ.items() if key not in OWN_VARIABLES})

@@ -453,7 +453,9 @@ def generates(out):
 
 
 @pytest.mark.slow
-def test_sigkill_at_20_seeded_moments_then_the_same_command_finishes_and_the_adapter_generates(tmp_path):
+def test_sigkill_at_20_seeded_moments_then_the_same_command_finishes_and_the_adapter_generates(tmp_path, monkeypatch):
+    # `generates` loads models here, under transformers' progress bars: no tqdm monitor thread to outlive the test
+    monkeypatch.setattr("tqdm.std.tqdm.monitor_interval", 0)
     rng, kills, attempt, length = random.Random(31), [], 0, None
     runs = [tmp_path / "run0"]
     while len(kills) < 20:

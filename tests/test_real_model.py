@@ -342,12 +342,11 @@ def test_real_prepare_writes_the_task_and_follows_the_cpus_bf16(tmp_path, monkey
     assert (given["BF16"], given["DATASET"]) == (False, "mine")  # the command line wins
 
 
-def test_the_real_profile_plans_4_problems_x_8_in_one_generation_call_and_256_held_out(tiny_model, tmp_path):
-    proc = run_script(
-        "grpotrainer.py", "--real", "--plan=json", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={tmp_path}"
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    p = json.loads(proc.stdout)
+def test_the_real_profile_plans_4_problems_x_8_in_one_generation_call_and_256_held_out(tiny_model, tmp_path, capsys):
+    import grpotrainer
+
+    grpotrainer.main(["--real", "--plan=json", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={tmp_path}"])
+    p = json.loads(capsys.readouterr().out)
     # the layout: 4 problems x a group of 8 per step, decoded together, the loss in micro-batches
     assert (p["prompts_per_step"], p["group_size"], p["sequences_per_generation_call"]) == (4, 8, 32)
     assert [(e["kind"], e["problems"]) for e in p["eval_points"]] == [("before", 256), ("after", 256)]
