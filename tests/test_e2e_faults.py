@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import BASE_ENV, REPO, copy_run, event_dirs, read_scalars, run_script, tracker_env, train
@@ -452,35 +453,49 @@ def generates(out):
     return model.generate(ids, max_new_tokens=4, do_sample=False).shape[1] > ids.shape[1]
 
 
+def kill_attempt(out, rng, length, log):
+    """One run of KILL_COMMAND in `out`, started now, to be killed at a moment drawn from `rng`: a file-system event,
+    or a delay up to `length` (the first part's, once measured; until then, its first new checkpoint)."""
+    event = rng.choice(KILL_EVENTS) if length else "checkpoint"
+    delay = rng.uniform(0, length or 0)
+    before, started = state_of(out), time.monotonic()
+    proc = train(out, *KILL_COMMAND, background=True, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    return SimpleNamespace(out=out, event=event, delay=delay, before=before, started=started, proc=proc, log=log)
+
+
 @pytest.mark.slow
 def test_sigkill_at_20_seeded_moments_then_the_same_command_finishes_and_the_adapter_generates(tmp_path, monkeypatch):
     # `generates` loads models here, under transformers' progress bars: no tqdm monitor thread to outlive the test
     monkeypatch.setattr("tqdm.std.tqdm.monitor_interval", 0)
-    rng, kills, attempt, length = random.Random(31), [], 0, None
-    runs = [tmp_path / "run0"]
-    while len(kills) < 20:
-        out, event, attempt = runs[-1], rng.choice(KILL_EVENTS), attempt + 1
-        event = "checkpoint" if length is None else event  # the first part measures the length the delays draw from
-        delay = rng.uniform(0, length or 0)
-        log = tmp_path / f"attempt{attempt}.log"
-        before, started = state_of(out), time.monotonic()
-        proc = train(out, *KILL_COMMAND, background=True, stdout=log.open("w"), stderr=subprocess.STDOUT)
-        while proc.poll() is None and not reached(event, out, before, started, delay):
-            time.sleep(0.002)
-        if proc.poll() is None:
-            proc.kill()  # SIGKILL: no handler, no finally, no flush
-            proc.wait()
-            kills.append(event)
-            length = length or time.monotonic() - started
-            continue
-        assert proc.returncode == 0, log.read_text()[-3000:]  # it ended before the moment: it must have finished
-        assert (out / checkpoints.FINISHED_NAME).is_file() and generates(out)
-        runs.append(tmp_path / f"run{len(runs)}")  # a finished run changes no more: the next kills go to a new one
-    last = train(runs[-1], *KILL_COMMAND)
-    assert last.returncode == 0, last.stderr[-3000:]
+    # two lanes of runs at once, each with its own folders and seeded moments: a 2-core machine kills twice as fast
+    lanes = [([tmp_path / f"lane{i}" / "run0"], random.Random(31 + i)) for i in range(2)]
+    kills, running, attempts, length = [], {}, 0, None
+    while len(kills) < 20 or running:
+        for lane, (runs, rng) in enumerate(lanes):
+            if lane not in running and len(kills) + len(running) < 20:
+                attempts += 1
+                running[lane] = kill_attempt(runs[-1], rng, length, tmp_path / f"attempt{attempts}.log")
+        for lane, run in list(running.items()):
+            if run.proc.poll() is None and not reached(run.event, run.out, run.before, run.started, run.delay):
+                continue
+            del running[lane]
+            if run.proc.poll() is None:
+                run.proc.kill()  # SIGKILL: no handler, no finally, no flush
+                run.proc.wait()
+                kills.append(run.event)
+                length = length or time.monotonic() - run.started
+                continue
+            assert run.proc.returncode == 0, run.log.read_text()[-3000:]  # it ended before the moment: finished
+            assert (run.out / checkpoints.FINISHED_NAME).is_file() and generates(run.out)
+            runs = lanes[lane][0]
+            runs.append(run.out.with_name(f"run{len(runs)}"))  # a finished run changes no more: a new one
+        time.sleep(0.002)
+    finishing = [train(runs[-1], *KILL_COMMAND, background=True) for runs, _ in lanes]  # the same command
+    for (runs, _), proc in zip(lanes, finishing, strict=True):
+        assert proc.wait(300) == 0, Path(f"{runs[-1]}.log").read_text()[-3000:]
+        assert json.loads((runs[-1] / checkpoints.FINISHED_NAME).read_text())["global_step"] == 6
+        assert files.adapter_step(runs[-1]) == 6 and generates(runs[-1])
     assert "Traceback" not in "".join(p.read_text() for p in tmp_path.glob("attempt*.log"))
-    assert json.loads((runs[-1] / checkpoints.FINISHED_NAME).read_text())["global_step"] == 6
-    assert files.adapter_step(runs[-1]) == 6 and generates(runs[-1])
     # the kills landed at several kinds of moment; a file written aside and the tiny final save last milliseconds,
     # so a poll may miss them (the run then finishes, and the next kills go to a new one)
     assert len(set(kills)) >= 4, kills
