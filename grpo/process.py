@@ -81,8 +81,21 @@ def stop_message(signum):
     return f"stopped by {signal.Signals(signum).name} while {_phase[0]}: {_phase[1]}"
 
 
+# The Interrupted a signal raised, until it is handled. Raised inside a finalizer (a __del__ the garbage collector
+# runs, as regex's during tokenizer loading), Python prints it as "Exception ignored" and goes on: the stop is lost,
+# and the run trained to its end. `raise_pending` raises it again where a stop can be taken.
+_pending = []
+
+
 def _interrupt(signum, frame):
-    raise Interrupted(signum, stop_message(signum))
+    _pending[:] = [Interrupted(signum, stop_message(signum))]
+    raise _pending[0]
+
+
+def raise_pending():
+    """Raise again the Interrupted of a signal that a finalizer swallowed, if one did."""
+    if _pending:
+        raise _pending.pop()
 
 
 @contextlib.contextmanager
@@ -101,6 +114,7 @@ def run(main):
     """Call `main(argv)`: a ConfigError ends as one paragraph and exit 2; SIGTERM and Ctrl-C as one line saying
     where it stopped (`phase`), exit 128 + the signal. Training installs its own handlers meanwhile."""
     set_phase("starting", NOTHING_WRITTEN)
+    _pending.clear()
     previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         return main(sys.argv[1:])
@@ -116,6 +130,7 @@ def run(main):
         sys.exit(128 + signal.SIGPIPE)
     except (Interrupted, KeyboardInterrupt) as err:
         signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        _pending.clear()
         for other in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut this line into a traceback
             signal.signal(other, signal.SIG_IGN)
         message = err.message if isinstance(err, Interrupted) else stop_message(signum)
@@ -374,9 +389,11 @@ class GracefulStop:
         try:
             with phase(f"scoring EVAL_{when.upper()}"):
                 yield cut  # the caller scores only while it is empty
+                raise_pending()
         except Interrupted as err:
             if when == "before":
                 raise
+            _pending.clear()
             cut.append(err.signum)
         finally:
             for signum, handler in previous.items():
