@@ -3,7 +3,7 @@
     python bench/bench_overhead.py                                   # ~1 min on 2 cores; prints the ratio
     python bench/bench_overhead.py --steps 20 --repeats 5 --json outputs/bench/overhead.json
 
-Both sides train the same tiny random Qwen3 (grpo/profiles.py) on the same fixture prompts, rewards, LoRA and
+Both sides train the same tiny random Qwen3 (demo/smoke.py) on the same fixture prompts, rewards, LoRA and
 GRPO settings (the --smoke constants of grpotrainer.py), in this one process, interleaved ours/bare/bare/ours/...
 so that drift in the machine's speed hits both. "Ours" is `grpotrainer.main(["--smoke", ...])` unchanged: preflight,
 TensorBoard logging every step, our data loading. "Bare" is a GRPOTrainer built by hand below, reporting nowhere.
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from unittest import mock
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout: grpotrainer.py, grpo/profiles.py, rewards.py, data/
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: grpotrainer.py, demo/smoke.py, rewards.py, data/
 
 
 def step_timer():
@@ -70,9 +70,10 @@ def run_ours(model_dir, steps, out_dir):
 def smoke_constants():
     """grpotrainer's constants as --smoke sets them: the numbers the bare script copies, nothing else."""
     import grpotrainer
-    from grpo import cli, profiles
+    from demo import smoke
+    from grpo import cli
 
-    return {**cli.constants(grpotrainer), **smoke.SMOKE}
+    return {**cli.constants(grpotrainer), **smoke.SETTINGS}
 
 
 def run_bare(model_dir, steps, out_dir):
@@ -178,7 +179,7 @@ def main(argv=None):
     import torch
     import trl
 
-    from grpo.profiles import ensure_model_dir
+    from demo.smoke import ensure_model_dir
 
     torch.set_num_threads(args.threads)
     runs = {"ours": [], "bare": []}

@@ -313,7 +313,7 @@ def build_defaults(device, dtype):
 
 def run_build(args):
     """Save the random model and the smoke tokenizer into args.model_dir, as a downloaded checkpoint would be."""
-    from grpo import profiles
+    from demo import smoke
 
     device, dtype = device_and_dtype(args.dry_run)
     tokenizer = smoke.build_tokenizer()
@@ -792,7 +792,7 @@ def run_step(args):
 
 
 def shape_of(args):
-    from grpo import profiles
+    from demo import smoke
 
     return {**smoke.TINY_QWEN3, **(DRY_SHAPES if args.dry_run else SHAPES)[args.model]}
 

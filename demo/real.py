@@ -48,11 +48,11 @@ KINDS = [
 OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
 
 # `grpotrainer.py --real`: these settings over the constants, then the command line's (docs/real-model.md says why
-# each was chosen, once, before the seeds were run). DATASET is replaced by the generated task (see `prepare`), and
-# BF16 is on where the CPU computes in bf16 (avx512_bf16 or AMX), unless given.
+# each was chosen, once, before the seeds were run). DATASET is set by `prepare` to the generated task, after
+# preflight's checks (so not named here, where a path not yet written would be refused), and BF16 is on where the
+# CPU computes in bf16 (avx512_bf16 or AMX), unless given.
 SETTINGS = dict(
     MODEL_NAME=MODEL,
-    DATASET="outputs/real/real-task-seed0",
     OUTPUT_DIR="outputs/real",
     SEED=0,
     # SYSTEM_PROMPT: the default. Shorter ones with an example were copied: "End with '#### N'" gave "#### N" and

@@ -55,9 +55,9 @@ ONE_SHOT_SHARE = 0.7  # ... this share of its targets are '#### N' alone, the re
 SFT_BATCH_SIZE = 32
 
 # `grpotrainer.py --demo`: these settings over the constants, then the command line's. DATASET and MODEL_NAME are
-# replaced by the generated task and warm-started model in OUTPUT_DIR (see `prepare`) unless given.
+# set by `prepare` (the generated task and warm-started model in OUTPUT_DIR) unless given, after preflight's checks:
+# so neither is named here, where a path not yet written would be refused.
 SETTINGS = dict(
-    DATASET="outputs/demo/demo-sums-seed0",
     OUTPUT_DIR="outputs/demo",
     SEED=0,
     SYSTEM_PROMPT="Solve it. End with '#### N'.",  # short: the prompt is most of a training sequence's tokens

@@ -24,6 +24,7 @@ class StopOnSignal(process.GracefulStop, TrainerCallback):
     """GracefulStop's handlers from the first step on; the processes agree at each step end."""
 
     def on_train_begin(self, args, state, control, **kwargs):
+        process.raise_pending()  # a signal during the model load that a finalizer swallowed: stop before any step
         for signum in self.signals:
             self.previous[signum] = signal.signal(signum, self.handle)
 

@@ -66,8 +66,21 @@ def stop_message(signum):
     return f"stopped by {signal.Signals(signum).name} while {_phase[0]}: {_phase[1]}"
 
 
+# The Interrupted a signal raised, until it is handled. Raised inside a finalizer (a __del__ the garbage collector
+# runs, as regex's during tokenizer loading), Python prints it as "Exception ignored" and goes on: the stop is lost,
+# and the run trained to its end. `raise_pending` raises it again where a stop can be taken.
+_pending = []
+
+
 def _interrupt(signum, frame):
-    raise Interrupted(signum, stop_message(signum))
+    _pending[:] = [Interrupted(signum, stop_message(signum))]
+    raise _pending[0]
+
+
+def raise_pending():
+    """Raise again the Interrupted of a signal that a finalizer swallowed, if one did."""
+    if _pending:
+        raise _pending.pop()
 
 
 @contextlib.contextmanager
@@ -87,6 +100,7 @@ def run(main):
     where it stopped (`phase`), exit 128 + the signal; a closed stdout quietly, as SIGPIPE would."""
     set_phase("starting", NOTHING_WRITTEN)
     argv, sys.argv[1:] = sys.argv[1:], redact_argv(sys.argv[1:])  # W&B records sys.argv: no credential there
+    _pending.clear()
     with interruptible():  # a caller's own handlers (pytest's) come back once main is done
         try:
             return main(argv)
@@ -109,6 +123,7 @@ def run(main):
             sys.exit(128 + signal.SIGPIPE)
         except (Interrupted, KeyboardInterrupt) as err:
             signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+            _pending.clear()
             for other in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut this line into a traceback
                 signal.signal(other, signal.SIG_IGN)
             message = err.message if isinstance(err, Interrupted) else stop_message(signum)

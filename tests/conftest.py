@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -56,8 +57,9 @@ def leaves_nothing_behind():
             left.append(f"a {signal.Signals(signum).name} handler")
             signal.signal(signum, handler)
     now = {key: value for key, value in os.environ.items() if key not in OWN_VARIABLES}
-    if now != {key: value for key, value in environ.items() if key not in OWN_VARIABLES}:
-        left.append(f"environment variables {sorted({key for key, _ in set(now.items()) ^ set(environ.items())})}")
+    then = {key: value for key, value in environ.items() if key not in OWN_VARIABLES}
+    if now != then:
+        left.append(f"environment variables {sorted({key for key, _ in set(now.items()) ^ set(then.items())})}")
         for key in set(now) - set(environ):
             del os.environ[key]
         os.environ.update({key: value for key, value in environ.items() if key not in OWN_VARIABLES})
@@ -185,7 +187,7 @@ def custom_code_model(folder, tiny_model):
 
 
 def parse(argv):
-    """grpotrainer.py's command line `argv`, read as its main() reads it: cli.Args."""
+    """grpotrainer.py's command line `argv`, read as its main() reads it: a cli.Args (settings, fields, ...)."""
     import grpotrainer
     from grpo import cli
 
@@ -270,6 +272,59 @@ def trained_run(tmp_path_factory):
     out = train(path, *args, "--EVAL_BEFORE=4", "--EVAL_AFTER=4", reward_module=LENGTH_REWARD)
     assert out.returncode == 0, out.stderr[-3000:]
     return path
+
+
+# The one trained --smoke run that the end-to-end tests reading only its outputs share (`smoke_run`): 6 steps, the
+# held-out curve at 2 and 4, EVAL_BEFORE and EVAL_AFTER with 2 samples each, a prompt, completion length and
+# GRPOConfig field of its own (which evaluate.py must follow), the session's tiny model (so that a copy of the folder
+# resumes: --smoke would name OUTPUT_DIR/smoke-model, another model in each copy), and ZERO_STD_LOGS=1: the random
+# model's groups all tie, so the zero_std advice fires at the first log, an alert in W&B and trackio.
+SMOKE_RUN_PROMPT = "Solve it. End with #### <number>."
+SMOKE_RUN_TRACKERS = ("wandb", "trackio")  # beside TensorBoard, each where installed (requirements-trackers.txt)
+
+
+def smoke_run_args(model, report_to):
+    """The shared run's command line after --smoke --OUTPUT_DIR: the same command resumes a copy of it."""
+    evals = ["--EVAL_BEFORE=8", "--EVAL_AFTER=8", "--EVAL_STEPS=2", "--EVAL_SUBSET=4", "--EVAL_SAMPLES=2"]
+    length = ["--MAX_COMPLETION_LENGTH=24", "--top_p=0.9", "--ZERO_STD_LOGS=1"]
+    return [f"--MODEL_NAME={model}", "--MAX_STEPS=6", *evals, f"--SYSTEM_PROMPT={SMOKE_RUN_PROMPT}", *length,
+            f"--REPORT_TO={','.join(report_to)}"]  # fmt: skip
+
+
+def tracker_env(folder):
+    """W&B offline and trackio's local database, every file of theirs in `folder`."""
+    names = ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "TRACKIO_DIR")
+    return {"WANDB_MODE": "offline", "WANDB_SILENT": "true", **dict.fromkeys(names, str(folder))}
+
+
+class SmokeRun(NamedTuple):
+    out: Path  # its OUTPUT_DIR
+    result: subprocess.CompletedProcess  # its exit status and output
+    trackers: Path  # the folder of W&B's and trackio's files
+    report_to: tuple  # its REPORT_TO
+    args: list  # smoke_run_args: with these, a copy of `out` resumes as the same run
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory, tiny_model):
+    """The shared --smoke run (`smoke_run_args`), trained once per session: read its files, or copy the folder
+    (`copy_run`) before running anything in it."""
+    import importlib.util
+
+    folder = tmp_path_factory.mktemp("smoke-run")
+    report_to = ("tensorboard", *(t for t in SMOKE_RUN_TRACKERS if importlib.util.find_spec(t) is not None))
+    args = smoke_run_args(tiny_model, report_to)
+    result = train(folder / "out", *args, env=tracker_env(folder), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return SmokeRun(folder / "out", result, folder, report_to, args)
+
+
+def copy_run(run, folder):
+    """A copy of the shared run's OUTPUT_DIR at `folder`, to resume, cut or damage."""
+    import shutil
+
+    shutil.copytree(run.out, folder)
+    return folder
 
 
 def run_in_process(main, *args, capsys):

@@ -30,6 +30,7 @@ REAL_SIZES = {
 
 @pytest.mark.parametrize("name", REAL_SIZES)
 def test_param_count_matches_the_model_transformers_builds(name):
+    from demo import smoke
 
     with gpu_check.build_defaults("meta", torch.bfloat16):  # shapes only: no memory, no initialisation maths
         model = smoke.build_model(smoke.build_tokenizer(), **gpu_check.SHAPES[name])
@@ -219,6 +220,7 @@ def test_repeats_leave_the_warm_up_out_and_launches_count_ops():
 def test_fp32_check_sees_a_bf16_rotary_buffer_and_adapter():
     from peft import LoraConfig, get_peft_model
 
+    from demo import smoke
 
     model = smoke.build_model(smoke.build_tokenizer())
     model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))

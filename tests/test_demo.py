@@ -1,5 +1,5 @@
-"""demo/sums.py: the demo's task, warm-start targets and summary line, and `grpotrainer.py --demo` end to end (the
-sampled accuracy it reports is tested in test_gsm8k.py).
+"""demo/sums.py: the demo's task, warm-start targets, profile hooks and summary line, and `grpotrainer.py --demo` end
+to end (the sampled accuracy it reports is tested in test_gsm8k.py); the interface every demo/ profile keeps.
 
     .venv/bin/python -m pytest tests/test_demo.py -q -m "not slow"     # the task, in seconds
     .venv/bin/python -m pytest tests/test_demo.py -q -m slow -s        # the whole demo: ~7-10 minutes, one thread
@@ -13,8 +13,9 @@ import json
 import pytest
 from conftest import event_dirs, read_scalars, train
 
+import grpotrainer
 from demo import sums
-from grpo import grading, gsm8k
+from grpo import advice, cli, grading, gsm8k
 
 # ---------------------------------------------------------------------------------------------------------------
 # The demo end to end
@@ -121,7 +122,7 @@ def test_style_tells_a_one_shot_answer_from_working(completion, expected):
     assert sums.style(completion) == expected
 
 
-def test_summary_is_one_before_after_line(tmp_path):
+def test_finish_is_one_before_after_line(tmp_path):
     rows = {"before": ["#### 9", "#### 8"], "after": ["4+5\n#### 9", "#### 9"]}
     for when, completions in rows.items():
         correct = [c.endswith("9") for c in completions]
@@ -130,15 +131,48 @@ def test_summary_is_one_before_after_line(tmp_path):
         lines = [json.dumps({"completion": c, "correct": k}) for c, k in zip(completions, correct, strict=True)]
         (tmp_path / f"eval_test_{when}_predictions.jsonl").write_text("\n".join(lines) + "\n")
     # lenient 1/2 -> 2/2, one of two answers worked after, none before
-    assert sums.summary(tmp_path) == (
+    assert sums.finish(tmp_path) == (
         "demo, before -> after GRPO: lenient_accuracy 0.500 -> 1.000, sampled_accuracy 0.250 -> 0.250, "
         "worked_share 0.000 -> 0.500, mean_completion_tokens 3.000 -> 3.000"
     )
 
 
-def test_only_a_demo_run_logs_the_summary(tmp_path, caplog):
-    caplog.set_level("INFO", logger="grpotrainer.demo")
-    sums.log_summary(tmp_path, "smoke")  # another profile: nothing, not even the missing-files note
-    assert caplog.messages == []
-    sums.log_summary(tmp_path, "demo")  # no evaluations in tmp_path: the note says why there is no line
-    assert caplog.messages == ["demo: no before -> after line without EVAL_BEFORE and EVAL_AFTER"]
+def test_finish_without_both_evaluations_says_why_there_is_no_line(tmp_path):
+    (tmp_path / "eval_test_after.json").write_text("{}")  # EVAL_BEFORE=0: nothing to compare the after with
+    assert sums.finish(tmp_path) == "demo: no before -> after line without EVAL_BEFORE and EVAL_AFTER"
+
+
+def test_prepare_names_the_task_and_model_of_the_seed_and_leaves_the_warm_start_to_build(tmp_path, monkeypatch):
+    monkeypatch.setattr(sums, "warm_start", lambda *args: pytest.fail("prepare must not warm-start"))
+    s = {**sums.SETTINGS, "OUTPUT_DIR": str(tmp_path), "SEED": 2}
+    prepared = sums.prepare(s, given=set())
+    assert prepared["DATASET"] == str(tmp_path / "demo-sums-seed2")  # the task of SEED, in OUTPUT_DIR
+    assert prepared["MODEL_NAME"] == str(tmp_path / "demo-sums-model-seed2")
+    assert len(gsm8k.load(prepared["DATASET"], "test")) == sums.TEST_PROBLEMS  # written now, for the plan to count
+    assert not (tmp_path / "demo-sums-model-seed2").exists()  # named only: build() warm-starts it
+    mine = sums.prepare({**s, "DATASET": "mine", "MODEL_NAME": "m"}, given={"DATASET", "MODEL_NAME"})
+    assert (mine["DATASET"], mine["MODEL_NAME"]) == ("mine", "m")  # the command line wins
+
+
+def test_build_warm_starts_only_the_demos_own_missing_model(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(sums, "warm_start", lambda folder, seed, prompt: started.append((folder, seed)))
+    own = tmp_path / "demo-sums-model-seed0"
+    sums.build({"MODEL_NAME": str(tmp_path / "my-model"), "SEED": 0, "SYSTEM_PROMPT": "p"})  # a model given
+    sums.build({"MODEL_NAME": str(own), "SEED": 1, "SYSTEM_PROMPT": "p"})  # another seed's folder name
+    assert started == []
+    sums.build({"MODEL_NAME": str(own), "SEED": 0, "SYSTEM_PROMPT": "p"})
+    assert started == [(own, 0)]
+    (own / "config.json").parent.mkdir()
+    (own / "config.json").write_text("{}")
+    sums.build({"MODEL_NAME": str(own), "SEED": 0, "SYSTEM_PROMPT": "p"})  # there now: cached
+    assert started == [(own, 0)]
+
+
+@pytest.mark.parametrize("name", sorted(grpotrainer.PROFILES))
+def test_every_profile_sets_only_constants_and_ends_in_at_most_one_line(name, tmp_path):
+    profile = grpotrainer.PROFILES[name]
+    assert set(profile.SETTINGS) <= set(cli.constants(grpotrainer))  # parse applies them over the constants
+    assert set(profile.FIXED) <= set(advice.LEVERS.values())  # only a lever some advice names can be fixed
+    line = profile.finish(tmp_path)  # train() logs it last, even for a run without evaluations
+    assert line is None or (line and "\n" not in line)

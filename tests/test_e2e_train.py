@@ -1,9 +1,9 @@
 """End to end, fast: `grpotrainer.py` in a subprocess for --help, mistakes, logging and import weight; slow: the
-held-out points and the advice in W&B (offline) and trackio (local), read back from their own files (skipped
-without requirements-trackers.txt).
+paired test, and the held-out points, pace, texts and alerts in W&B (offline) and trackio (local), read back from
+their own files (skipped without requirements-trackers.txt), all from the one shared smoke run (conftest.smoke_run).
 
 .venv/bin/python -m pytest tests/test_e2e_train.py -q -m "not slow"
-.venv/bin/python -m pytest tests/test_e2e_train.py -q -m slow -k tracker    # ~2 min per tracker on 2 busy cores
+.venv/bin/python -m pytest tests/test_e2e_train.py -q -m slow -k tracker
 """
 
 import json
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, event_dirs, read_scalars, read_texts, run_script, stand_in_nvidia_smi, train
+from conftest import REPO, event_dirs, read_texts, run_script, stand_in_nvidia_smi, train
 
 import grpotrainer
-from grpo import cli, gsm8k, stats
+from demo import smoke
+from grpo import cli, evaluation, gsm8k, stats
 
 # ---------------------------------------------------------------------------------------------------------------
 # arguments read and checked before torch, transformers or TRL
@@ -29,7 +30,7 @@ from grpo import cli, gsm8k, stats
     [
         ("evaluate.py", ["--ADAPTER=/nonexistent"], "ADAPTER=/nonexistent holds no LoRA adapter"),
         ("export.py", ["--ADAPTER=/nonexistent"], "ADAPTER='/nonexistent' holds no LoRA adapter"),
-        ("evaluate.py", ["--LIMIT=-1"], "LIMIT=-1 must be at least 0"),
+        ("evaluate.py", ["--LIMIT=-1"], "LIMIT=-1 is outside [0, inf]"),  # the settings table's range
         ("grpotrainer.py", ["--top_pp=0.9"], "unknown setting --top_pp: not a constant nor a GRPOConfig field"),
         ("grpotrainer.py", ["--use_cpu=true"], "--use_cpu is set by the CPU profiles: run --smoke or --demo"),
         ("grpotrainer.py", ["--MAX_STEPS=1e3"], "--MAX_STEPS=1e3 is not a valid int"),
@@ -71,7 +72,7 @@ def test_help_lists_every_constant_with_its_comment():
     assert f"--MODEL_NAME={grpotrainer.MODEL_NAME}\n" in out.stdout
     assert f"--BF16={str(grpotrainer.BF16).lower()}\n" in out.stdout
     assert "--smoke sets, before the command line's own --KEY=value:" in out.stdout
-    assert f"MAX_STEPS={smoke.SMOKE['MAX_STEPS']}" in out.stdout.split("--smoke sets")[1]  # the profile's
+    assert f"MAX_STEPS={smoke.SETTINGS['MAX_STEPS']}" in out.stdout.split("--smoke sets")[1]  # the profile's
 
 
 @pytest.mark.slow
@@ -122,9 +123,8 @@ def test_missing_test_split_fails_before_training(tmp_path):
 
 def test_a_python_without_the_packages_gets_the_command_that_fixes_it(tmp_path):
     # the system python of a fresh machine has no trl: a clear message and exit 2, not a ModuleNotFoundError
-    out = run_script(
-        "-c", "from grpo import cli; process.run(lambda argv: process.require(['no_such_package_xyz'], 'grpotrainer.py'))"
-    )
+    code = "from grpo import process; process.run(lambda argv: process.require(['no_such_package_xyz'], 'x.py'))"
+    out = run_script("-c", code)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "lacks no_such_package_xyz" in out.stderr and "make install" in out.stderr
 
@@ -132,7 +132,8 @@ def test_a_python_without_the_packages_gets_the_command_that_fixes_it(tmp_path):
 def test_logging_prints_each_library_message_once():
     # huggingface_hub attaches its own handler; configuring the root logger as well printed each Hub retry twice
     code = (
-        "import logging, huggingface_hub.utils.logging as h; from grpo import cli; process.setup_logging('grpotrainer'); "
+        "import logging, huggingface_hub.utils.logging as h; from grpo import process; "
+        "process.setup_logging('grpotrainer'); "
         "h.get_logger('huggingface_hub.test').warning('retrying in 1s'); logging.getLogger('grpotrainer.x').info('hi')"
     )
     out = run_script("-c", code)
@@ -151,11 +152,9 @@ def test_a_real_run_on_a_host_with_driver_550_exits_2_naming_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_carries_the_paired_test_in_its_files_curve_text_card_and_last_line(tmp_path):
-    args = ["--MAX_STEPS=2", "--EVAL_BEFORE=8", "--EVAL_AFTER=8", "--EVAL_STEPS=1", "--EVAL_SUBSET=4"]
-    out = train(tmp_path, *args, "--EVAL_SAMPLES=2")
-    assert out.returncode == 0, out.stderr[-3000:]
-    before, after = (json.loads((tmp_path / f"eval_test_{when}.json").read_text()) for when in ("before", "after"))
+def test_a_run_carries_the_paired_test_in_its_files_curve_text_card_and_last_line(smoke_run):
+    out = smoke_run.out  # EVAL_BEFORE=8, EVAL_AFTER=8, EVAL_STEPS=2 on EVAL_SUBSET=4, EVAL_SAMPLES=2
+    before, after = (json.loads((out / f"eval_test_{when}.json").read_text()) for when in ("before", "after"))
     for label in ("strict", "lenient"):
         test, accuracy = after["paired"][label], f"{label}_accuracy"
         # on the same 8 problems the flips are the change in accuracy, and the p-value is their exact test
@@ -171,19 +170,20 @@ def test_a_run_carries_the_paired_test_in_its_files_curve_text_card_and_last_lin
         assert metrics["pass_at_k"]["1"] == pytest.approx(metrics["sampled_accuracy"], abs=1e-4)
         assert set(metrics["pass_at_k"]) == {"1", "2"}
         assert {"lm_eval_strict_match_ci95", "lenient_accuracy_ci95", "sampled_accuracy_ci95"} <= set(metrics)
-    # the held-out point (step 1, the first 4 problems) pairs with the first 4 of EVAL_BEFORE's 8; before does not
-    points = [json.loads(line) for line in (tmp_path / "eval_test.jsonl").read_text().splitlines()]
+    # the held-out points (steps 2 and 4, the first 4 problems) pair with the first 4 of EVAL_BEFORE's 8; before not
+    points = [json.loads(line) for line in (out / "eval_test.jsonl").read_text().splitlines()]
     paired = [
         (p["when"], p["metrics"]["paired"]["lenient"]["n"] if "paired" in p["metrics"] else None) for p in points
     ]
-    assert paired == [("before", None), ("during", 4), ("after", 8)]
-    last = out.stderr.strip().splitlines()[-1]
-    assert f"sampled {evaluation.pair_text(sampled)}" in last
-    assert "paired exact test (8 test problems)" in last and f"{after['paired']['lenient']['down']} down, p = " in last
-    card = (tmp_path / "README.md").read_text()
+    assert paired == [("before", None), ("during", 4), ("during", 4), ("after", 8)]
+    summary = smoke_run.result.stderr.strip().splitlines()[-2]  # the last line is --smoke's own
+    assert f"sampled {evaluation.pair_text(sampled)}" in summary
+    assert "paired exact test (8 test problems)" in summary
+    assert f"{after['paired']['lenient']['down']} down, p = " in summary
+    card = (out / "README.md").read_text()
     assert "model-index:" in card and "- lenient: " in card
-    (run,) = event_dirs(tmp_path)
-    assert [step for step, _ in read_texts(run)["eval/paired"]] == [1, 2]  # TensorBoard's Text tab, each point
+    (run,) = event_dirs(out)
+    assert [step for step, _ in read_texts(run)["eval/paired"]] == [2, 4, 6]  # TensorBoard's Text tab, each point
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -212,72 +212,73 @@ def wandb_records(path):
             yield wandb_internal_pb2.Record.FromString(record)
 
 
-def wandb_points_and_alerts(tmp_path):
-    """{train/global_step: {eval/... tag: value}} and [(title, text)] of the one offline run under tmp_path."""
-    (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
-    points, alerts = {}, []
+def wandb_logged(folder):
+    """([(train/global_step, {key: value})] of each history record, [(title, text)] of each alert) of the one offline
+    W&B run under `folder`. A text (wandb.Html) is logged as a dict naming its file."""
+    (run_file,) = folder.glob("wandb/offline-run-*/run-*.wandb")
+    rows, alerts = [], []
     for record in wandb_records(run_file):
         if record.HasField("history"):
-            # a key with a slash is stored split in nested_key
+            # a key with a slash is stored split in nested_key; an Html's fields as "<tag>/<field>"
             items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
-            scores = {key: value for key, value in items.items() if key.startswith("eval/")}
-            if scores:
-                points.setdefault(items["train/global_step"], []).append(scores)
+            texts = {key.removesuffix("/_type") for key in items if key.endswith("/_type")}
+            items = {key: value for key, value in items.items() if not key.startswith(tuple(texts))}
+            rows.append((items.get("train/global_step"), {**items, **dict.fromkeys(texts, "text")}))
         elif record.HasField("alert"):
             alerts.append((record.alert.title, record.alert.text))
-    return points, alerts
+    return rows, alerts
 
 
-def trackio_points_and_alerts(tmp_path):
+def trackio_logged(folder):
     """The same from trackio's local database, through its own reader, in a Python that reads TRACKIO_DIR (trackio
-    reads it once, at import). Project "huggingface": TrainingArguments.project's default."""
+    reads it once, at import), each row at trackio's own step; each alert with its step. Project "huggingface":
+    TrainingArguments.project's default."""
     code = (
         "import json; from trackio.sqlite_storage import SQLiteStorage as S; (run,) = S.get_runs('huggingface'); "
         "print(json.dumps([S.get_logs('huggingface', run), S.get_alerts('huggingface', run)], default=str))"
     )
-    read = run_script("-c", code, env={"TRACKIO_DIR": str(tmp_path)})
+    read = run_script("-c", code, env={"TRACKIO_DIR": str(folder)})
     assert read.returncode == 0, read.stderr[-2000:]
     rows, alerts = json.loads(read.stdout)
-    points = {}
-    for row in rows:
-        scores = {key: value for key, value in row.items() if key.startswith("eval/")}
-        if scores:  # trackio's own step counts its log calls; the trainer's step is logged beside
-            points.setdefault(row["train/global_step"], []).append(scores)
-    return points, [(alert["title"], alert["text"]) for alert in alerts]
+    return [(row["step"], row) for row in rows], [(alert["title"], alert["text"], alert["step"]) for alert in alerts]
+
+
+TRACKERS = {"wandb": wandb_logged, "trackio": trackio_logged}
+
+
+def at_steps(rows, tag):
+    return [step for step, row in rows if tag in row]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tracker", ["wandb", "trackio"])
-def test_held_out_accuracy_and_advice_reach_the_tracker(tmp_path, tracker):
+@pytest.mark.parametrize("tracker", sorted(TRACKERS))
+def test_held_out_points_pace_texts_and_advice_reach_the_tracker_at_the_trainers_step(smoke_run, tracker):
     pytest.importorskip(tracker, reason=f"{tracker} is optional: pip install -r requirements-trackers.txt")
-    folders = ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "TRACKIO_DIR")
-    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", **{name: str(tmp_path) for name in folders}}
-    args = ["--MAX_STEPS=6", "--EVAL_STEPS=2", "--EVAL_BEFORE=8", "--EVAL_AFTER=8", "--EVAL_SUBSET=8"]
-    out = train(tmp_path / "out", f"--REPORT_TO={tracker}", *args, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    points, alerts = {"wandb": wandb_points_and_alerts, "trackio": trackio_points_and_alerts}[tracker](tmp_path)
+    rows, alerts = TRACKERS[tracker](smoke_run.trackers)
     # before at step 0, EVAL_STEPS at 2 and 4, after at the last step (6): each once, as eval_test.jsonl keeps them
-    kept = [json.loads(line) for line in (tmp_path / "out" / "eval_test.jsonl").read_text().splitlines()]
-    assert [(row["step"], row["when"]) for row in kept] == [(0, "before"), (2, "during"), (4, "during"), (6, "after")]
-    assert sorted(points) == [0, 2, 4, 6] and all(len(scores) == 1 for scores in points.values())
+    kept = [json.loads(line) for line in (smoke_run.out / "eval_test.jsonl").read_text().splitlines()]
+    assert at_steps(rows, "eval/gsm8k_lenient_accuracy") == [row["step"] for row in kept] == [0, 2, 4, 6]
+    points = {step: row for step, row in rows if "eval/gsm8k_lenient_accuracy" in row}
     for row in kept:
-        (scores,) = points[row["step"]]
+        scores = {key: value for key, value in points[row["step"]].items() if key.startswith("eval/gsm8k_")}
         assert scores["eval/gsm8k_lenient_accuracy"] == row["metrics"]["lenient_accuracy"]
-        assert set(scores) == set(gsm8k.SCALARS.values())  # strict, lenient, sampled, sampled strict, format
-    # --smoke's 32-token limit cuts most completions of the random model: the clipped advice, as an alert
-    assert any(title == "warn clipped" and "MAX_COMPLETION_LENGTH" in text for title, text in alerts), alerts
-
-
-@pytest.mark.slow
-def test_a_run_cut_after_its_last_checkpoint_logs_eval_after_into_its_own_folder(tmp_path):
-    first = train(tmp_path, "--MAX_STEPS=2")
-    assert first.returncode == 0, first.stderr[-3000:]
-    (tmp_path / "run_finished.json").unlink()  # as if killed after the last checkpoint, before the end
-    again = train(tmp_path, "--MAX_STEPS=2", "--EVAL_AFTER=4")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "already holds the last step" in again.stderr  # finished from the checkpoint, outside train()
-    kept = [json.loads(line) for line in (tmp_path / "eval_test.jsonl").read_text().splitlines()]
-    assert [(row["step"], row["when"]) for row in kept] == [(2, "after")]
-    # TensorBoard's folder is fixed in OUTPUT_DIR/runs even though no training began (not ./runs in the cwd)
-    newest = event_dirs(tmp_path)[-1]
-    assert [step for step, _ in read_scalars(newest)["eval/gsm8k_strict_accuracy"]] == [2]
+        # strict, lenient, sampled, sampled strict and format, each accuracy with its interval's ends
+        tags = list(gsm8k.SCALARS.values())
+        tags += [tag + end for key, tag in gsm8k.SCALARS.items() if key + gsm8k.INTERVAL in row["metrics"]
+                 for end in ("_ci95_low", "_ci95_high")]  # fmt: skip
+        assert set(scores) == set(tags)
+    # the paired test beside each point after the baseline; the pace once two steps after the first (its warm-up)
+    # are measured, then each tenth of the run: here each step
+    assert at_steps(rows, "eval/paired") == [2, 4, 6]
+    for tag in ("perf/seconds_per_step", "perf/generation_share"):
+        assert at_steps(rows, tag) == [3, 4, 5, 6], tag
+    # the texts TensorBoard shows in its Text tab, at the same steps: a completions table each step, advice at 1
+    (run,) = event_dirs(smoke_run.out)
+    texts = read_texts(run)
+    for tag in ("completions/samples", "health/advice"):
+        assert at_steps(rows, tag) == [step for step, _ in texts[tag]], tag
+    # every group of the random model ties: zero_std's warning is an alert; the clipped note (--smoke sets the
+    # length on purpose) asks for nothing, so it is none
+    assert [alert[0] for alert in alerts] == ["warn zero_std"] and "ZERO_STD_LOGS=1" in alerts[0][1]
+    if tracker == "trackio":  # trackio keeps the step an alert came at: the trainer's, as TensorBoard's advice
+        assert [alert[2] for alert in alerts] == [texts["health/advice"][0][0]] == [1]

@@ -363,9 +363,7 @@ def training_handlers():
 
 
 @pytest.mark.parametrize(("when", "setting"), [("during", "EVAL_STEPS"), ("after", "EVAL_AFTER")])
-def test_a_signal_while_scoring_ends_the_scoring_at_its_next_check_and_stops_the_run(
-    training_handlers, when, setting
-):
+def test_a_signal_while_scoring_ends_the_scoring_at_its_next_check_and_stops_the_run(training_handlers, when, setting):
     stopper, went_on = training_handlers, []
     with stopper.evaluating(when) as scoring:
         scoring.check()  # no signal yet: scoring goes on

