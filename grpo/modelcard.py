@@ -183,11 +183,8 @@ def data_section(settings):
         ", ".join(f"{escape(str(split))} {n:,}" for split, n in (settings.get("dataset_sizes") or {}).items())
         or "not recorded"
     )
-    lines = [
-        "## Training data",
-        "",
-        f"- Dataset: {source}",
-        f"- Problems used: {sizes}",
+    lines = ["## Training data", "", f"- Dataset: {source}", f"- Problems used: {sizes}"]
+    lines += [
         f"- Prompt: the system prompt below, then the question as the user turn, rendered with the model's chat "
         f"template and `enable_thinking={bool(settings.get('ENABLE_THINKING', False))}`.",
     ]
@@ -239,12 +236,8 @@ def metrics_section(before, after, settings):
     shown = [m for m in METRICS if (before and m[0] in before) or (after and m[0] in after) or m[0] in CORE]
     rows = [f"| {label} | {value(before, k, f)} | {value(after, k, f)} |" for k, label, f in shown]
     thinking = bool(settings.get("ENABLE_THINKING", False))
-    lines = [
-        "## GSM8K test accuracy",
-        "",
-        "| | before training | after training |",
-        "| --- | ---: | ---: |",
-        *rows,
+    lines = ["## GSM8K test accuracy", "", "| | before training | after training |", "| --- | ---: | ---: |", *rows]
+    lines += [
         "",
         "Greedy decoding (the sampled row: sampling) on the first problems of the test split, with the training "
         f"prompt and `enable_thinking={thinking}`, scored by grpotrainer's `evaluate.py`; in parentheses the 95 % "
@@ -329,8 +322,9 @@ def base_licence(base):
     from huggingface_hub import try_to_load_from_cache
 
     base_id = hub_model_id(base)
-    local = Path(base) / "README.md"
-    path = local if Path(base).is_dir() else base_id and try_to_load_from_cache(base_id, "README.md")
+    path = (
+        Path(base) / "README.md" if Path(base).is_dir() else base_id and try_to_load_from_cache(base_id, "README.md")
+    )
     try:
         text = Path(path).read_text(encoding="utf-8")[:65536] if isinstance(path, str | Path) else ""
         head = yaml.safe_load(text.split("---")[1]) if text.startswith("---") and text.count("---") >= 2 else None
