@@ -9,10 +9,8 @@
     python evaluate.py --ADAPTER=outputs/run --ASK="Tom has 3 pens and buys 4. How many?"   # try it on a question
     python evaluate.py --help                                # every constant with its comment
 
-With --ADAPTER, the run's run_settings.json replaces the defaults below for the base model, prompt, thinking mode,
-completion length and data (a --KEY=value here still wins). Prompts and grader are training's own (grpo/gsm8k.py,
-which defines the metrics). Results: OUTPUT_DIR/eval_<SPLIT>.json, eval_<SPLIT>_predictions.jsonl and the
-trackers of REPORT_TO; with DATASET given here, eval_<dataset>-<hash>_<SPLIT> (`results_name`).
+With --ADAPTER, the run's run_settings.json replaces the defaults below (a --KEY=value here still wins). Prompts and
+grader are training's own (grpo/gsm8k.py). Results: OUTPUT_DIR/eval_<SPLIT>.json, its _predictions.jsonl, trackers.
 """
 
 import functools
@@ -22,23 +20,10 @@ import os
 from pathlib import Path
 
 from demo import smoke
-from grpo import (
-    checkpoints,
-    cli,
-    errors,
-    evaluation,
-    files,
-    generation,
-    grading,
-    gsm8k,
-    hardware,
-    hub,
-    preflight,
-    process,
-    settings,
-    weight_sync,
-)
-from grpo.errors import ConfigError
+from grpo import checkpoints, cli, evaluation, files, generation, gsm8k, hardware, hub, preflight, process, weight_sync
+from grpo.errors import ConfigError, is_load_error
+from grpo.grading import extract_answer
+from grpo.settings import problems as setting_problems
 
 # ---------------------------------------------------------------------------------------------------------------
 # model (with ADAPTER, the run's run_settings.json replaces these defaults)
@@ -77,9 +62,8 @@ PROFILES = {
         DATASET=str(gsm8k.FIXTURE), LIMIT=8, EVAL_BATCH_SIZE=4, MAX_COMPLETION_LENGTH=32, BF16=False, USE_VLLM=False
     )
 }
-# What a training run's run_settings.json decides for its adapter (unless given on this command line). Never a
-# security setting: a folder someone sent must not switch on TRUST_REMOTE_CODE, nor name a Hub kernel (code from the
-# Hub) as ATTN_IMPLEMENTATION; those come from this file and its command line only.
+# What a run's run_settings.json decides for its adapter unless given here. Never a security setting: a folder
+# someone sent must not switch on remote code, nor name a Hub kernel (code) as ATTN_IMPLEMENTATION.
 FROM_RUN = ("MODEL_NAME", "ATTN_IMPLEMENTATION", "BF16", "ENABLE_THINKING", "DATASET", "DATASET_CONFIG")
 FROM_RUN += ("QUESTION_FIELD", "ANSWER_FIELD", "SYSTEM_PROMPT", "MAX_COMPLETION_LENGTH", "TEMPERATURE")
 SMOKE_OUTPUT = "outputs/smoke"  # --smoke builds the tiny model in its smoke-model folder when no run names one
@@ -106,12 +90,8 @@ def resolve(argv):
 
 
 def default_output_dir(adapter, model_name):
-    """Where results go when OUTPUT_DIR is "": beside what they score. Not inside a checkpoint-N: the trainer's
-    rotation (SAVE_TOTAL_LIMIT) deletes checkpoint-N folders whole. A base model gets its own folder: a Hub id
-    as org--name, a local folder as its name and `short_hash` of its real path (/a/model and /b/model differ).
-    >>> default_output_dir("runs/a/checkpoint-4", "m"), default_output_dir("", "Qwen/Qwen3-8B")
-    ('runs/a/eval-checkpoint-4', 'outputs/eval/Qwen--Qwen3-8B')
-    """
+    """Where results go when OUTPUT_DIR is "": beside what they score, but not in a checkpoint-N, which the trainer's
+    rotation deletes whole. A base model gets its own: a Hub id as org--name, a folder as its name and `short_hash`."""
     if not adapter:
         local = hub.is_local(model_name)
         name = f"{Path(model_name).name}-{short_hash(model_name)}" if local else model_name.replace("/", "--")
@@ -121,12 +101,8 @@ def default_output_dir(adapter, model_name):
 
 
 def results_name(s, given):
-    """The stem of the result files: eval_<SPLIT> for the data the run trained on (for a base model, this file's
-    or --smoke's), eval_<name>-<hash>_<SPLIT> when DATASET or DATASET_CONFIG is given here, so that a second
-    dataset scored in the same folder never overwrites the first.
-    >>> results_name({"DATASET": "openai/gsm8k", "DATASET_CONFIG": "socratic", "SPLIT": "test"}, {"DATASET_CONFIG"})
-    'eval_gsm8k-94056f14_test'
-    """
+    """The stem of the result files: eval_<SPLIT> for the run's own data (or this file's), eval_<name>-<hash>_<SPLIT>
+    when DATASET or DATASET_CONFIG is given here, so that a second dataset never overwrites the first."""
     if not {"DATASET", "DATASET_CONFIG"} & set(given):
         return f"eval_{s['SPLIT']}"
     dataset = s["DATASET"]
@@ -150,7 +126,7 @@ def refuse_bad_settings(s, cpu_only=False):
         )
     elif s["ADAPTER"] and (problem := checkpoints.adapter_problem(s["ADAPTER"])):
         problems.append(problem)
-    problems += settings.problems(s, cli.comments(__file__)) + preflight.report_problems(s["REPORT_TO"])
+    problems += setting_problems(s, cli.comments(__file__)) + preflight.report_problems(s["REPORT_TO"])
     problems += preflight.tracker_problems(s["REPORT_TO"])
     if s["ENABLE_THINKING"] and s["MAX_COMPLETION_LENGTH"] < preflight.THINKING_MIN_TOKENS:
         problems.append(
@@ -210,7 +186,7 @@ def load_model(s, cpu_only=False):
             s["MODEL_NAME"], **kwargs, trust_remote_code=remote, device_map="auto" if cuda else None
         )
     except Exception as err:  # a folder torn or of another format is the user's to fix; anything else is a bug
-        if not errors.is_load_error(err):
+        if not is_load_error(err):
             raise
         raise ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
     adapter = s["ADAPTER"]
@@ -249,7 +225,7 @@ def engine(s, cpu_only, prompt_tokens):
             gpu_memory_utilization=s["VLLM_GPU_MEMORY_UTILIZATION"],
         )
         return generate, 1 << 30, "vLLM"  # vLLM schedules its own batches
-    # one thread on the CPU, as training: issue 30's 8 problems took 350.7 s on torch's default 2, 20.7 s on 1
+    # one thread on the CPU, as training: 17 times faster than torch's default 2 threads on 8 problems
     if not hardware.on_gpu(cpu_only):
         hardware.one_cpu_thread()
     with process.phase("loading the model"):
@@ -263,7 +239,7 @@ def ask(s, generate, fold=False):
     """Each ASK question through the model as training prompts it: the answer, and what the grader reads in it."""
     prompts = [gsm8k.make_prompt(question, s["SYSTEM_PROMPT"], fold) for question in s["ASK"]]
     for question, (text, tokens, cut) in zip(s["ASK"], generate(prompts), strict=True):
-        reads = grading.extract_answer(text, truncated=cut, thinking=s["ENABLE_THINKING"]) or "no final answer"
+        reads = extract_answer(text, truncated=cut, thinking=s["ENABLE_THINKING"]) or "no final answer"
         print(f"Q: {question}\nA: {text}\n-> the grader reads {reads} ({tokens} tokens{', cut off' * cut})\n")
 
 

@@ -6,12 +6,9 @@
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --PUSH_TO_HUB=you/qwen3-8b-gsm8k-grpo   # private repo
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --ADAPTER_ONLY=true   # writes outputs/qwen3-gsm8k-grpo-adapter
 
-The merged folder loads with plain transformers or `vllm serve <folder>`: weights in the run's dtype, the tokenizer,
-a chat template defaulting to the run's thinking mode, a model card and export_settings.json (what was merged). With
-ADAPTER_ONLY, the folder holds the adapter's own files instead of merged weights (PeftModel.from_pretrained loads
-it), with the same tokenizer, template, card (library_name peft) and record. The base model, BF16 and
-ENABLE_THINKING are read from the run's run_settings.json. An existing OUTPUT_DIR is replaced only when an earlier
-export wrote it and it holds nothing else.
+The folder loads with plain transformers or `vllm serve <folder>` (the adapter's own files instead with
+ADAPTER_ONLY): the run's dtype, its tokenizer, a chat template defaulting to its thinking mode, a model card and
+export_settings.json. It replaces only a folder that an earlier export wrote and that holds nothing else.
 """
 
 import json
@@ -62,11 +59,8 @@ def main(argv=()):
     if remote and (problem := hub.hub_unreachable(c["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)
     what = "the adapter" if only else "the merged model"
-    model = None  # with ADAPTER_ONLY, the adapter's own files are copied as they are
-    with process.phase(f"loading {what}"):
-        if not only:
-            log.info("merging %s into %s (%s)", adapter, c["MODEL_NAME"], c["DTYPE"])
-            model = merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
+    with process.phase(f"loading {what}"):  # with ADAPTER_ONLY, the adapter's own files are copied as they are
+        model = None if only else merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
         tokenizer = load_tokenizer(c["ADAPTER"], c["MODEL_NAME"], c["ENABLE_THINKING"], c["TRUST_REMOTE_CODE"])
     keys = ("ADAPTER", "MODEL_NAME", "ENABLE_THINKING", "ADAPTER_ONLY", *(() if only else ("DTYPE",)))
     # what was merged, as the folder's record (uploaded with it): the run's settings without credentials
@@ -94,10 +88,6 @@ def main(argv=()):
     return out
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# what the run was
-
-
 def run_dir(adapter):
     """The run folder of an adapter: the adapter itself, or the parent of a checkpoint-N."""
     path = Path(adapter)
@@ -112,9 +102,8 @@ def resolve(c, given=frozenset()):
         raise ConfigError("give the adapter to merge: --ADAPTER=<a run's OUTPUT_DIR or a checkpoint-N in it>.")
     config = files.read_json_object(Path(adapter) / "adapter_config.json")
     if not config:
-        mergeable = [c for c in files.checkpoint_dirs(adapter) if (c / "adapter_config.json").is_file()]
-        newest = mergeable[-1] if Path(adapter).is_dir() and mergeable else None
-        hint = f" The newest checkpoint there is {newest}." if newest else ""
+        mergeable = [d for d in files.checkpoint_dirs(adapter) if (d / "adapter_config.json").is_file()]
+        hint = f" The newest checkpoint there is {mergeable[-1]}." if mergeable else ""
         raise ConfigError(
             f"ADAPTER={adapter!r} holds no LoRA adapter (no adapter_config.json). Point it at a training run's "
             f"OUTPUT_DIR or a checkpoint-N folder in it.{hint}"
@@ -174,10 +163,6 @@ def default_output_dir(adapter, suffix="-merged"):
     return str(run_dir(path)) + (f"-{path.name}" if path != run_dir(path) else "") + suffix
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# checks that run before any weights load
-
-
 def refuse_bad_push(repo_id):
     """Refuse PUSH_TO_HUB without a Hub token or with the Hub switched off, naming the fix."""
     from huggingface_hub import get_token
@@ -228,14 +213,11 @@ def refuse_foreign_output_dir(out):
         )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# the merge and the folder
-
-
 def merged_model(model_name, adapter, dtype, trust_remote_code=False):
     """The base model in `dtype` on the CPU with the adapter merged into its weights: a plain transformers model."""
     from transformers import AutoModelForCausalLM
 
+    log.info("merging %s into %s (%s)", Path(adapter), model_name, dtype)
     try:
         base = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype, trust_remote_code=trust_remote_code)
     except Exception as err:  # a torn or foreign folder is the user's to fix; anything else is a bug
@@ -261,26 +243,13 @@ def load_tokenizer(adapter, model_name, enable_thinking, trust_remote_code=False
 
 
 def with_thinking_default(template, enable_thinking):
-    """`template` with enable_thinking defaulting to the run's value: Qwen3's thinks when it is undefined, a mode
-    a run trained without thinking never learnt. A caller's explicit value still wins.
-    >>> t = with_thinking_default("{{ enable_thinking }}", False)
-    >>> t == with_thinking_default(with_thinking_default("{{ enable_thinking }}", True), False)
-    True
-    >>> from jinja2 import Template
-    >>> Template(t).render(), Template(t).render(enable_thinking=True)
-    ('False', 'True')
-    >>> with_thinking_default("{{ messages }}", False)
-    '{{ messages }}'
-    """
+    """`template` with enable_thinking defaulting to the run's value (an earlier default replaced): Qwen3's thinks
+    when it is undefined, a mode a run trained without thinking never learnt. A caller's explicit value still wins."""
     if "enable_thinking" not in template:
         return template
-    value = "true" if enable_thinking else "false"
-    prefix = "{%- if enable_thinking is not defined %}{%- set enable_thinking = " + value + " %}{%- endif %}"
-    old = re.match(
-        r"\{%- if enable_thinking is not defined %\}\{%- set enable_thinking = (true|false) %\}\{%- endif %\}",
-        template,
-    )
-    return prefix + template[old.end() if old else 0 :]
+    head = "{%- if enable_thinking is not defined %}{%- set enable_thinking = X %}{%- endif %}"
+    template = re.sub("^" + re.escape(head).replace("X", "(true|false)"), "", template)
+    return head.replace("X", "true" if enable_thinking else "false") + template
 
 
 def licence_files(model_name):
@@ -295,7 +264,6 @@ def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
     """Write the export (`model`, or None, and `extra_files` copied as they are) beside `out`, then move it into
     place (`files.publish_dir`): never half an export, never stale shards. The marker lists every name written,
     with `later` (the card), for `refuse_foreign_output_dir`."""
-
     if out.exists():
         log.info("replacing the earlier export in %s", out)
     with files.publish_dir(out, replace=True) as partial:

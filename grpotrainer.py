@@ -265,9 +265,9 @@ def main(argv=()):
     # every setting decided and checked here, a refused value with its constant's comment
     s = preflight.resolve(args, cpu_only, PROFILES, known_rewards=rewards.REWARDS, comments=cli.comments(__file__))
     datasets = load_data(s, plan_only=bool(args.plan))
-    run_plan = plan.for_run(s, datasets, hardware.world_size())
     train_dataset = None if args.plan else datasets[0]
     config = build_config(s, args.fields, cpu_only, datasets=() if args.plan else datasets)
+    run_plan = plan.for_run(s, config, datasets, hardware.world_size())
     preflight.refuse_bad_grpo_config(config, s, run_plan["train_problems"])
     if args.plan:  # --plan or --plan=json: what the run will do, and nothing more
         return print(plan.plan_json(run_plan) if args.plan == "json" else plan.format_plan(run_plan))

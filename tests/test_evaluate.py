@@ -607,3 +607,15 @@ def test_a_run_folder_cannot_switch_on_remote_code(tmp_path, tiny_model):
     assert not marker.exists()  # nor when exported
     evaluate.load_model({**s, "TRUST_REMOTE_CODE": True}, cpu_only=True)
     assert marker.read_text() == "ran"  # the user's own switch does run it: the test above could fail
+
+
+def test_default_output_dir_of_a_checkpoint_and_a_hub_model():
+    # beside a checkpoint-N, never in it; a Hub id as org--name
+    assert evaluate.default_output_dir("runs/a/checkpoint-4", "m") == "runs/a/eval-checkpoint-4"
+    assert evaluate.default_output_dir("", "Qwen/Qwen3-8B") == "outputs/eval/Qwen--Qwen3-8B"
+
+
+def test_results_name_of_a_dataset_given_here():
+    s = {"DATASET": "openai/gsm8k", "DATASET_CONFIG": "socratic", "SPLIT": "test"}
+    assert evaluate.results_name(s, {"DATASET_CONFIG"}) == "eval_gsm8k-94056f14_test"
+    assert evaluate.results_name(s, set()) == "eval_test"  # the run's own data

@@ -275,6 +275,15 @@ def test_template_default_is_the_runs_and_an_explicit_value_wins(thinking, kwarg
     assert rendered == ("on" if expected else "off")
 
 
+def test_template_default_replaces_an_earlier_one_and_leaves_a_template_without_thinking():
+    from jinja2 import Template
+
+    template = export.with_thinking_default("{{ enable_thinking }}", False)
+    assert template == export.with_thinking_default(export.with_thinking_default("{{ enable_thinking }}", True), False)
+    assert (Template(template).render(), Template(template).render(enable_thinking=True)) == ("False", "True")
+    assert export.with_thinking_default("{{ messages }}", False) == "{{ messages }}"
+
+
 @pytest.mark.parametrize(
     "offline, token, message",
     [

@@ -81,7 +81,7 @@ def test_front_matter_is_what_the_hub_reads(model, dataset, library, expected):
 
 
 def test_card_names_base_data_rewards_settings_and_steps():
-    card = render(steps=120, dataset_sizes={"train": 7473, "test": 200})
+    card = render({**SETTINGS, "dataset_sizes": {"train": 7473, "test": 200}}, steps=120)  # as the run records them
     # TRL's card says "fine-tuned version of [None]"; ours links the base model
     assert "A LoRA adapter for [Qwen/Qwen3-8B](https://huggingface.co/Qwen/Qwen3-8B)" in card
     assert "- Dataset: [openai/gsm8k](https://huggingface.co/datasets/openai/gsm8k) (config `main`)" in card
@@ -324,12 +324,26 @@ def test_user_text_cannot_break_the_card():
         (modelcard.cell, ["q_proj", "v_proj"], "`q_proj, v_proj`"),
         (modelcard.escape, "my_run *v2*", "my\\_run \\*v2\\*"),
         (modelcard.escape, "<b>[x]</b>", "\\<b\\>\\[x\\]\\</b\\>"),
+        (modelcard.escape, "my_run *v2* [x]|<b>", "my\\_run \\*v2\\* \\[x\\]\\|\\<b\\>"),
+        (modelcard.code, "q_proj,v_proj", "`q_proj,v_proj`"),
         (modelcard.fence, "plain", "```\nplain\n```"),
         (modelcard.fence, "has ```` four", "`````\nhas ```` four\n`````"),
     ],
 )
 def test_markdown_helpers(func, text, expected):
     assert func(text) == expected
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B"),
+        ("/data/hub/models--Qwen--Qwen3-8B/snapshots/abc123", "Qwen/Qwen3-8B"),  # a folder of the Hub cache
+        ("outputs/smoke/smoke-model", None),
+    ],
+)
+def test_hub_model_id(name, expected):
+    assert modelcard.hub_model_id(name) == expected
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import pytest
 
 import grpotrainer
 from grpo import cli, gsm8k, plan
+from grpo.settings import config_kwargs
 
 # the issue's old defaults, and the smallest settings make_plan reads
 BASE = dict(
@@ -63,6 +64,22 @@ CASES = [
 ]
 
 
+def config_of(s):
+    """The GRPOConfig of the settings `s`, each constant in its field as build_config sets it (TRL fills
+    steps_per_generation); the plan reads it."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(**{"output_dir": "unused", **config_kwargs(s), "use_cpu": True, "report_to": []})
+
+
+def make_plan(s, *args, **kwargs):
+    return plan.make_plan(config_of(s), s, *args, **kwargs)
+
+
+def for_run(s, datasets):
+    return plan.for_run(s, config_of(s), datasets, world_size=1)
+
+
 @pytest.fixture(scope="module")
 def tiny(tiny_model):
     """The tiny random Qwen3 folder (conftest's, one thread) and the 32 fixture problems."""
@@ -112,7 +129,7 @@ def test_optimizer_steps_match_trainers_own_computation(case, tiny, tmp_path, no
     trainer = trainer_for(s, model, data, tmp_path)
     # transformers' Trainer.train derives state.max_steps through this public method from TRL's dataloader
     max_steps = trainer.set_initial_training_values(trainer.args, trainer.get_train_dataloader())[-1]
-    assert plan.make_plan(s, train_size=len(data), test_size=0)["optimizer_steps"] == max_steps
+    assert make_plan(s, train_size=len(data), test_size=0)["optimizer_steps"] == max_steps
 
 
 def test_optimizer_steps_match_a_real_run(tiny, tmp_path, no_telemetry):
@@ -135,11 +152,11 @@ def test_optimizer_steps_match_a_real_run(tiny, tmp_path, no_telemetry):
     trainer.train()
     # the run stopped after one step, yet state.max_steps holds the whole run's length
     assert trainer.state.global_step == 1
-    assert plan.make_plan(s, train_size=len(data), test_size=0)["optimizer_steps"] == trainer.state.max_steps
+    assert make_plan(s, train_size=len(data), test_size=0)["optimizer_steps"] == trainer.state.max_steps
 
 
 def test_the_issues_old_defaults():
-    p = plan.make_plan(BASE, train_size=7473, test_size=1319)
+    p = make_plan(BASE, train_size=7473, test_size=1319)
     # 7,473 // 2 prompts per round = 3,736 rounds of 8 micro-batches, one optimiser step each, x 3 epochs
     assert p["optimizer_steps"] == 11208
     assert (p["completions_per_step"], p["prompts_per_step"], p["group_size"]) == (8, 2, 4)
@@ -152,7 +169,7 @@ def test_the_issues_old_defaults():
 
 
 def test_max_steps_and_group_change_the_plan():
-    p = plan.make_plan({**BASE, "MAX_STEPS": 10, "NUM_GENERATIONS": 8, "PER_DEVICE_TRAIN_BATCH_SIZE": 2}, 7473, 1319)
+    p = make_plan({**BASE, "MAX_STEPS": 10, "NUM_GENERATIONS": 8, "PER_DEVICE_TRAIN_BATCH_SIZE": 2}, 7473, 1319)
     assert (p["optimizer_steps"], p["group_size"], p["completions_per_step"], p["prompts_per_step"]) == (10, 8, 16, 2)
     # 10 steps x 2 prompts of 7,473
     assert p["epochs_covered"] == pytest.approx(20 / 7473, abs=1e-3)
@@ -160,10 +177,14 @@ def test_max_steps_and_group_change_the_plan():
 
 def test_world_size_and_reuse():
     s = {**BASE, "NUM_ITERATIONS": 2, "STEPS_PER_GENERATION": 4, "GRADIENT_ACCUMULATION_STEPS": 4, "MAX_STEPS": 100}
-    p = plan.make_plan(s, 7473, 1319, world_size=2)
+    p = make_plan(s, 7473, 1319, world_size=2)
     # 2 processes x 1 x 4 micro-batches; a round of 4 micro-batches serves 2 optimiser steps
     assert p["completions_per_step"] == 8 and p["generation_calls"] == 50
     assert p["new_prompts_per_step"] == 1
+
+
+def test_duration():
+    assert (plan.duration(3661), plan.duration(725), plan.duration(42.4)) == ("1h01m", "12m05s", "42s")
 
 
 @pytest.mark.parametrize(("n", "p", "expected"), [(1319, 0.5, 1.38), (64, 0.5, 6.25), (100, 0.9, 3.0)])
@@ -173,7 +194,7 @@ def test_stderr_in_points(n, p, expected):
 
 def test_eval_points_each_tenth_and_final_capped_at_the_test_split():
     s = {**BASE, "MAX_STEPS": 95, "EVAL_BEFORE": 50, "EVAL_AFTER": 5000, "EVAL_SUBSET": 200}
-    p = plan.make_plan(s, 7473, test_size=1319)
+    p = make_plan(s, 7473, test_size=1319)
     # round(95 / 10) = 10: steps 10..90; step 95 is left to EVAL_AFTER; EVAL_AFTER capped at 1,319
     assert [(e["step"], e["problems"], e["kind"]) for e in p["eval_points"]] == (
         [(0, 50, "before")] + [(k, 200, "held-out") for k in range(10, 100, 10)] + [(95, 1319, "after")]
@@ -208,7 +229,7 @@ def test_qwen3_8b_shape():
 
 
 def test_estimates_follow_the_arithmetic():
-    p = plan.make_plan(BASE, 7473, 1319, model_config=QWEN3_8B)
+    p = make_plan(BASE, 7473, 1319, model_config=QWEN3_8B)
     h100, h200 = p["estimates"]["H100"], p["estimates"]["H200"]
     # HF generate is bound by the host: 4,100 launches x 10 us = 41 ms/token on every card, above the bandwidth
     # floor of 16.4 GB / 3.35 TB/s = 4.9 ms (H100)
@@ -221,21 +242,21 @@ def test_estimates_follow_the_arithmetic():
     phases = sum(h100[f"{phase}_hours"] for phase in plan.PHASES)
     assert h100["hours_per_run"] == pytest.approx(phases, abs=0.002) and h100["startup_hours"] > 0
     # vLLM lifts the host floor, so the faster memory of the H200 shows
-    v = plan.make_plan({**BASE, "USE_VLLM": True}, 7473, 1319, model_config=QWEN3_8B)["estimates"]
+    v = make_plan({**BASE, "USE_VLLM": True}, 7473, 1319, model_config=QWEN3_8B)["estimates"]
     assert v["H200"]["decode_ms_per_token"] < v["H100"]["decode_ms_per_token"] < 41.0
     # a reference forward costs time when BETA > 0
-    no_ref = plan.make_plan({**BASE, "BETA": 0.0}, 7473, 1319, model_config=QWEN3_8B)["estimates"]["A100-80GB"]
+    no_ref = make_plan({**BASE, "BETA": 0.0}, 7473, 1319, model_config=QWEN3_8B)["estimates"]["A100-80GB"]
     assert no_ref["training_seconds_per_step"] < p["estimates"]["A100-80GB"]["training_seconds_per_step"]
 
 
 def test_without_a_model_config_the_estimates_say_why():
-    p = plan.make_plan(BASE, 7473, 1319)
+    p = make_plan(BASE, 7473, 1319)
     assert p["estimates"] is None and p["estimates_omitted"]
     assert "omitted" in plan.format_plan(p)
 
 
 def test_format_and_json():
-    p = plan.make_plan({**BASE, "EVAL_AFTER": 1319}, 7473, 1319, model_config=QWEN3_8B)
+    p = make_plan({**BASE, "EVAL_AFTER": 1319}, 7473, 1319, model_config=QWEN3_8B)
     text = plan.format_plan(p)
     assert "11,208" in text and "1,319 problems" in text
     assert 15 <= len(text.splitlines()) <= 25
@@ -287,14 +308,14 @@ def offline_settings(settings, monkeypatch):
 
 def test_a_run_plan_takes_the_datasets_or_their_sizes(offline_settings):
     train = gsm8k.load(str(gsm8k.FIXTURE), "train")
-    by_data = plan.for_run(offline_settings, (train, None), world_size=1)
-    by_size = plan.for_run(offline_settings, (32, 0), world_size=1)
+    by_data = for_run(offline_settings, (train, None))
+    by_size = for_run(offline_settings, (32, 0))
     assert by_data == by_size and by_data["train_problems"] == 32  # the fixture's 32 problems, no test set
     assert by_data["test_problems"] == 0 and by_data["final_eval_problems"] == 0
 
 
 def test_the_plan_names_the_settings_that_move_each_line(offline_settings):
-    p = plan.for_run(offline_settings, (7473, 1319), world_size=1)
+    p = for_run(offline_settings, (7473, 1319))
     # one entry per line of the printed block, each naming settings a user can give grpotrainer.py
     assert list(p["levers"]) == list(lines_of(p))
     assert all(p["levers"][line] for line in p["levers"])
@@ -323,7 +344,7 @@ def test_the_plan_names_the_settings_that_move_each_line(offline_settings):
 )
 def test_a_lever_moves_its_line_and_is_named_for_it(offline_settings, line, lever, value, beside):
     base = {**offline_settings, **beside}
-    before = plan.for_run(base, (7473, 1319), world_size=1)
-    after = plan.for_run({**base, lever: value}, (7473, 1319), world_size=1)
+    before = for_run(base, (7473, 1319))
+    after = for_run({**base, lever: value}, (7473, 1319))
     assert lines_of(after)[line] != lines_of(before)[line]
     assert lever in before["levers"][line]

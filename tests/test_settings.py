@@ -306,3 +306,18 @@ def test_what_a_run_records_is_its_settings_only(tmp_path):
     assert sorted(set(block_constants(REPO / "grpotrainer.py")) - set(s)) == []
     files.write_settings(tmp_path, s)
     assert json.loads((tmp_path / files.SETTINGS_FILE).read_text())["LORA_R"] == grpotrainer.LORA_R
+
+
+def test_problem_quotes_the_comment_and_passes_an_allowed_choice():
+    assert settings.problem("LORA_DROPOUT", 1.0, "0-0.1") == "LORA_DROPOUT=1.0 is outside [0, 1): 0-0.1."
+    assert settings.problem("LOSS_TYPE", "dapo") is None
+
+
+def test_trackers():
+    assert settings.trackers("tensorboard, trackio") == ["tensorboard", "trackio"]
+    assert settings.trackers("none") == []
+
+
+def test_config_kwargs_of_lora():
+    s = {"LORA_R": 8, "LORA_ALPHA": 16, "LORA_DROPOUT": 0.0}
+    assert settings.config_kwargs(s, "lora_config.") == {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
