@@ -15,7 +15,7 @@ from pathlib import Path
 import markdown
 from transformers import TrainerCallback
 
-from grpo import advice, evaluation, files, grading, gsm8k, patches, plan, process
+from grpo import advice, evaluation, files, grading, gsm8k, patches, plan, process, settings
 
 log = logging.getLogger("grpotrainer.monitor")
 
@@ -340,15 +340,16 @@ def install(trainer, s, record, stopper, eval_dataset, resumed, fixed=()):
     """The run's callbacks on `trainer` and its name in every tracker; returns the HealthMonitor and the HeldOutEval,
     which say how the run ended."""
     health = HealthMonitor(advice.Thresholds.from_settings(s), trainer, fixed=fixed)
-    scoring = dict(dataset=eval_dataset, batch_size=s["EVAL_BATCH_SIZE"], settings=record, samples=s["EVAL_SAMPLES"])
+    h = settings.config_kwargs(s, "held_out.")
+    scoring = dict(dataset=eval_dataset, batch_size=h["batch_size"], settings=record, samples=h["samples"])
     held_out = HeldOutEval(
         trainer,
         stopper,
-        every=s["EVAL_STEPS"],
-        subset=s["EVAL_SUBSET"],
+        every=h["every"],
+        subset=h["subset"],
         scoring=scoring,
-        before=0 if resumed else s["EVAL_BEFORE"],
-        after=s["EVAL_AFTER"],
+        before=0 if resumed else h["before"],
+        after=h["after"],
         finished=lambda: not (stopper.signal_name or health.stopped),
     )
     # first (transformers calls callbacks in order): the trackers then record the frac_tied_groups that the health

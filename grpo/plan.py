@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from grpo import hub
-from grpo.settings import levers
+from grpo.settings import config_kwargs, levers
 
 # --------------------------------------------------------------------------------------------------
 # hardware: per-GPU memory bandwidth (GB/s), dense bf16 tensor-core TFLOP/s (no sparsity), memory (GB).
@@ -115,12 +115,15 @@ def estimate_times(shape, c, s, plan):
     # a forward of the step's completions: the reference model's when beta > 0; the old policy's when reused or
     # when vLLM sampled them (TRL's importance-sampling correction needs the trainer's own log-probs)
     forwards = (c.beta > 0) + (c.num_iterations > 1 or bool(c.use_vllm))
-    eval_batch = max(s["EVAL_BATCH_SIZE"], a["vllm_max_num_seqs"]) if c.use_vllm else s["EVAL_BATCH_SIZE"]
+    held_out = config_kwargs(s, "held_out.")
+    eval_batch = max(held_out["batch_size"], a["vllm_max_num_seqs"]) if c.use_vllm else held_out["batch_size"]
+    samples = plan["eval_samples"]
     eval_calls = [  # per point, per process: the greedy answers, then the samples of each
-        (math.ceil(n / world / eval_batch), math.ceil(n * s["EVAL_SAMPLES"] / world / eval_batch), min(n, eval_batch))
+        (math.ceil(n / world / eval_batch), math.ceil(n * samples / world / eval_batch), min(n, eval_batch))
         for n in (point["problems"] for point in plan["eval_points"])
     ]
-    lora_gb = 3 * 4 * lora_params(shape, s["LORA_R"]) / 1e9  # fp32 weights and Adam's two moments
+    rank = config_kwargs(s, "lora_config.")["r"]
+    lora_gb = 3 * 4 * lora_params(shape, rank) / 1e9  # fp32 weights and Adam's two moments
     startup = a["trainer_start_seconds"] + weight_gb / a["load_gbs"]
     startup += a["vllm_start_seconds"] + weight_gb / a["load_gbs"] if c.use_vllm else 0.0
     saves = len(plan["checkpoints"]) * (a["save_seconds"] + lora_gb / a["load_gbs"])
@@ -169,11 +172,13 @@ def make_plan(c, s, train_size, test_size, world_size=1, model_config=None, mode
     # a generation round feeds per_generation micro-batches, num_iterations times over
     calls = math.ceil(steps * accumulation / (per_generation * iterations))
     prompts_seen = calls * sequences_per_call * world_size / group
-    subset = min(s["EVAL_SUBSET"], test_size) if s["EVAL_STEPS"] else 0
-    final = min(s["EVAL_AFTER"], test_size)
-    before = min(s["EVAL_BEFORE"], test_size)
+    held_out = config_kwargs(s, "held_out.")
+    subset = min(held_out["subset"], test_size) if held_out["every"] else 0
+    final = min(held_out["after"], test_size)
+    before = min(held_out["before"], test_size)
     points = [{"step": 0, "problems": before, "kind": "before"}] if before else []
-    points += [{"step": k, "problems": subset, "kind": "held-out"} for k in eval_steps(s["EVAL_STEPS"], steps, final)]
+    during = eval_steps(held_out["every"], steps, final)
+    points += [{"step": k, "problems": subset, "kind": "held-out"} for k in during]
     points += [{"step": steps, "problems": final, "kind": "after"}] if final else []
     plan = {
         "model": s["MODEL_NAME"],
@@ -194,7 +199,7 @@ def make_plan(c, s, train_size, test_size, world_size=1, model_config=None, mode
         "eval_points": points,
         "eval_subset": subset,
         "eval_subset_stderr": stderr_points(subset),
-        "eval_samples": s["EVAL_SAMPLES"],
+        "eval_samples": held_out["samples"],
         "final_eval_problems": final,
         "final_eval_stderr": stderr_points(final),
         "checkpoints": checkpoint_steps(c.save_steps, steps),

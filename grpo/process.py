@@ -20,6 +20,7 @@ from pathlib import Path
 
 from grpo.errors import ConfigError, first_line
 from grpo.files import redact_argv
+from grpo.settings import named
 
 log = logging.getLogger("grpotrainer")
 LOCK_NAME = "run.lock"  # in the output folder while a run holds it: filelock's flock, which even kill -9 releases
@@ -29,7 +30,8 @@ AUTOGRAD_ENGINE = "/torch/autograd/graph.py"  # where backward's errors, DDP's a
 # seconds after a stop signal in which another is its copy, not a second request: torchrun forwards the terminal's
 # Ctrl-C to workers that got it too, and Slurm signals torchrun and its workers alike
 COPY_WINDOW = 2.0
-EVALUATIONS = {"before": "EVAL_BEFORE", "during": "EVAL_STEPS", "after": "EVAL_AFTER"}  # a held-out score's setting
+# the setting of each held-out evaluation, for messages
+EVALUATIONS = {w: named(f"held_out.{f}") for w, f in (("before", "before"), ("during", "every"), ("after", "after"))}
 
 
 class Interrupted(BaseException):
@@ -283,7 +285,7 @@ class GracefulStop:
         self.timer = None  # ends the process when the step outlasts `grace`
         self.deciding = threading.RLock()  # the step end and the timer: one of them decides, save or end
         self.between = True  # from a step's end to the next one's begin: the Trainer logs, evaluates, saves
-        self.during = None  # "EVAL_AFTER", ...: the evaluation a signal cut short
+        self.during = None  # the setting of the evaluation a signal cut short (EVALUATIONS)
 
     def handle(self, signum, frame):
         """Record the first signal and start the grace timer; a later one ends a step still running at once, or is
@@ -364,9 +366,9 @@ class GracefulStop:
 
     def message(self):
         where = f"checkpoint saved to {self.saved}" if self.saved else "no checkpoint was saved"
-        if self.during == "EVAL_AFTER":
+        if self.during == EVALUATIONS["after"]:
             where = "the adapter is saved, the run not marked finished; rerun the same command to score it and finish"
-            return f"stopped by {self.signal_name} while scoring EVAL_AFTER at step {self.stopped_at}; {where}"
+            return f"stopped by {self.signal_name} while scoring {self.during} at step {self.stopped_at}; {where}"
         during = f" while scoring {self.during}" if self.during else ""
         again = "rerun the same command to resume"
         return f"stopped by {self.signal_name}{during} at step {self.stopped_at}; {where}; {again}"

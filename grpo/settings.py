@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 class Setting(NamedTuple):
     check: str | tuple = ""  # "[low, high]" with ( or ) for an open end and inf, or the allowed values
-    field: str = ""  # the GRPOConfig field it sets ("lora_config." one of peft's LoraConfig)
+    field: str = ""  # the GRPOConfig field it sets ("lora_config." peft's LoraConfig's, "held_out." our evaluation's)
     names: tuple = ()  # TRL's and open-r1's names (or an old name) read as it
     resume: bool = False  # a resumed run may change it: how long, how saved, logged, watched or computed
     card: str = ""  # its row in the model card's "Training settings"
@@ -95,12 +95,12 @@ TABLE = {
     "SAVE_TOTAL_LIMIT": S(POSITIVE, "save_total_limit", resume=True),
     "RESUME": S(resume=True),
     "STOP_GRACE": S("[0, inf)", resume=True),
-    "EVAL_BEFORE": S(COUNT, resume=True, plan=("eval before",)),
-    "EVAL_AFTER": S(COUNT, resume=True, plan=("final eval",)),
-    "EVAL_STEPS": S("[-1, inf]", resume=True, plan=("held-out eval",)),
-    "EVAL_SUBSET": S(POSITIVE, resume=True, plan=("held-out eval",)),
-    "EVAL_BATCH_SIZE": S(POSITIVE, names=("BATCH_SIZE",), resume=True),
-    "EVAL_SAMPLES": S(COUNT, names=("SAMPLES",), resume=True, plan=("held-out eval", "final eval")),
+    "EVAL_BEFORE": S(COUNT, "held_out.before", resume=True, plan=("eval before",)),
+    "EVAL_AFTER": S(COUNT, "held_out.after", resume=True, plan=("final eval",)),
+    "EVAL_STEPS": S("[-1, inf]", "held_out.every", resume=True, plan=("held-out eval",)),
+    "EVAL_SUBSET": S(POSITIVE, "held_out.subset", resume=True, plan=("held-out eval",)),
+    "EVAL_BATCH_SIZE": S(POSITIVE, "held_out.batch_size", ("BATCH_SIZE",), resume=True),
+    "EVAL_SAMPLES": S(COUNT, "held_out.samples", ("SAMPLES",), resume=True, plan=("held-out eval", "final eval")),
     "ADAPTER_ONLY": S(),
     "PUSH_TO_HUB": S(),
     "PRIVATE": S(),
@@ -187,7 +187,7 @@ CONVERT = {
 
 def config_kwargs(s, prefix=""):
     """{field: value} for the settings of `s` whose field starts with `prefix` ("" the GRPOConfig's own,
-    "lora_config." peft's LoraConfig), each converted as CONVERT says."""
+    "lora_config." peft's LoraConfig, "held_out." the held-out evaluation's), each converted as CONVERT says."""
     rows = [
         (name, row.field) for name, row in TABLE.items() if name in s and row.field and row.field.startswith(prefix)
     ]
@@ -196,3 +196,8 @@ def config_kwargs(s, prefix=""):
         for name, field in rows
         if "." not in field[len(prefix) :]
     }
+
+
+def named(field):
+    """The constant that sets `field` ("held_out.after"), for a message."""
+    return next(name for name, row in TABLE.items() if row.field == field)

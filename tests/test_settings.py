@@ -7,6 +7,7 @@ added by a test reaches --help, the command line, a recipe, the range check, the
 import ast
 import dataclasses
 import importlib.util
+import inspect
 import json
 import re
 
@@ -163,18 +164,26 @@ def test_every_rows_check_parses(name):
         assert settings.problem(name, high + 1) is not None
 
 
-def test_every_field_is_a_field_of_grpoconfig_or_loraconfig():
+def test_every_field_is_a_field_of_grpoconfig_or_loraconfig_or_the_held_out_evaluation():
     from peft import LoraConfig
     from trl import GRPOConfig
 
+    from grpo import callbacks, evaluation
+
     grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
     lora_fields = {f.name for f in dataclasses.fields(LoraConfig) if f.init}
+    # HeldOutEval's schedule, evaluate_trainer's scoring arguments
+    held_out = {
+        *inspect.signature(callbacks.HeldOutEval).parameters,
+        *inspect.signature(evaluation.evaluate_trainer).parameters,
+    }
+    owners = {"lora_config.": lora_fields, "held_out.": held_out}
     fields = {name: row.field for name, row in TABLE.items() if row.field}
     wrong = {
         name: field
         for name, field in fields.items()
-        if field.removeprefix("lora_config.") not in (lora_fields if field.startswith("lora_config.") else grpo_fields)
-    }
+        if "." in field and field.partition(".")[2] not in owners[field.partition(".")[0] + "."]
+    } | {name: field for name, field in fields.items() if "." not in field and field not in grpo_fields}
     assert wrong == {}
     assert len(fields) >= 30  # most of grpotrainer's settings set a field: the check above is not vacuous
 
