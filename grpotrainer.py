@@ -267,7 +267,7 @@ def main(argv=()):
     datasets = load_data(s, plan_only=bool(args.plan))
     train_dataset = None if args.plan else datasets[0]
     config = build_config(s, args.fields, cpu_only, datasets=() if args.plan else datasets)
-    run_plan = plan.for_run(s, config, datasets, hardware.world_size())
+    run_plan = plan.for_run(s, config, datasets, world_size=hardware.world_size())
     preflight.refuse_bad_grpo_config(config, s, run_plan["train_problems"])
     if args.plan:  # --plan or --plan=json: what the run will do, and nothing more
         return print(plan.plan_json(run_plan) if args.plan == "json" else plan.format_plan(run_plan))
