@@ -38,7 +38,7 @@ DATASET = "openai/gsm8k"  # Hub id, or a .jsonl file / folder of {split}.jsonl i
 DATASET_CONFIG = "main"  # Hub config name; ignored for local files
 QUESTION_FIELD = "question"  # the dataset's column holding the problem
 ANSWER_FIELD = "answer"  # the column holding the answer: a GSM8K solution ending "#### N", or a bare number
-SYSTEM_PROMPT = gsm8k.SYSTEM_PROMPT  # the instruction before every problem, as in training
+SYSTEM_PROMPT = gsm8k.DEFAULT_PROMPT  # the instruction before every problem, as in training
 SPLIT = "test"  # test (1319 problems) or train
 LIMIT = 0  # score only the first N problems; 0 = all
 BASELINE = ""  # an earlier evaluation of the same problems (eval_<SPLIT>.json, or its folder): flips and exact test
@@ -291,7 +291,7 @@ def main(argv=()):
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
     with process.phase("writing the results", redo), process.disk_full(s["OUTPUT_DIR"], "rerun the same command"):
         evaluation.report(metrics, predictions, s["OUTPUT_DIR"], stem, step=step, title=title, settings=s)
-        evaluation.to_trackers(metrics, s, stem, step, name)
+        evaluation.to_trackers(metrics, s, stem, step, name, report_to=s["REPORT_TO"], out=s["OUTPUT_DIR"])
     return metrics
 
 

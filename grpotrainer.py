@@ -58,7 +58,7 @@ QUESTION_FIELD = "question"  # the dataset's column holding the problem
 ANSWER_FIELD = "answer"  # the column holding the answer: a GSM8K solution ending "#### N", or a bare number
 MAX_SAMPLES = 0  # use only the first N training problems; 0 = all
 SKIP_BAD_ROWS = False  # drop rows whose answer lacks a parseable "#### N" instead of stopping
-SYSTEM_PROMPT = gsm8k.SYSTEM_PROMPT  # the instruction before every problem; asks for "#### <number>"
+SYSTEM_PROMPT = gsm8k.DEFAULT_PROMPT  # the instruction before every problem; asks for "#### <number>"
 # generation / GRPO
 NUM_GENERATIONS = 8  # the group per prompt; 8-16 (TRL, open-r1): at 90 % solved 43 % of groups tie
 MAX_COMPLETION_LENGTH = 256  # tokens per completion; GSM8K solutions need ~100-250
@@ -133,8 +133,9 @@ def build_config(s, fields, cpu_only, datasets=()):
     remote = s["TRUST_REMOTE_CODE"]
     ours["model_init_kwargs"] = hardware.model_init_kwargs(attention, s["BF16"], cpu_only, trust_remote_code=remote)
     ours["chat_template_kwargs"] = {"enable_thinking": s["ENABLE_THINKING"]}
-    if s["USE_VLLM"] is True:
-        ours["vllm_max_model_length"] = generation.vllm_context(s, datasets)
+    if s["USE_VLLM"] is True:  # the longest prompt and completion, not the model's whole context
+        lengths = dict(max_completion_length=s["MAX_COMPLETION_LENGTH"], enable_thinking=s["ENABLE_THINKING"])
+        ours["vllm_max_model_length"] = generation.vllm_context(datasets, s["MODEL_NAME"], remote, **lengths)
     ours |= dict(num_completions_to_print=0, use_cpu=cpu_only, ddp_find_unused_parameters=False)
     if cpu_only:  # one thread; gloo with DDP_TIMEOUT (transformers drops it on the CPU)
         hardware.one_cpu_thread()

@@ -96,7 +96,7 @@ VOCAB_SIZE = 512  # 256 byte symbols + special tokens + ~250 merges learnt from 
 
 
 def training_text():  # the fixture, and the system prompt, whose words should tokenise compactly too
-    yield gsm8k.SYSTEM_PROMPT
+    yield gsm8k.DEFAULT_PROMPT
     with open(gsm8k.FIXTURE, encoding="utf-8") as f:
         for line in f:
             row = json.loads(line)

@@ -174,7 +174,7 @@ def _sft(model, tokenizer, data, work, seed, steps, learning_rate, schedule):
     return trainer.model
 
 
-def warm_start(folder, seed, system_prompt=gsm8k.SYSTEM_PROMPT):
+def warm_start(folder, seed, system_prompt=gsm8k.DEFAULT_PROMPT):
     """Train a tiny Qwen3 on the train split in the two phases above and save it to `folder`."""
     import datasets
 

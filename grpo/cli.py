@@ -33,7 +33,7 @@ class Args:
 
 def constants(namespace):
     """The settings of a module (its `globals()` or itself): its UPPERCASE names that grpo/settings.py describes, and
-    no other (PROFILES): a module's repr in run_settings.json would refuse a resume from another checkout."""
+    no other (its profiles): a module's repr in run_settings.json would refuse a resume from another checkout."""
     items = namespace.items() if isinstance(namespace, dict) else vars(namespace).items()
     return {k: v for k, v in items if k in TABLE}
 

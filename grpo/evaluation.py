@@ -56,17 +56,18 @@ def report(metrics, predictions, output_dir, stem, step=0, title="GSM8K", settin
     log.info("wrote %s/%s.json and %s_predictions.jsonl", out, stem, stem)
 
 
-def to_trackers(metrics, s, stem, step, name):
-    """evaluate.py's results at the adapter's step in a run of their own in each tracker the settings `s` name:
-    eval/gsm8k_* and the paired test as the text eval/paired (trackio's project "huggingface", as training's)."""
-    report = settings.trackers(s["REPORT_TO"])
+def to_trackers(metrics, s, stem, step, name, *, report_to, out):
+    """evaluate.py's results at the adapter's step in a run of their own in each tracker of `report_to`, TensorBoard's
+    under `out`: eval/gsm8k_* and the paired test as the text eval/paired (trackio's project "huggingface", as
+    training's); the settings `s` as the run's config."""
+    report = settings.trackers(report_to)
     scalars = {tag: metrics[key] for key, tag in gsm8k.SCALARS.items() if key in metrics}
     paired = "  \n".join(paired_lines(metrics.get("paired")))  # markdown: two spaces end a line
     run_name = f"eval-{stem.removeprefix('eval_')} {name}"
     if "tensorboard" in report:
         from torch.utils.tensorboard import SummaryWriter
 
-        logdir = new_logdir(s["OUTPUT_DIR"], suffix="_eval-" + stem.removeprefix("eval_"))
+        logdir = new_logdir(out, suffix="_eval-" + stem.removeprefix("eval_"))
         with SummaryWriter(log_dir=str(logdir)) as writer:
             for tag, value in scalars.items():
                 writer.add_scalar(tag, value, step)
@@ -78,7 +79,7 @@ def to_trackers(metrics, s, stem, step, name):
         import wandb
 
         text = {"eval/paired": wandb.Html(f"<pre>{html.escape(paired)}</pre>")} if paired else {}
-        with wandb.init(name=run_name, dir=s["OUTPUT_DIR"], config=config, job_type="eval") as run:
+        with wandb.init(name=run_name, dir=out, config=config, job_type="eval") as run:
             run.log({**scalars, **text})
     if "trackio" in report:
         import trackio

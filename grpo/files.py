@@ -10,11 +10,12 @@ from pathlib import Path
 from types import GenericAlias, UnionType
 
 from grpo.errors import ConfigError
+from grpo.settings import TABLE
 
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")
 SETTINGS_FILE = "run_settings.json"  # what a run was told, read back by evaluate.py and export.py
 STEP_FILE = "adapter_step.json"  # beside the final adapter: the step its weights are from
-PATH_SETTINGS = ("MODEL_NAME", "DATASET", "OUTPUT_DIR", "ADAPTER")  # the settings naming a file or folder
+PATH_SETTINGS = [name for name, row in TABLE.items() if row.path]  # the settings naming a file or folder
 
 
 def expand_paths(settings):

@@ -136,13 +136,12 @@ def longest_prompt(dataset, model_name, enable_thinking=False, trust_remote_code
     return max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
 
 
-def vllm_context(s, datasets=()):
+def vllm_context(datasets, model_name, trust_remote_code, *, max_completion_length, enable_thinking):
     """vLLM's context for a run (`context_length`), from the longest prompt of its `datasets` (training's and the
     held-out one, which its engine also scores), else PROMPT_TOKENS."""
-    thinking, remote = s["ENABLE_THINKING"], s["TRUST_REMOTE_CODE"]
     read = [data for data in datasets or () if data is not None and not isinstance(data, int)]
-    longest = max((longest_prompt(data, s["MODEL_NAME"], thinking, remote) for data in read), default=PROMPT_TOKENS)
-    return context_length(longest, s["MAX_COMPLETION_LENGTH"])
+    prompts = (longest_prompt(data, model_name, enable_thinking, trust_remote_code) for data in read)
+    return context_length(max(prompts, default=PROMPT_TOKENS), max_completion_length)
 
 
 def context_length(prompt_tokens, max_completion_length):

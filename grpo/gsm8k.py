@@ -17,7 +17,7 @@ from grpo import errors, grading, hub, stats
 from grpo.errors import ConfigError
 
 # The instruction before every problem, the scripts' default
-SYSTEM_PROMPT = (
+DEFAULT_PROMPT = (
     "You are a careful math tutor. Solve the problem step by step, showing each calculation. "
     "Then write the final answer on its own last line as '#### <number>', with no units."
 )
@@ -52,7 +52,7 @@ THOUSANDS = re.compile(r"[0-9]+|[0-9]{1,3}(?:,[0-9]{3})+")  # 1080 or 1,080: a c
 GOLD_NUMBER = re.compile(r"[ \t]*\$?[ \t]*-?[0-9][0-9,]*(?:\.[0-9]+)?(?P<rest>.*)", re.S)
 
 
-def make_prompt(question, system_prompt=SYSTEM_PROMPT, fold=False):
+def make_prompt(question, system_prompt=DEFAULT_PROMPT, fold=False):
     """Chat messages for one problem: the system prompt, then the question; with `fold` (for a chat template that
     refuses a system turn, as Gemma's and Mistral's do) one user turn holding both."""
     if fold:
@@ -60,7 +60,7 @@ def make_prompt(question, system_prompt=SYSTEM_PROMPT, fold=False):
     return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
 
 
-def load(dataset, split="train", *, config="main", limit=0, skip_bad_rows=False, system_prompt=SYSTEM_PROMPT,
+def load(dataset, split="train", *, config="main", limit=0, skip_bad_rows=False, system_prompt=DEFAULT_PROMPT,
          question="question", answer="answer", fold=False, name="DATASET"):  # fmt: skip
     """GSM8K (or a dataset shaped like it: a Hub id, a .jsonl file, or a folder of {split}.jsonl) as a Dataset with
     `prompt`, `question`, and the gold number as `answer` and as `solution` (TRL's own rewards read `solution`).

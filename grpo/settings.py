@@ -18,14 +18,15 @@ class Setting(NamedTuple):
     card: str = ""  # its row in the model card's "Training settings"
     plan: tuple = ()  # the plan lines (plan.format_plan's labels) it shapes
     repeat: bool = False  # a list given once per item (--ASK="..." --ASK="..."), never split at commas
+    path: bool = False  # names a file or folder: `~` expanded, recorded absolute where it exists
 
 
 S = Setting
 POSITIVE, COUNT = "[1, inf]", "[0, inf]"
 TABLE = {
     # model
-    "MODEL_NAME": S(names=("model_name_or_path",), plan=("model", "time (estimate)")),
-    "ADAPTER": S(),
+    "MODEL_NAME": S(names=("model_name_or_path",), plan=("model", "time (estimate)"), path=True),
+    "ADAPTER": S(path=True),
     "TRUST_REMOTE_CODE": S(field="trust_remote_code", resume=True),
     "ATTN_IMPLEMENTATION": S(names=("attn_implementation",), resume=True),
     "LOAD_IN_4BIT": S(names=("load_in_4bit",), card="4-bit base weights (QLoRA)", plan=("time (estimate)",)),
@@ -37,7 +38,7 @@ TABLE = {
     "USE_RSLORA": S(field="lora_config.use_rslora", names=("use_rslora",), card="rank-stabilised LoRA"),
     "USE_DORA": S(field="lora_config.use_dora", names=("use_dora",), card="DoRA"),
     # data
-    "DATASET": S(names=("dataset_name",), plan=("data",)),
+    "DATASET": S(names=("dataset_name",), plan=("data",), path=True),
     "DATASET_CONFIG": S(names=("dataset_config",)),
     "QUESTION_FIELD": S(names=("dataset_prompt_column",)),
     "ANSWER_FIELD": S(),
@@ -46,7 +47,7 @@ TABLE = {
     "SYSTEM_PROMPT": S(names=("system_prompt",)),
     "SPLIT": S(("test", "train")),
     "LIMIT": S(COUNT),
-    "BASELINE": S(),
+    "BASELINE": S(path=True),
     "ASK": S(repeat=True),
     # generation / GRPO
     "NUM_GENERATIONS": S("[2, inf]", "num_generations", card="completions per prompt (num_generations)",
@@ -87,7 +88,7 @@ TABLE = {
     "SEED": S(f"[0, {2**32 - 1}]", "seed", card="seed"),
     "DDP_TIMEOUT": S(f"[1, {7 * 86400}]", "ddp_timeout", resume=True),
     # logging / output
-    "OUTPUT_DIR": S(field="output_dir", resume=True),
+    "OUTPUT_DIR": S(field="output_dir", resume=True, path=True),
     "REPORT_TO": S(field="report_to", resume=True),
     "LOGGING_STEPS": S(POSITIVE, "logging_steps", resume=True),
     "LOG_COMPLETIONS_STEPS": S(COUNT, "log_completions", resume=True),

@@ -185,6 +185,11 @@ def tracker_settings(tmp_path, report_to):
     return {"REPORT_TO": report_to, "OUTPUT_DIR": str(tmp_path / "out"), "SYSTEM_PROMPT": "Be exact."}
 
 
+def to_trackers(metrics, s, *args):
+    """As evaluate.py calls it: its REPORT_TO and OUTPUT_DIR."""
+    evaluation.to_trackers(metrics, s, *args, report_to=s["REPORT_TO"], out=s["OUTPUT_DIR"])
+
+
 def paired_metrics():
     predictions = verdicts(QUESTIONS, [1] * 6 + [0] * 2, [1] * 2 + [0] * 6)
     metrics = {**gsm8k.summarize(predictions, [1] * 8), "format_rate": 0.75}
@@ -193,7 +198,7 @@ def paired_metrics():
 
 def test_tensorboard_gets_a_run_of_its_own_with_the_scalars_and_the_paired_test(tmp_path, monkeypatch):
     monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
-    evaluation.to_trackers(paired_metrics(), tracker_settings(tmp_path, "tensorboard"), "eval_test", 7, "m + a")
+    to_trackers(paired_metrics(), tracker_settings(tmp_path, "tensorboard"), "eval_test", 7, "m + a")
     (run,) = (tmp_path / "out" / "runs").iterdir()
     assert run.name.endswith("_eval-test")  # beside training's runs, told apart by its name
     # 0.25, 0.75 are exact in float32, the scalars' storage type; no sampled accuracy was measured
@@ -209,8 +214,8 @@ def test_tensorboard_gets_a_run_of_its_own_with_the_scalars_and_the_paired_test(
 def test_a_second_evaluation_is_a_second_tensorboard_run_in_the_chosen_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))  # where a training run's events went
     s = tracker_settings(tmp_path, "tensorboard")
-    evaluation.to_trackers({"strict_accuracy": 0.5}, s, "eval_test", 0, "m")
-    evaluation.to_trackers({"strict_accuracy": 0.25}, s, "eval_gsm8k-94056f14_test", 0, "m")
+    to_trackers({"strict_accuracy": 0.5}, s, "eval_test", 0, "m")
+    to_trackers({"strict_accuracy": 0.25}, s, "eval_gsm8k-94056f14_test", 0, "m")
     runs = sorted((tmp_path / "tb" / "runs").iterdir(), key=lambda run: run.stat().st_mtime)
     assert len(runs) == 2  # <date>_<host>_eval-<stem>: one run per result stem
     assert runs[0].name.endswith("_eval-test") and runs[1].name.endswith("_eval-gsm8k-94056f14_test")
@@ -219,7 +224,7 @@ def test_a_second_evaluation_is_a_second_tensorboard_run_in_the_chosen_folder(tm
 
 
 def test_report_to_none_writes_no_tracker_run(tmp_path):
-    evaluation.to_trackers(paired_metrics(), tracker_settings(tmp_path, "none"), "eval_test", 7, "m")
+    to_trackers(paired_metrics(), tracker_settings(tmp_path, "none"), "eval_test", 7, "m")
     assert not (tmp_path / "out").exists()
 
 
@@ -228,7 +233,7 @@ import json, sys
 from grpo import evaluation
 
 metrics, s = json.loads(open(sys.argv[1]).read())  # from a file: W&B records the command line itself
-evaluation.to_trackers(metrics, s, "eval_test", 7, "tiny + run")
+evaluation.to_trackers(metrics, s, "eval_test", 7, "tiny + run", report_to=s["REPORT_TO"], out=s["OUTPUT_DIR"])
 """
 
 
