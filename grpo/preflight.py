@@ -40,9 +40,7 @@ GENERATION_OWNED = dict.fromkeys(
 )
 GENERATION_OWNED |= dict.fromkeys(("num_return_sequences", "n"), "NUM_GENERATIONS, GRPO's group size")
 GENERATION_OWNED |= {"temperature": "TEMPERATURE", "do_sample": "GRPO itself (its groups must be sampled)"}
-GENERATION_OWNED |= {
-    key: f"--{key}, checked before the run" for key in ("top_p", "top_k", "min_p", "repetition_penalty")
-}
+GENERATION_OWNED |= {k: f"--{k}, checked before the run" for k in ("top_p", "top_k", "min_p", "repetition_penalty")}
 FSDP2_WARNING = (
     "FSDP2 is experimental with this script: TRL 1.16 generates through FSDP2's hooks, so every decoded token "
     "all-gathers the whole model (a full weight transfer per token), and vLLM with LoRA under FSDP is not done in "
@@ -52,9 +50,8 @@ THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred 
 
 
 def resolve(args, cpu_only, profiles, known_rewards, comments=None):
-    """The run's settings (cli.parse's `args`), each decided once and checked once: a weight of 1 per reward given
-    without weights (as TRL weighs them), vLLM and its memory share chosen for this machine, every value checked, and
-    then the profile's own task and model. With --plan, this machine's own refusals are warnings."""
+    """The run's settings (cli.parse's `args`), each decided and checked once: weights of 1 as TRL's, vLLM chosen
+    for this machine, every value checked, then the profile's task and model (--plan: this machine's refusals warn)."""
     s = dict(args.settings)
     if "REWARD_FUNCS" in args.given and "REWARD_WEIGHTS" not in args.given:
         s["REWARD_WEIGHTS"] = [1.0] * len(s["REWARD_FUNCS"])
@@ -73,7 +70,10 @@ def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machin
     warnings; `comments`: each constant's comment, for range messages; `dataset=False`: a profile's task, unchecked."""
     problems = settings.problems(s, comments)
     problems += report_problems(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s)
-    problems += _paths(s, dataset) + prompt_problems(s) + launcher_problems(os.environ)
+    out = output_dir_problem(s["OUTPUT_DIR"]) or run_folder_problem(s["OUTPUT_DIR"])
+    data = dataset_problem(s["DATASET"]) if dataset else None
+    problems += [p for p in (model_name_problem(s["MODEL_NAME"]), data, out) if p]
+    problems += prompt_problems(s) + launcher_problems(os.environ)
     if machine:
         problems += hardware_problems(s, cpu_only)
     for problem in [] if machine else hardware_problems(s, cpu_only):
@@ -95,7 +95,7 @@ def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machin
         raise ConfigError("\n\n".join(dict.fromkeys(problems)))
 
 
-# chat markers of ChatML, Llama 3, Gemma and Mistral, besides a local tokenizer's own special tokens
+# chat markers of ChatML, Llama 3, Gemma and Mistral (a local tokenizer's own special tokens are added)
 CHAT_MARKERS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|start_header_id|>")
 CHAT_MARKERS += ("<|end_header_id|>", "<start_of_turn>", "<end_of_turn>", "[INST]", "[/INST]", "<|begin_of_text|>")
 # the rewards that pay a right answer (this project's, TRL's, open-r1's names): a negative weight pays wrong ones
@@ -107,7 +107,9 @@ def prompt_problems(s):
     """A system prompt holding chat control tokens (refused), or one not asking for the '#### N' the rewards read,
     and a negative weight on a correctness reward (warned about)."""
     prompt = s["SYSTEM_PROMPT"]
-    if forged := [m for m in (*CHAT_MARKERS, *special_tokens(s["MODEL_NAME"])) if m and m in prompt]:
+    added = _json_object(Path(s["MODEL_NAME"]) / "tokenizer.json").get("added_tokens")
+    specials = [t["content"] for t in added or () if isinstance(t, dict) and t.get("special") and t.get("content")]
+    if forged := [m for m in (*CHAT_MARKERS, *specials) if m and m in prompt]:
         return [
             f"SYSTEM_PROMPT holds {forged[0]!r}, a control token of the chat template: it would end the system turn "
             "and forge another in every prompt.\nRemove it from SYSTEM_PROMPT (write plain instructions)."
@@ -125,19 +127,8 @@ def prompt_problems(s):
     return []
 
 
-def special_tokens(model_name):
-    """The special tokens a local tokenizer.json declares; () for a Hub id."""
-    try:
-        data = json.loads((Path(model_name) / "tokenizer.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return ()
-    added = data.get("added_tokens") if isinstance(data, dict) else None
-    return tuple(t["content"] for t in added or () if isinstance(t, dict) and t.get("special") and t.get("content"))
-
-
 def launcher_problems(environ):
-    """Launcher variables left in the shell by an earlier job (no MASTER_ADDR, which a launcher sets too): torch
-    would wait for processes that never come."""
+    """Launcher variables left by an earlier job (a launcher sets MASTER_ADDR too): torch would wait forever."""
     left = [f"{key}={environ[key]}" for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK") if key in environ]
     if not left or "MASTER_ADDR" in environ:
         return []
@@ -148,8 +139,7 @@ def launcher_problems(environ):
 
 
 def tracker_problems(report_to, environ=os.environ):
-    """A tracker whose package is missing, or W&B without a login outside offline mode: it would fail once the run
-    has begun."""
+    """A tracker whose package is missing, or W&B without a login outside offline mode: both fail mid-run."""
     problems = []
     for tracker in [t for t in settings.trackers(report_to) if t in ("trackio", "wandb")]:
         if not hardware.importable(tracker):
@@ -248,12 +238,6 @@ def _steps(s):
     return []
 
 
-def _paths(s, dataset=True):
-    out = output_dir_problem(s["OUTPUT_DIR"]) or run_folder_problem(s["OUTPUT_DIR"])
-    data = dataset_problem(s["DATASET"]) if dataset else None
-    return [p for p in (model_name_problem(s["MODEL_NAME"]), data, out) if p]
-
-
 WRITE_PROBE = ".write-test-"  # the prefix of the empty folder that checks the output folder is writable, then goes
 CHECKOUT = Path(__file__).resolve().parents[1]  # the folder holding grpotrainer.py
 # What a run writes before its run_settings.json: the CPU profiles' model and data folders (the demo's warm start in
@@ -277,20 +261,16 @@ def run_folder_problem(out):
             )
     # another rank's writability probe may sit there for an instant: ours, never a user's file
     entries = sorted(p.name for p in path.iterdir() if not p.name.startswith(WRITE_PROBE)) if path.is_dir() else []
-    if is_run_folder(path) or all(PROFILE_FOLDERS.fullmatch(name) for name in entries):
+    # a run's own record: its run_settings.json, or the run.lock.json of a run killed before writing that
+    records = (("run_settings.json", ("OUTPUT_DIR", "grpo_config")), ("run.lock.json", ("pid", "host")))
+    own = any(all(key in _json_object(path / name) for key in keys) for name, keys in records)
+    if own or all(PROFILE_FOLDERS.fullmatch(name) for name in entries):
         return None
     shown = ", ".join(entries[:3]) + (f", ... ({len(entries)} in all)" if len(entries) > 3 else "")
     return (
         f"OUTPUT_DIR={out} holds files no training run wrote ({shown}); a run would overwrite or delete them.\n"
         "Give the run a new or empty folder, e.g. --OUTPUT_DIR=outputs/run1."
     )
-
-
-def is_run_folder(path):
-    """Whether `path` holds a run's own record: its run_settings.json, or the run.lock.json of a run that holds it
-    or was killed before writing that."""
-    records = (("run_settings.json", ("OUTPUT_DIR", "grpo_config")), ("run.lock.json", ("pid", "host")))
-    return any(all(key in _json_object(Path(path) / name) for key in keys) for name, keys in records)
 
 
 def _json_object(path):
@@ -340,8 +320,7 @@ def _hub_id_error(name):
 
 
 def output_dir_problem(out, name="OUTPUT_DIR"):
-    """Why the folder `out` cannot be created and written, or None. Tried for real, in its nearest existing parent:
-    os.access misjudges read-only mounts, /proc and the like."""
+    """Why the folder `out` cannot be created and written, or None; tried for real (os.access misjudges mounts)."""
     if not str(out).strip():
         return f"{name} is empty; name the folder for checkpoints and the adapter."
     path = Path(out)
@@ -413,8 +392,7 @@ def hardware_problems(s, cpu_only):
     return problems
 
 
-# The oldest NVIDIA driver for each CUDA major version of PyTorch's wheels (NVIDIA's minor-version compatibility);
-# requirements.txt's torch is a CUDA 13 build.
+# The oldest NVIDIA driver for each CUDA major version of torch's wheels; requirements.txt's torch is a CUDA 13 build
 DRIVER_FLOOR = {12: 525, 13: 580}
 CUDA12_WHEELS = "https://download.pytorch.org/whl/cu128"  # PyTorch's own index of CUDA 12.8 builds
 
@@ -543,9 +521,8 @@ def thinking_ignored(model_name, enable_thinking):
 
 
 def try_rewards(funcs, names, dataset, max_completion_length, answer_blind=()):
-    """Call every reward through its training guard as GRPOTrainer will, on three real rows (no batch size a reward
-    could assume): a raise or a bad value stops here. Then warn about one not in `answer_blind` that scores a right
-    and a wrong answer alike."""
+    """Call every reward through its guard as GRPOTrainer will, on three real rows: a raise or a bad value stops
+    here. Then warn about one not in `answer_blind` that scores a right and a wrong answer alike."""
     from transformers import TrainerState
 
     rows = dataset.select(range(min(3, len(dataset))))
@@ -676,9 +653,8 @@ def _saving(config):
 
 
 def refuse_misfit_model(s, config=None):
-    """What the model's config decides, on the meta device (no weights), from a local folder or the Hub cache (or
-    `config`, for a model not built yet): a causal LM whose weight files fit it, LoRA targets and rank that fit its
-    layers, and a completion length that fits its positions."""
+    """What the model's config (a local folder's, the Hub cache's, or `config`) decides, on the meta device: a causal
+    LM whose weight files fit it, LoRA targets and rank that fit its layers, a completion length that fits."""
     import torch
     import transformers
 
@@ -715,7 +691,6 @@ def refuse_misfit_model(s, config=None):
     targets = lora_targets(s["LORA_TARGET_MODULES"])
     if not targets:
         problems.append("LORA_TARGET_MODULES is empty: give all-linear or layer names such as q_proj,v_proj")
-        targets = []
     matched = {n: m for n, m in modules.items() if _is_target(n, m, targets)}
     listed = [] if targets == "all-linear" else targets
     if missing := [t for t in listed if not any(n == t or n.endswith("." + t) for n in modules)]:
