@@ -155,11 +155,9 @@ def tracker_problems(report_to, environ=os.environ):
 
 def _wandb_key(environ):
     """An API key in the environment, or in ~/.netrc for the W&B host, as `wandb login` leaves it."""
-    if environ.get("WANDB_API_KEY"):
-        return True
     host = urlparse(environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
     try:
-        return netrc.netrc().authenticators(host) is not None
+        return bool(environ.get("WANDB_API_KEY")) or netrc.netrc().authenticators(host) is not None
     except (OSError, netrc.NetrcParseError):
         return False
 
