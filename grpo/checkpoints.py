@@ -1,33 +1,15 @@
-"""Checkpoint file checks: the checkpoints a run can resume from, adapters that fit their base, finished runs.
-
-Reads headers and directories only, never tensors, so every check costs milliseconds; no `transformers` import at
-module level, since evaluate.py, export.py, preflight and the trainer all need these checks.
-
-- `resume_checkpoint`: the newest intact checkpoint; broken ones (a kill, a full disk) are moved to
-  OUTPUT_DIR/broken/, never deleted.
-- `finished`: a rerun of a finished run, which would train one step past MAX_STEPS and rotate checkpoints away.
-- `adapter_problem`, `apply_adapter`: an adapter handed to evaluate.py or export.py that cannot load onto its base.
-"""
+"""Checkpoints a run can resume from (broken ones moved aside, never deleted), adapters that fit their base, and
+finished runs. The checks read headers and folders, never tensors: milliseconds each."""
 
 import json
 import logging
-import math
 import time
 import zipfile
 from pathlib import Path
 
+from grpo import files
 from grpo.errors import ConfigError, is_load_error
-from grpo.files import (
-    SETTINGS_FILE,
-    STEP_FILE,
-    atomic_write,
-    checkpoint_dirs,
-    checkpoint_step,
-    honour_umask,
-    read_json_object,
-    redact,
-    type_problem,
-)
+from grpo.files import checkpoint_dirs, checkpoint_step
 from grpo.settings import changeable
 
 log = logging.getLogger("grpotrainer")
@@ -35,43 +17,38 @@ FINISHED_NAME = "run_finished.json"  # in OUTPUT_DIR, written last by a run that
 FINISHED_TYPES = {"global_step": int, "MAX_STEPS": int, "NUM_TRAIN_EPOCHS": float}
 BROKEN_DIR = "broken"  # OUTPUT_DIR/broken/checkpoint-N-<time>: checkpoints that cannot be resumed, kept for a look
 TORCH_FILES = (".pt", ".pth", ".bin")  # torch.save writes zip archives under these names in a checkpoint
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# checkpoints
+DERIVED = ("dataset_sizes", "segments")  # in the run record, computed from the settings or by `resumed_record`
+# what this project reads of adapter_config.json: the base model, the rank for vLLM, the card's LoRA settings
+ADAPTER_CONFIG_TYPES = dict(
+    base_model_name_or_path=str | None, r=int, lora_alpha=float, target_modules=list[str] | str | None
+)
 
 
 def checkpoint_problem(checkpoint_dir):
-    """None when the checkpoint folder can be resumed from, else the reason it cannot (one short phrase).
-
-    A torch file cut anywhere loses the zip's central directory at its end, so the zip test catches every cut.
-
-    >>> checkpoint_problem("/nonexistent/checkpoint-5")
-    'trainer_state.json is missing'
-    """
+    """None when the checkpoint folder can be resumed from, else the reason it cannot (one short phrase)."""
     folder = Path(checkpoint_dir)
-    try:
-        state = json.loads((folder / "trainer_state.json").read_text())
-    except FileNotFoundError:
-        return "trainer_state.json is missing"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        return f"trainer_state.json does not parse ({err})"
+    state, reason = _read_json(folder / "trainer_state.json")
+    if reason:
+        return reason
     needed = ("global_step", "max_steps", "train_batch_size")  # what Trainer reads back to resume
     if not isinstance(state, dict) or (missing := [k for k in needed if not isinstance(state.get(k), int)]):
         return f"trainer_state.json lacks {', '.join(missing) if isinstance(state, dict) else 'everything'}"
+    reason = _read_json(folder / "adapter_config.json")[1] or safetensors_problem(folder / "adapter_model.safetensors")
+    return reason or optimizer_problem(folder)
+
+
+def _read_json(path):
+    """(the JSON in the file `path`, None), or (None, why it cannot be read)."""
     try:
-        json.loads((folder / "adapter_config.json").read_text())
+        return json.loads(path.read_bytes()), None
     except FileNotFoundError:
-        return "adapter_config.json is missing"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        return f"adapter_config.json does not parse ({err})"
-    if reason := safetensors_problem(folder / "adapter_model.safetensors"):
-        return reason
-    return optimizer_problem(folder)
+        return None, f"{path.name} is missing"
+    except (OSError, ValueError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        return None, f"{path.name} does not parse ({err})"
 
 
 def safetensors_problem(path):
-    """None when the safetensors file is whole, else the reason: safe_open raises on a cut or padded file."""
+    """None when the safetensors file is whole, else the reason (safe_open raises on a cut or padded file)."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -84,7 +61,7 @@ def safetensors_problem(path):
 
 
 def torch_file_problem(path):
-    """None when `path` is a whole torch.save zip archive (central directory present, members inside the file)."""
+    """None when `path` is a whole torch.save zip archive: a cut anywhere loses the central directory at its end."""
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
@@ -99,30 +76,28 @@ def torch_file_problem(path):
 
 
 def optimizer_problem(folder):
-    """The optimizer, scheduler and RNG files Trainer saves beside the adapter: present and whole. DeepSpeed keeps
-    its optimizer under the folder named in `latest`, FSDP as optimizer_0*."""
-    if (folder / "latest").is_file():  # DeepSpeed: `latest` names the global_stepN folder holding its states
+    """The optimizer, scheduler and RNG files beside the adapter, present and whole (DeepSpeed's in `latest`)."""
+    states = []
+    if (folder / "latest").is_file():
         tag = (folder / "latest").read_text().strip()
-        files = list((folder / tag).glob("*.pt")) if tag else []
-        if not files:
+        states = list((folder / tag).glob("*.pt")) if tag else []
+        if not states:
             return f"the DeepSpeed state folder {tag or '(empty name)'} holds no .pt files"
-    else:
-        files = []
-        if not (folder / "optimizer.pt").is_file() and not list(folder.glob("optimizer_0*")):
-            return "optimizer.pt is missing"
-        if not (folder / "scheduler.pt").is_file():
-            return "scheduler.pt is missing"
+    elif not (folder / "optimizer.pt").is_file() and not list(folder.glob("optimizer_0*")):  # FSDP: optimizer_0*
+        return "optimizer.pt is missing"
+    elif not (folder / "scheduler.pt").is_file():
+        return "scheduler.pt is missing"
     if not list(folder.glob("rng_state*.pth")):
         return "rng_state.pth is missing"
-    for path in sorted(p for p in folder.iterdir() if p.suffix in TORCH_FILES and p.is_file()) + files:
+    for path in sorted(p for p in folder.iterdir() if p.suffix in TORCH_FILES and p.is_file()) + states:
         if reason := torch_file_problem(path) or unsafe_pickle_problem(path):
             return reason
     return None
 
 
 def unsafe_pickle_problem(path):
-    """Why torch.load(weights_only=True), which Trainer resumes with, would refuse the torch file `path` (a pickle
-    naming code outside torch's and Trainer's allow-list), read statically. training_args.bin is never loaded."""
+    """Why torch.load(weights_only=True), as Trainer resumes, would refuse the torch file `path` (code outside the
+    allow-list), read statically; training_args.bin is never loaded."""
     if path.name == "training_args.bin":
         return None
     import torch
@@ -136,15 +111,11 @@ def unsafe_pickle_problem(path):
 
 
 def resume_checkpoint(output_dir, s, *, main_process=True, now=time.time):
-    """The newest intact checkpoint to resume from (None for a fresh start), after checking that resuming is safe.
-
-    Broken ones are moved aside by the main process, not skipped: Trainer would otherwise rotate the intact ones away
-    (SAVE_TOTAL_LIMIT counts every checkpoint-N folder) and later write into the broken folder's name. Refused with
-    ConfigError before any weights load: RESUME=False over an earlier run's files, and a checkpoint of another base
-    model or LoRA shape (`adapter_mismatch`).
-    """
+    """The newest intact checkpoint to resume from (None for a fresh start), refusing an unsafe resume. Broken ones
+    are moved aside, not skipped: Trainer's rotation counts every checkpoint-N folder and would delete intact ones."""
     output_dir, resume = Path(output_dir), s["RESUME"]
-    if taken := names_taken(output_dir):
+    names = [p for p in output_dir.glob("checkpoint-*") if checkpoint_step(p) is not None] + [output_dir / BROKEN_DIR]
+    if taken := sorted(p.name for p in names if (p.exists() or p.is_symlink()) and not p.is_dir()):
         raise ConfigError(
             f"OUTPUT_DIR {output_dir} holds {', '.join(taken)}: a file of yours where a run keeps checkpoint folders, "
             "which it never overwrites.\nMove it out of OUTPUT_DIR, or give this run a new OUTPUT_DIR."
@@ -156,40 +127,33 @@ def resume_checkpoint(output_dir, s, *, main_process=True, now=time.time):
             f"RESUME=False, but OUTPUT_DIR {output_dir} already holds {held} of an earlier run, which this run would "
             "overwrite or rotate away.\nGive this run a new OUTPUT_DIR, move the old one away, or set RESUME=True."
         )
-    chosen = None
-    for folder in reversed(found):
-        reason = checkpoint_problem(folder)
-        if reason is None and chosen is None:
-            chosen = folder
-        elif reason is not None:
+    reasons = {folder: checkpoint_problem(folder) for folder in reversed(found)}  # newest first
+    for folder, reason in reasons.items():
+        if reason:
             put_aside(folder, reason, output_dir, main_process, now)
+    chosen = next((folder for folder, reason in reasons.items() if not reason), None)
     if chosen is None:
         return None
     config = json.loads((chosen / "adapter_config.json").read_text())
-    given = read_json_object(output_dir / SETTINGS_FILE).get("LORA_TARGET_MODULES")  # what the run was told
+    # the target modules the run was told, which PEFT saved expanded
+    given = files.read_json_object(output_dir / files.SETTINGS_FILE).get("LORA_TARGET_MODULES")
     lora = (s["MODEL_NAME"], s["LORA_R"], s["LORA_ALPHA"], s["LORA_TARGET_MODULES"])
     if problem := adapter_mismatch(config, *lora, trained_with=given):
         raise ConfigError(f"cannot resume {chosen}: {problem}, or give this run a new OUTPUT_DIR.")
     return chosen
 
 
-DERIVED = ("dataset_sizes", "segments")  # in the record, computed from the settings or by `resumed_record`
-
-
 def resumed_record(output_dir, record, checkpoint):
-    """The run record (`record`: this run's settings) to write when resuming `checkpoint`, checked against the one
-    its run wrote. A change of a setting outside CHANGEABLE is refused, naming each (old -> new); changes of the
-    others are logged in one line and appended to the record's "segments" (the step they apply from, old and new),
-    so run_settings.json keeps what the adapter was trained with. Without a checkpoint, nothing was trained yet."""
+    """The run record to write when resuming `checkpoint`, checked against the one its run wrote: a changed setting
+    that is not `changeable` is refused, the others are logged and kept in "segments" (from which step, old, new)."""
     if checkpoint is None:
         return record
-    path = Path(output_dir) / SETTINGS_FILE
-    old = _flat(read_json_object(path))
-    new = _flat(json.loads(json.dumps(redact(record), default=str)))  # as written (write_settings): like with like
+    path = Path(output_dir) / files.SETTINGS_FILE
+    old = _flat(files.read_json_object(path))
+    new = _flat(json.loads(json.dumps(files.redact(record), default=str)))  # as write_settings writes it
     keys = [k for k in new if k in old or k.startswith("--")] + [k for k in old if k.startswith("--") and k not in new]
     changed = {k: (old.get(k, "(unset)"), new.get(k, "(unset)")) for k in keys if not _same(k, old.get(k), new.get(k))}
-    refused = [k for k in changed if k not in changeable()]
-    if refused:
+    if refused := [k for k in changed if k not in changeable()]:
         raise ConfigError(
             f"cannot resume {checkpoint}: {_changes(changed, refused)} differ from its run's ({path}), and the "
             "adapter would mix two runs.\nSet them back to resume, or give this run a new OUTPUT_DIR to start over."
@@ -198,11 +162,11 @@ def resumed_record(output_dir, record, checkpoint):
         return record
     log.info("resuming %s with changed settings: %s", checkpoint, _changes(changed, changed))
     segment = {"from_step": checkpoint_step(checkpoint), "changed": {k: list(v) for k, v in changed.items()}}
-    return {**record, "segments": [*read_json_object(path).get("segments", []), segment]}
+    return {**record, "segments": [*files.read_json_object(path).get("segments", []), segment]}
 
 
 def _flat(record):
-    """A record with its GRPOConfig fields as "--field" keys beside the constants, and without DERIVED ones."""
+    """A record with its GRPOConfig fields as "--field" keys beside the settings, without DERIVED ones."""
     fields = record.get("grpo_config") if isinstance(record.get("grpo_config"), dict) else {}
     flat = {k: v for k, v in record.items() if k not in (*DERIVED, "grpo_config")}
     return {**flat, **{f"--{k}": v for k, v in fields.items()}}
@@ -218,7 +182,7 @@ def _same(key, old, new):
 
 
 def _changes(changed, keys):
-    """`KEY old -> new` for each of `keys`, values cut to 100 characters (a SYSTEM_PROMPT may be long)."""
+    """`KEY old -> new` for each of `keys`, values cut to 100 characters (a prompt may be long)."""
 
     def cut(value):
         text = json.dumps(value) if not isinstance(value, str) else repr(value)
@@ -227,15 +191,8 @@ def _changes(changed, keys):
     return ", ".join(f"{k} {cut(changed[k][0])} -> {cut(changed[k][1])}" for k in keys)
 
 
-def names_taken(output_dir):
-    """The names in OUTPUT_DIR that a run writes folders under (checkpoint-N, broken) held by something else."""
-    names = [p for p in Path(output_dir).glob("checkpoint-*") if checkpoint_step(p) is not None]
-    names.append(Path(output_dir) / BROKEN_DIR)
-    return sorted(p.name for p in names if (p.exists() or p.is_symlink()) and not p.is_dir())
-
-
 def put_aside(folder, reason, output_dir, main_process, now=time.time):
-    """Log why `folder` cannot be resumed and, on the main process, move it to OUTPUT_DIR/broken/<name>-<time>."""
+    """Log why `folder` cannot be resumed and, on the main process, move it to BROKEN_DIR/<name>-<time>."""
     if not main_process:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now()))
@@ -251,36 +208,20 @@ def put_aside(folder, reason, output_dir, main_process, now=time.time):
 
 
 def other_base_model(config, model_name):
-    """The base model an adapter_config.json (a dict, or the adapter folder) names, when it is not `model_name`;
-    compared by folder name, so a Hub id and its local copy match.
-
-    >>> other_base_model({"base_model_name_or_path": "Qwen/Qwen3-8B"}, "/models/Qwen3-8B") is None
-    True
-    """
+    """The base model an adapter_config.json (a dict, or the adapter folder) names, if not `model_name` by name."""
     if not isinstance(config, dict):
-        path = Path(config) / "adapter_config.json"
-        config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        config = files.read_json_object(Path(config) / "adapter_config.json")
     base = config.get("base_model_name_or_path")
     return base if base and Path(base).name != Path(model_name).name else None
 
 
 def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, trained_with=None):
-    """What differs between a saved adapter_config.json and this run's MODEL_NAME and LoRA settings, or None.
-
-    PEFT saves "all-linear" expanded: as full paths under 20 modules, else as the short names (q_proj, ...) of every
-    real model. So "all-linear" is known by dotted paths or by `trained_with` (the run's recorded setting).
-
-    >>> cfg = {"base_model_name_or_path": "/m/Qwen3-8B", "r": 16, "lora_alpha": 32, "target_modules": ["q_proj"]}
-    >>> adapter_mismatch(cfg, "Qwen/Qwen3-8B", 8, 32, "q_proj")
-    'it was trained with LORA_R=16, and LORA_R is 8: set LORA_R=16'
-    """
+    """What differs between a saved adapter_config.json and this run's model and LoRA settings, or None. PEFT saves
+    "all-linear" expanded, so it is known by dotted paths or by `trained_with`, the run's recorded setting."""
     if base := other_base_model(config, model_name):
         return f"it is an adapter for {base}, and MODEL_NAME is {model_name}: set MODEL_NAME={base}"
-    for name, saved, now in (
-        ("LORA_R", config.get("r"), lora_r),
-        ("LORA_ALPHA", config.get("lora_alpha"), lora_alpha),
-    ):
-        if saved is not None and saved != now:
+    for name, key, now in (("LORA_R", "r", lora_r), ("LORA_ALPHA", "lora_alpha", lora_alpha)):
+        if (saved := config.get(key)) is not None and saved != now:
             return f"it was trained with {name}={saved}, and {name} is {now}: set {name}={saved}"
     wanted = [t.strip() for t in target_modules.split(",")] if isinstance(target_modules, str) else target_modules
     wanted = [t for t in wanted if t]
@@ -299,30 +240,14 @@ def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, tra
     return None
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# adapters handed to evaluate.py and export.py
-
-
-# The adapter_config.json values this project reads (the base model, the rank for vLLM, the card's LoRA settings).
-ADAPTER_CONFIG_TYPES = {
-    "base_model_name_or_path": str | None,
-    "r": int,
-    "lora_alpha": float,
-    "target_modules": list[str] | str | None,
-}
-
-
 def adapter_problem(adapter):
-    """Why the adapter folder `adapter` cannot load (its config or weights file), or None; named before the base
-    model loads. An older peft's adapter_model.bin is left to peft."""
+    """Why the adapter folder `adapter` cannot load (config or weights), or None; peft reads an adapter_model.bin."""
     folder = Path(adapter)
-    try:
-        config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
-        reason = None if isinstance(config, dict) else "adapter_config.json is not a JSON object"
-        if reason is None and (wrong := type_problem(config, ADAPTER_CONFIG_TYPES)):  # edited by hand
-            reason = f"adapter_config.json: {wrong}"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        reason = f"adapter_config.json does not parse ({err})"
+    config, reason = _read_json(folder / "adapter_config.json")
+    if reason is None and not isinstance(config, dict):
+        reason = "adapter_config.json is not a JSON object"
+    elif reason is None and (wrong := files.type_problem(config, ADAPTER_CONFIG_TYPES)):  # edited by hand
+        reason = f"adapter_config.json: {wrong}"
     weights = folder / "adapter_model.safetensors"
     if reason is None and (weights.exists() or not (folder / "adapter_model.bin").is_file()):
         reason = safetensors_problem(weights)
@@ -335,100 +260,69 @@ def adapter_problem(adapter):
 
 
 def apply_adapter(model, adapter, model_name):
-    """The base `model` (MODEL_NAME) with the LoRA adapter at `adapter` applied through peft; refused in one message
-    when it does not fit (`misfit_problem`)."""
-    from peft import PeftModel
+    """The base `model` with the LoRA adapter at `adapter` applied by peft; one message when it does not fit."""
+    from peft import PeftModel, get_peft_model_state_dict
+    from safetensors import safe_open
 
+    weights = Path(adapter) / "adapter_model.safetensors"
     try:
         loaded = PeftModel.from_pretrained(model, adapter)
+        detail = None
     except Exception as err:  # peft's size mismatch or absent target modules is the user's to fix; a bug goes on
         if not is_load_error(err):
             raise
         # torch's size mismatch lists one layer a line after its header: quote the header and the first
-        quoted = " ".join(line.strip() for line in str(err).splitlines()[:2])
-        raise ConfigError(misfit_problem(adapter, model_name, quoted)) from None
-    if unused := unused_weights(loaded, adapter):
-        raise ConfigError(misfit_problem(adapter, model_name, f"{unused[0]}: no such layer in the base model"))
+        detail = " ".join(line.strip() for line in str(err).splitlines()[:2])
+    # peft loads with strict=False: the weights of layers the base lacks (a deeper model's adapter) go nowhere
+    if detail is None and weights.is_file():  # not an older peft's adapter_model.bin
+        with safe_open(weights, "pt") as f:
+            unused = sorted(set(f.keys()) - set(get_peft_model_state_dict(loaded)))
+        detail = f"{unused[0]}: no such layer in the base model" if unused else None
+    if detail:
+        raise ConfigError(
+            f"ADAPTER={adapter} does not fit MODEL_NAME={model_name} ({detail}): it was trained on another model.\n"
+            "Leave MODEL_NAME unset to use the run's base model (run_settings.json), "
+            "or give the one it was trained on."
+        )
     return loaded
 
 
-def unused_weights(loaded, adapter):
-    """The adapter's saved weights that peft put nowhere. peft loads with strict=False and raises only on a size
-    mismatch: weights of layers the base lacks (a deeper model's adapter) are dropped without a word."""
-    from peft import get_peft_model_state_dict
-    from safetensors import safe_open
-
-    weights = Path(adapter) / "adapter_model.safetensors"
-    if not weights.is_file():
-        return []  # an older peft's adapter_model.bin
-    with safe_open(weights, "pt") as f:
-        saved = set(f.keys())
-    return sorted(saved - set(get_peft_model_state_dict(loaded)))
-
-
-def misfit_problem(adapter, model_name, detail):
-    """The one message refusing ADAPTER on MODEL_NAME, with `detail` naming what does not fit."""
-    return (
-        f"ADAPTER={adapter} does not fit MODEL_NAME={model_name} ({detail}): it was trained on another model.\n"
-        "Leave MODEL_NAME unset to use the run's base model (run_settings.json), or give the one it was trained on."
-    )
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# finished runs
-
-
 def save_adapter(trainer, output_dir, main_process):
-    """`trainer.save_model(output_dir)` (every rank calls it), labelled with the step its weights are from in
-    adapter_step.json once they are whole. The earlier label goes first: a save cut short leaves no label, never the
-    earlier step's on new weights."""
-    label = Path(output_dir) / STEP_FILE
+    """`trainer.save_model(output_dir)` on every rank, labelled with its step once whole. The earlier label goes
+    first: a save cut short leaves no label, never the earlier step's on new weights."""
+    label = Path(output_dir) / files.STEP_FILE
     if main_process:
         label.unlink(missing_ok=True)
     trainer.save_model(output_dir)
     if main_process:
-        honour_umask(output_dir)
-        atomic_write(label, json.dumps({"global_step": trainer.state.global_step}) + "\n", durable=True)
+        files.honour_umask(output_dir)
+        files.atomic_write(label, json.dumps({"global_step": trainer.state.global_step}) + "\n", durable=True)
 
 
 def mark_finished(output_dir, global_step, epoch, max_steps, num_train_epochs):
-    """Write OUTPUT_DIR/run_finished.json durably: the main process's last write, after the final adapter."""
+    """Write FINISHED_NAME durably: the main process's last write, after the final adapter."""
     output_dir = Path(output_dir)
-    record = {
-        "global_step": global_step,
-        "epoch": epoch,
-        "MAX_STEPS": max_steps,
-        "NUM_TRAIN_EPOCHS": num_train_epochs,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    atomic_write(output_dir / FINISHED_NAME, json.dumps(record, indent=1), durable=True)
+    record = dict(global_step=global_step, epoch=epoch, MAX_STEPS=max_steps, NUM_TRAIN_EPOCHS=num_train_epochs)
+    record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    files.atomic_write(output_dir / FINISHED_NAME, json.dumps(record, indent=1), durable=True)
     log.info("saved the adapter and its model card to %s; the run is finished", output_dir)
     return output_dir / FINISHED_NAME
 
 
 def finished(s):
-    """A one-line message when OUTPUT_DIR holds a run that already trained as far as asked, else None: the marker
-    is there, the final adapter is whole, and its steps (or epochs) reach this run's. Raising them continues the run.
-
-    >>> finished({"OUTPUT_DIR": "/nonexistent", "MAX_STEPS": 100, "NUM_TRAIN_EPOCHS": 3}) is None
-    True
-    """
+    """A message when the output folder holds a run that already trained as far as asked, else None."""
     output_dir, max_steps, num_train_epochs = Path(s["OUTPUT_DIR"]), s["MAX_STEPS"], s["NUM_TRAIN_EPOCHS"]
     try:
-        done = read_json_object(output_dir / FINISHED_NAME, FINISHED_TYPES)
+        done = files.read_json_object(output_dir / FINISHED_NAME, FINISHED_TYPES)
     except ConfigError as err:  # torn or edited by hand: the run is finished again from its newest checkpoint
         log.warning("%s; the run is finished again from its newest checkpoint", str(err).partition(";")[0])
         return None
-    if "global_step" not in done:
+    step = done.get("global_step")
+    # no marker; or the final save was lost after it: resume and save again
+    if step is None or safetensors_problem(output_dir / "adapter_model.safetensors"):
         return None
-    step = done["global_step"]
-    if safetensors_problem(output_dir / "adapter_model.safetensors"):
-        return None  # the final save was lost after the marker: resume and save again
-    if max_steps > 0:
-        far_enough = step >= max_steps
-    else:
-        far_enough = done.get("MAX_STEPS", 0) <= 0 and done.get("NUM_TRAIN_EPOCHS", 0) >= num_train_epochs
-    if not far_enough:
+    epochs_done = done.get("MAX_STEPS", 0) <= 0 and done.get("NUM_TRAIN_EPOCHS", 0) >= num_train_epochs
+    if not (step >= max_steps if max_steps > 0 else epochs_done):
         return None
     return (
         f"OUTPUT_DIR {output_dir} holds a finished run ({step} steps, adapter saved); nothing to do. To train "
@@ -437,14 +331,11 @@ def finished(s):
 
 
 def reached(checkpoint, max_steps, num_train_epochs):
-    """Whether a checkpoint already holds the steps asked for (a run killed before its marker). Resuming it would
-    train one step past the end, rotate a checkpoint away and overwrite the adapter; `restore` finishes it."""
+    """Whether a checkpoint holds the steps asked for (killed before its marker): `restore` finishes it, no step."""
     state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
     if max_steps > 0:
         return state["global_step"] >= max_steps
-    return (
-        state["global_step"] >= state.get("max_steps", math.inf) and state.get("num_train_epochs") == num_train_epochs
-    )
+    return state["global_step"] >= state["max_steps"] and state.get("num_train_epochs") == num_train_epochs
 
 
 def restore(trainer, checkpoint):

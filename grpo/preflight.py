@@ -1,9 +1,8 @@
 """Checks that run in seconds, before any weights load, so that a mistake costs a message rather than a GPU hour.
 
-`refuse_bad_settings` reports every problem of the resolved settings at once, each in at most two lines
-(`CONSTANT=value`, why, the fix); the rules are data where they can be (CHOICES, RANGES). `refuse_before_loading`
-runs what needs the data, the GRPOConfig or the model's config: `try_rewards` calls every reward on real rows,
-`refuse_misfit_model` matches the config, weights and LoRA settings on the meta device.
+`refuse_bad_settings` reports every problem of the settings at once, each in at most two lines (the setting and its
+value, why, the fix); `refuse_before_loading` and `refuse_bad_grpo_config` run the checks that need the rewards, the
+data, the model's config or the GRPOConfig.
 """
 
 import asyncio
@@ -27,25 +26,21 @@ from grpo.errors import ConfigError
 
 log = logging.getLogger("grpotrainer.preflight")
 
-TRACKERS = ("tensorboard", "trackio", "wandb")  # REPORT_TO's names, alone or as a comma list
+TRACKERS = ("tensorboard", "trackio", "wandb")
 # GRPOConfig fields a --field=value can set, which nothing checks before the first step: (name, low, high)
 FIELD_RANGES = (("epsilon", 0, 1), ("epsilon_high", 0, 10), ("top_entropy_quantile", 0, 1))
 FIELD_RANGES += (("dataloader_num_workers", 0, 1024), ("max_grad_norm", 0, math.inf), ("warmup_steps", 0, math.inf))
 # the optimizer's, for any --optim (torch checks only its own, at the first step): a beta of 1 torch refuses too
 FIELD_RANGES += (("adam_beta1", 0, 1), ("adam_beta2", 0, 1), ("adam_epsilon", 1e-30, 1), ("weight_decay", 0, math.inf))
 FIELD_CHOICES = {"importance_sampling_level": ("token", "sequence")}  # (TRL 1.16's GRPOConfig documentation)
-# generation_kwargs keys (transformers' GenerationConfig, vLLM's SamplingParams) that TRL lets override what a constant
-# or a checked field sets: each is refused, naming the owner.
+# generation_kwargs keys that TRL would let override a setting or a checked field: each refused, naming its owner
 GENERATION_OWNED = dict.fromkeys(
     ("max_new_tokens", "max_length", "min_new_tokens", "min_length", "max_tokens", "min_tokens"),
     "MAX_COMPLETION_LENGTH, which the rewards' cut-off rule and the truncation mask also read",
 )
 GENERATION_OWNED |= dict.fromkeys(("num_return_sequences", "n"), "NUM_GENERATIONS, GRPO's group size")
 GENERATION_OWNED |= {"temperature": "TEMPERATURE", "do_sample": "GRPO itself (its groups must be sampled)"}
-GENERATION_OWNED |= {key: f"--{key}, checked before the run" for key in ("top_p", "top_k", "min_p")}
-GENERATION_OWNED |= {"repetition_penalty": "--repetition_penalty, checked before the run"}
-# FSDP2 is experimental here: TRL 1.16's summon_full_params is a no-op under it, so generate() runs through FSDP2's
-# hooks, and with fsdp_reshard_after_forward every decoded token all-gathers the whole model.
+GENERATION_OWNED |= {k: f"--{k}, checked before the run" for k in ("top_p", "top_k", "min_p", "repetition_penalty")}
 FSDP2_WARNING = (
     "FSDP2 is experimental with this script: TRL 1.16 generates through FSDP2's hooks, so every decoded token "
     "all-gathers the whole model (a full weight transfer per token), and vLLM with LoRA under FSDP is not done in "
@@ -55,11 +50,8 @@ THINKING_MIN_TOKENS = 1024  # Qwen3's thinking on GSM8K runs to several hundred 
 
 
 def resolve(args, cpu_only, profiles, known_rewards, comments=None):
-    """The run's settings (cli.parse's `args`), each decided once and checked once, before anything heavy loads:
-    one weight per reward when REWARD_FUNCS was given without weights (as TRL weighs them), the profile's task and
-    model named (`profiles[name].prepare`, after the checks), USE_VLLM=auto and its memory share chosen for this
-    machine, and every value checked (`refuse_bad_settings`). With --plan, this machine's own refusals (no GPU) are
-    warnings."""
+    """The run's settings (cli.parse's `args`), each decided and checked once: weights of 1 as TRL's, vLLM chosen
+    for this machine, every value checked, then the profile's task and model (--plan: this machine's refusals warn)."""
     s = dict(args.settings)
     if "REWARD_FUNCS" in args.given and "REWARD_WEIGHTS" not in args.given:
         s["REWARD_WEIGHTS"] = [1.0] * len(s["REWARD_FUNCS"])
@@ -69,25 +61,24 @@ def resolve(args, cpu_only, profiles, known_rewards, comments=None):
     task = not args.profile or "DATASET" in args.given  # else the profile's own, which its prepare writes below
     machine = not args.plan
     refuse_bad_settings(s, cpu_only, known_rewards, args.fields, machine, comments=comments, dataset=task)
-    return profiles[args.profile].prepare(s, args.given) if args.profile else s  # the profile's own files
+    return profiles[args.profile].prepare(s, args.given) if args.profile else s
 
 
 def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machine=True, comments=None, dataset=True):
-    """Catch in seconds, before any weights load, the settings that would fail (or silently waste) a run.
-
-    `known_rewards`: the registry's names (rewards.REWARDS), against which plain REWARD_FUNCS names are checked;
-    `fields`: the command line's lower-case GRPOConfig fields; `machine=False` (--plan) warns about this machine's
-    problems instead; `comments`: each constant's comment, quoted in its range message; `dataset=False`: DATASET is
-    a profile's task that its prepare has yet to write (`resolve`), left unchecked."""
+    """Refuse at once every setting that would fail (or silently waste) a run. `known_rewards`: the registry's
+    names; `fields`: the command line's GRPOConfig fields; `machine=False` (--plan): this machine's problems are
+    warnings; `comments`: each constant's comment, for range messages; `dataset=False`: a profile's task, unchecked."""
     problems = settings.problems(s, comments)
     problems += report_problems(s["REPORT_TO"]) + _batch(s) + _rewards(s, known_rewards) + _steps(s)
-    problems += _paths(s, dataset) + prompt_problems(s) + launcher_problems(os.environ)
+    out = output_dir_problem(s["OUTPUT_DIR"]) or run_folder_problem(s["OUTPUT_DIR"])
+    data = dataset_problem(s["DATASET"]) if dataset else None
+    problems += [p for p in (model_name_problem(s["MODEL_NAME"]), data, out) if p]
+    problems += prompt_problems(s) + launcher_problems(os.environ)
     if machine:
         problems += hardware_problems(s, cpu_only)
     for problem in [] if machine else hardware_problems(s, cpu_only):
         log.warning("on this machine the run would stop: %s", problem.replace("\n", " "))
-    # Trainer's push_to_hub uploads every checkpoint with TRL's card and the run's files; export.py pushes the merged
-    # model or (ADAPTER_ONLY) the adapter, with our card (an allow-list): one way to publish, the right files
+    # export.py publishes, with our card and an allow-list of files; Trainer's push would upload every checkpoint
     if (fields or {}).get("push_to_hub"):
         problems.append(
             "--push_to_hub=true is refused: Trainer would upload each checkpoint with run files and TRL's card.\n"
@@ -104,21 +95,21 @@ def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machin
         raise ConfigError("\n\n".join(dict.fromkeys(problems)))
 
 
-# Chat markers of common templates (ChatML, Llama 3, Gemma, Mistral): in SYSTEM_PROMPT they end the system turn and
-# forge another in every prompt. A local tokenizer's own special tokens are added to these (`special_tokens`).
+# chat markers of ChatML, Llama 3, Gemma and Mistral (a local tokenizer's own special tokens are added)
 CHAT_MARKERS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|start_header_id|>")
-CHAT_MARKERS += ("<|end_header_id|>",)
-CHAT_MARKERS += ("<start_of_turn>", "<end_of_turn>", "[INST]", "[/INST]", "<|begin_of_text|>")
+CHAT_MARKERS += ("<|end_header_id|>", "<start_of_turn>", "<end_of_turn>", "[INST]", "[/INST]", "<|begin_of_text|>")
 # the rewards that pay a right answer (this project's, TRL's, open-r1's names): a negative weight pays wrong ones
 CORRECTNESS = ("correctness_reward", "math_reward", "accuracy_reward", "reasoning_accuracy_reward", "accuracy")
 FORMAT_READERS = ("correctness_reward", "format_reward", "math_reward", "accuracy", "format")  # read '#### N'
 
 
 def prompt_problems(s):
-    """SYSTEM_PROMPT holding the tokenizer's control tokens (refused), or no longer asking for the '#### N' the
-    chosen rewards read, and a negative weight on a correctness reward (warned about)."""
+    """A system prompt holding chat control tokens (refused), or one not asking for the '#### N' the rewards read,
+    and a negative weight on a correctness reward (warned about)."""
     prompt = s["SYSTEM_PROMPT"]
-    if forged := [m for m in (*CHAT_MARKERS, *special_tokens(s["MODEL_NAME"])) if m and m in prompt]:
+    added = _json_object(Path(s["MODEL_NAME"]) / "tokenizer.json").get("added_tokens")
+    specials = [t["content"] for t in added or () if isinstance(t, dict) and t.get("special") and t.get("content")]
+    if forged := [m for m in (*CHAT_MARKERS, *specials) if m and m in prompt]:
         return [
             f"SYSTEM_PROMPT holds {forged[0]!r}, a control token of the chat template: it would end the system turn "
             "and forge another in every prompt.\nRemove it from SYSTEM_PROMPT (write plain instructions)."
@@ -136,19 +127,8 @@ def prompt_problems(s):
     return []
 
 
-def special_tokens(model_name):
-    """The special tokens a local tokenizer (tokenizer.json's added tokens) declares; () for a Hub id."""
-    try:
-        data = json.loads((Path(model_name) / "tokenizer.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return ()
-    added = data.get("added_tokens") if isinstance(data, dict) else None
-    return tuple(t["content"] for t in added or () if isinstance(t, dict) and t.get("special") and t.get("content"))
-
-
 def launcher_problems(environ):
-    """WORLD_SIZE, RANK or LOCAL_RANK left in the shell by an earlier job, in a process no launcher started (a
-    launcher also sets MASTER_ADDR): torch would wait for processes that never come."""
+    """Launcher variables left by an earlier job (a launcher sets MASTER_ADDR too): torch would wait forever."""
     left = [f"{key}={environ[key]}" for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK") if key in environ]
     if not left or "MASTER_ADDR" in environ:
         return []
@@ -159,8 +139,7 @@ def launcher_problems(environ):
 
 
 def tracker_problems(report_to, environ=os.environ):
-    """A tracker of REPORT_TO whose package is missing, or W&B without a login (an API key in the environment or in
-    ~/.netrc, as `wandb login` leaves it) outside offline mode: it would fail once the run has begun."""
+    """A tracker whose package is missing, or W&B without a login outside offline mode: both fail mid-run."""
     problems = []
     for tracker in [t for t in settings.trackers(report_to) if t in ("trackio", "wandb")]:
         if not hardware.importable(tracker):
@@ -175,12 +154,11 @@ def tracker_problems(report_to, environ=os.environ):
 
 
 def _wandb_key(environ):
-    if environ.get("WANDB_API_KEY"):
-        return True
+    """An API key in the environment, or in ~/.netrc for the W&B host, as `wandb login` leaves it."""
     host = urlparse(environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
     try:
-        return netrc.netrc().authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):  # no ~/.netrc, or one that does not parse
+        return bool(environ.get("WANDB_API_KEY")) or netrc.netrc().authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
         return False
 
 
@@ -195,10 +173,10 @@ def report_problems(text):
 
 
 def _batch(s):
-    """GRPO's batch rule: a generation round must hold whole groups. Every suggested fix is checked to obey it."""
+    """GRPO's batch rule: a generation round must hold whole groups. Every suggested fix obeys it."""
     gens, per_device, spg = s["NUM_GENERATIONS"], s["PER_DEVICE_TRAIN_BATCH_SIZE"], s["STEPS_PER_GENERATION"]
     if gens < 2 or per_device < 1 or spg < 0 or s["GRADIENT_ACCUMULATION_STEPS"] < 1:
-        return []  # reported by RANGES
+        return []  # reported by the ranges
     name = "STEPS_PER_GENERATION" if spg else "GRADIENT_ACCUMULATION_STEPS"
     steps = spg or s["GRADIENT_ACCUMULATION_STEPS"]
     procs = hardware.world_size()
@@ -217,11 +195,7 @@ def _batch(s):
 
 
 def _divisors(n):
-    """The divisors of n, in O(sqrt(n)) steps: a GRADIENT_ACCUMULATION_STEPS of 1e11 must not stall preflight.
-
-    >>> sorted(_divisors(12))
-    [1, 2, 3, 4, 6, 12]
-    """
+    """The divisors of n, in O(sqrt(n)) steps: an accumulation of 1e11 steps must not stall preflight."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return set(small) | {n // d for d in small}
 
@@ -262,26 +236,18 @@ def _steps(s):
     return []
 
 
-def _paths(s, dataset=True):
-    out = output_dir_problem(s["OUTPUT_DIR"]) or run_folder_problem(s["OUTPUT_DIR"])
-    data = dataset_problem(s["DATASET"]) if dataset else None
-    return [p for p in (model_name_problem(s["MODEL_NAME"]), data, out) if p]
-
-
-WRITE_PROBE = ".write-test-"  # the prefix of the empty folder that checks OUTPUT_DIR is writable, then goes
+WRITE_PROBE = ".write-test-"  # the prefix of the empty folder that checks the output folder is writable, then goes
 CHECKOUT = Path(__file__).resolve().parents[1]  # the folder holding grpotrainer.py
-# What a run writes into OUTPUT_DIR before its run_settings.json: the CPU profiles' model and data folders, and
-# the demo's warm start in progress (demo-sums-model-seedN.sft<pid>), files.py's hidden work in progress, and the
-# run.lock of a run killed before it named itself in run.lock.json (process.take_lock judges whether it is held).
+# What a run writes before its run_settings.json: the CPU profiles' model and data folders (the demo's warm start in
+# progress too), files.py's hidden work in progress, and the run.lock of a run killed before its run.lock.json.
 PROFILE_FOLDERS = re.compile(
     r"smoke-model|demo-(sums-)?(data-|model-)?seed\d+(\.sft\d+)?|\..+\.(tmp|partial|old)-.+|run\.lock"
 )
 
 
 def run_folder_problem(out):
-    """Why a training run must not write into the folder `out`, or None. A run writes README.md, tokenizer and
-    adapter files and rotates checkpoints there, so it takes only a missing or empty folder or one of its own runs
-    (`is_run_folder`, or only the CPU profiles' folders); never the current folder, the checkout or home, or above."""
+    """Why a training run must not write into the folder `out`, or None: it takes a missing or empty folder or one of
+    its own runs, never the current folder, the checkout or home, or a folder above them."""
     path = Path(out).resolve()
     guarded = (("the current folder", Path.cwd()), ("the checkout", CHECKOUT), ("the home folder", Path.home()))
     for what, folder in guarded:
@@ -291,9 +257,12 @@ def run_folder_problem(out):
                 f"OUTPUT_DIR={out} is {where}: a run writes README.md, tokenizer and adapter files there.\n"
                 "Give the run a folder of its own, e.g. --OUTPUT_DIR=outputs/run1."
             )
-    # another rank's writability probe (`writable`) may sit there for an instant: ours, never a user's file
+    # another rank's writability probe may sit there for an instant: ours, never a user's file
     entries = sorted(p.name for p in path.iterdir() if not p.name.startswith(WRITE_PROBE)) if path.is_dir() else []
-    if is_run_folder(path) or all(PROFILE_FOLDERS.fullmatch(name) for name in entries):
+    # a run's own record: its run_settings.json, or the run.lock.json of a run killed before writing that
+    records = (("run_settings.json", ("OUTPUT_DIR", "grpo_config")), ("run.lock.json", ("pid", "host")))
+    own = any(all(key in _json_object(path / name) for key in keys) for name, keys in records)
+    if own or all(PROFILE_FOLDERS.fullmatch(name) for name in entries):
         return None
     shown = ", ".join(entries[:3]) + (f", ... ({len(entries)} in all)" if len(entries) > 3 else "")
     return (
@@ -302,60 +271,54 @@ def run_folder_problem(out):
     )
 
 
-def is_run_folder(path):
-    """Whether `path` holds a run's own record: its run_settings.json (with "OUTPUT_DIR" and "grpo_config"), or the
-    run.lock.json (pid, host) of a run that holds it or was killed before writing that."""
-
-    for name, keys in (("run_settings.json", ("OUTPUT_DIR", "grpo_config")), ("run.lock.json", ("pid", "host"))):
-        try:
-            data = json.loads((Path(path) / name).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            continue
-        if isinstance(data, dict) and all(key in data for key in keys):
-            return True
-    return False
+def _json_object(path):
+    """The JSON object in the file `path`, or {} when there is none to read: another check names a torn file."""
+    try:
+        data = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError):  # ValueError: JSONDecodeError, UnicodeDecodeError
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def model_name_problem(model_name):
-    """Why MODEL_NAME names neither a model folder (one with a config.json) nor a valid Hub id, or None."""
-    model_dir = Path(model_name)
-    local = hub.is_local(model_name)
-    if local and not (model_dir / "config.json").is_file():
+    """Why the model setting names neither a folder with a config.json nor a valid Hub id, or None."""
+    if not hub.is_local(model_name):
+        err = _hub_id_error(model_name)
+        return f"MODEL_NAME={model_name!r} is neither a folder nor a Hub id ({err})." if err else None
+    if not (Path(model_name) / "config.json").is_file():
         return (
             f"MODEL_NAME={model_name}: that folder holds no config.json.\n"
             "Give a folder with a model's config.json, weights and tokenizer, or a Hub id such as Qwen/Qwen3-8B."
         )
-    if not local:
-        from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-        try:
-            validate_repo_id(model_name)
-        except HFValidationError as err:
-            return f"MODEL_NAME={model_name!r} is neither a folder nor a Hub id ({err})."
     return None
 
 
 def dataset_problem(dataset, name="DATASET"):
-    """Why DATASET names neither a local file or folder of {split}.jsonl that exists nor a valid Hub id, or None."""
+    """Why the dataset setting names neither a local file or folder that exists nor a valid Hub id, or None."""
     if not str(dataset).strip():
         return (
             f"{name} is empty: give openai/gsm8k (a Hub id), or a .jsonl file or a folder of train.jsonl/test.jsonl."
         )
     if hub.is_local(dataset):
         return None if Path(dataset).exists() else f"{name}={dataset}: no such file or folder."
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(dataset)
-    except HFValidationError as err:
+    if err := _hub_id_error(dataset):
         return f"{name}={dataset!r} is neither a local file or folder nor a Hub id such as openai/gsm8k ({err})."
     return None
 
 
-def output_dir_problem(out, name="OUTPUT_DIR"):
-    """Why the folder `out` cannot be created and written, or None. Tried for real: a folder is made and removed
-    in its nearest existing parent, since os.access misjudges read-only mounts, /proc and the like."""
+def _hub_id_error(name):
+    """huggingface_hub's reason why `name` is no valid Hub id, or None."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+    try:
+        validate_repo_id(name)
+    except HFValidationError as err:
+        return err
+    return None
+
+
+def output_dir_problem(out, name="OUTPUT_DIR"):
+    """Why the folder `out` cannot be created and written, or None; tried for real (os.access misjudges mounts)."""
     if not str(out).strip():
         return f"{name} is empty; name the folder for checkpoints and the adapter."
     path = Path(out)
@@ -375,7 +338,7 @@ def output_dir_problem(out, name="OUTPUT_DIR"):
 
 
 def hardware_problems(s, cpu_only):
-    """What the requested precision, quantisation and kernels need from this machine."""
+    """What the requested precision, quantisation, generation and kernels need from this machine."""
     problems = []
     cuda = hardware.on_gpu(cpu_only)
     gpus = hardware.gpu_count() if cuda else 0
@@ -427,8 +390,7 @@ def hardware_problems(s, cpu_only):
     return problems
 
 
-# The oldest NVIDIA driver that runs each CUDA major version PyTorch's wheels are built for (NVIDIA's minor-version
-# compatibility: CUDA 12.x from driver 525.60.13, CUDA 13.x from 580). requirements.txt's torch is a CUDA 13 build.
+# The oldest NVIDIA driver for each CUDA major version of torch's wheels; requirements.txt's torch is a CUDA 13 build
 DRIVER_FLOOR = {12: 525, 13: 580}
 CUDA12_WHEELS = "https://download.pytorch.org/whl/cu128"  # PyTorch's own index of CUDA 12.8 builds
 
@@ -459,15 +421,16 @@ def no_gpu_problem(driver):
 
     version = torch.__version__.partition("+")[0]
     built = torch.version.cuda  # None for a CPU-only build
+    major = int(driver.partition(".")[0])
     floor = DRIVER_FLOOR.get(int(built.partition(".")[0]), 0) if built else None
-    if floor is not None and int(driver.partition(".")[0]) >= floor:  # the driver is new enough: something else
+    if floor is not None and major >= floor:  # the driver is new enough: something else hides the GPU
         hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
         return (
             f"nvidia-smi reports NVIDIA driver {driver}, new enough for torch {torch.__version__}, but torch sees "
             f"no GPU{f' (CUDA_VISIBLE_DEVICES={hidden!r})' if hidden is not None else ''}.\n"
             "Check CUDA_VISIBLE_DEVICES and that python -c 'import torch; torch.cuda.init()' works on this node."
         )
-    if not built and int(driver.partition(".")[0]) >= DRIVER_FLOOR[13]:  # a CPU-only torch on a new driver
+    if not built and major >= DRIVER_FLOOR[13]:  # a CPU-only torch on a new driver
         return (
             f"nvidia-smi reports NVIDIA driver {driver}, but torch {torch.__version__} is a CPU-only build: it sees "
             f"no GPU.\nInstall its CUDA build: pip install --force-reinstall torch=={version} (PyPI's CUDA 13 build "
@@ -479,10 +442,6 @@ def no_gpu_problem(driver):
         f"Install its CUDA 12 build (driver >= {DRIVER_FLOOR[12]}): pip install torch=={version} --index-url "
         f"{CUDA12_WHEELS}, or upgrade the driver to >= {DRIVER_FLOOR[13]} (docs/gpu.md)."
     )
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Checks that need the data or the model's config (still before any weights load)
 
 
 def refuse_before_loading(s, reward_funcs, train_dataset, answer_blind=()):
@@ -497,18 +456,14 @@ def refuse_before_loading(s, reward_funcs, train_dataset, answer_blind=()):
 
 
 def lora_targets(text):
-    """LORA_TARGET_MODULES as peft takes it: "all-linear", or the list of module names (spaces tolerated).
-
-    >>> lora_targets("q_proj, v_proj"), lora_targets("all-linear")
-    (['q_proj', 'v_proj'], 'all-linear')
-    """
+    """The target modules as peft takes them: "all-linear", or the list of module names (spaces tolerated)."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     return "all-linear" if names == ["all-linear"] else names
 
 
 def refuse_torn_model_folder(model_name):
-    """A local MODEL_NAME folder must hold a tokenizer and whole weights: a copy or download cut short otherwise
-    fails after minutes of loading, or at the first step."""
+    """A local model folder must hold a tokenizer and whole weights: a copy or download cut short otherwise fails
+    after minutes of loading, or at the first step."""
     folder = Path(model_name)
     if not (folder / "config.json").is_file():
         return  # a Hub id: transformers downloads and checks it
@@ -525,13 +480,9 @@ def refuse_torn_model_folder(model_name):
             problems.append(f"{path.name} is not JSON ({errors.first_line(err)})")
     weights = sorted(folder.glob("*.safetensors"))
     problems += [p for path in weights if (p := checkpoints.safetensors_problem(path))]
-    try:
-        weight_map = files.read_json_object(folder / "model.safetensors.index.json").get("weight_map")
-    except ConfigError:  # not JSON: named above
-        weight_map = None
+    weight_map = _json_object(folder / "model.safetensors.index.json").get("weight_map")
     listed = {str(name) for name in weight_map.values()} if isinstance(weight_map, dict) else set()
-    shards = sorted(listed - {path.name for path in weights})
-    if shards:
+    if shards := sorted(listed - {path.name for path in weights}):
         problems.append(
             f"the weight shards {', '.join(shards[:3])} that model.safetensors.index.json lists are missing"
         )
@@ -546,30 +497,17 @@ def refuse_torn_model_folder(model_name):
 
 def chat_template_source(model_name):
     """The Jinja source of a local model folder's chat template(s), "" for a Hub id or a folder without one."""
-
     folder = Path(model_name).expanduser()
     texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(folder.glob("chat_template.jinja"))]
-    config = folder / "tokenizer_config.json"
-    if config.is_file():
-        try:
-            template = json.loads(config.read_text(encoding="utf-8")).get("chat_template") or ""
-        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            template = ""  # refuse_torn_model_folder and transformers name a torn file
-        texts += [
-            t if isinstance(t, str) else t.get("template", "")
-            for t in (template if isinstance(template, list) else [template])
-        ]
+    template = _json_object(folder / "tokenizer_config.json").get("chat_template") or ""
+    templates = template if isinstance(template, list) else [template]  # or named ones: {"name", "template"}
+    texts += [t if isinstance(t, str) else t.get("template", "") for t in templates]
     return "\n".join(t for t in texts if isinstance(t, str))
 
 
 def thinking_ignored(model_name, enable_thinking):
-    """The warning for ENABLE_THINKING=True on a local model whose chat template never reads enable_thinking (an
-    answer then counts only after a </think> the model may never write), or None. A warning: some models think
-    without their template asking.
-
-    >>> thinking_ignored("Qwen/Qwen3-8B", True) is None  # a Hub id: its template is not read here
-    True
-    """
+    """The warning for thinking asked of a local model whose chat template never reads enable_thinking, or None. A
+    warning: some models think without their template asking."""
     source = chat_template_source(model_name) if enable_thinking else ""
     if not source or "enable_thinking" in source:
         return None
@@ -581,10 +519,8 @@ def thinking_ignored(model_name, enable_thinking):
 
 
 def try_rewards(funcs, names, dataset, max_completion_length, answer_blind=()):
-    """Call every reward through its training guard as GRPOTrainer will, on three real rows (no batch size a reward
-    could assume, such as 2 or 4): a raise or a bad value stops here. Then warn about one not in `answer_blind` that
-    scores a right and a wrong answer alike."""
-
+    """Call every reward through its guard as GRPOTrainer will, on three real rows: a raise or a bad value stops
+    here. Then warn about one not in `answer_blind` that scores a right and a wrong answer alike."""
     from transformers import TrainerState
 
     rows = dataset.select(range(min(3, len(dataset))))
@@ -628,7 +564,6 @@ def _wrong(answer):
 def refuse_bad_grpo_config(config, s, train_size):
     """What the built GRPOConfig implies and GRPOTrainer finds only at its first step: the sampling settings (any
     --top_k, --min_p, ... passed through), the data a generation round needs, and fields this script cannot serve."""
-
     import transformers as tf
 
     if train_size == 0:
@@ -697,7 +632,7 @@ def _optimizer(config):
 
 
 def _saving(config):
-    """Passed-through fields that would switch off what resuming relies on, or give a constant a second value."""
+    """Passed-through fields that would switch off what resuming relies on, or give a setting a second value."""
     problems = []
     if (strategy := getattr(config.save_strategy, "value", config.save_strategy)) != "steps":
         problems.append(
@@ -716,17 +651,18 @@ def _saving(config):
 
 
 def refuse_misfit_model(s, config=None):
-    """What the model's config decides, on the meta device (no weights), from a local folder or the Hub cache (or
-    `config`, for a model not built yet): a causal LM whose weight files fit it, LoRA targets and rank that fit its
-    layers, and MAX_COMPLETION_LENGTH that fits its positions."""
+    """What the model's config (a local folder's, the Hub cache's, or `config`) decides, on the meta device: a causal
+    LM whose weight files fit it, LoRA targets and rank that fit its layers, a completion length that fits."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    import transformers
 
     name, remote, local = s["MODEL_NAME"], s["TRUST_REMOTE_CODE"], (Path(s["MODEL_NAME"]) / "config.json").is_file()
     try:
-        config = config or AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=remote)
+        config = config or transformers.AutoConfig.from_pretrained(
+            name, local_files_only=True, trust_remote_code=remote
+        )
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, trust_remote_code=remote)
+            model = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=remote)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # unreadable, foreign; or not cached
         if not local:
             return
@@ -738,20 +674,14 @@ def refuse_misfit_model(s, config=None):
         what = errors.first_line(err)
         raise ConfigError(f"MODEL_NAME={name}: its config.json is not a causal language model's ({what}).") from None
     problems = _weight_shapes(Path(name), model) if local else []
-    architectures = getattr(config, "architectures", None) or [None]
-    transformers = __import__("transformers")
-    # with TRUST_REMOTE_CODE, the class is the folder's own (its config's auto_map), built above
+    architecture = (getattr(config, "architectures", None) or [None])[0]
+    # trusted remote code: the class is the folder's own (its config's auto_map), built above
     custom = remote and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
-    if local and not custom and not hasattr(transformers, str(architectures[0])):  # TRL loads the class it names
-        problems.append(f"MODEL_NAME: config.json names no model class transformers has ({architectures[0]})")
-    elif (
-        local
-        and not custom
-        and architectures[0]
-        and not issubclass(getattr(transformers, architectures[0]), transformers.GenerationMixin)
-    ):
+    if local and not custom and not hasattr(transformers, str(architecture)):  # TRL loads the class it names
+        problems.append(f"MODEL_NAME: config.json names no model class transformers has ({architecture})")
+    elif local and not custom and not issubclass(getattr(transformers, architecture), transformers.GenerationMixin):
         problems.append(
-            f"MODEL_NAME: config.json names {architectures[0]}, a model that does not generate text (an encoder or "
+            f"MODEL_NAME: config.json names {architecture}, a model that does not generate text (an encoder or "
             "a bare model without its language-model head); GRPO samples completions: give a causal LM such as "
             "Qwen3ForCausalLM"
         )
@@ -759,7 +689,6 @@ def refuse_misfit_model(s, config=None):
     targets = lora_targets(s["LORA_TARGET_MODULES"])
     if not targets:
         problems.append("LORA_TARGET_MODULES is empty: give all-linear or layer names such as q_proj,v_proj")
-        targets = []
     matched = {n: m for n, m in modules.items() if _is_target(n, m, targets)}
     listed = [] if targets == "all-linear" else targets
     if missing := [t for t in listed if not any(n == t or n.endswith("." + t) for n in modules)]:

@@ -497,3 +497,23 @@ def test_a_row_marked_changeable_is_accepted_on_resume(tmp_path, settings, monke
     monkeypatch.setitem(TABLE, "BETA", TABLE["BETA"]._replace(resume=True))
     written = checkpoints.resumed_record(tmp_path, {**record, "BETA": 0.04}, last)
     assert written["segments"] == [{"from_step": 4, "changed": {"BETA": [0.0, 0.04]}}]
+
+
+def test_a_folder_that_does_not_exist_lacks_its_state():
+    assert checkpoints.checkpoint_problem("/nonexistent/checkpoint-5") == "trainer_state.json is missing"
+
+
+def test_a_hub_id_and_its_local_copy_are_the_same_base():
+    assert checkpoints.other_base_model({"base_model_name_or_path": "Qwen/Qwen3-8B"}, "/models/Qwen3-8B") is None
+
+
+def test_adapter_mismatch_names_the_setting_and_its_trained_value():
+    config = {"base_model_name_or_path": "/m/Qwen3-8B", "r": 16, "lora_alpha": 32, "target_modules": ["q_proj"]}
+    assert (
+        checkpoints.adapter_mismatch(config, "Qwen/Qwen3-8B", 8, 32, "q_proj")
+        == "it was trained with LORA_R=16, and LORA_R is 8: set LORA_R=16"
+    )
+
+
+def test_an_output_folder_that_does_not_exist_holds_no_finished_run():
+    assert checkpoints.finished({"OUTPUT_DIR": "/nonexistent", "MAX_STEPS": 100, "NUM_TRAIN_EPOCHS": 3}) is None

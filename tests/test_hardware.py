@@ -95,3 +95,30 @@ def test_cpu_bf16_agrees_with_the_cpus_own_flags():
         pytest.skip("no /proc/cpuinfo on this system")
     flags = next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")).split()
     assert hardware.cpu_bf16() == bool({"avx512_bf16", "amx_bf16", "amx_tile"} & set(flags))
+
+
+def test_vllm_lora_rank_rounds_up_to_a_rank_vllm_accepts():
+    # vLLM's --max-lora-rank takes fixed choices; above the largest the rank itself is passed on
+    assert (hardware.vllm_lora_rank(16), hardware.vllm_lora_rank(17), hardware.vllm_lora_rank(1000)) == (16, 32, 1000)
+
+
+def test_model_init_kwargs_on_the_cpu():
+    assert hardware.model_init_kwargs("auto", bf16=False, cpu_only=True) == {
+        "dtype": "float32",
+        "attn_implementation": "sdpa",
+    }
+
+
+def test_decode_options():
+    # the dynamic cache is transformers' default: nothing to pass
+    assert hardware.decode_options("dynamic") == {}
+    assert hardware.decode_options("static")["cache_implementation"] == "static"
+
+
+def test_quantization_config_keeps_the_weights_dtype_for_sharding():
+    import torch
+
+    config = hardware.quantization_config(True, bf16=True)
+    assert (config.bnb_4bit_compute_dtype, config.bnb_4bit_quant_storage) == (torch.bfloat16, torch.bfloat16)
+    config = hardware.quantization_config(True, bf16=False)
+    assert (config.bnb_4bit_compute_dtype, config.bnb_4bit_quant_storage) == (torch.float32, torch.uint8)

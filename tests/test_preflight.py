@@ -925,3 +925,22 @@ def test_a_dataset_that_is_neither_a_path_nor_a_hub_id_is_one_line(
     said = err.partition("\nerror: ")[2].strip()  # process.run's paragraph for a ConfigError
     assert said.startswith(message) and "\n" not in said  # one line, naming the value
     assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# small helpers' contracts
+
+
+def test_divisors_include_one_and_the_number():
+    assert sorted(preflight._divisors(12)) == [1, 2, 3, 4, 6, 12]
+
+
+def test_lora_targets_as_peft_takes_them():
+    assert (preflight.lora_targets("q_proj, v_proj"), preflight.lora_targets("all-linear")) == (
+        ["q_proj", "v_proj"],
+        "all-linear",
+    )
+
+
+def test_the_chat_template_of_a_hub_id_is_not_read_for_thinking():
+    assert preflight.thinking_ignored("Qwen/Qwen3-8B", True) is None
