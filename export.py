@@ -19,6 +19,7 @@ from pathlib import Path
 
 from grpo import checkpoints, cli, errors, files, hub, modelcard, preflight, process
 from grpo.errors import ConfigError
+from grpo.settings import TABLE
 
 # ---------------------------------------------------------------------------------------------------------------
 # what to merge
@@ -136,15 +137,13 @@ def resolve(c, given=frozenset()):
 
 
 def settings_from_adapter(config):
-    """What an adapter_config.json says about a run that left no run_settings.json (runs from before it existed)."""
-    targets = config.get("target_modules")
-    return {
-        "MODEL_NAME": config.get("base_model_name_or_path") or "",
-        "LORA_R": config.get("r"),
-        "LORA_ALPHA": config.get("lora_alpha"),
-        "LORA_DROPOUT": config.get("lora_dropout"),
-        "LORA_TARGET_MODULES": ",".join(sorted(targets)) if isinstance(targets, list) else targets,
-    }
+    """What an adapter_config.json says about a run that left no run_settings.json (runs from before it existed):
+    the base model, and each setting of a LoraConfig field (grpo/settings.py) that it holds."""
+    lora = {name: row.field.removeprefix("lora_config.") for name, row in TABLE.items() if "lora_config." in row.field}
+    found = {name: config[field] for name, field in lora.items() if field in config}
+    # peft saves its set of target modules as a list: the setting's text is the names joined
+    found = {name: ",".join(sorted(v)) if isinstance(v, list) else v for name, v in found.items()}
+    return {"MODEL_NAME": config.get("base_model_name_or_path") or "", **found}
 
 
 def run_dtype(run, model_name):

@@ -157,11 +157,7 @@ def build_trainer(s, config, reward_funcs, train_dataset):
 
     from grpo import patches  # transformers' callbacks: imported once the settings are known good
 
-    lora = LoraConfig(
-        task_type="CAUSAL_LM",
-        target_modules=preflight.lora_targets(s["LORA_TARGET_MODULES"]),
-        **config_kwargs(s, prefix="lora_config."),
-    )
+    lora = LoraConfig(task_type="CAUSAL_LM", **config_kwargs(s, prefix="lora_config."))
     try:
         trainer = GRPOTrainer(
             model=s["MODEL_NAME"],

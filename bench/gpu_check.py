@@ -21,14 +21,14 @@ every case, so a run cut short keeps what it measured. Per model, in this order:
                    holding the fp32 merge within one bf16 rounding), each walk's seconds per sync, TRL's drift
     decode         `generate` of the LoRA-wrapped model (unmerged, as training generates) at batch 1
                    (decode-lora-b1) and at the GRPO generation batch (decode-lora-grpo), eager, with the host's cost
-    eval           one held-out evaluation call as training makes it: gsm8k.hf_generator on the LoRA-wrapped
+    eval           one held-out evaluation call as training makes it: generation.hf_generator on the LoRA-wrapped
                    model, EVAL_BATCH_SIZE prompts, MAX_COMPLETION_LENGTH new tokens, greedy (eval-hf)
     step-cb        step-generate with USE_TRANSFORMERS_CONTINUOUS_BATCHING=True, then dtype-after-cb: a pass/fail
                    entry, the LoRA weights and rotary inv_freq buffers fp32 at every step's end
     step-large     step-generate with 128 completions per step, all decoded by one generate call
     decode-static  decode with CACHE_IMPLEMENTATION=static: the static KV cache and the compiled decode step; the
                    compile (the warm-up call) reported apart from the timed repeats
-    eval-vllm      the same call through vLLM (gsm8k.vllm_generator), its engine's start timed apart (only where
+    eval-vllm      the same call through vLLM (generation.vllm_generator), its engine's start timed apart (only where
                    vllm is installed)
     step-vllm      step-generate with USE_VLLM=True (only where vllm is installed)
 calibrate (the device's memory bandwidth and bf16 matmul rate) runs first, once.
@@ -62,7 +62,7 @@ from pathlib import Path
 from statistics import median
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout: grpo/profiles.py, grpotrainer.py, data/
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: demo/smoke.py, grpotrainer.py, data/
 FIXTURE = ROOT / "data" / "smoke_gsm8k.jsonl"
 GIB = 2**30
 
@@ -78,7 +78,7 @@ SHAPES = {  # the default MODEL_NAME (8B) first; the small ones run after it whe
                        tie_word_embeddings=True, initializer_range=0.02),
 }  # fmt: skip
 DEFAULT_MODELS = ["qwen3-8b", "qwen3-0.6b"]  # the plan of the default call (1.7B only with --models)
-# --dry-run: grpo/profiles.py's tiny Qwen3 under the real names (qwen3-8b untied, qwen3-0.6b tied, as the real ones),
+# --dry-run: demo/smoke.py's tiny Qwen3 under the real names (qwen3-8b untied, qwen3-0.6b tied, as the real ones),
 # with a vocabulary 8x its tokenizer's so that ids the tokenizer does not know are exercised (the real models have
 # 151936 against 512). The "deep" shapes keep the tiny width at the real models' depth: on the CPU their times are
 # Python's and the kernel launches' share of a step, which is what bounds eager decoding on a GPU (the budgets below
@@ -355,12 +355,13 @@ def with_lora(model):
     """The model wrapped as training generates with it: grpotrainer.py's own LoRA config (its defaults) through
     peft.get_peft_model, as TRL wraps it; the adapter stays unmerged, so every targeted linear layer adds its two
     small matmuls (and their launches) to each decode step."""
-    from peft import get_peft_model
+    from peft import LoraConfig, get_peft_model
 
-    import grpotrainer
+    from grpo.settings import config_kwargs
 
-    names = ("LORA_R", "LORA_ALPHA", "LORA_DROPOUT", "LORA_TARGET_MODULES")
-    return get_peft_model(model, grpotrainer.build_peft_config(script_defaults(ROOT / "grpotrainer.py", names)))
+    names = ("LORA_R", "LORA_ALPHA", "LORA_DROPOUT", "LORA_TARGET_MODULES", "USE_RSLORA", "USE_DORA")
+    lora = config_kwargs(script_defaults(ROOT / "grpotrainer.py", names), prefix="lora_config.")
+    return get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))  # as grpotrainer.build_trainer
 
 
 def run_decode(args):
@@ -562,15 +563,15 @@ def eval_record(case, args, outputs, seconds, **figures):
 
 
 def run_eval(args):
-    """One held-out evaluation call as grpo/monitor.py's evaluate_trainer makes it (gsm8k.hf_generator on the
+    """One held-out evaluation call as grpo/evaluation.py's evaluate_trainer makes it (generation.hf_generator on the
     trainer's LoRA-wrapped model, greedy, one batch of EVAL_BATCH_SIZE prompts), after a two-token warm-up call."""
-    from grpo import gsm8k
+    from grpo import generation
 
     model, tokenizer, attn = load_model(args)
     model = with_lora(model).eval()
     prompts, tokens = eval_prompts(args.dry_run)
-    gsm8k.hf_generator(model, tokenizer, 2)(prompts[:2])  # CUDA's and the kernels' warm-up
-    generate = gsm8k.hf_generator(model, tokenizer, tokens)
+    generation.hf_generator(model, tokenizer, 2)(prompts[:2])  # CUDA's and the kernels' warm-up
+    generate = generation.hf_generator(model, tokenizer, tokens)
     reset_peak_memory()
     outputs = []
     seconds, _ = timed(lambda: outputs.extend(generate(prompts)))
@@ -579,14 +580,14 @@ def run_eval(args):
 
 
 def run_eval_vllm(args):
-    """The same evaluation call through vLLM (gsm8k.vllm_generator, as evaluate.py builds it; the run's own engine
+    """The same evaluation call through vLLM (generation.vllm_generator, as evaluate.py builds it; the run's own engine
     holds the same weights), the engine's start timed apart, then a warm-up call and the timed one."""
-    from grpo import gsm8k
+    from grpo import generation
 
     prompts, tokens = eval_prompts(args.dry_run)
-    longest = gsm8k.longest_prompt({"prompt": prompts}, args.model_dir)
+    longest = generation.longest_prompt({"prompt": prompts}, args.model_dir)
     started = time.perf_counter()
-    generate = gsm8k.vllm_generator(
+    generate = generation.vllm_generator(
         args.model_dir,
         None,
         prompt_tokens=longest,
@@ -709,7 +710,7 @@ def step_arguments(args, output_dir):
 
 def fp32_check(model):
     """The dtypes training sees (at each step's end, after the loss and the optimizer): the LoRA weights and the
-    rotary inv_freq buffers, which must stay fp32 (grpo/guards.py, KeepFp32, under continuous batching in bf16)."""
+    rotary inv_freq buffers, which must stay fp32 (grpo/patches.py, KeepFp32, under continuous batching in bf16)."""
     lora = {str(p.dtype).removeprefix("torch.") for name, p in model.named_parameters() if "lora_" in name}
     inv_freq = {str(b.dtype).removeprefix("torch.") for name, b in model.named_buffers() if name.endswith("inv_freq")}
     return {"lora": sorted(lora), "inv_freq": sorted(inv_freq)}

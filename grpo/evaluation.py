@@ -209,7 +209,7 @@ def paired_with_before(output_dir, predictions, samples=0):
     if not path.is_file():
         return None
     try:
-        metrics, before, _ = load_evaluation(path, name="the run's EVAL_BEFORE")
+        metrics, before, _ = load_evaluation(path, name=f"the run's {settings.named('held_out.before')}")
     except ConfigError as err:
         log.warning("no paired test: %s", errors.first_line(err))
         return None

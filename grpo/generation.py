@@ -230,29 +230,21 @@ def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate", blocked=N
     return False, f"USE_VLLM=auto: HF generate, as {why}"
 
 
-def choose(s, cuda):
-    """The settings with vLLM on or off for this machine (its reason logged) and vLLM's share of GPU memory."""
+def choose(use_vllm, cuda, *, mode, share, model_name, sequences, tokens, blocked=None):
+    """(whether vLLM generates on this machine, its reason logged; vLLM's share of GPU memory, for `sequences` of
+    `tokens` per generation call). `blocked`: why vLLM cannot run this configuration (`generation_choice`)."""
     usable, broken = weight_sync.vllm_status()  # before trl imports vllm: a broken one is kept from it
-    if note := weight_sync.vllm_choice(s["USE_VLLM"], broken):
+    if note := weight_sync.vllm_choice(use_vllm, broken):
         log.warning(note)
-    blocked = (  # vLLM gets merged weights: lossy in 4 bits, not B @ A for DoRA; none from FSDP's shards
-        "LOAD_IN_4BIT or USE_DORA is on (no exact merge for vLLM)"
-        if s["LOAD_IN_4BIT"] or s["USE_DORA"]
-        else f"FSDP{hardware.fsdp_version()} shards keep the LoRA weights from vLLM"
-        if hardware.fsdp_version()
-        else None
-    )
-    use_vllm, note = generation_choice(s["USE_VLLM"], cuda, usable, s["VLLM_MODE"], blocked=blocked)
+    use_vllm, note = generation_choice(use_vllm, cuda, usable, mode, blocked=blocked)
     if note:
         log.info(note)
-    share, card_gb, config = s["VLLM_GPU_MEMORY_UTILIZATION"], 0, None
+    card_gb, config = 0, None
     if share == "auto" and use_vllm and cuda:
         import torch
 
-        card_gb, config = torch.cuda.get_device_properties(0).total_memory / 1e9, read_model_config(s["MODEL_NAME"])[0]
-    sequences = s["PER_DEVICE_TRAIN_BATCH_SIZE"] * (s["STEPS_PER_GENERATION"] or s["GRADIENT_ACCUMULATION_STEPS"])
-    share = vllm_memory_share(share, config, card_gb, sequences, PROMPT_TOKENS + s["MAX_COMPLETION_LENGTH"])
-    return {**s, "USE_VLLM": use_vllm, "VLLM_GPU_MEMORY_UTILIZATION": share}
+        card_gb, config = torch.cuda.get_device_properties(0).total_memory / 1e9, read_model_config(model_name)[0]
+    return use_vllm, vllm_memory_share(share, config, card_gb, sequences, PROMPT_TOKENS + tokens)
 
 
 def vllm_memory_share(value, model_config=None, card_gb=0, sequences=0, tokens=0):

@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from grpo import checkpoints, evaluation, files, gsm8k, hardware, hub
-from grpo.settings import card_rows
+from grpo.settings import card_rows, named
 
 TAGS = ["trl", "grpo", "transformers", "gsm8k", "lora"]  # front-matter tags; the Hub lists the model under each
 LICENCE_ID = r"[a-z0-9][a-z0-9.+_-]{0,63}"  # a Hub licence id (apache-2.0, mit, llama3.1, other)
@@ -223,7 +223,8 @@ def settings_section(settings, steps):
 def metrics_section(before, after, settings):
     if not before and not after:
         return (
-            "## GSM8K test accuracy\n\nNot measured during training (EVAL_BEFORE and EVAL_AFTER were 0). Measure it "
+            f"## GSM8K test accuracy\n\nNot measured during training ({named('held_out.before')} and "
+            f"{named('held_out.after')} were 0). Measure it "
             "with `python evaluate.py --ADAPTER=<this adapter>`."
         )
 
@@ -382,7 +383,7 @@ def finish_run(state, output_dir, record, metrics, started, resumed=None):
 
 
 def read_metrics(run_dir):
-    """(before, after): the metrics dicts a run's EVAL_BEFORE / EVAL_AFTER wrote, None where it wrote none."""
+    """(before, after): the metrics dicts a run's evaluations before and after training wrote, None where none."""
     paths = [Path(run_dir) / f"eval_test_{when}.json" for when in ("before", "after")]
     return tuple(files.read_json_object(path, METRIC_TYPES) or None for path in paths)  # {}: none written
 

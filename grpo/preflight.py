@@ -57,11 +57,34 @@ def resolve(args, cpu_only, profiles, known_rewards, comments=None):
         s["REWARD_WEIGHTS"] = [1.0] * len(s["REWARD_FUNCS"])
         log.info("REWARD_WEIGHTS=%s: 1 for each of REWARD_FUNCS, as TRL weighs them (give REWARD_WEIGHTS to change)",
                  ",".join("1" for _ in s["REWARD_FUNCS"]))  # fmt: skip
-    s = generation.choose(s, hardware.on_gpu(cpu_only))
+    s = choose_generation(s, hardware.on_gpu(cpu_only))
     task = not args.profile or "DATASET" in args.given  # else the profile's own, which its prepare writes below
     machine = not args.plan
     refuse_bad_settings(s, cpu_only, known_rewards, args.fields, machine, comments=comments, dataset=task)
     return profiles[args.profile].prepare(s, args.given) if args.profile else s
+
+
+def choose_generation(s, cuda):
+    """The settings with USE_VLLM True or False for this machine and VLLM_GPU_MEMORY_UTILIZATION a share."""
+    fsdp = hardware.fsdp_version()
+    blocked = (  # vLLM gets merged weights: lossy in 4 bits, not B @ A for DoRA; none from FSDP's shards
+        "LOAD_IN_4BIT or USE_DORA is on (no exact merge for vLLM)"
+        if s["LOAD_IN_4BIT"] or s["USE_DORA"]
+        else f"FSDP{fsdp} shards keep the LoRA weights from vLLM"
+        if fsdp
+        else None
+    )
+    use_vllm, share = generation.choose(
+        s["USE_VLLM"],
+        cuda,
+        mode=s["VLLM_MODE"],
+        share=s["VLLM_GPU_MEMORY_UTILIZATION"],
+        model_name=s["MODEL_NAME"],
+        sequences=s["PER_DEVICE_TRAIN_BATCH_SIZE"] * (s["STEPS_PER_GENERATION"] or s["GRADIENT_ACCUMULATION_STEPS"]),
+        tokens=s["MAX_COMPLETION_LENGTH"],
+        blocked=blocked,
+    )
+    return {**s, "USE_VLLM": use_vllm, "VLLM_GPU_MEMORY_UTILIZATION": share}
 
 
 def refuse_bad_settings(s, cpu_only=False, known_rewards=(), fields=None, machine=True, comments=None, dataset=True):
@@ -455,12 +478,6 @@ def refuse_before_loading(s, reward_funcs, train_dataset, answer_blind=()):
     refuse_misfit_model(s)
 
 
-def lora_targets(text):
-    """The target modules as peft takes them: "all-linear", or the list of module names (spaces tolerated)."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    return "all-linear" if names == ["all-linear"] else names
-
-
 def refuse_torn_model_folder(model_name):
     """A local model folder must hold a tokenizer and whole weights: a copy or download cut short otherwise fails
     after minutes of loading, or at the first step."""
@@ -686,7 +703,7 @@ def refuse_misfit_model(s, config=None):
             "Qwen3ForCausalLM"
         )
     modules = dict(model.named_modules())
-    targets = lora_targets(s["LORA_TARGET_MODULES"])
+    targets = settings.lora_targets(s["LORA_TARGET_MODULES"])
     if not targets:
         problems.append("LORA_TARGET_MODULES is empty: give all-linear or layer names such as q_proj,v_proj")
     matched = {n: m for n, m in modules.items() if _is_target(n, m, targets)}

@@ -8,11 +8,12 @@ import json
 from pathlib import Path
 
 from grpo.errors import ConfigError, first_line
+from grpo.settings import named
 
 # Keys of TRL's and open-r1's recipes that change nothing trained here: ignored with a line each. The command line
 # refuses those that are GRPOConfig fields; in a shared recipe they describe how its author published and evaluated.
 PUBLISH = "publish with export.py --ADAPTER=OUTPUT_DIR --ADAPTER_ONLY=true --PUSH_TO_HUB=you/name"
-HELD_OUT = "held-out accuracy comes from EVAL_STEPS, EVAL_BEFORE and EVAL_AFTER"
+HELD_OUT = "held-out accuracy comes from " + ", ".join(named(f"held_out.{w}") for w in ("every", "before", "after"))
 IGNORED = {
     **dict.fromkeys(
         ("push_to_hub", "hub_strategy", "hub_model_id", "hub_model_revision", "hub_private_repo"), PUBLISH

@@ -34,7 +34,7 @@ TABLE = {
     "LORA_R": S(POSITIVE, "lora_config.r", ("lora_r",), card="LoRA rank r"),
     "LORA_ALPHA": S("(0, inf]", "lora_config.lora_alpha", ("lora_alpha",), card="LoRA alpha"),
     "LORA_DROPOUT": S("[0, 1)", "lora_config.lora_dropout", ("lora_dropout",), card="LoRA dropout"),
-    "LORA_TARGET_MODULES": S(names=("lora_target_modules",), card="LoRA target modules"),
+    "LORA_TARGET_MODULES": S("", "lora_config.target_modules", ("lora_target_modules",), card="LoRA target modules"),
     "USE_RSLORA": S(field="lora_config.use_rslora", names=("use_rslora",), card="rank-stabilised LoRA"),
     "USE_DORA": S(field="lora_config.use_dora", names=("use_dora",), card="DoRA"),
     # data
@@ -176,8 +176,15 @@ def trackers(text):
     return [] if names == ["none"] else names
 
 
+def lora_targets(text):
+    """The target modules as peft takes them: "all-linear", or the list of module names (spaces tolerated)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    return "all-linear" if names == ["all-linear"] else names
+
+
 # How a constant's value becomes its field's where they differ (0 and "" mean TRL's default)
 CONVERT = {
+    "LORA_TARGET_MODULES": lora_targets,
     "STEPS_PER_GENERATION": lambda value: value or None,
     "VLLM_SERVER_BASE_URL": lambda value: value or None,
     "LOG_COMPLETIONS_STEPS": lambda value: value > 0,

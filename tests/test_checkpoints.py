@@ -188,7 +188,7 @@ EXPANDED = {**LORA, "target_modules": ["model.layers.0.self_attn.q_proj", "model
         (EXPANDED, "all-linear", True),  # PEFT saves all-linear expanded to full module paths
         (EXPANDED, "q_proj,up_proj", True),  # the same modules named by hand resume fine
         (EXPANDED, "q_proj", False),
-        (LORA, " q_proj ", True),  # spaces tolerated, as build_trainer (preflight.lora_targets) reads them
+        (LORA, " q_proj ", True),  # spaces tolerated, as build_trainer (settings.lora_targets) reads them
         (LORA, ["q_proj"], True),  # a list works as well as the comma string
         ({**LORA, "base_model_name_or_path": "/local/copy/Qwen3-8B"}, "q_proj", True),  # a Hub id and its local copy
     ],

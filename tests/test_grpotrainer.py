@@ -16,7 +16,7 @@ import grpotrainer
 from demo import smoke
 from grpo import cli, generation, gsm8k, hardware, patches
 from grpo.errors import ConfigError
-from grpo.settings import TABLE, config_kwargs
+from grpo.settings import TABLE, config_kwargs, lora_targets
 
 FIXTURE = str(gsm8k.FIXTURE)
 
@@ -211,6 +211,7 @@ def test_the_lora_settings_reach_peft(settings, monkeypatch):
     s = {**settings, "LORA_R": 12, "LORA_ALPHA": 24, "LORA_DROPOUT": 0.05, "USE_RSLORA": True, "USE_DORA": True}
     # the table's lora_config. rows, each under peft's own name
     expected = {"r": 12, "lora_alpha": 24, "lora_dropout": 0.05, "use_rslora": True, "use_dora": True}
+    expected["target_modules"] = lora_targets(s["LORA_TARGET_MODULES"])
     assert config_kwargs(s, "lora_config.") == expected
     lora = built_lora(s, monkeypatch)
     assert {key: getattr(lora, key) for key in expected} == expected

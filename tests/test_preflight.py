@@ -21,7 +21,7 @@ from conftest import REPO, custom_code_model, load_rewards, parse, run_in_proces
 
 import grpotrainer
 import rewards
-from grpo import files, generation, gsm8k, hardware, preflight, reward_guard
+from grpo import files, generation, gsm8k, hardware, preflight, reward_guard, settings
 from grpo.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -936,7 +936,7 @@ def test_divisors_include_one_and_the_number():
 
 
 def test_lora_targets_as_peft_takes_them():
-    assert (preflight.lora_targets("q_proj, v_proj"), preflight.lora_targets("all-linear")) == (
+    assert (settings.lora_targets("q_proj, v_proj"), settings.lora_targets("all-linear")) == (
         ["q_proj", "v_proj"],
         "all-linear",
     )

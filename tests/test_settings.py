@@ -288,8 +288,10 @@ def test_config_kwargs(s, expected):
 
 def test_config_kwargs_of_peft_take_loras_rows_only():
     s = {"LORA_R": 8, "USE_DORA": True, "SEED": 1, "LORA_TARGET_MODULES": "all-linear"}
-    # target modules go through preflight.lora_targets in build_trainer: no field of their own
-    assert settings.config_kwargs(s, "lora_config.") == {"r": 8, "use_dora": True}
+    # the target modules as peft takes them: "all-linear" as it is, else a list of names
+    assert settings.config_kwargs(s, "lora_config.") == {"r": 8, "use_dora": True, "target_modules": "all-linear"}
+    s["LORA_TARGET_MODULES"] = " q_proj, v_proj"
+    assert settings.config_kwargs(s, "lora_config.")["target_modules"] == ["q_proj", "v_proj"]
 
 
 def test_a_scripts_range_refusal_quotes_its_constants_comment(capsys, tmp_path):
