@@ -96,8 +96,8 @@ def _check_events(events):
 
 
 def _check(node, lines):
-    """Refuse a key twice, and a plain text value whose line goes on with `#`: YAML reads ` #### N` after a text
-    value's words as a comment, and the value ends there (aliases and depth are refused by `_check_events`)."""
+    """Refuse a key twice, and a plain text value whose line goes on with `##`: YAML reads ` #### N` after a text
+    value's words as a comment, and the value ends there; a `# comment` is one (aliases and depth: `_check_events`)."""
     import yaml
 
     pairs = node.value if isinstance(node, yaml.MappingNode) else []
@@ -107,7 +107,7 @@ def _check(node, lines):
     for key, value in pairs:
         cut = isinstance(value, yaml.ScalarNode) and value.style is None and value.tag.endswith(":str")
         rest = lines[value.end_mark.line][value.end_mark.column :].strip() if cut and " " in value.value else ""
-        if rest.startswith("#"):
+        if rest.startswith("##"):  # the answer format, a heading: text, not a note
             raise ConfigError(
                 f"line {value.end_mark.line + 1}: YAML reads {rest!r} after {key.value}'s text as a comment, so the "
                 f'value ends before it. Quote the whole value: {key.value}: "...".'

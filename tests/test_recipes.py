@@ -89,6 +89,9 @@ def test_a_text_that_yaml_cuts_at_a_hash_is_refused_naming_the_line(tmp_path):
     )
     s = parse(["--config", str(recipe)]).settings
     assert (s["MAX_STEPS"], s["SYSTEM_PROMPT"], s["REPORT_TO"]) == (2, "Answer as #### <number>.", "none")
+    # a note after a text of several words is a comment as the writer meant it: read, not refused
+    recipe = write(tmp_path, "SYSTEM_PROMPT: Solve it step by step  # our own prompt\n")
+    assert parse(["--config", str(recipe)]).settings["SYSTEM_PROMPT"] == "Solve it step by step"
 
 
 # --- recipes that are not what they seem ---------------------------------------------------------------------------
