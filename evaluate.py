@@ -292,6 +292,9 @@ def main(argv=()):
     with process.phase("writing the results", redo), process.disk_full(s["OUTPUT_DIR"], "rerun the same command"):
         evaluation.report(metrics, predictions, s["OUTPUT_DIR"], stem, step=step, title=title, settings=s)
         evaluation.to_trackers(metrics, s, stem, step, name, report_to=s["REPORT_TO"], out=s["OUTPUT_DIR"])
+    if s["ADAPTER"] and not (Path(s["ADAPTER"]) / "adapter_config.json").is_file():
+        log.warning("ADAPTER=%s was deleted or moved while it was scored: these are the scores of the weights "
+                    "read before. %s", s["ADAPTER"], checkpoints.GONE)  # fmt: skip
     return metrics
 
 

@@ -259,6 +259,9 @@ def adapter_problem(adapter):
     )
 
 
+GONE = "A training run deletes its older checkpoints as it saves (SAVE_TOTAL_LIMIT): copy one aside to score it."
+
+
 def apply_adapter(model, adapter, model_name):
     """The base `model` with the LoRA adapter at `adapter` applied by peft; one message when it does not fit."""
     from peft import PeftModel, get_peft_model_state_dict
@@ -271,6 +274,8 @@ def apply_adapter(model, adapter, model_name):
     except Exception as err:  # peft's size mismatch or absent target modules is the user's to fix; a bug goes on
         if not is_load_error(err):
             raise
+        if not (Path(adapter) / "adapter_config.json").is_file():  # a run's SAVE_TOTAL_LIMIT rotated it away
+            raise ConfigError(f"ADAPTER={adapter} was deleted or moved while it loaded.\n{GONE}") from None
         # torch's size mismatch lists one layer a line after its header: quote the header and the first
         detail = " ".join(line.strip() for line in str(err).splitlines()[:2])
     # peft loads with strict=False: the weights of layers the base lacks (a deeper model's adapter) go nowhere

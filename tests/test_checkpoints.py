@@ -5,6 +5,7 @@
 
 import json
 import logging
+import shutil
 import time
 
 import pytest
@@ -337,6 +338,29 @@ def test_an_adapter_that_does_not_fit_its_base_is_refused_in_one_message(tmp_pat
         checkpoints.apply_adapter(base, str(adapter), tiny_model)
     assert str(err.value).startswith(f"ADAPTER={adapter} does not fit MODEL_NAME={tiny_model} (")
     assert named in str(err.value) and len(str(err.value).splitlines()) == 2
+
+
+def test_an_adapter_deleted_while_it_loads_is_named_as_deleted(tmp_path, tiny_model, monkeypatch):
+    # a training run's SAVE_TOTAL_LIMIT removes the checkpoint between evaluate.py's checks and peft's load
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    adapter = tmp_path / "checkpoint-2"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "r": 2, "target_modules": ["q_proj"]})
+    )
+    load = PeftModel.from_pretrained
+
+    def deleted_first(model, path, **kwargs):
+        shutil.rmtree(path)
+        return load(model, path, **kwargs)
+
+    monkeypatch.setattr(PeftModel, "from_pretrained", deleted_first)
+    with pytest.raises(ConfigError) as err:
+        checkpoints.apply_adapter(AutoModelForCausalLM.from_pretrained(tiny_model), str(adapter), tiny_model)
+    assert str(err.value).startswith(f"ADAPTER={adapter} was deleted or moved while it loaded.")
+    assert "SAVE_TOTAL_LIMIT" in str(err.value)
 
 
 @pytest.mark.parametrize("name", ["broken", "checkpoint-6"])
