@@ -30,6 +30,7 @@ AUTOGRAD_ENGINE = "/torch/autograd/graph.py"  # where backward's errors, DDP's a
 # seconds after a stop signal in which another is its copy, not a second request: torchrun forwards the terminal's
 # Ctrl-C to workers that got it too, and Slurm signals torchrun and its workers alike
 COPY_WINDOW = 2.0
+FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk, a full quota
 # the setting of each held-out evaluation, for messages
 EVALUATIONS = {w: named(f"held_out.{f}") for w, f in (("before", "before"), ("during", "every"), ("after", "after"))}
 
@@ -97,12 +98,20 @@ def interruptible():
             signal.signal(signum, handler)
 
 
+def _thread_error(args):
+    """A thread's full disk (TensorBoard's event writer's) is left to the main thread, which meets the same error at
+    its next write or flush and says it in one line; anything else as Python prints it."""
+    if not (isinstance(args.exc_value, OSError) and args.exc_value.errno in FULL):
+        threading.__excepthook__(args)
+
+
 def run(main):
     """Call `main(argv)`: a ConfigError ends as one paragraph and exit 2; SIGTERM and Ctrl-C as one line saying
     where it stopped (`phase`), exit 128 + the signal; a closed stdout quietly, as SIGPIPE would."""
     set_phase("starting", NOTHING_WRITTEN)
     argv, sys.argv[1:] = sys.argv[1:], redact_argv(sys.argv[1:])  # W&B records sys.argv: no credential there
     _pending.clear()
+    hook, threading.excepthook = threading.excepthook, _thread_error
     with interruptible():  # a caller's own handlers (pytest's) come back once main is done
         try:
             return main(argv)
@@ -131,6 +140,8 @@ def run(main):
             message = err.message if isinstance(err, Interrupted) else stop_message(signum)
             print(f"\n{message}", file=sys.stderr, flush=True)
             sys.exit(128 + signum)
+        finally:
+            threading.excepthook = hook
 
 
 def _stdout_broken():
@@ -410,7 +421,7 @@ def disk_full_error(err, output_dir, then="rerun the same command to resume"):
     with contextlib.suppress(OSError):
         free = shutil.disk_usage(path).free
     for e in chain(err):
-        full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+        full = isinstance(e, OSError) and e.errno in FULL
         if full or (writer_failed(e) and free is not None and free < 64 * 2**20):
             free_text = f", {free / 2**20:.0f} MiB free now" if free is not None else ""
             return ConfigError(

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import transformers.generation.utils
-from conftest import REPO
+from conftest import REPO, run_in_process
 from safetensors.torch import save_file
 from transformers import TrainerControl, TrainerState
 
@@ -625,6 +625,23 @@ def test_disk_full_names_what_to_do_once_there_is_space(tmp_path):
         raise OSError(errno.ENOSPC, "No space left on device")
     with pytest.raises(OSError, match="Permission denied"), process.disk_full(tmp_path, "rerun"):
         raise OSError(errno.EACCES, "Permission denied")
+
+
+def test_a_writer_threads_full_disk_is_said_once_by_the_main_thread(tmp_path, capsys, monkeypatch):
+    # TensorBoard's event writer thread meets ENOSPC first and dies; the main thread meets it at its next flush
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)  # as outside pytest: printed to stderr
+
+    def main(argv):
+        full = OSError(errno.ENOSPC, "No space left on device")
+        writer = threading.Thread(target=lambda: (_ for _ in ()).throw(full))
+        writer.start()
+        writer.join()
+        with process.disk_full(tmp_path, "rerun the same command"):
+            raise full
+
+    code, err = run_in_process(main, capsys=capsys)
+    assert code == 2 and "No space left on device while writing to OUTPUT_DIR" in err
+    assert "Traceback" not in err and threading.excepthook is threading.__excepthook__  # put back after
 
 
 def sample(probs):
