@@ -406,7 +406,7 @@ def test_save_adapter_labels_the_weights_with_their_step_and_a_cut_save_with_non
 def recorded_run(folder, settings, step=4):
     """A run folder as a run leaves it: its run_settings.json (the record grpotrainer.py writes) and checkpoint-N."""
     record = {**settings, "grpo_config": {"top_p": 0.9}, "profile": "smoke", "dataset_sizes": {"train": 32}}
-    files.write_settings(folder, record)
+    files.write_settings(folder, {**record, "processes": 1})
     return record, write_checkpoint(folder / f"checkpoint-{step}", step)
 
 
@@ -428,6 +428,7 @@ PROMPT = "You are a careful math tutor. " + "Solve it. " * 9
         ),
         ({"LORA_DROPOUT": 0.1}, "LORA_DROPOUT 0.0 -> 0.1"),
         ({"GRADIENT_ACCUMULATION_STEPS": 4}, "GRADIENT_ACCUMULATION_STEPS 8 -> 4"),
+        ({"processes": 2}, "processes 1 -> 2"),  # part of the batch: torchrun --nproc_per_node 2 doubles it
         (
             {"grpo_config": {"top_p": 1.0, "epsilon_high": 0.28}},
             "--top_p 0.9 -> 1.0, --epsilon_high '(unset)' -> 0.28",

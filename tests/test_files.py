@@ -237,6 +237,18 @@ def test_redact(value, key, expected):
     assert files.redact(value, key) == expected
 
 
+def test_a_record_holds_paths_that_work_from_any_folder(tmp_path, monkeypatch):
+    # a run trained with relative paths, exported or evaluated from another folder: its record names the same files
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "base").mkdir(parents=True)
+    s = {"MODEL_NAME": "models/base", "DATASET": "openai/gsm8k", "OUTPUT_DIR": "outputs/run", "SEED": 1}
+    (tmp_path / "outputs" / "run").mkdir(parents=True)
+    record = files.record(s, {}, profile=None, sizes={"train": 1}, processes=2)
+    assert record["MODEL_NAME"] == str(tmp_path / "models" / "base")  # a local folder: absolute
+    assert record["OUTPUT_DIR"] == str(tmp_path / "outputs" / "run")
+    assert record["DATASET"] == "openai/gsm8k" and record["processes"] == 2  # a Hub id stays one
+
+
 def test_redact_a_record():
     record = {"model_init_kwargs": {"token": "abc", "revision": "main"}, "url": "http://u:p@host:8000"}
     assert files.redact(record) == {
