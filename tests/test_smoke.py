@@ -170,16 +170,18 @@ def test_a_run_ends_with_its_summary_then_says_the_smoke_model_is_random(smoke_r
 
 
 @pytest.mark.slow
-def test_report_to_none_trains_without_tensorboard_and_trls_own_reward_runs_beside_ours(tmp_path):
+def test_report_to_none_trains_without_tensorboard_on_trls_own_reward_by_its_name_alone(tmp_path):
+    # `--REWARD_FUNCS=accuracy_reward` as a TRL user writes it: TRL's reward (math-verify), its weight 1 with a line;
     # rows carry the gold as `solution` too, which TRL's and open-r1's rewards read
-    args = ["--REPORT_TO=none", "--REWARD_FUNCS=correctness_reward,trl.rewards:accuracy_reward"]
-    out = train(tmp_path, *args, "--REWARD_WEIGHTS=1,0.5", "--MAX_STEPS=2")
+    out = train(tmp_path, "--REPORT_TO=none", "--REWARD_FUNCS=accuracy_reward", "--MAX_STEPS=2")
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "REWARD_WEIGHTS=" in out.stderr  # the default weights no longer fit: one each, said once
     assert (tmp_path / "adapter_model.safetensors").is_file() and not (tmp_path / "runs").exists()
     logged = json.loads((tmp_path / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
-    for name in ("accuracy_reward", "correctness_reward"):  # each reward's mean, at each of the 2 steps
-        points = [(row["step"], row[f"rewards/{name}/mean"]) for row in logged if f"rewards/{name}/mean" in row]
-        assert [step for step, _ in points] == [1, 2] and all_finite(points), name
+    points = [
+        (row["step"], row["rewards/accuracy_reward/mean"]) for row in logged if "rewards/accuracy_reward/mean" in row
+    ]
+    assert [step for step, _ in points] == [1, 2] and all_finite(points)
 
 
 @pytest.mark.slow
