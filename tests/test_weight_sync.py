@@ -13,7 +13,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 import torch
-from conftest import REPO, run_script
+from conftest import REPO, run_script, train
 
 from grpo import generation, weight_sync
 from grpo.errors import ConfigError
@@ -329,6 +329,19 @@ def test_after_the_check_trl_imports_and_sees_no_vllm(tmp_path):
     assert f"; pip install a vllm build matching torch {torch.__version__} (CUDA " in reason
     assert reason.endswith(", or pip uninstall vllm")
     assert trl == "trl False"
+
+
+@pytest.mark.slow
+def test_a_smoke_run_with_a_broken_vllm_on_the_path_trains_on_hf_generate(tmp_path):
+    # the whole script as a user runs it on a machine whose vllm cannot import: one line, then the run as usual
+    path = {"PYTHONPATH": str(stand_in_vllm(tmp_path))}
+    out = train(tmp_path / "run", "--USE_VLLM=auto", "--MAX_STEPS=1", "--EVAL_AFTER=2", env=path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    assert (
+        out.stderr.count("USE_VLLM=auto: HF generate, as vllm cannot be imported (ImportError: libcudart.so.13") == 1
+    )
+    assert (tmp_path / "run" / "adapter_model.safetensors").is_file()
 
 
 def test_a_vllm_that_imports_is_usable_and_an_absent_one_says_nothing(tmp_path):
