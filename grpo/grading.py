@@ -18,6 +18,7 @@ Reading rules, for writing a reward of your own:
 import re
 from decimal import Context, Decimal, InvalidOperation
 from math import gcd
+from numbers import Integral, Number
 
 # ----------------------------------------------------------------------------------------------------------------
 # Limits: they bound the work per completion, so that a 1 MB completion grades in milliseconds
@@ -773,15 +774,13 @@ def _decimal_text(value: Decimal) -> str:
 
 def gold_value(gold) -> str | None:
     """A gold answer as a normalised decimal string: a number, or a GSM8K solution ("... #### 1,080"); else None."""
-    if gold is None or isinstance(gold, bool):
+    if isinstance(gold, bool) or not isinstance(gold, Number):
+        return extract_answer(gold)  # a GSM8K solution; None for None, a bool or anything unreadable
+    try:  # numpy's scalars too: str(np.float64(18.0)) is "18.0", its shortest form, as for a float
+        value = Decimal(int(gold)) if isinstance(gold, Integral) else Decimal(str(gold))
+    except (InvalidOperation, ValueError):
         return None
-    if isinstance(gold, int | float | Decimal):
-        try:
-            value = Decimal(repr(gold)) if isinstance(gold, float) else Decimal(gold)
-        except (InvalidOperation, ValueError):
-            return None
-        return _decimal_text(value) if value.is_finite() else None
-    return extract_answer(gold)
+    return _decimal_text(value) if value.is_finite() else None
 
 
 def working_score(text: str) -> float:

@@ -225,6 +225,16 @@ def test_correctness_reward_gold_forms(gold):
     assert correctness_reward(["#### 1080", chat("#### 1080")], answer=[gold, gold]) == [1.0, 1.0]
 
 
+def test_gold_value_reads_numpy_scalars():
+    # a gold column read through numpy (pandas, a dataset in numpy format) holds numpy scalars, not ints and floats;
+    # a float32 reads as its shortest form (0.1, not 0.100000001...), NaN is no gold
+    np = pytest.importorskip("numpy")
+    golds = [np.int64(18), np.float64(18.0), np.float32(0.1), np.int8(-3), np.uint64(2**63), np.float64("nan")]
+    assert [grading.gold_value(gold) for gold in golds] == ["18", "18", "0.1", "-3", str(2**63), None]
+    assert grading.gold_value(np.bool_(True)) is None  # like a bool: no number
+    assert correctness_reward(["#### 18", "#### 18"], answer=[np.int64(18), np.float64(18.0)]) == [1.0, 1.0]
+
+
 @pytest.mark.parametrize("answer", [None, [None, None], [], ["no number", "no number"], [True, True]])
 def test_correctness_reward_missing_gold(answer):
     # a gold that is missing or unreadable gives None, which TRL skips (NaN, left out of the group's mean)
