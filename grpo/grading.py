@@ -262,10 +262,9 @@ def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) 
     >>> grade("So the answer is \\\\boxed{18}.", "18")
     {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False, 'padded': False}
     """
-    text = completion_to_text(completion)
     gold = gold_value(gold)
-    extracted, padded, accepted = read_answer(text, truncated=truncated, thinking=thinking)
-    strict, _, strict_accepted = read_answer(text, thinking=thinking, strict=True)
+    extracted, padded, accepted = read_answer(completion, truncated=truncated, thinking=thinking)
+    strict, _, strict_accepted = read_answer(completion, thinking=thinking, strict=True)
     return {
         "extracted": extracted,
         "correct": answers_match(accepted, gold),
@@ -406,14 +405,10 @@ def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, 
     """The last answer of the first kind found, as each finder gives it: (value, where its marker starts, where the
     line it was read from ends), value None for a final answer that is no number; None for no answer."""
     computed = _Computed(text)
-    for find in (_hash_answer, _boxed_answer, _phrase_answer, _bold_answer):
+    for find in (_hash_answer, _boxed_answer, _phrase_answer, _bold_answer, _last_answer):
         if (found := find(text, computed, truncated)) is not None:
             return found
-    last = -1 if truncated else _last_number_at(text)
-    if last < 0:
-        return None
-    start = _sentence_start(text, last)  # "  Therefore, ... = $350.": its sentence
-    return _last_answer(text, computed, last, start), start, _line_end(text, last)
+    return None
 
 
 def _turn_at(region: str) -> int:
@@ -485,10 +480,8 @@ def _boxed_answer(text: str, computed, truncated: bool = False) -> tuple[str | N
         if content is not None:
             end = _line_end(text, pos + len(marker) + len(content))
             found, value = _read_span(content, computed=computed)
-            if found:
+            if found or _LETTER.search(_clean(content)):  # or no number: \boxed{\text{Cannot be determined}}
                 return value, pos, end
-            if _LETTER.search(_clean(content)):  # \boxed{\text{Cannot be determined}}: a final answer, no number
-                return None, pos, end
     return None
 
 
@@ -534,9 +527,9 @@ def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[str | 
             if json_key and span[:1] and span[0] in "\"'":  # the quoted value only
                 span = span[1:].split(span[0], 1)[0]
             if line > phrase.end() and _is_working(span):  # a heading over working: the block's final result
-                value = None if truncated else _last_answer(text[line:], computed)
-                if value is not None:
-                    return value, pos, len(text)
+                found = _last_answer(text[line:], computed, truncated)
+                if found is not None and found[0] is not None:
+                    return found[0], pos, len(text)
                 continue
         found, value = _read_span(span, computed=computed)
         if found or _NO_ANSWER.search(_clean(span)) or last_digit < pos:
@@ -549,12 +542,13 @@ def _is_working(line: str) -> bool:
     return _WORKING_LINE.match(line) is not None or _OPERATION.search(_clean(line)) is not None
 
 
-def _last_answer(text: str, computed, last_digit: int | None = None, start: int | None = None) -> str | None:
-    """The answer number of the sentence that holds the text's last number, at `last_digit`, from `start`."""
-    last_digit = _last_number_at(text) if last_digit is None else last_digit
+def _last_answer(text: str, computed, truncated: bool = False) -> tuple[str | None, int, int] | None:
+    """The answer of the sentence that holds the text's last number (none when cut off), as the finders give it."""
+    last_digit = -1 if truncated else _last_number_at(text)
     if last_digit < 0:
         return None
-    start = _sentence_start(text, last_digit) if start is None else start
+    start = _sentence_start(text, last_digit)  # "  Therefore, ... = $350.": its sentence
+    where = start, _line_end(text, last_digit)
     window = _clean(text[start : last_digit + SPAN_CHARS], money=True)
     window = window if text[last_digit].isdigit() else _digits_for_words(window)  # "so he has fourteen pens"
     numbers = list(_NUMBER.finditer(window))
@@ -565,13 +559,12 @@ def _last_answer(text: str, computed, last_digit: int | None = None, start: int 
         window = _clean(text[max(0, last_digit - MAX_FALLBACK_CHARS) : last_digit], money=True)
         last = max(_NUMBER.finditer(window), key=re.Match.start, default=None)
         if last is None:
-            return None
-        start = _sentence_start(window, last.start())
-        sentence = window[start : last.end()]
+            return None, *where
+        sentence = window[_sentence_start(window, last.start()) : last.end()]
         numbers = list(_NUMBER.finditer(sentence))
     if _NO_ANSWER.search(window, last.end()):  # "... so the answer cannot be determined." after the last number
-        return None
-    return _sentence_answer(sentence, numbers, computed)
+        return None, *where
+    return _sentence_answer(sentence, numbers, computed), *where
 
 
 def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | None:
