@@ -209,6 +209,15 @@ def test_correctness_reward_values():
     assert correctness_reward(completions, answer=["18"] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
 
 
+def test_correctness_reward_no_credit_cut_off_padded_or_unclosed():
+    ids = [[1, 2], [1, 2, 3, 4]]  # token ids: the second used all 4 allowed, so it was cut off
+    texts = ["#### 18\n#### 18", "#### 18"]  # the first repeats its answer
+    assert correctness_reward(texts, answer=["18"] * 2, completion_ids=ids, max_completion_length=4) == [0.0, 0.0]
+    # thinking on and never closed: no answer; no gold: None
+    out = correctness_reward(["<think>So it is 18.", "#### 18"], answer=["18", None], enable_thinking=True)
+    assert out == [0.0, None]
+
+
 @pytest.mark.parametrize(
     "gold",
     [
