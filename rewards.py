@@ -1,18 +1,9 @@
 """The GRPO reward functions that grpotrainer.py selects by name from `REWARDS`: read these to write your own.
 
-TRL's GRPOTrainer calls each reward once per batch with keyword arguments (completions, completion_ids, the dataset's
-columns such as `answer`, ...) and takes one float per completion, or None, which it skips. grpo/grading.py reads
-the answers; a parameter named max_completion_length or enable_thinking gets the run's value.
-
-    correctness_reward   1.0 when the final answer equals the gold by value (the reward GRPO should optimise)
-    format_reward        1.0 for a last line `#### N`, 0.5 for a decorated or misplaced one
-    reasoning_reward     1.0 for shown working with results, 0.5 for arithmetic without them
-    math_reward          the tutorial's combined partial credit, summing to 1.0 for a right, shown answer
-    overlong_reward      DAPO's soft overlong punishment, from the token counts
-
-The first four pay 0.0 to a completion cut off at max_completion_length or padded past its answer (the answer
-repeated, filler, another question): a model must not learn to pad to the limit. A reward of your own goes in a
-module on the Python path and is named "module:function".
+TRL calls each with keyword arguments (completions, completion_ids, dataset columns such as `answer`, ...) and takes
+one float per completion, or None, which it skips; a parameter named max_completion_length or enable_thinking gets
+the run's value (docs/rewards.md). The rewards that pay give 0.0 to a completion cut off at max_completion_length or
+padded past its answer (the answer repeated, filler, another question): a model must not learn to pad to the limit.
 """
 
 from collections.abc import Callable
@@ -34,8 +25,7 @@ def _golds(answer, n: int) -> list[str | None]:
     if not isinstance(answer, list | tuple):  # one gold for every completion, or None
         answer = [answer] * n
     answer = [answer[i] if i < len(answer) else None for i in range(n)]
-    texts = dict.fromkeys(gold for gold in answer if isinstance(gold, str))  # a GRPO batch repeats each gold
-    cache = {gold: gold_value(gold) for gold in texts}
+    cache = {gold: gold_value(gold) for gold in {g for g in answer if isinstance(g, str)}}  # a batch repeats each
     return [cache[gold] if isinstance(gold, str) else gold_value(gold) for gold in answer]
 
 
@@ -48,8 +38,7 @@ def _truncated(completion_ids, max_completion_length: int | None, n: int) -> lis
 
 
 def _read(completions, completion_ids, max_completion_length, enable_thinking, log_metric) -> tuple[list, list, list]:
-    """The completions' texts, their grading.read_answer, and whether each stopped at its answer (not cut off, not
-    padded); the padded share goes to TRL's `log_metric` hook, shown as train/completions/padded_ratio."""
+    """Texts, their read_answer, whether each stopped (not cut off nor padded); the padded share to `log_metric`."""
     texts = [completion_to_text(c) for c in completions or []]
     cut = _truncated(completion_ids, max_completion_length, len(texts))
     read = [read_answer(t, truncated=c, thinking=enable_thinking) for t, c in zip(texts, cut, strict=True)]
@@ -88,14 +77,8 @@ def correctness_reward(
 
     >>> correctness_reward(["9 * 2 = 18\\n#### 18", "The answer is $18.00.", "#### 17"], answer=["18", "18", "18"])
     [1.0, 1.0, 0.0]
-    >>> ids = [[1, 2], [1, 2, 3, 4]]  # token ids: the second used all 4 allowed, so it was cut off
-    >>> texts = ["#### 18\\n#### 18", "#### 18"]  # the first repeats its answer
-    >>> correctness_reward(texts, answer=["18"] * 2, completion_ids=ids, max_completion_length=4)
-    [0.0, 0.0]
     >>> correctness_reward([[{"role": "assistant", "content": "#### 1080"}]], solution=["... #### 1,080"])
     [1.0]
-    >>> correctness_reward(["<think>So it is 18.", "#### 18"], answer=["18", None], enable_thinking=True)
-    [0.0, None]
     """
     texts, read, stopped = _read(completions, completion_ids, max_completion_length, enable_thinking, log_metric)
     golds = _golds(solution if answer is None else answer, len(texts))
@@ -181,16 +164,14 @@ def math_reward(
     golds = _golds(solution if answer is None else answer, len(texts))
     rewards = []
     for text, gold, (pred, _, accepted), ok in zip(texts, golds, read, stopped, strict=True):
-        if gold is None or not ok or answer_region(text, enable_thinking) is None:
-            rewards.append(None if gold is None else 0.0)
-            continue
-        tenths = (
+        scored = gold is not None and ok and answer_region(text, enable_thinking) is not None
+        tenths = scored and (
             2 * (extract_hash_answer(text, thinking=enable_thinking) is not None)
             + 2 * (working_score(text) > 0)
             + 2 * (pred is not None)
             + 4 * answers_match(accepted, gold)
         )
-        rewards.append(tenths / 10)
+        rewards.append(None if gold is None else tenths / 10)
     return rewards
 
 

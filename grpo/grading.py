@@ -1,11 +1,6 @@
 """The GSM8K answer reader: the final answer of a completion, judged as a careful human grader would.
 
-    extract_answer(text)        the final number of a completion or a GSM8K gold solution ("1,080" -> "1080")
-    answers_match(pred, gold)   equal by value, in exact decimal arithmetic ("18.00" == "18", "18.5" != "18")
-    pads_answer(text)           the text goes on past its final answer (`#### 5\n#### 5`): the rewards pay nothing
-    grade(completion, gold)     one completion's verdicts, for evaluation
-
-Reading rules, for writing a reward of your own:
+extract_answer's reading rules (answers_match then compares by value), for writing a reward of your own:
 - The answer, by precedence (the last of each kind wins; nothing after a next "Question:" or turn): `#### N`;
   `\\boxed{N}`; an answer phrase ("the answer is N", "Answer: N", `<answer>N</answer>`); a bold first line ("**18
   pens**"); else the last sentence with a number, in digits or words, passing over operands, purpose clauses
@@ -17,7 +12,9 @@ Reading rules, for writing a reward of your own:
 
 import re
 from decimal import Context, Decimal, InvalidOperation
+from functools import lru_cache
 from math import gcd
+from numbers import Integral, Number
 
 # ----------------------------------------------------------------------------------------------------------------
 # Limits: they bound the work per completion, so that a 1 MB completion grades in milliseconds
@@ -87,7 +84,7 @@ _MONEY_CHARS = _CHARS | str.maketrans("$\u20ac\u00a3\u00a5\u20b9", "$$$$$")  # t
 _HASH_LINE = re.compile(r"[ \t]*+####[ \t]*+-?(?:[0-9]{1,3}(?:,[0-9]{3})++|[0-9]++)(?:\.[0-9]++)?[ \t]*+")
 _BOX_OPEN = re.compile(r"[ \t]{0,8}\{")
 _BOX_BARE = re.compile(r"[ \t]{1,8}([^\s$]{1,50})")  # \boxed 18, valid LaTeX without braces
-_BRACE = re.compile(r"\\[{}]|[{}]")
+_BRACE = re.compile(r"(?<!\\)[{}]")  # \{ and \} are literal braces
 _PHRASE_AT = re.compile(
     r"(?i)answer(?P<json>[\"'][ \t]*+:)[ \t]*+"  # {"reasoning": "...", "answer": "26"}
     r"|answer(?:[ \t]++(?:to|for|of)\b[^.\n]{0,60}?)?[ \t*_]++"
@@ -200,21 +197,17 @@ _OP_CHARS = "-+*/^xX\\\u2212\u00d7\u00f7\u00b7\u2217"
 
 
 def completion_to_text(completion) -> str:
-    """The text of one completion: a string, or the assistant contents of chat messages, joined; "" for anything else.
-    A message without a role counts as the assistant's, as in TRL; of multimodal content, the text parts count."""
+    """A completion's text: a string, or the text of its assistant (or, as in TRL, role-less) messages; else ""."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, bytes | bytearray):
         return bytes(completion).decode("utf-8", "replace")
     if isinstance(completion, dict):
         completion = [completion]
-    if not isinstance(completion, list | tuple):
-        return ""
     parts = []
-    for message in completion:
-        content = message
-        if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
-            content = message.get("content")
+    for content in completion if isinstance(completion, list | tuple) else ():  # anything else: ""
+        if isinstance(content, dict) and content.get("role", "assistant") == "assistant":
+            content = content.get("content")
             if isinstance(content, list | tuple):  # multimodal parts: keep the text ones
                 texts = (p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
                 content = "\n".join(text for text in texts if isinstance(text, str) and text)
@@ -225,12 +218,7 @@ def completion_to_text(completion) -> str:
 
 def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False) -> str | None:
     """The final answer of a completion or a GSM8K solution as a decimal string ("1080", "-3", "18.5"), or None.
-    `truncated`: cut off at the length limit, so no answer from its last number; `thinking`: thinking mode was on,
-    so none unless the thinking closed.
-
-    >>> extract_answer("12 * 1.5 = $18.\\n#### 18"), extract_answer("#### 9*2")
-    ('18', None)
-    """
+    `truncated` (cut off): no answer from its last number; `thinking` (mode on): none unless the thinking closed."""
     return read_answer(text, truncated=truncated, thinking=thinking)[0]
 
 
@@ -241,11 +229,7 @@ def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
 
 def answers_match(pred: str | None, gold: str | None) -> bool:
     """Whether two answers are the same number, compared exactly as Decimals; `pred` may be a tuple of values that
-    all count as the answer (`read_answer`'s third part). None never matches.
-
-    >>> answers_match("18", "18.00"), answers_match("1,080", "1080"), answers_match("18.5", "18")
-    (True, True, False)
-    """
+    all count as the answer (`read_answer`'s third part). None never matches."""
     if isinstance(pred, tuple):
         return any(answers_match(value, gold) for value in pred)
     a, b = _to_decimal(pred), _to_decimal(gold)
@@ -257,14 +241,10 @@ def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) 
 
     Returns `extracted` (`extract_answer`'s reading), `correct` (it equals the gold), `strict_correct` (the `#### N`
     answer does), `formatted` (there is a `#### N`), `padded` (`pads_answer`; the verdicts judge the answer alone).
-
-    >>> grade("So the answer is \\\\boxed{18}.", "18")
-    {'extracted': '18', 'correct': True, 'strict_correct': False, 'formatted': False, 'padded': False}
     """
-    text = completion_to_text(completion)
     gold = gold_value(gold)
-    extracted, padded, accepted = read_answer(text, truncated=truncated, thinking=thinking)
-    strict, _, strict_accepted = read_answer(text, thinking=thinking, strict=True)
+    extracted, padded, accepted = read_answer(completion, truncated=truncated, thinking=thinking)
+    strict, _, strict_accepted = read_answer(completion, thinking=thinking, strict=True)
     return {
         "extracted": extracted,
         "correct": answers_match(accepted, gold),
@@ -275,22 +255,14 @@ def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) 
 
 
 def pads_answer(text, *, truncated: bool = False, thinking: bool = False) -> bool:
-    """Whether the completion goes on past its final answer instead of stopping there: the rewards pay it nothing.
-
-    Padding: the answer said again ("#### 5\\nThe answer is 5."), filler (more than MAX_TAIL_CHARS, a sentence
-    twice, more than MAX_BLANK_CHARS whitespace in a row), another question or turn ("Q:", `<|im_start|>`). An
-    explanation, a check with other numbers or a sign-off is not padding.
-    """
+    """Whether the completion goes on past its final answer (docs/rewards.md): the answer said again, filler, a run of
+    whitespace, another question or turn; not an explanation, a check with other numbers or a sign-off."""
     return read_answer(text, truncated=truncated, thinking=thinking)[1]
 
 
 def read_answer(text, *, truncated=False, thinking=False, strict=False) -> tuple[str | None, bool, tuple[str, ...]]:
     """`extract_answer`'s answer (strict: `extract_hash_answer`'s), `pads_answer`'s verdict, and the values that
-    count as the answer: it, and the same quantity in other units. A hedge ("18 or 20") is no answer.
-
-    >>> read_answer("#### 18\\n#### 18"), read_answer("It takes 2 hours, or 120 minutes.")
-    (('18', True, ('18',)), ('120', False, ('120', '2')))
-    """
+    count as the answer: it, and the same quantity in other units. A hedge ("18 or 20") is no answer."""
     region = answer_region(completion_to_text(text), thinking)
     head = None if region is None else region[: _turn_at(region)]  # a base model's next question is no answer
     found = None if head is None else (_hash_answer(head) if strict else _final_answer(head, truncated))
@@ -319,7 +291,7 @@ def _pads(region: str, value: str | None, start: int, end: int) -> bool:
 
 def _repeats(tail: str, value: str | None) -> bool:
     """Whether the text after the answer says it again (a phrase, a sentence with it alone) or a sentence twice."""
-    if (found := _phrase_answer(tail, _Computed(tail))) is not None and found[0] is not None:
+    if (found := _phrase_answer(tail, tail)) is not None and found[0] is not None:
         return True
     previous = None
     for sentence in _SENTENCE_END.split(tail):
@@ -375,8 +347,7 @@ def _to_decimal(value) -> Decimal | None:
 
 
 def answer_region(text: str, thinking: bool = False) -> str | None:
-    """The text after the last closed thinking block when any follows it, else the whole text; None when thinking
-    never closed (an opening tag after the last closing one, or thinking mode and no closing tag)."""
+    """The text after the last closed thinking block if any follows it, else all; None where thinking never closed."""
     if "<" not in text:  # no tag at all: the common case, at str.find speed
         return None if thinking else text
     close = max((text.rfind(tag) for tag in _THINK_CLOSES), default=-1)
@@ -387,32 +358,21 @@ def answer_region(text: str, thinking: bool = False) -> str | None:
     return text[cut:] if cut and not text[cut:].isspace() and len(text) > cut else text
 
 
-class _Computed:
-    """The numbers that the text states as computed results ("= 18", "<<3*6=18>>18"), found when first asked."""
-
-    def __init__(self, text: str):
-        self.text, self.values = text, None
-
-    def __contains__(self, value: str | None) -> bool:
-        if self.values is None:
-            clean = _clean(self.text[-MAX_FALLBACK_CHARS:])
-            results = (_NUMBER.match(clean, at.end()) for at in _RESULT_AT.finditer(clean))
-            self.values = {_normalise(number) for number in results if number is not None}
-        return value in self.values
+@lru_cache(maxsize=4)  # asked for rarely, and then for one text over and over
+def _computed(source: str) -> frozenset[str | None]:
+    """The numbers that the text states as computed results ("= 18", "<<3*6=18>>18")."""
+    clean = _clean(source[-MAX_FALLBACK_CHARS:])
+    results = (_NUMBER.match(clean, at.end()) for at in _RESULT_AT.finditer(clean))
+    return frozenset(_normalise(number) for number in results if number is not None)
 
 
 def _final_answer(text: str, truncated: bool = False) -> tuple[str | None, int, int] | None:
-    """The last answer of the first kind found, as each finder gives it: (value, where its marker starts, where the
-    line it was read from ends), value None for a final answer that is no number; None for no answer."""
-    computed = _Computed(text)
-    for find in (_hash_answer, _boxed_answer, _phrase_answer, _bold_answer):
-        if (found := find(text, computed, truncated)) is not None:
+    """The first kind's last answer: (value or None for no number, where its marker starts, where its line ends).
+    Each finder reads `text`; a number the `source` text states as computed ("= 18") is no restated quantity."""
+    for find in (_hash_answer, _boxed_answer, _phrase_answer, _bold_answer, _last_answer):
+        if (found := find(text, text, truncated)) is not None:
             return found
-    last = -1 if truncated else _last_number_at(text)
-    if last < 0:
-        return None
-    start = _sentence_start(text, last)  # "  Therefore, ... = $350.": its sentence
-    return _last_answer(text, computed, last, start), start, _line_end(text, last)
+    return None
 
 
 def _turn_at(region: str) -> int:
@@ -453,12 +413,12 @@ def _digits_for_words(text: str) -> str:
     return _WORD_NUMBER.sub(lambda words: _word_value(words.group()) if _says_number(words) else words.group(), text)
 
 
-def _bold_answer(text: str, computed, truncated: bool = False) -> tuple[str | None, int, int] | None:
+def _bold_answer(text: str, source: str, truncated: bool = False) -> tuple[str | None, int, int] | None:
     """A bold line that opens the text with a number ("**18 pens**"); not a heading ("**Step 1:**") nor working."""
     bold = _BOLD_FIRST.match(text)
     if bold is None or bold.group("body").rstrip().endswith(":") or _is_working(bold.group("body")):
         return None
-    found, value = _read_span(bold.group("body"), computed=computed)
+    found, value = _read_span(bold.group("body"), source=source)
     return (value, bold.start("body"), len(text)) if found and value is not None else None
 
 
@@ -467,7 +427,7 @@ def _line_end(text: str, pos: int) -> int:
     return len(text) if end < 0 else end
 
 
-def _hash_answer(text: str, computed=None, truncated: bool = False) -> tuple[str | None, int, int] | None:
+def _hash_answer(text: str, source: str = "", truncated: bool = False) -> tuple[str | None, int, int] | None:
     for pos, _ in _rfind_all(text, ("####",)):
         if pos > 0 and text[pos - 1] == "#":  # "#####" is a markdown heading, not the answer marker
             continue
@@ -478,16 +438,14 @@ def _hash_answer(text: str, computed=None, truncated: bool = False) -> tuple[str
     return None
 
 
-def _boxed_answer(text: str, computed, truncated: bool = False) -> tuple[str | None, int, int] | None:
+def _boxed_answer(text: str, source: str, truncated: bool = False) -> tuple[str | None, int, int] | None:
     for pos, marker in _rfind_all(text, ("\\boxed", "\\fbox")):
         content = _box_content(text, pos + len(marker))
         if content is not None:
             end = _line_end(text, pos + len(marker) + len(content))
-            found, value = _read_span(content, computed=computed)
-            if found:
+            found, value = _read_span(content, source=source)
+            if found or _LETTER.search(_clean(content)):  # or no number: \boxed{\text{Cannot be determined}}
                 return value, pos, end
-            if _LETTER.search(_clean(content)):  # \boxed{\text{Cannot be determined}}: a final answer, no number
-                return None, pos, end
     return None
 
 
@@ -498,14 +456,13 @@ def _box_content(text: str, pos: int) -> str | None:
         return bare.group(1) if bare else None
     depth, start = 1, opening.end()
     for brace in _BRACE.finditer(text, start, min(len(text), start + MAX_BOX_CHARS)):
-        if brace.group() in ("{", "}"):  # \{ and \} are literal braces
-            depth += 1 if brace.group() == "{" else -1
-            if depth == 0:
-                return text[start : brace.start()]
+        depth += 1 if brace.group() == "{" else -1
+        if depth == 0:
+            return text[start : brace.start()]
     return None  # unbalanced within reach: not a box
 
 
-def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[str | None, int, int] | None:
+def _phrase_answer(text: str, source: str, truncated: bool = False) -> tuple[str | None, int, int] | None:
     last_digit = max(text.rfind(digit) for digit in _DIGITS)
     for pos, marker in _rfind_all(text, ("answer", "Answer", "ANSWER", "A:")):
         if marker == "A:":  # a weak marker (few-shot prompts start whole solutions with it): a line "A: N" only
@@ -533,11 +490,11 @@ def _phrase_answer(text: str, computed, truncated: bool = False) -> tuple[str | 
             if json_key and span[:1] and span[0] in "\"'":  # the quoted value only
                 span = span[1:].split(span[0], 1)[0]
             if line > phrase.end() and _is_working(span):  # a heading over working: the block's final result
-                value = None if truncated else _last_answer(text[line:], computed)
-                if value is not None:
-                    return value, pos, len(text)
+                found = _last_answer(text[line:], source, truncated)
+                if found is not None and found[0] is not None:
+                    return found[0], pos, len(text)
                 continue
-        found, value = _read_span(span, computed=computed)
+        found, value = _read_span(span, source=source)
         if found or _NO_ANSWER.search(_clean(span)) or last_digit < pos:
             # a number, or a final answer that is no number: "The answer cannot be determined." (value None)
             return value, pos, _line_end(text, line)
@@ -548,12 +505,13 @@ def _is_working(line: str) -> bool:
     return _WORKING_LINE.match(line) is not None or _OPERATION.search(_clean(line)) is not None
 
 
-def _last_answer(text: str, computed, last_digit: int | None = None, start: int | None = None) -> str | None:
-    """The answer number of the sentence that holds the text's last number, at `last_digit`, from `start`."""
-    last_digit = _last_number_at(text) if last_digit is None else last_digit
+def _last_answer(text: str, source: str, truncated: bool = False) -> tuple[str | None, int, int] | None:
+    """The answer of the sentence that holds the text's last number (none when cut off), as the finders give it."""
+    last_digit = -1 if truncated else _last_number_at(text)
     if last_digit < 0:
         return None
-    start = _sentence_start(text, last_digit) if start is None else start
+    start = _sentence_start(text, last_digit)  # "  Therefore, ... = $350.": its sentence
+    where = start, _line_end(text, last_digit)
     window = _clean(text[start : last_digit + SPAN_CHARS], money=True)
     window = window if text[last_digit].isdigit() else _digits_for_words(window)  # "so he has fourteen pens"
     numbers = list(_NUMBER.finditer(window))
@@ -564,18 +522,16 @@ def _last_answer(text: str, computed, last_digit: int | None = None, start: int 
         window = _clean(text[max(0, last_digit - MAX_FALLBACK_CHARS) : last_digit], money=True)
         last = max(_NUMBER.finditer(window), key=re.Match.start, default=None)
         if last is None:
-            return None
-        start = _sentence_start(window, last.start())
-        sentence = window[start : last.end()]
+            return None, *where
+        sentence = window[_sentence_start(window, last.start()) : last.end()]
         numbers = list(_NUMBER.finditer(sentence))
     if _NO_ANSWER.search(window, last.end()):  # "... so the answer cannot be determined." after the last number
-        return None
-    return _sentence_answer(sentence, numbers, computed)
+        return None, *where
+    return _sentence_answer(sentence, numbers, source), *where
 
 
-def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | None:
-    """The answer among a sentence's numbers: operands, purpose clauses and conditions passed over; an equation's
-    result; else the last, unless it restates a stated result ("= $240 for the 6 shirts") or a given quantity."""
+def _sentence_answer(sentence: str, numbers: list[re.Match], source: str) -> str | None:
+    """The answer among a sentence's numbers: an equation's result, else the last not restating a given quantity."""
     if len(numbers) <= 1:
         return _normalise(numbers[0]) if numbers else None
     if _RESULT_BEFORE.search(sentence, max(0, numbers[-1].start() - 12), numbers[-1].start()):
@@ -601,8 +557,8 @@ def _sentence_answer(sentence: str, numbers: list[re.Match], computed) -> str | 
         previous = bool(found) or (previous and _AND_BEFORE.search(before) is not None)
         context.append(previous)
     # A restated number ("after 60 days") gives way, unless computed and not a given one ("of the 18 he bought").
-    if context[-1] and (_normalise(last) not in computed or found and found.group("det")):
-        earlier = [n for n in kept[:-1] if _normalise(n) in computed]
+    if context[-1] and (_normalise(last) not in _computed(source) or found and found.group("det")):
+        earlier = [n for n in kept[:-1] if _normalise(n) in _computed(source)]
         plain = [n for n, c in zip(kept, context, strict=True) if not c]
         last = (earlier or plain or [last])[-1]
     return _normalise(last)
@@ -658,9 +614,8 @@ def _span_after(text: str, pos: int) -> tuple[str, int]:
     return "", start
 
 
-def _read_span(span: str, lead: bool = False, single: bool = False, computed=()) -> tuple[bool, str | None]:
-    """(whether the span after a marker holds an answer, the answer or None). `lead`: the number comes first
-    (`####`); `single`: it is the only one ("A:"); else a number first, a sentence's answer, or a number word."""
+def _read_span(span: str, lead: bool = False, single: bool = False, source: str = "") -> tuple[bool, str | None]:
+    """(found, the answer or None) of a marker's span: its number first (`lead`), alone (`single`), or a sentence's."""
     span = _clean(span)
     number = _NUMBER.search(span)
     head = 0 if lead or single else _LEAD.match(span).end()
@@ -682,7 +637,7 @@ def _read_span(span: str, lead: bool = False, single: bool = False, computed=())
         end = _SENTENCE_END.search(span, number.end())
         # the sentence, or all of the span when an "=" follows: "... = $70. So for five days he earns 5 x 70 = $350."
         sentence = span[start : len(span) if end is None or "=" in span[end.start() :] else end.start()]
-        return True, _sentence_answer(sentence, list(_NUMBER.finditer(sentence)), computed)
+        return True, _sentence_answer(sentence, list(_NUMBER.finditer(sentence)), source)
     return True, _stated(span, number)
 
 
@@ -703,10 +658,8 @@ def _word_value(words: str) -> str:
     """The value of a run of number words: "twenty-five" -> "25", "a dozen" -> "12", "one hundred and one" -> "101"."""
     total = current = 0
     for word in re.findall(r"[a-z]+", words.lower()):
-        if word in _WORD_VALUES:
-            current += _WORD_VALUES[word]
-        elif word in ("a", "an"):
-            current += 1
+        if word in _WORD_VALUES or word in ("a", "an"):
+            current += _WORD_VALUES.get(word, 1)  # "a" and "an" are one
         elif word in ("dozen", "hundred"):
             current = max(current, 1) * _WORD_SCALES[word]
         elif word in _WORD_SCALES:
@@ -717,8 +670,7 @@ def _word_value(words: str) -> str:
 def _clean(text: str, money: bool = False) -> str:
     """Strip LaTeX and markdown around numbers: \\frac{1}{2} -> 0.5, 1,\\!080 -> 1,080, \\$18 -> 18, **18** -> 18."""
     if "\\" in text:
-        text = _replace_fractions(text)
-        text = _ESCAPED.sub(r"\1", text)
+        text = _ESCAPED.sub(r"\1", _replace_fractions(text))
     if "^" in text:
         text = _SCIENTIFIC.sub(_scientific_text, text)
     if "\\" in text:
@@ -773,15 +725,13 @@ def _decimal_text(value: Decimal) -> str:
 
 def gold_value(gold) -> str | None:
     """A gold answer as a normalised decimal string: a number, or a GSM8K solution ("... #### 1,080"); else None."""
-    if gold is None or isinstance(gold, bool):
+    if isinstance(gold, bool) or not isinstance(gold, Number):
+        return extract_answer(gold)  # a GSM8K solution; None for None, a bool or anything unreadable
+    try:  # numpy's scalars too: str(np.float64(18.0)) is "18.0", its shortest form, as for a float
+        value = Decimal(int(gold)) if isinstance(gold, Integral) else Decimal(str(gold))
+    except (InvalidOperation, ValueError):
         return None
-    if isinstance(gold, int | float | Decimal):
-        try:
-            value = Decimal(repr(gold)) if isinstance(gold, float) else Decimal(gold)
-        except (InvalidOperation, ValueError):
-            return None
-        return _decimal_text(value) if value.is_finite() else None
-    return extract_answer(gold)
+    return _decimal_text(value) if value.is_finite() else None
 
 
 def working_score(text: str) -> float:

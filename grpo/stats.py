@@ -1,11 +1,9 @@
 """How sure an evaluation is: intervals, the paired test, pass@k, and lm-eval-harness-compatible GSM8K verdicts.
 
-Pure Python (math only), so every tool can import it. lm_eval_strict and lm_eval_flexible reproduce
-lm-evaluation-harness's `gsm8k` task (gsm8k.yaml, version 3.0) on the text before its stop sequences: the FIRST
-`#### N` ("strict-match") or the LAST number-like run ("flexible-extract"), compared as strings after its
-`exact_match` normalisation, so "18.00" is not "18" and "#### $5" is no answer, where grpo/grading.py compares by
-value. lm-eval also prompts differently (5-shot plain text, no chat template), so on the same completions its figures
-isolate the grader's part of a gap to a model card's score.
+Pure Python (math only), so every tool can import it. lm_eval_strict and lm_eval_flexible reproduce the `gsm8k`
+task of lm-evaluation-harness (version 3.0), which compares strings ("18.00" is not "18", "#### $5" is no answer) where
+grpo/grading.py compares values: on the same completions they isolate the grader's part of a gap to a model card's
+score (lm-eval also prompts differently: 5-shot plain text, no chat template).
 """
 
 import math
@@ -19,9 +17,6 @@ def wilson(successes, n, z=Z_95):
 
     Unlike the normal (Wald) interval it stays inside [0, 1] and is not zero-width at 0 or n successes:
         centre = (p + z²/2n) / (1 + z²/n),  half = z / (1 + z²/n) * sqrt(p(1-p)/n + z²/4n²),  p = successes / n.
-
-    >>> [round(b, 4) for b in wilson(5, 10)]
-    [0.2366, 0.7634]
     """
     if not 0 <= successes <= n:
         raise ValueError(f"wilson: successes must be in 0..n, got {successes} of {n}")
@@ -41,11 +36,7 @@ def wilson(successes, n, z=Z_95):
 def mcnemar_exact(up, down):
     """Two-sided exact McNemar test (the sign test) on the flips of two evaluations of the same problems, `up`
     wrong -> right and `down` right -> wrong: p = min(1, 2 * P[X <= min(up, down)]), X ~ binomial(up + down, 1/2),
-    in exact integers; 1.0 when nothing flipped.
-
-    >>> mcnemar_exact(5, 0)
-    0.0625
-    """
+    in exact integers; 1.0 when nothing flipped."""
     if up < 0 or down < 0:
         raise ValueError(f"mcnemar_exact: flip counts must be >= 0, got up={up}, down={down}")
     flips = up + down
@@ -63,9 +54,8 @@ def flips(caller, before, after):
             f"{caller}: the two evaluations cover {len(before)} and {len(after)} problems; "
             "a paired test needs the same problems in the same order"
         )
-    up = sum(1 for b, a in zip(before, after, strict=True) if a > b)
-    down = sum(1 for b, a in zip(before, after, strict=True) if a < b)
-    return len(before), up, down
+    pairs = list(zip(before, after, strict=True))
+    return len(pairs), sum(a > b for b, a in pairs), sum(a < b for b, a in pairs)
 
 
 def paired(before, after):
@@ -89,9 +79,8 @@ def paired(before, after):
 
 
 def paired_samples(before, after, samples):
-    """The sign test on each problem's count of right samples (of `samples` in both): up where more are right after,
-    down where fewer. n, samples, up, down, ties, before and after (sampled accuracies), p_value and difference;
-    with one sample per problem it is `paired`."""
+    """The sign test on each problem's count of right samples (of `samples` in both), `paired` for one sample: n,
+    samples, up, down, ties, before and after (sampled accuracies), p_value and difference."""
     n, up, down = flips("paired_samples", before, after)
     acc_before, acc_after = (sum(x) / (n * samples) if n and samples else 0.0 for x in (before, after))
     return {
@@ -116,23 +105,18 @@ def pass_at_k(n, c, k):
     """
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"pass_at_k: needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    if n - c < k:
-        # Fewer than k wrong samples: every draw of k holds a right one.
+    if n - c < k:  # fewer than k wrong samples: every draw of k holds a right one
         return 1.0
     # 1 - prod_{i=n-c+1}^{n} (1 - k/i): the same, without forming the large binomials
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
-def mean_pass_at_k(counts, n, k):
-    """pass@k of an evaluation: the mean of pass_at_k over problems, `counts` right of n samples each."""
-    if not counts:
-        raise ValueError("mean_pass_at_k: no problems")
-    return sum(pass_at_k(n, c, k) for c in counts) / len(counts)
-
-
 def pass_at_ks(counts, n):
-    """pass@k for every k in 1..n: {k: mean_pass_at_k(counts, n, k)}; pass@1 is the plain sampled accuracy."""
-    return {k: mean_pass_at_k(counts, n, k) for k in range(1, n + 1)}
+    """{k: pass@k} for every k in 1..n, each the mean of pass_at_k over problems, `counts` right of n samples each;
+    pass@1 is the plain sampled accuracy."""
+    if not counts:
+        raise ValueError("pass_at_ks: no problems")
+    return {k: sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in range(1, n + 1)}
 
 
 # lm-evaluation-harness gsm8k.yaml: the two filters, the fallback for no match, and exact_match's regexes_to_ignore.
@@ -146,10 +130,8 @@ _LM_EVAL_IGNORE = (",", r"\$", r"(?s).*#### ", r"\.$")
 def _lm_eval_pick(pattern, text, index):
     """lm-eval's RegexFilter, on the text before a stop: match `index` of findall, its first group, or the fallback."""
     matches = pattern.findall(min((text.split(stop, 1)[0] for stop in _LM_EVAL_UNTIL), key=len))
-    if not matches:
-        return _LM_EVAL_FALLBACK
-    match = matches[index]
-    if isinstance(match, tuple):
+    match = matches[index] if matches else _LM_EVAL_FALLBACK
+    if isinstance(match, tuple):  # the flexible pattern's two groups
         match = next((group for group in match if group), _LM_EVAL_FALLBACK)
     return match.strip()
 
@@ -183,11 +165,7 @@ def lm_eval_flexible(completion, gold):
 
 
 def format_interval(p, low, high):
-    """An accuracy with its interval, for logs and cards.
-
-    >>> format_interval(0.40625, *wilson(52, 128))
-    '0.406 [0.325, 0.493]'
-    """
+    """An accuracy with its interval, for logs and cards: '0.406 [0.325, 0.493]'."""
     return f"{p:.3f} [{low:.3f}, {high:.3f}]"
 
 
@@ -197,8 +175,7 @@ def describe_pair(before_acc, after_acc, paired):
     >>> describe_pair(0.180, 0.406, {"up": 43, "down": 14, "p_value": mcnemar_exact(43, 14)})
     '0.180 -> 0.406 (+0.226; 43 up / 14 down, p = 0.00015)'
     """
-    change = after_acc - before_acc
     return (
-        f"{before_acc:.3f} -> {after_acc:.3f} ({change:+.3f}; "
+        f"{before_acc:.3f} -> {after_acc:.3f} ({after_acc - before_acc:+.3f}; "
         f"{paired['up']} up / {paired['down']} down, p = {paired['p_value']:.2g})"
     )

@@ -596,6 +596,8 @@ def test_completion_to_text_keeps_the_assistant_text_parts():
 @pytest.mark.parametrize(
     ("text", "kwargs", "expected"),
     [
+        ("12 * 1.5 = $18.\n#### 18", {}, "18"),
+        ("#### 9*2", {}, None),  # an expression is never evaluated
         (r"So he packs $\boxed{1,\!080}$ pens.", {}, "1080"),
         ("Answer: After 60 days, Cynthia will spend $16.00", {}, "16"),
         ("<think>Is it 17?</think>The answer is 18.", {}, "18"),
@@ -612,9 +614,27 @@ def test_extract_hash_answer_skips_a_heading():
     assert grading.extract_hash_answer("#### Final answer\nIt is 12.") is None
 
 
+def test_answers_match_compares_values():
+    assert (grading.answers_match("18", "18.00"), grading.answers_match("1,080", "1080")) == (True, True)
+    assert grading.answers_match("18.5", "18") is False
+    assert grading.answers_match(("120", "2"), "2") is True  # any of the values that count as the answer
+    assert grading.answers_match(None, None) is False
+
+
+def test_read_answer_gives_the_answer_padding_and_accepted_values():
+    assert grading.read_answer("#### 18\n#### 18") == ("18", True, ("18",))
+    # the same quantity in other units counts either way
+    assert grading.read_answer("It takes 2 hours, or 120 minutes.") == ("120", False, ("120", "2"))
+
+
 def test_ends_with_hash_line():
     assert grading.ends_with_hash_line("2 + 2 = 4\n#### 4\n") is True
     assert grading.ends_with_hash_line("#### 4 apples") is False
+
+
+def test_grade_a_boxed_answer():
+    expected = {"extracted": "18", "correct": True, "strict_correct": False, "formatted": False, "padded": False}
+    assert grade("So the answer is \\boxed{18}.", "18") == expected
 
 
 def test_grade_a_right_padded_answer():

@@ -209,6 +209,15 @@ def test_correctness_reward_values():
     assert correctness_reward(completions, answer=["18"] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
 
 
+def test_correctness_reward_no_credit_cut_off_padded_or_unclosed():
+    ids = [[1, 2], [1, 2, 3, 4]]  # token ids: the second used all 4 allowed, so it was cut off
+    texts = ["#### 18\n#### 18", "#### 18"]  # the first repeats its answer
+    assert correctness_reward(texts, answer=["18"] * 2, completion_ids=ids, max_completion_length=4) == [0.0, 0.0]
+    # thinking on and never closed: no answer; no gold: None
+    out = correctness_reward(["<think>So it is 18.", "#### 18"], answer=["18", None], enable_thinking=True)
+    assert out == [0.0, None]
+
+
 @pytest.mark.parametrize(
     "gold",
     [
@@ -223,6 +232,16 @@ def test_correctness_reward_values():
 def test_correctness_reward_gold_forms(gold):
     # the gold goes through the same extraction, so a GSM8K solution and a bare number are the same gold
     assert correctness_reward(["#### 1080", chat("#### 1080")], answer=[gold, gold]) == [1.0, 1.0]
+
+
+def test_gold_value_reads_numpy_scalars():
+    # a gold column read through numpy (pandas, a dataset in numpy format) holds numpy scalars, not ints and floats;
+    # a float32 reads as its shortest form (0.1, not 0.100000001...), NaN is no gold
+    np = pytest.importorskip("numpy")
+    golds = [np.int64(18), np.float64(18.0), np.float32(0.1), np.int8(-3), np.uint64(2**63), np.float64("nan")]
+    assert [grading.gold_value(gold) for gold in golds] == ["18", "18", "0.1", "-3", str(2**63), None]
+    assert grading.gold_value(np.bool_(True)) is None  # like a bool: no number
+    assert correctness_reward(["#### 18", "#### 18"], answer=[np.int64(18), np.float64(18.0)]) == [1.0, 1.0]
 
 
 @pytest.mark.parametrize("answer", [None, [None, None], [], ["no number", "no number"], [True, True]])

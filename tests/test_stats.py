@@ -16,7 +16,6 @@ from grpo.stats import (
     lm_eval_flexible,
     lm_eval_strict,
     mcnemar_exact,
-    mean_pass_at_k,
     paired,
     paired_samples,
     pass_at_k,
@@ -50,6 +49,11 @@ from grpo.stats import (
 )
 def test_wilson_matches_the_formula_by_hand(successes, n, low, high):
     assert wilson(successes, n) == pytest.approx((low, high), abs=2e-6)
+
+
+def test_wilson_is_symmetric_around_one_half():
+    # p = 0.5: the same distance below and above
+    assert [round(b, 4) for b in wilson(5, 10)] == [0.2366, 0.7634]
 
 
 def test_wilson_without_problems_knows_nothing():
@@ -187,11 +191,11 @@ def test_pass_at_k_refuses_impossible_arguments(n, c, k):
         pass_at_k(n, c, k)
 
 
-def test_mean_pass_at_k_and_every_k():
+def test_pass_at_ks_is_the_mean_over_problems_for_every_k():
     counts = [0, 1, 4]
-    # per problem at k = 2 of n = 4: 0, 1 - C(3,2)/C(4,2) = 0.5, 1 -> mean 0.5
-    assert mean_pass_at_k(counts, n=4, k=2) == pytest.approx(0.5)
     every = pass_at_ks(counts, n=4)
+    # per problem at k = 2 of n = 4: 0, 1 - C(3,2)/C(4,2) = 0.5, 1 -> mean 0.5
+    assert every[2] == pytest.approx(0.5)
     assert list(every) == [1, 2, 3, 4]
     # k = 1 is the sampled accuracy, 5/12; k = n is the share of problems solved at least once, 2/3
     assert every[1] == pytest.approx(5 / 12)
@@ -199,9 +203,9 @@ def test_mean_pass_at_k_and_every_k():
     assert {k: round(v, 4) for k, v in every.items()} == {1: 0.4167, 2: 0.5, 3: 0.5833, 4: 0.6667}
 
 
-def test_mean_pass_at_k_refuses_no_problems():
+def test_pass_at_ks_refuses_no_problems():
     with pytest.raises(ValueError, match="no problems"):
-        mean_pass_at_k([], n=4, k=1)
+        pass_at_ks([], n=4)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -250,6 +254,7 @@ def test_lm_eval_verdicts(completion, gold, strict, flexible):
 
 def test_format_interval():
     assert format_interval(0.40625, 0.325103, 0.492860) == "0.406 [0.325, 0.493]"
+    assert format_interval(0.40625, *wilson(52, 128)) == "0.406 [0.325, 0.493]"
 
 
 def test_describe_pair_from_paired():
