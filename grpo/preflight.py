@@ -306,7 +306,7 @@ def _json_object(path):
 def model_name_problem(model_name):
     """Why the model setting names neither a folder with a config.json nor a valid Hub id, or None."""
     if not hub.is_local(model_name):
-        err = _hub_id_error(model_name)
+        err = hub.id_error(model_name)
         return f"MODEL_NAME={model_name!r} is neither a folder nor a Hub id ({err})." if err else None
     if not (Path(model_name) / "config.json").is_file():
         return (
@@ -324,19 +324,8 @@ def dataset_problem(dataset, name="DATASET"):
         )
     if hub.is_local(dataset):
         return None if Path(dataset).exists() else f"{name}={dataset}: no such file or folder."
-    if err := _hub_id_error(dataset):
+    if err := hub.id_error(dataset):
         return f"{name}={dataset!r} is neither a local file or folder nor a Hub id such as openai/gsm8k ({err})."
-    return None
-
-
-def _hub_id_error(name):
-    """huggingface_hub's reason why `name` is no valid Hub id, or None."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(name)
-    except HFValidationError as err:
-        return err
     return None
 
 
@@ -470,7 +459,7 @@ def no_gpu_problem(driver):
 def refuse_before_loading(s, reward_funcs, train_dataset, answer_blind=()):
     """The checks that need the rewards, the data or the model's files, still before any weights load."""
     try_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"], answer_blind)
-    if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
+    if problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME"):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     refuse_torn_model_folder(s["MODEL_NAME"])
     if warning := thinking_ignored(s["MODEL_NAME"], s["ENABLE_THINKING"]):
