@@ -1,9 +1,6 @@
 """Checks that run in seconds, before any weights load, so that a mistake costs a message rather than a GPU hour.
-
-`refuse_bad_settings` reports every problem of the settings at once, each in at most two lines (the setting and its
-value, why, the fix); `refuse_before_loading` and `refuse_bad_grpo_config` run the checks that need the rewards, the
-data, the model's config or the GRPOConfig.
-"""
+`refuse_bad_settings` reports every problem of the settings at once, each in at most two lines; `refuse_before_loading`
+and `refuse_bad_grpo_config` check what needs the rewards, the data, the model's config or the GRPOConfig."""
 
 import asyncio
 import dataclasses
@@ -15,7 +12,6 @@ import math
 import netrc
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -59,21 +55,17 @@ def resolve(args, cpu_only, profiles, known_rewards, comments=None):
                  ",".join("1" for _ in s["REWARD_FUNCS"]))  # fmt: skip
     s = choose_generation(s, hardware.on_gpu(cpu_only))
     task = not args.profile or "DATASET" in args.given  # else the profile's own, which its prepare writes below
-    machine = not args.plan
-    refuse_bad_settings(s, cpu_only, known_rewards, args.fields, machine, comments=comments, dataset=task)
+    refuse_bad_settings(s, cpu_only, known_rewards, args.fields, not args.plan, comments=comments, dataset=task)
     return profiles[args.profile].prepare(s, args.given) if args.profile else s
 
 
 def choose_generation(s, cuda):
     """The settings with USE_VLLM True or False for this machine and VLLM_GPU_MEMORY_UTILIZATION a share."""
     fsdp = hardware.fsdp_version()
-    blocked = (  # vLLM gets merged weights: lossy in 4 bits, not B @ A for DoRA; none from FSDP's shards
-        "LOAD_IN_4BIT or USE_DORA is on (no exact merge for vLLM)"
-        if s["LOAD_IN_4BIT"] or s["USE_DORA"]
-        else f"FSDP{fsdp} shards keep the LoRA weights from vLLM"
-        if fsdp
-        else None
-    )
+    # vLLM gets merged weights: lossy in 4 bits, not B @ A for DoRA; none from FSDP's shards
+    blocked = f"FSDP{fsdp} shards keep the LoRA weights from vLLM" if fsdp else None
+    if s["LOAD_IN_4BIT"] or s["USE_DORA"]:
+        blocked = "LOAD_IN_4BIT or USE_DORA is on (no exact merge for vLLM)"
     use_vllm, share = generation.choose(
         s["USE_VLLM"],
         cuda,
@@ -163,12 +155,11 @@ def launcher_problems(environ):
 
 def tracker_problems(report_to, environ=os.environ):
     """A tracker whose package is missing, or W&B without a login outside offline mode: both fail mid-run."""
-    problems = []
-    for tracker in [t for t in settings.trackers(report_to) if t in ("trackio", "wandb")]:
-        if not hardware.importable(tracker):
-            problems.append(f"REPORT_TO={report_to} needs the {tracker} package: pip install {tracker}.")
+    names = settings.trackers(report_to)
+    missing = [t for t in names if t in ("trackio", "wandb") and not hardware.importable(t)]
+    problems = [f"REPORT_TO={report_to} needs the {t} package: pip install {t}." for t in missing]
     offline = environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun")
-    if "wandb" in settings.trackers(report_to) and not problems and not offline and not _wandb_key(environ):
+    if "wandb" in names and not problems and not offline and not _wandb_key(environ):
         problems.append(
             f"REPORT_TO={report_to}, but W&B is not logged in here: run `wandb login` (or set WANDB_API_KEY), or "
             "log offline with WANDB_MODE=offline and `wandb sync` later."
@@ -353,8 +344,7 @@ def hardware_problems(s, cpu_only):
     """What the requested precision, quantisation, generation and kernels need from this machine."""
     problems = []
     cuda = hardware.on_gpu(cpu_only)
-    gpus = hardware.gpu_count() if cuda else 0
-    if cuda and hardware.world_size() == 1 and gpus > 1:
+    if cuda and hardware.world_size() == 1 and (gpus := hardware.gpu_count()) > 1:
         problems.append(
             f"{gpus} GPUs are visible but one process was started, and TRL will not spread one process over several.\n"
             f"Run torchrun --nproc_per_node {gpus} grpotrainer.py (see docs/launch.md), or set CUDA_VISIBLE_DEVICES=0."
@@ -378,10 +368,6 @@ def hardware_problems(s, cpu_only):
         elif s[flag] is True and not hardware.importable(package):
             problems.append(f"{flag}=True needs the {package} package, which is not installed: {install}")
     problems += tracker_problems(s["REPORT_TO"])
-    attn = hardware.attention_problem(
-        s["ATTN_IMPLEMENTATION"], cuda=cuda, bf16=s["BF16"], importable=hardware.importable
-    )
-    problems += [attn] if attn else []
     if s["USE_VLLM"] is True and s["LOAD_IN_4BIT"]:
         problems.append(
             "USE_VLLM=True with LOAD_IN_4BIT=True: TRL merges LoRA into the base weights for vLLM, lossy in 4-bit.\n"
@@ -389,8 +375,10 @@ def hardware_problems(s, cpu_only):
         )
     if s["USE_VLLM"] is True and s["USE_DORA"]:
         problems.append("USE_VLLM=True with USE_DORA=True: vLLM gets plain LoRA's merge only; set USE_VLLM=False.")
-    if problem := weight_sync.fsdp_problem(s["USE_VLLM"] is True, hardware.fsdp_version()):
-        problems.append(problem)
+    attn = hardware.attention_problem(
+        s["ATTN_IMPLEMENTATION"], cuda=cuda, bf16=s["BF16"], importable=hardware.importable
+    )
+    problems += [p for p in (attn, weight_sync.fsdp_problem(s["USE_VLLM"] is True, hardware.fsdp_version())) if p]
     if hardware.fsdp_version() == 2:
         log.warning(FSDP2_WARNING)
     for other in ("USE_VLLM", "USE_TRANSFORMERS_CONTINUOUS_BATCHING"):
@@ -409,17 +397,12 @@ CUDA12_WHEELS = "https://download.pytorch.org/whl/cu128"  # PyTorch's own index 
 
 def nvidia_driver():
     """The NVIDIA driver version nvidia-smi reports ("550.54.15"), or None."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
+    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
     try:
-        out = subprocess.run(
-            [exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        found = subprocess.run(query, capture_output=True, text=True, timeout=20, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):  # not installed, failed, or hung
         return None
-    found = out.stdout.split()
-    return found[0] if out.returncode == 0 and found else None
+    return found[0] if found else None
 
 
 def no_gpu_problem(driver):
@@ -501,21 +484,16 @@ def refuse_torn_model_folder(model_name):
         )
 
 
-def chat_template_source(model_name):
-    """The Jinja source of a local model folder's chat template(s), "" for a Hub id or a folder without one."""
+def thinking_ignored(model_name, enable_thinking):
+    """The warning for thinking asked of a local model whose chat template(s) never read enable_thinking, or None (a
+    Hub id, or a folder without a template). A warning: some models think without their template asking."""
     folder = Path(model_name).expanduser()
     texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(folder.glob("chat_template.jinja"))]
     template = _json_object(folder / "tokenizer_config.json").get("chat_template") or ""
     templates = template if isinstance(template, list) else [template]  # or named ones: {"name", "template"}
     texts += [t if isinstance(t, str) else t.get("template", "") for t in templates]
-    return "\n".join(t for t in texts if isinstance(t, str))
-
-
-def thinking_ignored(model_name, enable_thinking):
-    """The warning for thinking asked of a local model whose chat template never reads enable_thinking, or None. A
-    warning: some models think without their template asking."""
-    source = chat_template_source(model_name) if enable_thinking else ""
-    if not source or "enable_thinking" in source:
+    source = "\n".join(t for t in texts if isinstance(t, str))
+    if not enable_thinking or not source or "enable_thinking" in source:
         return None
     return (
         f"ENABLE_THINKING=True, but the chat template of MODEL_NAME={model_name} never reads enable_thinking: unless "
@@ -619,8 +597,7 @@ def refuse_bad_grpo_config(config, s, train_size):
 
 
 def _optimizer(config):
-    """The optimizer built now on a placeholder weight, as Trainer builds it at the first step, where torch refuses
-    --adam_beta1=2; optimizers that need the model (GaLore) or a missing package are left to Trainer."""
+    """Built on a placeholder weight now, as Trainer builds it at the first step, where torch refuses a beta of 2."""
     import torch
     from transformers import Trainer
 
@@ -660,15 +637,13 @@ def refuse_misfit_model(s, config=None):
     """What the model's config (a local folder's, the Hub cache's, or `config`) decides, on the meta device: a causal
     LM whose weight files fit it, LoRA targets and rank that fit its layers, a completion length that fits."""
     import torch
-    import transformers
+    import transformers as tf
 
     name, remote, local = s["MODEL_NAME"], s["TRUST_REMOTE_CODE"], (Path(s["MODEL_NAME"]) / "config.json").is_file()
     try:
-        config = config or transformers.AutoConfig.from_pretrained(
-            name, local_files_only=True, trust_remote_code=remote
-        )
+        config = config or tf.AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=remote)
         with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=remote)
+            model = tf.AutoModelForCausalLM.from_config(config, trust_remote_code=remote)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # unreadable, foreign; or not cached
         if not local:
             return
@@ -683,9 +658,9 @@ def refuse_misfit_model(s, config=None):
     architecture = (getattr(config, "architectures", None) or [None])[0]
     # trusted remote code: the class is the folder's own (its config's auto_map), built above
     custom = remote and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
-    if local and not custom and not hasattr(transformers, str(architecture)):  # TRL loads the class it names
+    if local and not custom and not hasattr(tf, str(architecture)):  # TRL loads the class it names
         problems.append(f"MODEL_NAME: config.json names no model class transformers has ({architecture})")
-    elif local and not custom and not issubclass(getattr(transformers, architecture), transformers.GenerationMixin):
+    elif local and not custom and not issubclass(getattr(tf, architecture), tf.GenerationMixin):
         problems.append(
             f"MODEL_NAME: config.json names {architecture}, a model that does not generate text (an encoder or "
             "a bare model without its language-model head); GRPO samples completions: give a causal LM such as "
