@@ -307,36 +307,34 @@ def model_name_problem(model_name):
     return None
 
 
-def dataset_problem(dataset, name="DATASET"):
+def dataset_problem(dataset):
     """Why the dataset setting names neither a local file or folder that exists nor a valid Hub id, or None."""
     if not str(dataset).strip():
-        return (
-            f"{name} is empty: give openai/gsm8k (a Hub id), or a .jsonl file or a folder of train.jsonl/test.jsonl."
-        )
+        return "DATASET is empty: give openai/gsm8k (a Hub id), a .jsonl file or a folder of train.jsonl/test.jsonl."
     if hub.is_local(dataset):
-        return None if Path(dataset).exists() else f"{name}={dataset}: no such file or folder."
+        return None if Path(dataset).exists() else f"DATASET={dataset}: no such file or folder."
     if err := hub.id_error(dataset):
-        return f"{name}={dataset!r} is neither a local file or folder nor a Hub id such as openai/gsm8k ({err})."
+        return f"DATASET={dataset!r} is neither a local file or folder nor a Hub id such as openai/gsm8k ({err})."
     return None
 
 
-def output_dir_problem(out, name="OUTPUT_DIR"):
+def output_dir_problem(out):
     """Why the folder `out` cannot be created and written, or None; tried for real (os.access misjudges mounts)."""
     if not str(out).strip():
-        return f"{name} is empty; name the folder for checkpoints and the adapter."
+        return "OUTPUT_DIR is empty; name the folder for checkpoints and the adapter."
     path = Path(out)
     try:
         if dangling := next((p for p in (path, *path.parents) if p.is_symlink() and not p.exists()), None):
             return (
-                f"{name}={out}: {dangling} is a symbolic link to {os.readlink(dangling)}, which does not exist; "
+                f"OUTPUT_DIR={out}: {dangling} is a symbolic link to {os.readlink(dangling)}, which does not exist; "
                 "create that folder, or remove the link."
             )
         existing = next(p for p in (path, *path.parents) if p.exists())
         if not existing.is_dir():
-            return f"{name}={out}: {existing} is a file, not a folder; give a folder path."
+            return f"OUTPUT_DIR={out}: {existing} is a file, not a folder; give a folder path."
         os.rmdir(tempfile.mkdtemp(prefix=WRITE_PROBE, dir=existing))
     except OSError as err:
-        return f"{name}={out} cannot be created or written ({err.strerror or err}); choose a folder you can write to."
+        return f"OUTPUT_DIR={out} cannot be created or written ({err.strerror or err}); choose a writable folder."
     return None
 
 
