@@ -96,9 +96,8 @@ def optimizer_problem(folder):
 
 
 def unsafe_pickle_problem(path):
-    """Why torch.load(weights_only=True), as Trainer resumes, would refuse the torch file `path` (code outside the
-    allow-list), read statically; training_args.bin is never loaded."""
-    if path.name == "training_args.bin":
+    """Why Trainer's torch.load(weights_only=True) would refuse `path` (code off its allow-list), read statically."""
+    if path.name == "training_args.bin":  # never loaded on resume
         return None
     import torch
     from transformers.trainer_pt_utils import safe_globals
@@ -196,10 +195,9 @@ def put_aside(folder, reason, output_dir, main_process, now=time.time):
     if not main_process:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now()))
-    target = output_dir / BROKEN_DIR / f"{folder.name}-{stamp}"
-    for i in range(1, 1000):  # two moves in one second get distinct names
-        if not target.exists():
-            break
+    target, i = output_dir / BROKEN_DIR / f"{folder.name}-{stamp}", 0
+    while target.exists():  # two moves in one second get distinct names
+        i += 1
         target = output_dir / BROKEN_DIR / f"{folder.name}-{stamp}-{i}"
     target.parent.mkdir(exist_ok=True)
     folder.rename(target)  # same filesystem: atomic, and no bytes copied on a full disk
