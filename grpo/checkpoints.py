@@ -27,17 +27,17 @@ ADAPTER_CONFIG_TYPES = dict(
 def checkpoint_problem(checkpoint_dir):
     """None when the checkpoint folder can be resumed from, else the reason it cannot (one short phrase)."""
     folder = Path(checkpoint_dir)
-    state, reason = _read_json(folder / "trainer_state.json")
+    state, reason = read_json(folder / "trainer_state.json")
     if reason:
         return reason
     needed = ("global_step", "max_steps", "train_batch_size")  # what Trainer reads back to resume
     if not isinstance(state, dict) or (missing := [k for k in needed if not isinstance(state.get(k), int)]):
         return f"trainer_state.json lacks {', '.join(missing) if isinstance(state, dict) else 'everything'}"
-    reason = _read_json(folder / "adapter_config.json")[1] or safetensors_problem(folder / "adapter_model.safetensors")
+    reason = read_json(folder / "adapter_config.json")[1] or safetensors_problem(folder / "adapter_model.safetensors")
     return reason or optimizer_problem(folder)
 
 
-def _read_json(path):
+def read_json(path):
     """(the JSON in the file `path`, None), or (None, why it cannot be read)."""
     try:
         return json.loads(path.read_bytes()), None
@@ -241,7 +241,7 @@ def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, tra
 def adapter_problem(adapter):
     """Why the adapter folder `adapter` cannot load (config or weights), or None; peft reads an adapter_model.bin."""
     folder = Path(adapter)
-    config, reason = _read_json(folder / "adapter_config.json")
+    config, reason = read_json(folder / "adapter_config.json")
     if reason is None and not isinstance(config, dict):
         reason = "adapter_config.json is not a JSON object"
     elif reason is None and (wrong := files.type_problem(config, ADAPTER_CONFIG_TYPES)):  # edited by hand

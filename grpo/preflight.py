@@ -287,10 +287,7 @@ def run_folder_problem(out):
 
 def _json_object(path):
     """The JSON object in the file `path`, or {} when there is none to read: another check names a torn file."""
-    try:
-        data = json.loads(Path(path).read_bytes())
-    except (OSError, ValueError):  # ValueError: JSONDecodeError, UnicodeDecodeError
-        return {}
+    data = checkpoints.read_json(path)[0]
     return data if isinstance(data, dict) else {}
 
 
