@@ -446,8 +446,7 @@ def refuse_before_loading(s, reward_funcs, train_dataset, answer_blind=()):
 
 
 def refuse_torn_model_folder(model_name):
-    """A local model folder must hold a tokenizer and whole weights: a copy or download cut short otherwise fails
-    after minutes of loading, or at the first step."""
+    """A model folder cut short (tokenizer, template, JSON, weights) fails minutes into loading: refuse it now."""
     folder = Path(model_name)
     if not (folder / "config.json").is_file():
         return  # a Hub id: transformers downloads and checks it
