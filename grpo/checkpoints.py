@@ -128,8 +128,8 @@ def resume_checkpoint(output_dir, s, *, main_process=True, now=time.time):
         )
     reasons = {folder: checkpoint_problem(folder) for folder in reversed(found)}  # newest first
     for folder, reason in reasons.items():
-        if reason:
-            put_aside(folder, reason, output_dir, main_process, now)
+        if reason and main_process:  # the other ranks leave it to the main one
+            put_aside(folder, reason, output_dir, now)
     chosen = next((folder for folder, reason in reasons.items() if not reason), None)
     if chosen is None:
         return None
@@ -190,10 +190,8 @@ def _changes(changed, keys):
     return ", ".join(f"{k} {cut(changed[k][0])} -> {cut(changed[k][1])}" for k in keys)
 
 
-def put_aside(folder, reason, output_dir, main_process, now=time.time):
-    """Log why `folder` cannot be resumed and, on the main process, move it to BROKEN_DIR/<name>-<time>."""
-    if not main_process:
-        return None
+def put_aside(folder, reason, output_dir, now=time.time):
+    """Move `folder`, which cannot be resumed for `reason`, to BROKEN_DIR/<name>-<time>, and log why."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now()))
     target, i = output_dir / BROKEN_DIR / f"{folder.name}-{stamp}", 0
     while target.exists():  # two moves in one second get distinct names
@@ -202,7 +200,6 @@ def put_aside(folder, reason, output_dir, main_process, now=time.time):
     target.parent.mkdir(exist_ok=True)
     folder.rename(target)  # same filesystem: atomic, and no bytes copied on a full disk
     log.warning("%s cannot be resumed (%s); moved it to %s", folder, reason, target)
-    return target
 
 
 def other_base_model(config, model_name):
