@@ -192,8 +192,7 @@ def _batch(s):
     if gens < 2 or per_device < 1 or spg < 0 or s["GRADIENT_ACCUMULATION_STEPS"] < 1:
         return []  # reported by the ranges
     name = "STEPS_PER_GENERATION" if spg else "GRADIENT_ACCUMULATION_STEPS"
-    steps = spg or s["GRADIENT_ACCUMULATION_STEPS"]
-    procs = hardware.world_size()
+    steps, procs = s[name], hardware.world_size()
     per_round = per_device * procs
     if per_round * steps % gens == 0:
         return []
