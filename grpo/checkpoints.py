@@ -27,17 +27,17 @@ ADAPTER_CONFIG_TYPES = dict(
 def checkpoint_problem(checkpoint_dir):
     """None when the checkpoint folder can be resumed from, else the reason it cannot (one short phrase)."""
     folder = Path(checkpoint_dir)
-    state, reason = _read_json(folder / "trainer_state.json")
+    state, reason = read_json(folder / "trainer_state.json")
     if reason:
         return reason
     needed = ("global_step", "max_steps", "train_batch_size")  # what Trainer reads back to resume
     if not isinstance(state, dict) or (missing := [k for k in needed if not isinstance(state.get(k), int)]):
         return f"trainer_state.json lacks {', '.join(missing) if isinstance(state, dict) else 'everything'}"
-    reason = _read_json(folder / "adapter_config.json")[1] or safetensors_problem(folder / "adapter_model.safetensors")
+    reason = read_json(folder / "adapter_config.json")[1] or safetensors_problem(folder / "adapter_model.safetensors")
     return reason or optimizer_problem(folder)
 
 
-def _read_json(path):
+def read_json(path):
     """(the JSON in the file `path`, None), or (None, why it cannot be read)."""
     try:
         return json.loads(path.read_bytes()), None
@@ -96,9 +96,8 @@ def optimizer_problem(folder):
 
 
 def unsafe_pickle_problem(path):
-    """Why torch.load(weights_only=True), as Trainer resumes, would refuse the torch file `path` (code outside the
-    allow-list), read statically; training_args.bin is never loaded."""
-    if path.name == "training_args.bin":
+    """Why Trainer's torch.load(weights_only=True) would refuse `path` (code off its allow-list), read statically."""
+    if path.name == "training_args.bin":  # never loaded on resume
         return None
     import torch
     from transformers.trainer_pt_utils import safe_globals
@@ -129,8 +128,8 @@ def resume_checkpoint(output_dir, s, *, main_process=True, now=time.time):
         )
     reasons = {folder: checkpoint_problem(folder) for folder in reversed(found)}  # newest first
     for folder, reason in reasons.items():
-        if reason:
-            put_aside(folder, reason, output_dir, main_process, now)
+        if reason and main_process:  # the other ranks leave it to the main one
+            put_aside(folder, reason, output_dir, now)
     chosen = next((folder for folder, reason in reasons.items() if not reason), None)
     if chosen is None:
         return None
@@ -191,20 +190,16 @@ def _changes(changed, keys):
     return ", ".join(f"{k} {cut(changed[k][0])} -> {cut(changed[k][1])}" for k in keys)
 
 
-def put_aside(folder, reason, output_dir, main_process, now=time.time):
-    """Log why `folder` cannot be resumed and, on the main process, move it to BROKEN_DIR/<name>-<time>."""
-    if not main_process:
-        return None
+def put_aside(folder, reason, output_dir, now=time.time):
+    """Move `folder`, which cannot be resumed for `reason`, to BROKEN_DIR/<name>-<time>, and log why."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now()))
-    target = output_dir / BROKEN_DIR / f"{folder.name}-{stamp}"
-    for i in range(1, 1000):  # two moves in one second get distinct names
-        if not target.exists():
-            break
+    target, i = output_dir / BROKEN_DIR / f"{folder.name}-{stamp}", 0
+    while target.exists():  # two moves in one second get distinct names
+        i += 1
         target = output_dir / BROKEN_DIR / f"{folder.name}-{stamp}-{i}"
     target.parent.mkdir(exist_ok=True)
     folder.rename(target)  # same filesystem: atomic, and no bytes copied on a full disk
     log.warning("%s cannot be resumed (%s); moved it to %s", folder, reason, target)
-    return target
 
 
 def other_base_model(config, model_name):
@@ -243,7 +238,7 @@ def adapter_mismatch(config, model_name, lora_r, lora_alpha, target_modules, tra
 def adapter_problem(adapter):
     """Why the adapter folder `adapter` cannot load (config or weights), or None; peft reads an adapter_model.bin."""
     folder = Path(adapter)
-    config, reason = _read_json(folder / "adapter_config.json")
+    config, reason = read_json(folder / "adapter_config.json")
     if reason is None and not isinstance(config, dict):
         reason = "adapter_config.json is not a JSON object"
     elif reason is None and (wrong := files.type_problem(config, ADAPTER_CONFIG_TYPES)):  # edited by hand

@@ -18,6 +18,17 @@ def is_local(name):
     return path_like or os.path.exists(os.path.expanduser(name))
 
 
+def id_error(name):
+    """huggingface_hub's reason why `name` is no valid Hub id, or None."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError as err:
+        return err
+    return None
+
+
 def hub_offline():
     """HF_HUB_OFFLINE as huggingface_hub read it at import, or as the environment says now (set later by a test)."""
     from huggingface_hub import constants
@@ -27,13 +38,13 @@ def hub_offline():
 
 
 def hub_unreachable(repo_id, name, repo_type="model", timeout=5):
-    """Why the Hub id `repo_id` (the setting `name`) cannot be used now, or None: not cached, and the Hub is offline
-    or does not answer in `timeout` seconds (huggingface_hub itself would retry for a minute)."""
+    """Why the Hub id `repo_id` (the setting `name`) cannot be used now, or None (also for a local path): not cached,
+    and the Hub is offline or does not answer in `timeout` seconds (huggingface_hub would retry for a minute)."""
     from huggingface_hub import constants, try_to_load_from_cache
 
     filename = "config.json" if repo_type == "model" else "README.md"
-    cached = try_to_load_from_cache(repo_id, filename, repo_type=repo_type)
-    if isinstance(cached, str) or (repo_type != "model" and _cached_dataset(repo_id)):
+    cached = is_local(repo_id) or isinstance(try_to_load_from_cache(repo_id, filename, repo_type=repo_type), str)
+    if cached or (repo_type != "model" and _cached_dataset(repo_id)):
         return None
     fix = f"point {name} at a local folder (see README), or run once where the Hub is reachable to fill the cache"
     if hub_offline():

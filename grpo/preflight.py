@@ -1,9 +1,6 @@
 """Checks that run in seconds, before any weights load, so that a mistake costs a message rather than a GPU hour.
-
-`refuse_bad_settings` reports every problem of the settings at once, each in at most two lines (the setting and its
-value, why, the fix); `refuse_before_loading` and `refuse_bad_grpo_config` run the checks that need the rewards, the
-data, the model's config or the GRPOConfig.
-"""
+`refuse_bad_settings` reports every problem of the settings at once, each in at most two lines; `refuse_before_loading`
+and `refuse_bad_grpo_config` check what needs the rewards, the data, the model's config or the GRPOConfig."""
 
 import asyncio
 import dataclasses
@@ -15,7 +12,6 @@ import math
 import netrc
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -59,21 +55,17 @@ def resolve(args, cpu_only, profiles, known_rewards, comments=None):
                  ",".join("1" for _ in s["REWARD_FUNCS"]))  # fmt: skip
     s = choose_generation(s, hardware.on_gpu(cpu_only))
     task = not args.profile or "DATASET" in args.given  # else the profile's own, which its prepare writes below
-    machine = not args.plan
-    refuse_bad_settings(s, cpu_only, known_rewards, args.fields, machine, comments=comments, dataset=task)
+    refuse_bad_settings(s, cpu_only, known_rewards, args.fields, not args.plan, comments=comments, dataset=task)
     return profiles[args.profile].prepare(s, args.given) if args.profile else s
 
 
 def choose_generation(s, cuda):
     """The settings with USE_VLLM True or False for this machine and VLLM_GPU_MEMORY_UTILIZATION a share."""
     fsdp = hardware.fsdp_version()
-    blocked = (  # vLLM gets merged weights: lossy in 4 bits, not B @ A for DoRA; none from FSDP's shards
-        "LOAD_IN_4BIT or USE_DORA is on (no exact merge for vLLM)"
-        if s["LOAD_IN_4BIT"] or s["USE_DORA"]
-        else f"FSDP{fsdp} shards keep the LoRA weights from vLLM"
-        if fsdp
-        else None
-    )
+    # vLLM gets merged weights: lossy in 4 bits, not B @ A for DoRA; none from FSDP's shards
+    blocked = f"FSDP{fsdp} shards keep the LoRA weights from vLLM" if fsdp else None
+    if s["LOAD_IN_4BIT"] or s["USE_DORA"]:
+        blocked = "LOAD_IN_4BIT or USE_DORA is on (no exact merge for vLLM)"
     use_vllm, share = generation.choose(
         s["USE_VLLM"],
         cuda,
@@ -163,12 +155,11 @@ def launcher_problems(environ):
 
 def tracker_problems(report_to, environ=os.environ):
     """A tracker whose package is missing, or W&B without a login outside offline mode: both fail mid-run."""
-    problems = []
-    for tracker in [t for t in settings.trackers(report_to) if t in ("trackio", "wandb")]:
-        if not hardware.importable(tracker):
-            problems.append(f"REPORT_TO={report_to} needs the {tracker} package: pip install {tracker}.")
+    names = settings.trackers(report_to)
+    missing = [t for t in names if t in ("trackio", "wandb") and not hardware.importable(t)]
+    problems = [f"REPORT_TO={report_to} needs the {t} package: pip install {t}." for t in missing]
     offline = environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun")
-    if "wandb" in settings.trackers(report_to) and not problems and not offline and not _wandb_key(environ):
+    if "wandb" in names and not problems and not offline and not _wandb_key(environ):
         problems.append(
             f"REPORT_TO={report_to}, but W&B is not logged in here: run `wandb login` (or set WANDB_API_KEY), or "
             "log offline with WANDB_MODE=offline and `wandb sync` later."
@@ -201,8 +192,7 @@ def _batch(s):
     if gens < 2 or per_device < 1 or spg < 0 or s["GRADIENT_ACCUMULATION_STEPS"] < 1:
         return []  # reported by the ranges
     name = "STEPS_PER_GENERATION" if spg else "GRADIENT_ACCUMULATION_STEPS"
-    steps = spg or s["GRADIENT_ACCUMULATION_STEPS"]
-    procs = hardware.world_size()
+    steps, procs = s[name], hardware.world_size()
     per_round = per_device * procs
     if per_round * steps % gens == 0:
         return []
@@ -296,17 +286,14 @@ def run_folder_problem(out):
 
 def _json_object(path):
     """The JSON object in the file `path`, or {} when there is none to read: another check names a torn file."""
-    try:
-        data = json.loads(Path(path).read_bytes())
-    except (OSError, ValueError):  # ValueError: JSONDecodeError, UnicodeDecodeError
-        return {}
+    data = checkpoints.read_json(path)[0]
     return data if isinstance(data, dict) else {}
 
 
 def model_name_problem(model_name):
     """Why the model setting names neither a folder with a config.json nor a valid Hub id, or None."""
     if not hub.is_local(model_name):
-        err = _hub_id_error(model_name)
+        err = hub.id_error(model_name)
         return f"MODEL_NAME={model_name!r} is neither a folder nor a Hub id ({err})." if err else None
     if not (Path(model_name) / "config.json").is_file():
         return (
@@ -316,47 +303,34 @@ def model_name_problem(model_name):
     return None
 
 
-def dataset_problem(dataset, name="DATASET"):
+def dataset_problem(dataset):
     """Why the dataset setting names neither a local file or folder that exists nor a valid Hub id, or None."""
     if not str(dataset).strip():
-        return (
-            f"{name} is empty: give openai/gsm8k (a Hub id), or a .jsonl file or a folder of train.jsonl/test.jsonl."
-        )
+        return "DATASET is empty: give openai/gsm8k (a Hub id), a .jsonl file or a folder of train.jsonl/test.jsonl."
     if hub.is_local(dataset):
-        return None if Path(dataset).exists() else f"{name}={dataset}: no such file or folder."
-    if err := _hub_id_error(dataset):
-        return f"{name}={dataset!r} is neither a local file or folder nor a Hub id such as openai/gsm8k ({err})."
+        return None if Path(dataset).exists() else f"DATASET={dataset}: no such file or folder."
+    if err := hub.id_error(dataset):
+        return f"DATASET={dataset!r} is neither a local file or folder nor a Hub id such as openai/gsm8k ({err})."
     return None
 
 
-def _hub_id_error(name):
-    """huggingface_hub's reason why `name` is no valid Hub id, or None."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(name)
-    except HFValidationError as err:
-        return err
-    return None
-
-
-def output_dir_problem(out, name="OUTPUT_DIR"):
+def output_dir_problem(out):
     """Why the folder `out` cannot be created and written, or None; tried for real (os.access misjudges mounts)."""
     if not str(out).strip():
-        return f"{name} is empty; name the folder for checkpoints and the adapter."
+        return "OUTPUT_DIR is empty; name the folder for checkpoints and the adapter."
     path = Path(out)
     try:
         if dangling := next((p for p in (path, *path.parents) if p.is_symlink() and not p.exists()), None):
             return (
-                f"{name}={out}: {dangling} is a symbolic link to {os.readlink(dangling)}, which does not exist; "
+                f"OUTPUT_DIR={out}: {dangling} is a symbolic link to {os.readlink(dangling)}, which does not exist; "
                 "create that folder, or remove the link."
             )
         existing = next(p for p in (path, *path.parents) if p.exists())
         if not existing.is_dir():
-            return f"{name}={out}: {existing} is a file, not a folder; give a folder path."
+            return f"OUTPUT_DIR={out}: {existing} is a file, not a folder; give a folder path."
         os.rmdir(tempfile.mkdtemp(prefix=WRITE_PROBE, dir=existing))
     except OSError as err:
-        return f"{name}={out} cannot be created or written ({err.strerror or err}); choose a folder you can write to."
+        return f"OUTPUT_DIR={out} cannot be created or written ({err.strerror or err}); choose a writable folder."
     return None
 
 
@@ -364,8 +338,7 @@ def hardware_problems(s, cpu_only):
     """What the requested precision, quantisation, generation and kernels need from this machine."""
     problems = []
     cuda = hardware.on_gpu(cpu_only)
-    gpus = hardware.gpu_count() if cuda else 0
-    if cuda and hardware.world_size() == 1 and gpus > 1:
+    if cuda and hardware.world_size() == 1 and (gpus := hardware.gpu_count()) > 1:
         problems.append(
             f"{gpus} GPUs are visible but one process was started, and TRL will not spread one process over several.\n"
             f"Run torchrun --nproc_per_node {gpus} grpotrainer.py (see docs/launch.md), or set CUDA_VISIBLE_DEVICES=0."
@@ -389,10 +362,6 @@ def hardware_problems(s, cpu_only):
         elif s[flag] is True and not hardware.importable(package):
             problems.append(f"{flag}=True needs the {package} package, which is not installed: {install}")
     problems += tracker_problems(s["REPORT_TO"])
-    attn = hardware.attention_problem(
-        s["ATTN_IMPLEMENTATION"], cuda=cuda, bf16=s["BF16"], importable=hardware.importable
-    )
-    problems += [attn] if attn else []
     if s["USE_VLLM"] is True and s["LOAD_IN_4BIT"]:
         problems.append(
             "USE_VLLM=True with LOAD_IN_4BIT=True: TRL merges LoRA into the base weights for vLLM, lossy in 4-bit.\n"
@@ -400,8 +369,10 @@ def hardware_problems(s, cpu_only):
         )
     if s["USE_VLLM"] is True and s["USE_DORA"]:
         problems.append("USE_VLLM=True with USE_DORA=True: vLLM gets plain LoRA's merge only; set USE_VLLM=False.")
-    if problem := weight_sync.fsdp_problem(s["USE_VLLM"] is True, hardware.fsdp_version()):
-        problems.append(problem)
+    attn = hardware.attention_problem(
+        s["ATTN_IMPLEMENTATION"], cuda=cuda, bf16=s["BF16"], importable=hardware.importable
+    )
+    problems += [p for p in (attn, weight_sync.fsdp_problem(s["USE_VLLM"] is True, hardware.fsdp_version())) if p]
     if hardware.fsdp_version() == 2:
         log.warning(FSDP2_WARNING)
     for other in ("USE_VLLM", "USE_TRANSFORMERS_CONTINUOUS_BATCHING"):
@@ -420,17 +391,12 @@ CUDA12_WHEELS = "https://download.pytorch.org/whl/cu128"  # PyTorch's own index 
 
 def nvidia_driver():
     """The NVIDIA driver version nvidia-smi reports ("550.54.15"), or None."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
+    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
     try:
-        out = subprocess.run(
-            [exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        found = subprocess.run(query, capture_output=True, text=True, timeout=20, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):  # not installed, failed, or hung
         return None
-    found = out.stdout.split()
-    return found[0] if out.returncode == 0 and found else None
+    return found[0] if found else None
 
 
 def no_gpu_problem(driver):
@@ -470,7 +436,7 @@ def no_gpu_problem(driver):
 def refuse_before_loading(s, reward_funcs, train_dataset, answer_blind=()):
     """The checks that need the rewards, the data or the model's files, still before any weights load."""
     try_rewards(reward_funcs, s["REWARD_FUNCS"], train_dataset, s["MAX_COMPLETION_LENGTH"], answer_blind)
-    if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
+    if problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME"):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     refuse_torn_model_folder(s["MODEL_NAME"])
     if warning := thinking_ignored(s["MODEL_NAME"], s["ENABLE_THINKING"]):
@@ -479,8 +445,7 @@ def refuse_before_loading(s, reward_funcs, train_dataset, answer_blind=()):
 
 
 def refuse_torn_model_folder(model_name):
-    """A local model folder must hold a tokenizer and whole weights: a copy or download cut short otherwise fails
-    after minutes of loading, or at the first step."""
+    """A model folder cut short (tokenizer, template, JSON, weights) fails minutes into loading: refuse it now."""
     folder = Path(model_name)
     if not (folder / "config.json").is_file():
         return  # a Hub id: transformers downloads and checks it
@@ -512,21 +477,16 @@ def refuse_torn_model_folder(model_name):
         )
 
 
-def chat_template_source(model_name):
-    """The Jinja source of a local model folder's chat template(s), "" for a Hub id or a folder without one."""
+def thinking_ignored(model_name, enable_thinking):
+    """The warning for thinking asked of a local model whose chat template(s) never read enable_thinking, or None (a
+    Hub id, or a folder without a template). A warning: some models think without their template asking."""
     folder = Path(model_name).expanduser()
     texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(folder.glob("chat_template.jinja"))]
     template = _json_object(folder / "tokenizer_config.json").get("chat_template") or ""
     templates = template if isinstance(template, list) else [template]  # or named ones: {"name", "template"}
     texts += [t if isinstance(t, str) else t.get("template", "") for t in templates]
-    return "\n".join(t for t in texts if isinstance(t, str))
-
-
-def thinking_ignored(model_name, enable_thinking):
-    """The warning for thinking asked of a local model whose chat template never reads enable_thinking, or None. A
-    warning: some models think without their template asking."""
-    source = chat_template_source(model_name) if enable_thinking else ""
-    if not source or "enable_thinking" in source:
+    source = "\n".join(t for t in texts if isinstance(t, str))
+    if not enable_thinking or not source or "enable_thinking" in source:
         return None
     return (
         f"ENABLE_THINKING=True, but the chat template of MODEL_NAME={model_name} never reads enable_thinking: unless "
@@ -630,8 +590,7 @@ def refuse_bad_grpo_config(config, s, train_size):
 
 
 def _optimizer(config):
-    """The optimizer built now on a placeholder weight, as Trainer builds it at the first step, where torch refuses
-    --adam_beta1=2; optimizers that need the model (GaLore) or a missing package are left to Trainer."""
+    """Built on a placeholder weight now, as Trainer builds it at the first step, where torch refuses a beta of 2."""
     import torch
     from transformers import Trainer
 
@@ -671,15 +630,13 @@ def refuse_misfit_model(s, config=None):
     """What the model's config (a local folder's, the Hub cache's, or `config`) decides, on the meta device: a causal
     LM whose weight files fit it, LoRA targets and rank that fit its layers, a completion length that fits."""
     import torch
-    import transformers
+    import transformers as tf
 
     name, remote, local = s["MODEL_NAME"], s["TRUST_REMOTE_CODE"], (Path(s["MODEL_NAME"]) / "config.json").is_file()
     try:
-        config = config or transformers.AutoConfig.from_pretrained(
-            name, local_files_only=True, trust_remote_code=remote
-        )
+        config = config or tf.AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=remote)
         with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=remote)
+            model = tf.AutoModelForCausalLM.from_config(config, trust_remote_code=remote)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # unreadable, foreign; or not cached
         if not local:
             return
@@ -694,9 +651,9 @@ def refuse_misfit_model(s, config=None):
     architecture = (getattr(config, "architectures", None) or [None])[0]
     # trusted remote code: the class is the folder's own (its config's auto_map), built above
     custom = remote and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
-    if local and not custom and not hasattr(transformers, str(architecture)):  # TRL loads the class it names
+    if local and not custom and not hasattr(tf, str(architecture)):  # TRL loads the class it names
         problems.append(f"MODEL_NAME: config.json names no model class transformers has ({architecture})")
-    elif local and not custom and not issubclass(getattr(transformers, architecture), transformers.GenerationMixin):
+    elif local and not custom and not issubclass(getattr(tf, architecture), tf.GenerationMixin):
         problems.append(
             f"MODEL_NAME: config.json names {architecture}, a model that does not generate text (an encoder or "
             "a bare model without its language-model head); GRPO samples completions: give a causal LM such as "

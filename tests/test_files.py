@@ -44,6 +44,14 @@ def test_a_hub_that_does_not_answer_is_refused_with_the_offline_hint(monkeypatch
     assert "Set HF_HUB_OFFLINE=1 to use only the local cache" in problem
 
 
+def test_a_local_path_is_never_a_hub_problem(monkeypatch, tmp_path):
+    # callers pass any setting: a local path (missing or not) is no Hub id, so the Hub is not asked at all
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert hub.hub_unreachable("./no-such-model", "MODEL_NAME") is None
+    assert hub.hub_unreachable(str(tmp_path), "DATASET", repo_type="dataset") is None
+    assert hub.id_error("./model") and hub.id_error("Qwen/Qwen3-8B") is None
+
+
 def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "run_finished.json"
     path.write_text("old")

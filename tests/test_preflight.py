@@ -96,7 +96,7 @@ def test_an_output_dir_name_too_long_for_the_file_system_is_refused():
     from grpo import preflight
 
     problem = preflight.output_dir_problem("/tmp/" + "y" * 300)
-    assert problem.endswith("cannot be created or written (File name too long); choose a folder you can write to.")
+    assert problem.endswith("cannot be created or written (File name too long); choose a writable folder.")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -906,7 +906,7 @@ def test_with_plan_the_settings_own_mistakes_are_still_refused(settings, gpu, tm
 @pytest.mark.parametrize(
     ("argv", "recipe", "message"),
     [
-        ([], "dataset_name:\n", "DATASET is empty: give openai/gsm8k (a Hub id), or a .jsonl file"),
+        ([], "dataset_name:\n", "DATASET is empty: give openai/gsm8k (a Hub id), a .jsonl file"),
         (["--DATASET=openai/gsm8k/main"], None, "DATASET='openai/gsm8k/main' is neither a local file or folder nor"),
         (["--DATASET=/nonexistent/gsm8k.jsonl"], None, "DATASET=/nonexistent/gsm8k.jsonl: no such file or folder."),
         (["--DATASET=missing.jsonl"], None, "DATASET=missing.jsonl: no such file or folder."),  # relative: a path
