@@ -12,6 +12,7 @@ import re
 import pytest
 from conftest import read_scalars, read_texts, run_script
 from test_grading import CASES  # the same known grades, scored here as metrics
+from test_gsm8k import score
 
 from grpo import evaluation, gsm8k, process, stats
 from grpo.errors import ConfigError
@@ -133,7 +134,7 @@ def test_without_samples_the_metrics_are_the_greedy_ones_only():
 
 
 def test_report_writes_the_files_and_prints_the_table(tmp_path, capsys):
-    metrics = gsm8k.score(["18"] * 4, [c for c, _, _ in CASES], [1, 2, 3, 4])
+    metrics = score(["18"] * 4, [c for c, _, _ in CASES], [1, 2, 3, 4])
     predictions = [{"question": "q", "gold": "18", "completion": c} for c, _, _ in CASES]
     settings = {"SYSTEM_PROMPT": "Be exact.", "MAX_COMPLETION_LENGTH": 24}
     evaluation.report(metrics, predictions, tmp_path, "eval_test", 7, settings=settings)
@@ -404,7 +405,7 @@ def test_paired_with_before_reads_the_runs_eval_before(tmp_path, capsys):
 
 
 def test_an_evaluation_reads_back_from_its_file_or_folder(tmp_path):
-    metrics = gsm8k.score(["1", "2"], ["#### 1", "#### 3"])
+    metrics = score(["1", "2"], ["#### 1", "#### 3"])
     predictions = verdicts(QUESTIONS[:2], [1, 0])
     evaluation.report(metrics, predictions, tmp_path / "run", "eval_test_after")
     for given in (tmp_path / "run", tmp_path / "run" / "eval_test_after.json"):  # a run folder: its EVAL_AFTER
