@@ -8,6 +8,7 @@ evaluation back (load_evaluation), the run's last line (summary_line) and the he
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 from conftest import read_scalars, read_texts, run_script
@@ -144,6 +145,16 @@ def test_report_writes_the_files_and_prints_the_table(tmp_path, capsys):
     assert [json.loads(line) for line in lines] == predictions
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval_test.json", "eval_test_predictions.jsonl"]  # no run
     assert "strict_accuracy" in capsys.readouterr().out  # the table is printed
+
+
+def test_the_table_aligns_each_accuracy_with_its_interval():
+    # moved from format_table's docstring
+    table = evaluation.format_table({"n": 10, "strict_accuracy": 0.5, "strict_accuracy_ci95": [0.2366, 0.7634]}, "T")
+    assert table.splitlines() == [
+        "T",
+        "  n                                             10",
+        "  strict_accuracy             0.500 [0.237, 0.763]",
+    ]
 
 
 def test_report_writes_no_credential(tmp_path):
@@ -536,6 +547,19 @@ def test_a_rerun_finds_the_points_already_scored(tmp_path):
     assert [step for step in range(5) if evaluation.scored(tmp_path, step)] == [0, 2]
 
 
+@pytest.mark.parametrize("engine", ["is_deepspeed_enabled", "is_fsdp_enabled"])
+def test_outside_training_a_sharded_model_is_not_scored_and_the_adapter_is_named(tmp_path, capsys, engine):
+    # a resumed run cut after its last checkpoint scores EVAL_AFTER with no training step: a sharded model cannot
+    process.setup_logging("grpotrainer")
+    flags = {"is_deepspeed_enabled": False, "is_fsdp_enabled": False, engine: True}
+    trainer = SimpleNamespace(**flags, is_in_train=False, args=SimpleNamespace(output_dir=str(tmp_path)))
+    assert evaluation.evaluate_trainer(trainer, "after", limit=8, dataset=problems(8), batch_size=4) is None
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "[grpotrainer] EVAL_AFTER is skipped: under DeepSpeed/FSDP the model is scored inside training only; "
+        f"evaluate the saved adapter: python evaluate.py --ADAPTER={tmp_path}"
+    )
+
+
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 @pytest.mark.parametrize("n", [1, 5, 8, 9])
 def test_every_rank_scores_a_shard_of_the_same_length(n, world):
@@ -543,3 +567,8 @@ def test_every_rank_scores_a_shard_of_the_same_length(n, world):
     assert len({len(shard) for shard in shards}) == 1  # the same generate calls on every rank (ZeRO-3, FSDP)
     gathered = [i for shard in shards for i in shard]  # gather_object's order: rank 0's first
     assert gathered[:n] == list(range(n)) and set(gathered[n:]) <= {n - 1}  # each problem once, then padding
+
+
+def test_five_problems_on_two_ranks():
+    # moved from shard_indices's docstring: three in a row each, rank 1's padded with the last problem
+    assert [evaluation.shard_indices(5, rank, 2) for rank in range(2)] == [[0, 1, 2], [3, 4, 4]]
