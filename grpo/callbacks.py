@@ -83,9 +83,10 @@ LAYOUT = {
 }
 
 
-def publish(trainer, step, scalars=None, texts=None):
+def publish(trainer, step, scalars=None, texts=None, alerts=()):
     """Numbers and markdown texts at `step` to each tracker of the run by its own API (the trainer's log would file
-    them under train/ and drop the texts): W&B at train/global_step, as transformers logs. Main process only."""
+    them under train/ and drop the texts): W&B at train/global_step, as transformers logs. `alerts` (Advice) go to
+    W&B's and trackio's channel for a message, their alerts. Main process only."""
     scalars, texts = scalars or {}, texts or {}
     report = trainer.args.report_to or []
     if not trainer.accelerator.is_main_process or not (scalars or texts):
@@ -96,30 +97,19 @@ def publish(trainer, step, scalars=None, texts=None):
         for tag, text in texts.items():
             writer.add_text(tag, text, step)
         writer.flush()
-    if "wandb" in report and (wandb := sys.modules.get("wandb")) and wandb.run is not None:
+    wandb, trackio = sys.modules.get("wandb"), sys.modules.get("trackio")
+    if "wandb" in report and wandb and wandb.run is not None:
         html_texts = {tag: wandb.Html(markdown.markdown(text, extensions=["tables"])) for tag, text in texts.items()}
         wandb.run.log({**scalars, **html_texts, "train/global_step": step})
-    if "trackio" in report and (run := trackio_run()) is not None:
-        run.log({**scalars, **{tag: sys.modules["trackio"].Markdown(text) for tag, text in texts.items()}}, step=step)
-
-
-def trackio_run():
-    """trackio's current run, once its callback has opened it at the first log."""
-    trackio = sys.modules.get("trackio")
-    return trackio.context_vars.current_run.get() if trackio is not None else None
-
-
-def send_alerts(trainer, step, shown):
-    """Each Advice as an alert in W&B and trackio, where the run reports to them: their channel for a message."""
-    report = trainer.args.report_to or []
-    for a in shown:
-        title, error = f"{a.level} {a.signal}", a.level == "stop"
-        if "wandb" in report and (wandb := sys.modules.get("wandb")) and wandb.run is not None:
-            level = wandb.AlertLevel.ERROR if error else wandb.AlertLevel.WARN
-            wandb.run.alert(title=title, text=a.message, level=level)
-        if "trackio" in report and (run := trackio_run()) is not None:
-            trackio = sys.modules["trackio"]
-            run.alert(title, a.message, trackio.AlertLevel.ERROR if error else trackio.AlertLevel.WARN, step=step)
+        for a in alerts:
+            level = getattr(wandb.AlertLevel, "ERROR" if a.level == "stop" else "WARN")
+            wandb.run.alert(title=f"{a.level} {a.signal}", text=a.message, level=level)
+    # trackio's current run, once its callback has opened it at the first log
+    if "trackio" in report and trackio and (run := trackio.context_vars.current_run.get()) is not None:
+        run.log({**scalars, **{tag: trackio.Markdown(text) for tag, text in texts.items()}}, step=step)
+        for a in alerts:
+            level = getattr(trackio.AlertLevel, "ERROR" if a.level == "stop" else "WARN")
+            run.alert(f"{a.level} {a.signal}", a.message, level, step=step)
 
 
 class HealthMonitor(TrainerCallback):
@@ -162,8 +152,8 @@ class HealthMonitor(TrainerCallback):
         for a in shown:
             log.warning("health %s", a)
         text = "\n\n".join(f"**{a.level.upper()}** {md(a.message)}" for a in shown)
-        publish(self.trainer, state.global_step, texts={"health/advice": text})
-        send_alerts(self.trainer, state.global_step, [a for a in shown if a.level != "ok"])
+        alerts = [a for a in shown if a.level != "ok"]
+        publish(self.trainer, state.global_step, texts={"health/advice": text}, alerts=alerts)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.advisor.stop:  # the flow callback may ask for a save at this step; the weights are not worth it
