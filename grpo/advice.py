@@ -1,6 +1,5 @@
 """Advice that names the constant to change when GRPO training goes wrong: pure rules over plain log dicts, which
-grpo/callbacks.py feeds. docs/troubleshooting.md tables the signals, their thresholds and the advice.
-"""
+grpo/callbacks.py feeds. docs/troubleshooting.md tables the signals, their thresholds and the advice."""
 
 import math
 from collections import deque
@@ -240,9 +239,8 @@ class Advisor:
         self._entropy_run = self._entropy_run + 1 if entropy >= top else 0
         if self._entropy_run < self.t.entropy_logs or self._entropy_first >= top:
             return None  # a model that starts as noise (a random one) has not diverged
-        noise = entropy / math.log(vocab)
-        values = dict(entropy=entropy, noise=noise, vocab=vocab, run=self._entropy_run, first=self._entropy_first)
-        return self._say("diverging", "act", "entropy", lower=lower, **values)
+        values = dict(entropy=entropy, vocab=vocab, run=self._entropy_run, first=self._entropy_first)
+        return self._say("diverging", "act", "entropy", noise=entropy / math.log(vocab), lower=lower, **values)
 
 
 def _finite(value):

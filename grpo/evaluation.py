@@ -1,6 +1,5 @@
 """Scoring a model on held-out problems, for evaluate.py and a training run's own points: generate, grade
-(grpo/gsm8k.py), write `<stem>.json` and `<stem>_predictions.jsonl`, and pair two evaluations of the same problems.
-"""
+(grpo/gsm8k.py), write `<stem>.json` and `<stem>_predictions.jsonl`, pair two evaluations of the same problems."""
 
 import contextlib
 import functools

@@ -1,6 +1,5 @@
 """The generation engines evaluation runs on, one contract for all: `generate(prompts, temperature=...)` takes chat
-prompts and returns one `(text, completion tokens, cut off)` per prompt; and which engine a machine gets.
-"""
+prompts and returns one `(text, completion tokens, cut off)` per prompt; and which engine a machine gets."""
 
 import contextlib
 import json

@@ -2,8 +2,7 @@
 measured with training's own prompt, chat template and grader, grpo/grading.py): prompts, data, scoring. Besides
 the README's metrics: format_rate (a readable `#### N`), mean_completion_tokens, truncated_rate, padded_rate (past
 the answer: the rewards pay it nothing); sampled_(strict_)accuracy, c/k right of k completions per problem at a
-temperature, averaged: its interval errs wide, as a problem's c/k in [0, 1] has a variance of at most p(1-p).
-"""
+temperature, averaged: its interval errs wide, as a problem's c/k in [0, 1] has a variance of at most p(1-p)."""
 
 import json
 import logging
