@@ -110,8 +110,8 @@ def publish(trainer, step, scalars=None, texts=None, alerts=()):
 
 
 class HealthMonitor(TrainerCallback):
-    """Prints the advice and publishes it (health/advice, alerts). On a NaN every rank stops at the same log (all read
-    the same averaged logs) and saves no more: the newest checkpoint has the last good weights. `fixed`: Advisor's."""
+    """Prints and publishes the advice (health/advice, alerts); on a NaN every rank (all read the same averaged logs)
+    stops at the same log, saving no more: the last good weights stay. `fixed`: what a profile sets on purpose."""
 
     def __init__(self, thresholds, trainer, fixed=()):
         self.advisor = advice.Advisor(thresholds, fixed=fixed)
