@@ -1,7 +1,7 @@
 """Tests of grpo/callbacks.py: a signal stopping training at a step end (StopOnSignal) or a held-out evaluation
 (HeldOutEval), the health advice and its NaN stop, the pace (PerfMonitor), the one path of numbers and texts to every
-tracker (publish with its alerts, log_point) and the completions table. The smoke run whose TensorBoard events hold them
-is in test_smoke.py, the NaN reward run in test_e2e_faults.py.
+tracker (publish, alerts included; log_point) and the completions table. The smoke run whose TensorBoard events
+hold them is in test_smoke.py, the NaN reward run in test_e2e_faults.py.
 
     .venv/bin/python -m pytest tests/test_callbacks.py -q
 """
