@@ -1,6 +1,5 @@
 """Advice that names the constant to change when GRPO training goes wrong: pure rules over plain log dicts, which
-grpo/callbacks.py feeds. docs/troubleshooting.md tables the signals, their thresholds and the advice.
-"""
+grpo/callbacks.py feeds. docs/troubleshooting.md tables the signals, their thresholds and the advice."""
 
 import math
 from collections import deque
@@ -16,6 +15,7 @@ HEALTH_KEYS = ("reward", "kl", "frac_tied_groups", "grad_norm")  # quoted by the
 SOLVED_MOST = 0.8  # correctness above which tied groups are mostly all right (levers: a larger group, harder data)
 LEVERS = {"clipped": "MAX_COMPLETION_LENGTH"}  # the setting an advisory asks to change, when a profile fixes it
 FLAT_NEEDS_SIGNAL = 0.5  # the flat-reward advice needs frac_reward_zero_std below this, on average over its window
+GENERATION_DOMINATES = 0.6  # share of the step above which generation's lever is named
 
 # the GRPOConfig values the advice reads (callbacks.HealthMonitor copies them from the trainer's arguments)
 CONFIG = ("beta", "learning_rate", "num_generations", "temperature", "max_completion_length")
@@ -131,18 +131,15 @@ class Advisor:
         self.stop = self.stop or next((a for a in fired if a.level == "stop"), None)
         self._quiet = 0 if fired else self._quiet + 1
         if self.healthy_every and self._quiet and self._quiet % self.healthy_every == 0:
-            return [self._healthy(logs, step)]
+            seen = ", ".join(f"{key} {logs[key]:.3g}" for key in HEALTH_KEYS if isinstance(logs.get(key), int | float))
+            at = f"at step {step} " if step is not None else ""
+            return [Advice("healthy", "ok", f"{at}no advice for {self._quiet} logs ({seen}).")]
         return [a for a in fired if self._due(a)]
 
     def _as_note(self, advice):
         """An advisory whose lever the profile fixes on purpose, as an "ok" note that asks for nothing."""
         said = advice.message.split(": ")[0]
         return Advice(advice.signal, "ok", f"{said}: expected here, as this profile sets {LEVERS[advice.signal]}.")
-
-    def _healthy(self, logs, step):
-        seen = ", ".join(f"{key} {logs[key]:.3g}" for key in HEALTH_KEYS if isinstance(logs.get(key), (int, float)))
-        at = f"at step {step} " if step is not None else ""
-        return Advice("healthy", "ok", f"{at}no advice for {self._quiet} logs ({seen}).")
 
     def _due(self, advice):
         last = self._shown.get(advice.signal)
@@ -151,13 +148,11 @@ class Advisor:
             self._shown[advice.signal] = (self.logs_seen, advice.level)
         return due
 
-    def _setting(self, name, fallback="?"):
-        value = self.settings.get(name)
-        return fallback if value is None else f"{value:g}" if isinstance(value, float) else str(value)
-
     def _text(self, name, **values):
-        """TEXTS[name] filled in with the thresholds, the CONFIG values and the rule's `values`."""
-        return TEXTS[name].format(**asdict(self.t), **{key: self._setting(key) for key in CONFIG}, **values)
+        """TEXTS[name] filled in with the thresholds, the CONFIG values ("?" when unknown) and the rule's `values`."""
+        config = {key: self.settings.get(key) for key in CONFIG}
+        config = {key: "?" if v is None else f"{v:g}" if isinstance(v, float) else str(v) for key, v in config.items()}
+        return TEXTS[name].format(**asdict(self.t), **config, **values)
 
     def _say(self, signal, level, name, **values):
         return Advice(signal, level, self._text(name, **values))
@@ -170,12 +165,10 @@ class Advisor:
         for key in ("loss", "grad_norm", "kl", "reward"):
             value = logs.get(key, 0.0)
             if value is None or (isinstance(value, float) and not math.isfinite(value)):
-                break
-        else:
-            return None
-        at = f" at step {step}" if step is not None else ""
-        name = "nan_reward" if key == "reward" else "nan"
-        return self._say("nan", "stop", name, key=key, value=value, at=at, kept=TEXTS["kept"])
+                at = f" at step {step}" if step is not None else ""
+                name = "nan_reward" if key == "reward" else "nan"
+                return self._say("nan", "stop", name, key=key, value=value, at=at, kept=TEXTS["kept"])
+        return None
 
     def _kl(self, logs):
         kl = logs.get("kl")
@@ -222,8 +215,7 @@ class Advisor:
         return self._say("clipped", "warn", "clipped", ratio=ratio, fix=fix)
 
     def _padded(self, logs):
-        """The model learning to go on past its answer (`#### 5` repeated to the limit): the share of such
-        completions (completions/padded_ratio) climbs above the run's lowest."""
+        """Learning to go on past the answer (`#### 5` repeated): completions/padded_ratio climbs off its lowest."""
         share = logs.get("completions/padded_ratio")
         if not _finite(share):
             return None
@@ -247,9 +239,8 @@ class Advisor:
         self._entropy_run = self._entropy_run + 1 if entropy >= top else 0
         if self._entropy_run < self.t.entropy_logs or self._entropy_first >= top:
             return None  # a model that starts as noise (a random one) has not diverged
-        noise = entropy / math.log(vocab)
-        values = dict(entropy=entropy, noise=noise, vocab=vocab, run=self._entropy_run, first=self._entropy_first)
-        return self._say("diverging", "act", "entropy", lower=lower, **values)
+        values = dict(entropy=entropy, vocab=vocab, run=self._entropy_run, first=self._entropy_first)
+        return self._say("diverging", "act", "entropy", noise=entropy / math.log(vocab), lower=lower, **values)
 
 
 def _finite(value):
@@ -258,10 +249,8 @@ def _finite(value):
 
 def tie_share(logs):
     """The share of tied groups in a log: our `frac_tied_groups`, else TRL's frac_reward_zero_std, else None."""
-    for key in ("frac_tied_groups", "frac_reward_zero_std"):
-        if isinstance(logs.get(key), (int, float)):
-            return logs[key]
-    return None
+    keys = ("frac_tied_groups", "frac_reward_zero_std")
+    return next((logs[key] for key in keys if isinstance(logs.get(key), (int, float))), None)
 
 
 def tied_fraction(rewards, weights, group, tolerance=TIE_TOLERANCE):
@@ -286,12 +275,9 @@ def progress_line(step, max_steps, seconds_per_step, generation_share):
     return f"step {step}/{max_steps}: {seconds_per_step:.1f} s/step, ETA {eta}, generation {share} of the step"
 
 
-generation_dominates = 0.6  # share of the step above which generation's lever is named
-
-
 def generation_advice(generation_share, use_vllm=False, sequences_per_call=None):
-    """Advice naming the lever when generation takes more than `generation_dominates` of the step, else None."""
-    if generation_share <= generation_dominates:
+    """Advice naming the lever when generation takes more than `GENERATION_DOMINATES` of the step, else None."""
+    if generation_share <= GENERATION_DOMINATES:
         return None
     more = TEXTS["more_sequences"].format(batch=f" (now {sequences_per_call})" if sequences_per_call else "")
     return TEXTS["generation_vllm" if use_vllm else "generation"].format(percent=generation_share * 100, more=more)

@@ -40,9 +40,7 @@ class StopOnSignal(process.GracefulStop, TrainerCallback):
             if stop and self.signal_name is None:
                 self.signal_name = signal.Signals(self.received).name if self.received else "a signal on another rank"
                 self.stopped_at = state.global_step
-                control.should_save = True
-                control.should_training_stop = True
-        return control
+                control.should_save = control.should_training_stop = True
 
     def on_save(self, args, state, control, **kwargs):
         self.newest = Path(args.output_dir) / f"checkpoint-{state.global_step}"
@@ -83,49 +81,37 @@ LAYOUT = {
 }
 
 
-def publish(trainer, step, scalars=None, texts=None):
+def publish(trainer, step, scalars=None, texts=None, alerts=()):
     """Numbers and markdown texts at `step` to each tracker of the run by its own API (the trainer's log would file
-    them under train/ and drop the texts): W&B at train/global_step, as transformers logs. Main process only."""
+    them under train/ and drop the texts): W&B at train/global_step, as transformers logs; trackio once its callback
+    opened the run, at the first log. `alerts` (Advice) go as W&B's and trackio's alerts. Main process only."""
     scalars, texts = scalars or {}, texts or {}
     report = trainer.args.report_to or []
     if not trainer.accelerator.is_main_process or not (scalars or texts):
         return
-    if (writer := tensorboard_writer(trainer)) is not None:
+    if (writer := getattr(tensorboard_callback(trainer), "tb_writer", None)) is not None:
         for tag, value in scalars.items():
             writer.add_scalar(tag, value, step)
         for tag, text in texts.items():
             writer.add_text(tag, text, step)
         writer.flush()
-    if "wandb" in report and (wandb := sys.modules.get("wandb")) and wandb.run is not None:
+    wandb, trackio = sys.modules.get("wandb"), sys.modules.get("trackio")
+    if "wandb" in report and wandb and wandb.run is not None:
         html_texts = {tag: wandb.Html(markdown.markdown(text, extensions=["tables"])) for tag, text in texts.items()}
         wandb.run.log({**scalars, **html_texts, "train/global_step": step})
-    if "trackio" in report and (run := trackio_run()) is not None:
-        run.log({**scalars, **{tag: sys.modules["trackio"].Markdown(text) for tag, text in texts.items()}}, step=step)
-
-
-def trackio_run():
-    """trackio's current run, once its callback has opened it at the first log."""
-    trackio = sys.modules.get("trackio")
-    return trackio.context_vars.current_run.get() if trackio is not None else None
-
-
-def send_alerts(trainer, step, shown):
-    """Each Advice as an alert in W&B and trackio, where the run reports to them: their channel for a message."""
-    report = trainer.args.report_to or []
-    for a in shown:
-        title, error = f"{a.level} {a.signal}", a.level == "stop"
-        if "wandb" in report and (wandb := sys.modules.get("wandb")) and wandb.run is not None:
-            level = wandb.AlertLevel.ERROR if error else wandb.AlertLevel.WARN
-            wandb.run.alert(title=title, text=a.message, level=level)
-        if "trackio" in report and (run := trackio_run()) is not None:
-            trackio = sys.modules["trackio"]
-            run.alert(title, a.message, trackio.AlertLevel.ERROR if error else trackio.AlertLevel.WARN, step=step)
+        for a in alerts:
+            level = getattr(wandb.AlertLevel, "ERROR" if a.level == "stop" else "WARN")
+            wandb.run.alert(title=f"{a.level} {a.signal}", text=a.message, level=level)
+    if "trackio" in report and trackio and (run := trackio.context_vars.current_run.get()) is not None:
+        run.log({**scalars, **{tag: trackio.Markdown(text) for tag, text in texts.items()}}, step=step)
+        for a in alerts:
+            level = getattr(trackio.AlertLevel, "ERROR" if a.level == "stop" else "WARN")
+            run.alert(f"{a.level} {a.signal}", a.message, level, step=step)
 
 
 class HealthMonitor(TrainerCallback):
-    """Prints the advice and publishes it (health/advice, alerts); stops on a NaN without saving for the rest of
-    the run, so the newest checkpoint holds the last good weights. Every rank advises on the same averaged logs and
-    stops at the same step. `fixed`: the settings a profile fixes on purpose, whose advice becomes a note."""
+    """Prints and publishes the advice (health/advice, alerts); on a NaN every rank (all read the same averaged logs)
+    stops at the same log, saving no more: the last good weights stay. `fixed`: what a profile sets on purpose."""
 
     def __init__(self, thresholds, trainer, fixed=()):
         self.advisor = advice.Advisor(thresholds, fixed=fixed)
@@ -140,8 +126,7 @@ class HealthMonitor(TrainerCallback):
         self.advisor.settings.update({name: getattr(args, name, None) for name in advice.CONFIG})
         self.advisor.settings["vocab_size"] = getattr(getattr(model, "config", None), "vocab_size", None)
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        logs = {} if logs is None else logs
+    def on_log(self, args, state, control, logs, **kwargs):
         if any(key.startswith("eval_") for key in logs):  # a held-out point (HeldOutEval), not a training log
             return
         if "reward" in logs and (rewards := patches.latest_rewards(self.trainer)):
@@ -154,16 +139,17 @@ class HealthMonitor(TrainerCallback):
             control.should_save = False
         if not state.is_world_process_zero:
             return
-        if not self.layout_written and (writer := tensorboard_writer(self.trainer)) is not None:  # from the 1st log
+        # at the first log: TensorBoard's writer opens at train begin, after this callback's own
+        writer = getattr(tensorboard_callback(self.trainer), "tb_writer", None)
+        if not self.layout_written and writer is not None:
             writer.add_custom_scalars(LAYOUT)
             self.layout_written = True
-        if not shown:
-            return
         for a in shown:
             log.warning("health %s", a)
-        text = "\n\n".join(f"**{a.level.upper()}** {md(a.message)}" for a in shown)
-        publish(self.trainer, state.global_step, texts={"health/advice": text})
-        send_alerts(self.trainer, state.global_step, [a for a in shown if a.level != "ok"])
+        if shown:
+            text = "\n\n".join(f"**{a.level.upper()}** {md(a.message)}" for a in shown)
+            alerts = [a for a in shown if a.level != "ok"]
+            publish(self.trainer, state.global_step, texts={"health/advice": text}, alerts=alerts)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.advisor.stop:  # the flow callback may ask for a save at this step; the weights are not worth it
@@ -174,10 +160,9 @@ class HealthMonitor(TrainerCallback):
 
 class HeldOutEval(TrainerCallback):
     """Held-out accuracy at the trainer's step (`log_point`): `before` problems as the first step begins, `subset`
-    every `every` steps (-1: each 10 % of the run; the last step is left to `after`), `after` when training ends
-    unless `finished()` says the run was stopped. `scoring`: evaluate_trainer's other arguments. A signal while it
-    scores ends the scoring at once (`stopper.evaluating`): the step (or at the end the adapter) is saved, the run
-    stops unfinished, and the same command scores it again."""
+    every `every` steps (-1: each 10 % of the run; the last step is `after`'s), `after` at the end unless `finished()`
+    says the run stopped; `scoring`: evaluate_trainer's other arguments. A signal while it scores ends it at once
+    (`stopper.evaluating`): the step (at the end the adapter) is saved, unfinished, for the same command to score."""
 
     def __init__(self, trainer, stopper, every, subset, scoring, before=0, after=0, finished=lambda: True):
         self.trainer, self.stopper = trainer, stopper
@@ -188,8 +173,7 @@ class HeldOutEval(TrainerCallback):
         self.interrupted = None  # what a signal cut short: "before", "during" or "after"
 
     def score(self, when, limit, key=None):
-        """Score `limit` problems now, as `when` ("before", "during" or "after"), kept under `key` (default
-        `when`); False when a signal cut it short."""
+        """Score `limit` problems now as `when`, kept under `key` (default `when`); False if a signal cut it short."""
         with self.stopper.evaluating(when, self.trainer.args.device) as scoring:
             metrics = evaluation.evaluate_trainer(self.trainer, when, limit=limit, check=scoring.check, **self.scoring)
         if scoring.cut:
@@ -243,10 +227,9 @@ def log_point(trainer, metrics):
 
 
 class CompletionSamples(TrainerCallback):
-    """Every `every` steps (0 = never), a table of a few completions of the newest batch (completions/samples).
-    TRL writes their records (completions/completions_NNNNN.parquet, and its own table to W&B and trackio) at each
-    log while the trainer's `log_completions` is on, which is switched on for the steps due; it writes them after
-    the callbacks' `on_log`, so the table is made when the next step begins or at the save after the log."""
+    """Every `every` steps (0 = never), a table of a few completions of the newest batch (completions/samples). TRL
+    writes their records (completions/completions_NNNNN.parquet) at a log while the trainer's `log_completions` is on
+    (the steps due), after the callbacks' `on_log`: the table is made as the next step begins, or at the next save."""
 
     def __init__(self, trainer, every):
         self.trainer = trainer
@@ -307,20 +290,13 @@ def render_table(rows, max_chars=1500):
     header = ["question", "completion", "extracted", "gold", *names, "advantage"]
     lines = ["| " + " | ".join(md(h) for h in header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [
-            md(row["question"], max_chars),
-            md(row["completion"], max_chars),
-            md("-" if row["extracted"] is None else row["extracted"]),
-            md("?" if row["gold"] is None else row["gold"]),
-            *(number(row["rewards"][name]) for name in names),
-            number(row["advantage"]),
-        ]
+        extracted, gold = row["extracted"], row["gold"]
+        cells = [md(row["question"], max_chars), md(row["completion"], max_chars)]
+        cells += [md("-" if extracted is None else extracted), md("?" if gold is None else gold)]
+        numbers = [*(row["rewards"][name] for name in names), row["advantage"]]  # "-" for none or NaN
+        cells += ["-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}" for v in numbers]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def number(value):
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3g}"
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|])")  # what Python-Markdown (TensorBoard's) lets one escape
@@ -333,7 +309,7 @@ def md(text, max_chars=None):
     if max_chars and len(text) > max_chars:
         text = text[:max_chars] + f" ... ({len(text) - max_chars} more characters)"
     text = html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False)
-    return "<br>".join(text.splitlines()) if text else text  # \r, \r\n, \x0b, \u2028, ...: each breaks a row
+    return "<br>".join(text.splitlines())  # \r, \r\n, \x0b, \u2028, ...: each breaks a row
 
 
 def install(trainer, s, record, stopper, eval_dataset, resumed, fixed=()):
@@ -342,22 +318,15 @@ def install(trainer, s, record, stopper, eval_dataset, resumed, fixed=()):
     health = HealthMonitor(advice.Thresholds.from_settings(s), trainer, fixed=fixed)
     h = settings.config_kwargs(s, "held_out.")
     scoring = dict(dataset=eval_dataset, batch_size=h["batch_size"], settings=record, samples=h["samples"])
+    points = dict(every=h["every"], subset=h["subset"], before=0 if resumed else h["before"], after=h["after"])
     held_out = HeldOutEval(
-        trainer,
-        stopper,
-        every=h["every"],
-        subset=h["subset"],
-        scoring=scoring,
-        before=0 if resumed else h["before"],
-        after=h["after"],
-        finished=lambda: not (stopper.signal_name or health.stopped),
+        trainer, stopper, scoring=scoring, finished=lambda: not (stopper.signal_name or health.stopped), **points
     )
     # first (transformers calls callbacks in order): the trackers then record the frac_tied_groups that the health
     # monitor adds to a log, and the "after" point before their own on_train_end closes their runs
     trainer.callback_handler.callbacks[:0] = [held_out, health]
-    for callback in [stopper, PerfMonitor(trainer), *patches.callbacks(trainer)]:
-        trainer.add_callback(callback)
-    trainer.add_callback(CompletionSamples(trainer, s["LOG_COMPLETIONS_STEPS"]))
+    samples = CompletionSamples(trainer, s["LOG_COMPLETIONS_STEPS"])
+    trainer.callback_handler.callbacks += [stopper, PerfMonitor(trainer), *patches.callbacks(trainer), samples]
     name_run(trainer, resumed)
     return health, held_out
 
@@ -375,10 +344,6 @@ def name_run(trainer, resumed=None):
     if tensorboard is not None and tensorboard.logging_dir is None:
         folder = f"{name}_{Path(default_logdir()).name}" + (f"_resumed-at-{step}" if step is not None else "")
         tensorboard.logging_dir = str(Path(trainer.args.output_dir) / "runs" / folder)
-
-
-def tensorboard_writer(trainer):
-    return getattr(tensorboard_callback(trainer), "tb_writer", None)
 
 
 def tensorboard_callback(trainer):

@@ -1,6 +1,5 @@
 """Scoring a model on held-out problems, for evaluate.py and a training run's own points: generate, grade
-(grpo/gsm8k.py), write `<stem>.json` and `<stem>_predictions.jsonl`, and pair two evaluations of the same problems.
-"""
+(grpo/gsm8k.py), write `<stem>.json` and `<stem>_predictions.jsonl`, pair two evaluations of the same problems."""
 
 import contextlib
 import functools
@@ -44,8 +43,7 @@ def evaluate(dataset, generate, batch_size, desc="GSM8K", thinking=False, *, sam
 
 
 def report(metrics, predictions, output_dir, stem, step=0, title="GSM8K", settings=None):
-    """Print the table; write <stem>.json (the metrics, and the settings without credentials) and
-    <stem>_predictions.jsonl, each written aside and renamed into place."""
+    """Print the table; write <stem>.json (metrics, settings without credentials) and its _predictions.jsonl."""
     print(format_table(metrics, title), flush=True)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -57,9 +55,8 @@ def report(metrics, predictions, output_dir, stem, step=0, title="GSM8K", settin
 
 
 def to_trackers(metrics, s, stem, step, name, *, report_to, out):
-    """evaluate.py's results at the adapter's step in a run of their own in each tracker of `report_to`, TensorBoard's
-    under `out`: eval/gsm8k_* and the paired test as the text eval/paired (trackio's project "huggingface", as
-    training's); the settings `s` as the run's config."""
+    """evaluate.py's results at the adapter's step, eval/gsm8k_* and the text eval/paired, in a run of their own in
+    each tracker of `report_to` (TensorBoard's under `out`, trackio's in training's project), `s` as its config."""
     report = settings.trackers(report_to)
     scalars = {tag: metrics[key] for key, tag in gsm8k.SCALARS.items() if key in metrics}
     paired = "  \n".join(paired_lines(metrics.get("paired")))  # markdown: two spaces end a line
@@ -90,13 +87,7 @@ def to_trackers(metrics, s, stem, step, name, *, report_to, out):
 
 
 def format_table(metrics, title="GSM8K"):
-    """The metrics as an aligned text table: each accuracy with its interval, pass@k on one row, the paired test.
-
-    >>> print(format_table({"n": 10, "strict_accuracy": 0.5, "strict_accuracy_ci95": [0.2366, 0.7634]}, "T"))
-    T
-      n                                             10
-      strict_accuracy             0.500 [0.237, 0.763]
-    """
+    """The metrics as an aligned text table: each accuracy with its interval, pass@k on one row, the paired test."""
     lines = [title]
     for key, value in metrics.items():
         if key.endswith(gsm8k.INTERVAL) or key == "paired":
@@ -110,9 +101,8 @@ def format_table(metrics, title="GSM8K"):
 
 
 def compare(baseline, predictions, name="", samples=(0, 0)):
-    """{"baseline": name, "strict": stats.paired(...), "lenient": ...} of two evaluations' verdicts when
-    `predictions` covers the first problems of `baseline` (the same questions in the same order), else None; and
-    "sampled" (stats.paired_samples) when both drew as many samples per problem (`samples`) and more than 0."""
+    """{"baseline": name, "strict": stats.paired(...), "lenient": ...} when `predictions` covers the first problems of
+    `baseline` in order, else None; "sampled" (stats.paired_samples) too when both drew `samples` > 0 per problem."""
     head = baseline[: len(predictions)]
     if not predictions or [b["question"] for b in head] != [p["question"] for p in predictions]:
         return None
@@ -130,10 +120,8 @@ def paired_lines(paired):
     """The paired test as text, one line per accuracy."""
     if not paired:
         return []
-    tests = {label: test for label, test in paired.items() if label != "baseline"}
-    n = next(iter(tests.values()))["n"]
-    lines = [f"paired with {paired['baseline']} on {n} problems (exact McNemar test):"]
-    return lines + [f"{label}: {pair_text(test)}" for label, test in tests.items()]
+    lines = [f"paired with {paired['baseline']} on {paired['strict']['n']} problems (exact McNemar test):"]
+    return lines + [f"{label}: {pair_text(test)}" for label, test in paired.items() if label != "baseline"]
 
 
 def pair_text(test):
@@ -189,15 +177,15 @@ def load_evaluation(path, split="test", name="BASELINE", stem=None):
     return metrics, predictions, path
 
 
-def load_baseline(path, split, questions, stem=None, name="BASELINE"):
+def load_baseline(path, split, questions, stem=None):
     """`load_evaluation` of an evaluation of exactly `questions`, else a ConfigError naming the first that differs."""
-    metrics, predictions, path = load_evaluation(path, split, name, stem)
+    metrics, predictions, path = load_evaluation(path, split, "BASELINE", stem)
     scored = [p["question"] for p in predictions]
     if scored != list(questions):
         i = next(i for i, (a, b) in enumerate(itertools.zip_longest(scored, questions)) if a != b)
         first = " ".join((scored[i] if i < len(scored) else "(none)").split())[:60]
         raise ConfigError(
-            f"{name}={path} scored other problems ({len(scored)} there, {len(questions)} here; the first that "
+            f"BASELINE={path} scored other problems ({len(scored)} there, {len(questions)} here; the first that "
             f"differs: #{i}, {first!r}).\nA paired comparison needs the same DATASET, SPLIT and LIMIT as {path.name}."
         )
     return metrics, predictions, path
@@ -247,20 +235,17 @@ def new_logdir(output_dir, suffix=""):
     return os.path.join(chosen or output_dir, default_logdir() + suffix)
 
 
-def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, samples=None, check=None):
-    """The metrics of the trainer's model (adapter on) on the first `limit` test problems, on every rank (None for
-    no `limit`), with training's prompts and lengths, and `samples` per problem (default: its group size); the main
-    process writes the files, with the paired test against the run's "before" point. `when`: "before", "during" or
-    "after". `check` is called between generate calls (a signal's stop, on every rank at once). Each rank scores a
-    shard (`shard_indices`); under vLLM the run's own engine generates, its weights synced first (weight_sync)."""
+def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, samples=0, check=None):
+    """The metrics of the trainer's model (adapter on) on the first `limit` test problems (None for no `limit`), on
+    every rank, with training's prompts, lengths and `samples` per problem at its temperature; the main process writes
+    the files, paired with the run's "before" point. `check` runs between generate calls (a signal's stop, on every
+    rank at once). Each rank scores a shard; under vLLM the run's own engine generates, its weights synced first."""
     if not limit:
         return None
     if (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled) and not trainer.is_in_train:
         log.warning(
-            "EVAL_%s is skipped: under DeepSpeed/FSDP the model is scored inside training only; evaluate the saved "
-            "adapter: python evaluate.py --ADAPTER=%s",
-            when.upper(),
-            trainer.args.output_dir,
+            f"EVAL_{when.upper()} is skipped: under DeepSpeed/FSDP the model is scored inside training only; evaluate "
+            f"the saved adapter: python evaluate.py --ADAPTER={trainer.args.output_dir}"
         )
         return None
     from accelerate.utils import gather_object
@@ -270,17 +255,16 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     n = min(limit, len(dataset))
     shard = dataset.select(shard_indices(n, acc.process_index, acc.num_processes))
     thinking = (args.chat_template_kwargs or {}).get("enable_thinking", False)
-    samples, desc = args.num_generations if samples is None else samples, f"GSM8K test, {when} training"
+    tokens = args.max_completion_length
+    desc = f"GSM8K test, {when} training"
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if args.use_vllm:
-            generate = weight_sync.trainer_vllm_generator(trainer, args.max_completion_length, thinking)
+            generate = weight_sync.trainer_vllm_generator(trainer, tokens, thinking)
         else:  # training's own end-of-turn tokens: Trainer may have rewritten the generation config's
             model = stack.enter_context(generation.generation_ready(trainer))
             options = dict(cache_implementation=args.cache_implementation, eos=trainer.eos_token_ids)
-            generate = generation.hf_generator(
-                model, trainer.processing_class, args.max_completion_length, thinking, **options
-            )
+            generate = generation.hf_generator(model, trainer.processing_class, tokens, thinking, **options)
         rows = generation.generate_all(shard, generate, batch_size, desc, main, check=check)
         sampler = functools.partial(generate, temperature=args.temperature)
         sampled = generation.sample_all(shard, sampler, samples, batch_size, desc, main, seed=args.seed, check=check)
@@ -299,11 +283,7 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
 
 def shard_indices(n, rank, world):
     """The problems (of `n`) that rank `rank` of `world` scores: ceil(n / world) in a row, padded with the last
-    problem, as under ZeRO-3 and FSDP every forward pass is collective and every rank must make the same calls.
-
-    >>> [shard_indices(5, rank, 2) for rank in range(2)]
-    [[0, 1, 2], [3, 4, 4]]
-    """
+    problem, as under ZeRO-3 and FSDP every forward pass is collective and every rank must make the same calls."""
     per_rank = math.ceil(n / world)
     return [min(i, n - 1) for i in range(rank * per_rank, (rank + 1) * per_rank)]
 

@@ -1,6 +1,5 @@
 """The generation engines evaluation runs on, one contract for all: `generate(prompts, temperature=...)` takes chat
-prompts and returns one `(text, completion tokens, cut off)` per prompt; and which engine a machine gets.
-"""
+prompts and returns one `(text, completion tokens, cut off)` per prompt; and which engine a machine gets."""
 
 import contextlib
 import json
@@ -61,9 +60,7 @@ def eos_ids(model, tokenizer):
     return eos
 
 
-def hf_generator(
-    model, tokenizer, max_new_tokens, enable_thinking=False, temperature=0.0, cache_implementation="dynamic", eos=None
-):
+def hf_generator(model, tokenizer, max_new_tokens, enable_thinking=False, cache_implementation="dynamic", eos=None):
     """A `generate` on a transformers model, as GRPOTrainer generates: left padding, greedy at temperature 0, else
     sampled without top-k or top-p; tokens counted up to the first end of turn (`eos`, else `eos_ids`), included,
     and decoded without special tokens; none means cut off. A missing pad token becomes the first end of turn."""
@@ -79,17 +76,16 @@ def hf_generator(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.convert_ids_to_tokens(eos[0])
     limits = dict(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
+    decode = hardware.decode_options(cache_implementation)
 
-    def generate(prompts, temperature=temperature):
+    def generate(prompts, temperature=0.0):
         sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {}
         config = GenerationConfig(**{"do_sample": False, **sampling}, **limits)
         texts = render(tokenizer, prompts, enable_thinking)
         inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
         inputs = inputs.to(model.device)
         with torch.no_grad():
-            output = model.generate(
-                **inputs, generation_config=config, **hardware.decode_options(cache_implementation)
-            )
+            output = model.generate(**inputs, generation_config=config, **decode)
         outputs = []
         for ids in output[:, inputs["input_ids"].shape[1] :].tolist():
             end = next((i for i, t in enumerate(ids) if t in eos), None)
@@ -111,18 +107,15 @@ def refuses_system_turn(model_name, trust_remote_code=False):
     from jinja2.exceptions import TemplateError
     from transformers import AutoTokenizer
 
+    turns = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             model_name, local_files_only=True, trust_remote_code=trust_remote_code
         )
-    except (OSError, ValueError):  # not cached, or not a tokenizer: loading says why
-        return False
-    turns = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
-    try:
         tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
     except TemplateError:  # the template's own raise_exception("System role not supported")
         return True
-    except ValueError:  # no chat template at all: preflight names that
+    except (OSError, ValueError):  # not cached or not a tokenizer (loading says why), or no chat template (preflight)
         pass
     return False
 
@@ -150,19 +143,9 @@ def context_length(prompt_tokens, max_completion_length):
     return prompt_tokens + max_completion_length + CONTEXT_MARGIN
 
 
-def vllm_generator(
-    model_name,
-    adapter,
-    *,
-    prompt_tokens,
-    max_completion_length,
-    enable_thinking,
-    bf16,
-    trust_remote_code,
-    gpu_memory_utilization,
-    temperature=0.0,
-):
-    """A `generate` on a vLLM engine of its own, the adapter as a LoRA request; `prompt_tokens` bound its context."""
+def vllm_generator(model_name, adapter, *, prompt_tokens, max_completion_length, enable_thinking, bf16, **engine):
+    """A `generate` on a vLLM engine of its own, the adapter as a LoRA request; `prompt_tokens` bound its context.
+    `engine`: the LLM's own arguments as named (trust_remote_code, gpu_memory_utilization)."""
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
@@ -170,16 +153,15 @@ def vllm_generator(
     llm = LLM(
         model=model_name,
         dtype="bfloat16" if bf16 else "float32",
-        trust_remote_code=trust_remote_code,
-        gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=context_length(prompt_tokens, max_completion_length),
         enable_lora=bool(adapter),
         max_lora_rank=hardware.vllm_lora_rank(rank) if adapter else 16,
         seed=0,
+        **engine,
     )
     lora = LoRARequest("adapter", 1, str(Path(adapter).resolve())) if adapter else None
 
-    def generate(prompts, temperature=temperature):
+    def generate(prompts, temperature=0.0):
         params = SamplingParams(temperature=temperature, max_tokens=max_completion_length)
         kwargs = {"enable_thinking": enable_thinking}
         outs = llm.chat(prompts, params, lora_request=lora, chat_template_kwargs=kwargs, use_tqdm=True)
@@ -222,12 +204,11 @@ def generation_choice(use_vllm, cuda, vllm_installed, mode="colocate", blocked=N
         return value is True or value in TRUE, None
     if value != "auto":
         raise ConfigError(f"USE_VLLM={use_vllm!r} is not one of auto, True, False.")
-    if cuda and vllm_installed and blocked:
+    if not cuda or not vllm_installed:
+        blocked = "no CUDA GPU is visible" if not cuda else "vllm is not installed (requirements-vllm.txt adds it)"
+    if blocked:
         return False, f"USE_VLLM=auto: HF generate, as {blocked}"
-    if cuda and vllm_installed:
-        return True, f"USE_VLLM=auto: vLLM ({mode}), as vllm imports and a CUDA GPU is visible"
-    why = "no CUDA GPU is visible" if not cuda else "vllm is not installed (requirements-vllm.txt adds it)"
-    return False, f"USE_VLLM=auto: HF generate, as {why}"
+    return True, f"USE_VLLM=auto: vLLM ({mode}), as vllm imports and a CUDA GPU is visible"
 
 
 def choose(use_vllm, cuda, *, mode, share, model_name, sequences, tokens, blocked=None):
@@ -247,21 +228,19 @@ def choose(use_vllm, cuda, *, mode, share, model_name, sequences, tokens, blocke
     return use_vllm, vllm_memory_share(share, config, card_gb, sequences, PROMPT_TOKENS + tokens)
 
 
-def vllm_memory_share(value, model_config=None, card_gb=0, sequences=0, tokens=0):
+def vllm_memory_share(value, config=None, card_gb=0, sequences=0, tokens=0):
     """vLLM's share of GPU memory: a number as given, or for "auto" (bf16 weights, twice the KV cache of one call's
-    `sequences` of `tokens`, VLLM_OVERHEAD_GB) / the card's memory."""
+    `sequences` of `tokens`, VLLM_OVERHEAD_GB) / the card's memory; `config`: read_model_config's dict."""
     if value != "auto":
         try:
             return float(value)
         except ValueError:
-            message = f"VLLM_GPU_MEMORY_UTILIZATION={value!r} is not auto nor a share such as 0.3."
-            raise ConfigError(message) from None
-    if not model_config or not card_gb:
+            raise ConfigError(f"VLLM_GPU_MEMORY_UTILIZATION={value!r} is not auto nor a share such as 0.3.") from None
+    if not config or not card_gb:
         return VLLM_SHARE_FALLBACK
-    c = model_config if isinstance(model_config, dict) else model_config.to_dict()
-    heads = c["num_attention_heads"]
-    head_dim = c.get("head_dim") or c["hidden_size"] // heads
-    kv_bytes_per_token = 2 * c["num_hidden_layers"] * (c.get("num_key_value_heads") or heads) * head_dim * 2
-    need_gb = model_shape(c)["params"] * 2 / 1e9 + 2 * kv_bytes_per_token * sequences * tokens / 1e9
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    kv_bytes_per_token = 2 * config["num_hidden_layers"] * (config.get("num_key_value_heads") or heads) * head_dim * 2
+    need_gb = model_shape(config)["params"] * 2 / 1e9 + 2 * kv_bytes_per_token * sequences * tokens / 1e9
     low, high = VLLM_SHARE_BOUNDS
     return round(min(max((need_gb + VLLM_OVERHEAD_GB) / card_gb, low), high), 2)

@@ -1,12 +1,8 @@
 """The GSM8K task, shared by training and evaluate.py (which import it, never each other, so that an accuracy is
-measured with training's own prompt, chat template and grader, grpo/grading.py): prompts, data, scoring.
-
-The metrics besides the README's: format_rate (a readable `#### N`), mean_completion_tokens, truncated_rate (cut off
-at the limit) and padded_rate (going on past the answer: the rewards pay it nothing, the accuracies still judge it);
-sampled_accuracy and sampled_strict_accuracy, k completions per problem at a temperature (training's: what the
-correctness reward pays on average), c/k averaged over the problems. Its interval errs wide: a problem's c/k lies in
-[0, 1], so its variance is at most p(1-p).
-"""
+measured with training's own prompt, chat template and grader, grpo/grading.py): prompts, data, scoring. Besides
+the README's metrics: format_rate (a readable `#### N`), mean_completion_tokens, truncated_rate, padded_rate (past
+the answer: the rewards pay it nothing); sampled_(strict_)accuracy, c/k right of k completions per problem at a
+temperature, averaged: its interval errs wide, as a problem's c/k in [0, 1] has a variance of at most p(1-p)."""
 
 import json
 import logging
@@ -61,22 +57,22 @@ def make_prompt(question, system_prompt=DEFAULT_PROMPT, fold=False):
 
 
 def load(dataset, split="train", *, config="main", limit=0, skip_bad_rows=False, system_prompt=DEFAULT_PROMPT,
-         question="question", answer="answer", fold=False, name="DATASET"):  # fmt: skip
+         question="question", answer="answer", fold=False):  # fmt: skip
     """GSM8K (or a dataset shaped like it: a Hub id, a .jsonl file, or a folder of {split}.jsonl) as a Dataset with
     `prompt`, `question`, and the gold number as `answer` and as `solution` (TRL's own rewards read `solution`).
     `question` and `answer` name its columns; rows without a gold number are an error naming them, or dropped with
     `skip_bad_rows`. `limit` keeps the first N usable rows."""
     fields = (question, answer)  # open-r1's datasets name the answer column "solution"
     if hub.is_local(dataset):
-        rows, source = _read_local(dataset, split, name, fields)
+        rows, source = _read_local(dataset, split, fields)
     else:
-        rows, source = _read_hub(dataset, config, split, name, fields)
+        rows, source = _read_hub(dataset, config, split, fields)
     golds = [gold_answer(row["answer"]) for row in rows]
     if bad := [i for i, gold in enumerate(golds) if gold is None]:
         shown = "; ".join(f"{rows[i]['line']}: ...{rows[i]['answer'][-40:]!r}" for i in bad[:3])
         if not skip_bad_rows:
             raise ConfigError(
-                f"{len(bad)} of {len(rows)} rows of {name} {source} have no '#### N' answer that reads as one number "
+                f"{len(bad)} of {len(rows)} rows of DATASET {source} have no '#### N' answer that reads as one number "
                 f"({answer} column), e.g. {shown}.\nFix those rows, or set SKIP_BAD_ROWS=True to train without them."
             )
         log.warning("skipping %d rows without a '#### N' answer (SKIP_BAD_ROWS=True), e.g. %s", len(bad), shown)
@@ -86,9 +82,8 @@ def load(dataset, split="train", *, config="main", limit=0, skip_bad_rows=False,
     questions = [rows[i]["question"] for i in keep]
     answers = [golds[i] for i in keep]
     prompts = [make_prompt(q, system_prompt, fold) for q in questions]
-    return datasets.Dataset.from_dict(
-        {"prompt": prompts, "answer": answers, "solution": answers, "question": questions}
-    )
+    columns = {"prompt": prompts, "answer": answers, "solution": answers, "question": questions}
+    return datasets.Dataset.from_dict(columns)
 
 
 # GSM8K's sizes (train, test) in both its configs, for a plan made where the Hub cannot be reached
@@ -117,8 +112,8 @@ def gold_answer(answer):
     return value if THOUSANDS.fullmatch(digits.partition(".")[0]) else None
 
 
-def _read_hub(dataset, config, split, name, fields):
-    if problem := hub.hub_unreachable(dataset, name, repo_type="dataset"):
+def _read_hub(dataset, config, split, fields):
+    if problem := hub.hub_unreachable(dataset, "DATASET", repo_type="dataset"):
         raise ConfigError(problem)
     import datasets
 
@@ -126,25 +121,25 @@ def _read_hub(dataset, config, split, name, fields):
         ds = datasets.load_dataset(dataset, config, split=split)
     except (OSError, ValueError) as err:  # not found, offline, a connection (OSError); a bad config or split
         raise ConfigError(
-            f"{name} {dataset!r} could not be loaded from the Hugging Face Hub ({errors.first_line(err)}).\n"
-            f"Without Hub access, point {name} at a local GSM8K-format .jsonl file or folder (see README)."
+            f"DATASET {dataset!r} could not be loaded from the Hugging Face Hub ({errors.first_line(err)}).\n"
+            "Without Hub access, point DATASET at a local GSM8K-format .jsonl file or folder (see README)."
         ) from None
     fields = _open_r1_answer(fields, ds.column_names)
     if missing := [field for field in fields if field not in ds.column_names]:
         raise ConfigError(
-            f"{name} {dataset} has no column {missing[0]!r} (its columns: {', '.join(ds.column_names)}); "
+            f"DATASET {dataset} has no column {missing[0]!r} (its columns: {', '.join(ds.column_names)}); "
             "set QUESTION_FIELD and ANSWER_FIELD to the columns holding the problem and its answer."
         )
     rows = zip(ds[fields[0]], ds[fields[1]], strict=True)
     return [{"question": q, "answer": str(a), "line": f"row {i}"} for i, (q, a) in enumerate(rows, 1)], dataset
 
 
-def _read_local(dataset, split, name, fields):
+def _read_local(dataset, split, fields):
     """The rows of a .jsonl file shaped like GSM8K, each problem named with its line: by hand, as datasets' JSON
     builder names neither line nor field. Lines end at \\n only; a byte-order mark and blank lines are tolerated."""
     path = Path(dataset)
     path = path / f"{split}.jsonl" if path.is_dir() else path
-    where = f"{name}={dataset}" + (f" ({split} split)" if path.name == f"{split}.jsonl" else "")
+    where = f"DATASET={dataset}" + (f" ({split} split)" if path.name == f"{split}.jsonl" else "")
     if not path.is_file():
         raise ConfigError(
             f"{where} points at {path}, which {'is not a regular file' if path.exists() else 'does not exist'}.\n"
@@ -154,7 +149,7 @@ def _read_local(dataset, split, name, fields):
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        line = err.object[: err.start].count(b"\n") + 1
         message = f"{where}: {path} is not UTF-8 text (line {line}, byte {err.start}); save it as UTF-8."
         raise ConfigError(message) from None
     rows, problems = [], []
@@ -212,24 +207,14 @@ def _field_problem(row, field, number_ok):
 def grade(completion, gold, truncated=False, thinking=False):
     """The grader's verdicts (grading.grade), `truncated`, and lm-evaluation-harness's two gsm8k verdicts, which
     read the text as lm-eval does (no rule for cut-off or unclosed thinking)."""
-    verdicts = grading.grade(completion, gold, truncated=truncated, thinking=thinking)
-    return {
-        **verdicts,
-        "truncated": truncated,
-        "lm_eval_strict": stats.lm_eval_strict(completion, gold),
-        "lm_eval_flexible": stats.lm_eval_flexible(completion, gold),
-    }
-
-
-def score(golds, completions, completion_tokens=None, truncated=None):
-    """The metrics (`KEYS` and the intervals, shares rounded to 4 decimals) of completions against their golds."""
-    truncated = truncated or [False] * len(completions)
-    graded = [grade(c, g, truncated=t) for c, g, t in zip(completions, golds, truncated, strict=True)]
-    return summarize(graded, completion_tokens or [0] * len(graded))
+    verdicts = grading.grade(completion, gold, truncated=truncated, thinking=thinking) | {"truncated": truncated}
+    verdicts["lm_eval_strict"] = stats.lm_eval_strict(completion, gold)
+    verdicts["lm_eval_flexible"] = stats.lm_eval_flexible(completion, gold)
+    return verdicts
 
 
 def summarize(graded, completion_tokens):
-    """The metrics of completions graded by `grade`: `KEYS`, and each accuracy's Wilson interval (`INTERVAL`)."""
+    """The metrics of completions graded by `grade`: `KEYS` (shares to 4 decimals), each accuracy's `INTERVAL`."""
     n = len(graded)
     counts = {key: sum(bool(g.get(verdict)) for g in graded) for key, verdict in RATES.items()}
     metrics = {key: round(count / n, 4) if n else 0.0 for key, count in counts.items()}
@@ -243,16 +228,9 @@ def interval(successes, n):
     return [round(bound, 4) for bound in stats.wilson(successes, n)]
 
 
-def sampled_metrics(golds, completions, samples, temperature, thinking=False, truncated=None):
-    """The sampled-accuracy metrics (`SAMPLED_KEYS`, intervals) of `samples` completions per problem, problem-major
-    (the first `samples` are golds[0]'s); pass_at_k maps k, as text, to the mean unbiased pass@k."""
-    if len(completions) != len(golds) * samples:
-        raise ValueError(f"{len(completions)} completions for {len(golds)} problems x {samples} samples")
-    return sampled_summary(sampled_counts(golds, completions, samples, thinking, truncated), samples, temperature)
-
-
 def sampled_summary(counts, samples, temperature):
-    """`sampled_metrics` from the per-problem counts of `sampled_counts`."""
+    """The sampled-accuracy metrics (`SAMPLED_KEYS`, intervals) from the per-problem counts of `sampled_counts`;
+    pass_at_k maps k, as text, to the mean unbiased pass@k."""
     n = len(counts)
     right = sum(c["correct"] for c in counts) / samples  # the expected number right of one sample per problem
     strict = sum(c["strict_correct"] for c in counts) / samples
@@ -269,7 +247,10 @@ def sampled_summary(counts, samples, temperature):
 
 
 def sampled_counts(golds, completions, samples, thinking=False, truncated=None):
-    """Per problem, how many of its `samples` completions were right: [{"correct": c, "strict_correct": c'}, ...]."""
+    """Per problem, how many of its `samples` completions (problem-major: the first `samples` are golds[0]'s) were
+    right: [{"correct": c, "strict_correct": c'}, ...]."""
+    if len(completions) != len(golds) * samples:
+        raise ValueError(f"{len(completions)} completions for {len(golds)} problems x {samples} samples")
     truncated = truncated or [False] * len(completions)
     graded = [
         grading.grade(c, golds[i // samples], truncated=truncated[i], thinking=thinking)

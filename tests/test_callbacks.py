@@ -1,7 +1,7 @@
 """Tests of grpo/callbacks.py: a signal stopping training at a step end (StopOnSignal) or a held-out evaluation
 (HeldOutEval), the health advice and its NaN stop, the pace (PerfMonitor), the one path of numbers and texts to every
-tracker (publish, send_alerts, log_point) and the completions table. The smoke run whose TensorBoard events hold them
-is in test_smoke.py, the NaN reward run in test_e2e_faults.py.
+tracker (publish, alerts included; log_point) and the completions table. The smoke run whose TensorBoard events
+hold them is in test_smoke.py, the NaN reward run in test_e2e_faults.py.
 
     .venv/bin/python -m pytest tests/test_callbacks.py -q
 """
@@ -75,11 +75,13 @@ def stand_in_trainer(report_to=(), main=True, callbacks_=(), rewards=None, outpu
 
 @pytest.fixture
 def published(monkeypatch):
-    """callbacks.publish, recording (step, scalars, texts) instead of sending."""
+    """callbacks.publish, recording (step, scalars, texts, alerts) instead of sending."""
     calls = []
-    monkeypatch.setattr(
-        callbacks, "publish", lambda trainer, step, scalars=None, texts=None: calls.append((step, scalars, texts))
-    )
+
+    def publish(trainer, step, scalars=None, texts=None, alerts=()):
+        calls.append((step, scalars, texts, list(alerts)))
+
+    monkeypatch.setattr(callbacks, "publish", publish)
     return calls
 
 
@@ -334,7 +336,7 @@ def test_held_out_points_reach_the_trackers_through_the_trainers_log_once(tmp_pa
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# publish and send_alerts: one path to TensorBoard, W&B and trackio
+# publish: one path to TensorBoard, W&B and trackio, alerts included
 
 
 @pytest.mark.parametrize("report_to", [["tensorboard", "wandb", "trackio"], ["tensorboard"], ["wandb", "trackio"]])
@@ -432,18 +434,18 @@ def test_a_reward_that_ties_every_group_reads_one_and_brings_the_zero_std_advice
         health.on_log(args, TrainerState(global_step=step, is_world_process_zero=True), TrainerControl(), logs=logs)
         assert logs["frac_tied_groups"] == 1.0  # every group tied, written into the log the trackers record
     # after ZERO_STD_LOGS logs in a row, the advice reads our tie fraction, not TRL's 0.0
-    ((step, _, texts),) = published
+    ((step, _, texts, _),) = published
     assert step == T.zero_std_logs and texts["health/advice"].startswith("**WARN** in 100% of groups all")
 
 
-def test_advice_on_a_setting_the_profile_fixes_is_an_ok_note_and_no_alert(trackers, published):
+def test_advice_on_a_setting_the_profile_fixes_is_an_ok_note_and_no_alert(trackers):
     # --smoke sets MAX_COMPLETION_LENGTH short on purpose: its clipped completions are expected there
     wandb, trackio = trackers
     health = callbacks.HealthMonitor(T, stand_in_trainer(["wandb", "trackio"]), fixed=("MAX_COMPLETION_LENGTH",))
     control = health_log(health, {"completions/clipped_ratio": 0.9})
-    ((_, _, texts),) = published
+    ((logged, _),) = trackio.logged
     note = "90% of completions hit MAX_COMPLETION_LENGTH"  # said, as a note that asks for no change
-    assert texts["health/advice"].startswith(f"**OK** {callbacks.md(note)}")
+    assert logged["health/advice"][1].startswith(f"**OK** {callbacks.md(note)}")
     assert wandb.alerts == trackio.alerts == [] and not control.should_training_stop
 
 
@@ -467,7 +469,7 @@ def test_perf_monitor_publishes_the_pace_and_names_the_lever_off_the_cpu(monkeyp
     assert "step 3/100: 5.0 s/step, ETA 8m05s, generation 80 % of the step" in caplog.text
     lever = advice.generation_advice(0.8, False, 64)  # vLLM, or more of a call's 64 sequences
     scalars = {"perf/seconds_per_step": 5.0, "perf/generation_share": 0.8, "perf/eta_hours": 97 * 5 / 3600}
-    assert published == [(3, scalars, {} if use_cpu else {"perf/advice": callbacks.md(lever)})]
+    assert published == [(3, scalars, {} if use_cpu else {"perf/advice": callbacks.md(lever)}, [])]
     assert ("USE_VLLM" in caplog.text) == (not use_cpu)  # the CPU profiles have no generation lever to pull
 
 

@@ -8,10 +8,12 @@ evaluation back (load_evaluation), the run's last line (summary_line) and the he
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 from conftest import read_scalars, read_texts, run_script
 from test_grading import CASES  # the same known grades, scored here as metrics
+from test_gsm8k import score
 
 from grpo import evaluation, gsm8k, process, stats
 from grpo.errors import ConfigError
@@ -133,7 +135,7 @@ def test_without_samples_the_metrics_are_the_greedy_ones_only():
 
 
 def test_report_writes_the_files_and_prints_the_table(tmp_path, capsys):
-    metrics = gsm8k.score(["18"] * 4, [c for c, _, _ in CASES], [1, 2, 3, 4])
+    metrics = score(["18"] * 4, [c for c, _, _ in CASES], [1, 2, 3, 4])
     predictions = [{"question": "q", "gold": "18", "completion": c} for c, _, _ in CASES]
     settings = {"SYSTEM_PROMPT": "Be exact.", "MAX_COMPLETION_LENGTH": 24}
     evaluation.report(metrics, predictions, tmp_path, "eval_test", 7, settings=settings)
@@ -143,6 +145,16 @@ def test_report_writes_the_files_and_prints_the_table(tmp_path, capsys):
     assert [json.loads(line) for line in lines] == predictions
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval_test.json", "eval_test_predictions.jsonl"]  # no run
     assert "strict_accuracy" in capsys.readouterr().out  # the table is printed
+
+
+def test_the_table_aligns_each_accuracy_with_its_interval():
+    # moved from format_table's docstring
+    table = evaluation.format_table({"n": 10, "strict_accuracy": 0.5, "strict_accuracy_ci95": [0.2366, 0.7634]}, "T")
+    assert table.splitlines() == [
+        "T",
+        "  n                                             10",
+        "  strict_accuracy             0.500 [0.237, 0.763]",
+    ]
 
 
 def test_report_writes_no_credential(tmp_path):
@@ -404,7 +416,7 @@ def test_paired_with_before_reads_the_runs_eval_before(tmp_path, capsys):
 
 
 def test_an_evaluation_reads_back_from_its_file_or_folder(tmp_path):
-    metrics = gsm8k.score(["1", "2"], ["#### 1", "#### 3"])
+    metrics = score(["1", "2"], ["#### 1", "#### 3"])
     predictions = verdicts(QUESTIONS[:2], [1, 0])
     evaluation.report(metrics, predictions, tmp_path / "run", "eval_test_after")
     for given in (tmp_path / "run", tmp_path / "run" / "eval_test_after.json"):  # a run folder: its EVAL_AFTER
@@ -535,6 +547,19 @@ def test_a_rerun_finds_the_points_already_scored(tmp_path):
     assert [step for step in range(5) if evaluation.scored(tmp_path, step)] == [0, 2]
 
 
+@pytest.mark.parametrize("engine", ["is_deepspeed_enabled", "is_fsdp_enabled"])
+def test_outside_training_a_sharded_model_is_not_scored_and_the_adapter_is_named(tmp_path, capsys, engine):
+    # a resumed run cut after its last checkpoint scores EVAL_AFTER with no training step: a sharded model cannot
+    process.setup_logging("grpotrainer")
+    flags = {"is_deepspeed_enabled": False, "is_fsdp_enabled": False, engine: True}
+    trainer = SimpleNamespace(**flags, is_in_train=False, args=SimpleNamespace(output_dir=str(tmp_path)))
+    assert evaluation.evaluate_trainer(trainer, "after", limit=8, dataset=problems(8), batch_size=4) is None
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "[grpotrainer] EVAL_AFTER is skipped: under DeepSpeed/FSDP the model is scored inside training only; "
+        f"evaluate the saved adapter: python evaluate.py --ADAPTER={tmp_path}"
+    )
+
+
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 @pytest.mark.parametrize("n", [1, 5, 8, 9])
 def test_every_rank_scores_a_shard_of_the_same_length(n, world):
@@ -542,3 +567,8 @@ def test_every_rank_scores_a_shard_of_the_same_length(n, world):
     assert len({len(shard) for shard in shards}) == 1  # the same generate calls on every rank (ZeRO-3, FSDP)
     gathered = [i for shard in shards for i in shard]  # gather_object's order: rank 0's first
     assert gathered[:n] == list(range(n)) and set(gathered[n:]) <= {n - 1}  # each problem once, then padding
+
+
+def test_five_problems_on_two_ranks():
+    # moved from shard_indices's docstring: three in a row each, rank 1's padded with the last problem
+    assert [evaluation.shard_indices(5, rank, 2) for rank in range(2)] == [[0, 1, 2], [3, 4, 4]]

@@ -5,6 +5,9 @@ generator evaluation uses (hf_generator), on the tiny smoke model; its compiled 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_generation.py -q -m slow   # compiled decode: ~2 min
 """
 
+import functools
+import json
+import sys
 from types import SimpleNamespace as NS
 
 import pytest
@@ -92,7 +95,7 @@ def tiny(tiny_model):
 def test_sampling_is_seeded_and_leaves_the_global_random_state_alone(tiny):
     import torch
 
-    sample = generation.hf_generator(*tiny, max_new_tokens=6, temperature=1.0)
+    sample = functools.partial(generation.hf_generator(*tiny, max_new_tokens=6), temperature=1.0)  # as evaluation
     dataset = gsm8k.load(gsm8k.FIXTURE, "train", limit=2)
     torch.manual_seed(123)
     before = torch.rand(1)
@@ -131,6 +134,65 @@ def test_a_completion_ends_at_the_first_end_of_turn_token_counted_with_it(tiny):
     assert generation.hf_generator(model, tokenizer, max_new_tokens=4)(prompts)[0][1] > 1  # it wrote on before
     ended = generation.hf_generator(model, tokenizer, max_new_tokens=4, eos=[first])(prompts)[0]
     assert ended == (tokenizer.decode([first], skip_special_tokens=True), 1, False)  # one token, counted: not cut
+
+
+def test_a_chat_template_that_refuses_a_system_turn_is_told_apart(tiny_model, tmp_path):
+    from transformers import AutoTokenizer
+
+    assert not generation.refuses_system_turn(tiny_model)  # the smoke model's template takes a system turn
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    refuse = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    tokenizer.chat_template = refuse + "{{ messages[-1]['content'] }}"  # as Gemma's and Mistral's templates do
+    tokenizer.save_pretrained(tmp_path / "refuses")
+    assert generation.refuses_system_turn(str(tmp_path / "refuses"))
+    tokenizer.chat_template = None
+    tokenizer.save_pretrained(tmp_path / "no-template")
+    # no chat template, or no tokenizer at all: not this question's to answer (preflight and loading name them)
+    assert not generation.refuses_system_turn(str(tmp_path / "no-template"))
+    assert not generation.refuses_system_turn(str(tmp_path / "missing"))
+
+
+def test_vllm_generator_starts_its_own_engine_with_the_adapter_as_a_lora_request(monkeypatch, tmp_path):
+    # vllm as modules whose LLM records how it was made and asked: no GPU, no vllm install
+    made, asked = {}, []
+
+    class LLM:
+        def __init__(self, **kwargs):
+            made.update(kwargs)
+
+        def chat(self, prompts, params, lora_request, chat_template_kwargs, use_tqdm):
+            asked.append((params, lora_request, chat_template_kwargs))
+            return [NS(outputs=[NS(text="#### 4", token_ids=[1, 2, 3], finish_reason="length")]) for _ in prompts]
+
+    monkeypatch.setitem(sys.modules, "vllm", NS(LLM=LLM, SamplingParams=lambda **kwargs: kwargs))
+    monkeypatch.setitem(sys.modules, "vllm.lora", NS())
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", NS(LoRARequest=lambda *args: args))
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 12}))
+    generate = generation.vllm_generator(
+        "base",
+        str(tmp_path),
+        prompt_tokens=180,
+        max_completion_length=256,
+        enable_thinking=False,
+        bf16=True,
+        trust_remote_code=False,
+        gpu_memory_utilization=0.4,
+    )
+    assert made == {
+        "model": "base",
+        "dtype": "bfloat16",
+        "max_model_len": 180 + 256 + generation.CONTEXT_MARGIN,  # the longest prompt and a whole completion
+        "enable_lora": True,
+        "max_lora_rank": 16,  # vLLM's smallest choice that holds rank 12
+        "seed": 0,
+        "trust_remote_code": False,
+        "gpu_memory_utilization": 0.4,
+    }
+    assert generate([[{"role": "user", "content": "2+2?"}]]) == [("#### 4", 3, True)]  # cut off at the limit
+    assert generate([[{"role": "user", "content": "2+2?"}]], temperature=0.7)
+    (greedy, lora, thinking), (sampled, _, _) = asked
+    assert (greedy, sampled) == ({"temperature": 0.0, "max_tokens": 256}, {"temperature": 0.7, "max_tokens": 256})
+    assert lora == ("adapter", 1, str(tmp_path.resolve())) and thinking == {"enable_thinking": False}
 
 
 def test_a_model_that_names_no_eos_is_refused():

@@ -1,5 +1,5 @@
 """Tests of grpo/gsm8k.py: the task's data (load and its refusals, the gold number of an answer, GSM8K's known sizes)
-and its scoring (score, grade, summarize, sampled accuracy).
+and its scoring (grade, summarize, sampled accuracy).
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_gsm8k.py -q -m "not slow"
 
@@ -391,9 +391,16 @@ def test_every_real_gsm8k_answer_reads_as_the_grader_reads_it(split):
 # scoring
 
 
+def score(golds, completions, completion_tokens=None, truncated=None):
+    """The metrics of completions against their golds, as evaluation.results makes them: summarize of grade."""
+    truncated = truncated or [False] * len(completions)
+    graded = [gsm8k.grade(c, g, truncated=t) for c, g, t in zip(completions, golds, truncated, strict=True)]
+    return gsm8k.summarize(graded, completion_tokens or [0] * len(graded))
+
+
 def test_score_counts_the_known_cases():
     golds, completions = [g for _, g, _ in CASES], [c for c, _, _ in CASES]
-    metrics = gsm8k.score(golds, completions, completion_tokens=[10, 20, 30, 40], truncated=[False] * 3 + [True])
+    metrics = score(golds, completions, completion_tokens=[10, 20, 30, 40], truncated=[False] * 3 + [True])
     # strict: case 1 only; lenient: 1 and 2 (\boxed); format: 1 and 3 have '#### N'; tokens: the mean of 10..40;
     # one of four was cut off at the token limit.
     assert metrics == {
@@ -419,7 +426,7 @@ def test_score_counts_the_known_cases():
 
 def test_score_rounds_shares_to_four_decimals():
     # moved from score's docstring
-    m = gsm8k.score(["18", "5", "7"], ["#### 18", "The answer is 5.", "#### 8"], [4, 6, 2])
+    m = score(["18", "5", "7"], ["#### 18", "The answer is 5.", "#### 8"], [4, 6, 2])
     assert (m["n"], m["strict_accuracy"], m["lenient_accuracy"], m["format_rate"]) == (3, 0.3333, 0.6667, 0.6667)
     assert m["mean_completion_tokens"] == 4.0 and m["lm_eval_flexible_extract"] == 0.6667
     assert m["strict_accuracy_ci95"] == [0.0615, 0.7923]
@@ -433,7 +440,7 @@ def test_grade_adds_lm_evals_verdicts():
 
 def test_lm_eval_strict_reads_the_first_answer_line_where_ours_reads_the_last():
     texts = ("#### 72\n#### 73", "#### 73\n#### 72")  # two '#### N': ours reads the last (padded), lm-eval the first
-    metrics = gsm8k.score(["72", "72"], list(texts))
+    metrics = score(["72", "72"], list(texts))
     assert (metrics["strict_accuracy"], metrics["lm_eval_strict_match"]) == (0.5, 0.5)
     per_problem = [gsm8k.grade(c, "72") for c in texts]
     assert [(g["strict_correct"], g["lm_eval_strict"]) for g in per_problem] == [(False, True), (True, False)]
@@ -442,7 +449,7 @@ def test_lm_eval_strict_reads_the_first_answer_line_where_ours_reads_the_last():
 
 def test_score_compares_by_value_not_by_text():
     # "1,080", "1080.00" and "$1080" are all 1080 (grading.answers_match compares Decimals): three right of three.
-    metrics = gsm8k.score(["1080"] * 3, ["#### 1,080", "#### 1080.00", "The answer is $1080."])
+    metrics = score(["1080"] * 3, ["#### 1,080", "#### 1080.00", "The answer is $1080."])
     assert (metrics["strict_accuracy"], metrics["lenient_accuracy"]) == (0.6667, 1.0)
 
 
@@ -453,7 +460,7 @@ def test_the_wilson_interval_as_a_rounded_list():
 
 def test_score_of_nothing_is_zero_not_an_error():
     intervals = {key + gsm8k.INTERVAL: [0.0, 1.0] for key in gsm8k.ACCURACIES}  # no problems: no information
-    assert gsm8k.score([], []) == dict.fromkeys(gsm8k.KEYS, 0) | {"n": 0} | intervals
+    assert score([], []) == dict.fromkeys(gsm8k.KEYS, 0) | {"n": 0} | intervals
 
 
 @pytest.mark.gsm8k
@@ -470,12 +477,17 @@ def test_gsm8k_test_solutions_score_full_marks_and_boxed_ones_only_lenient():
     def shares(m):
         return m["n"], m["strict_accuracy"], m["lenient_accuracy"], m["format_rate"]
 
-    assert shares(gsm8k.score(golds, [r["answer"] for r in rows])) == (1319, 1.0, 1.0, 1.0)
-    assert shares(gsm8k.score(golds, boxed)) == (1319, 0.0, 1.0, 0.0)
+    assert shares(score(golds, [r["answer"] for r in rows])) == (1319, 1.0, 1.0, 1.0)
+    assert shares(score(golds, boxed)) == (1319, 0.0, 1.0, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # sampled accuracy
+
+
+def sampled_metrics(golds, completions, samples, temperature):
+    """The sampled-accuracy metrics as evaluation.results makes them: sampled_summary of sampled_counts."""
+    return gsm8k.sampled_summary(gsm8k.sampled_counts(golds, completions, samples), samples, temperature)
 
 
 @pytest.mark.parametrize(
@@ -487,7 +499,7 @@ def test_gsm8k_test_solutions_score_full_marks_and_boxed_ones_only_lenient():
     ],
 )
 def test_sampled_accuracy_is_the_mean_per_problem_share_of_correct_samples(completions, samples, accuracy, strict):
-    metrics = gsm8k.sampled_metrics(["3", "4"], completions, samples, 0.7)
+    metrics = sampled_metrics(["3", "4"], completions, samples, 0.7)
     assert {
         k: metrics[k] for k in ("samples", "sample_temperature", "sampled_accuracy", "sampled_strict_accuracy")
     } == {
@@ -499,8 +511,8 @@ def test_sampled_accuracy_is_the_mean_per_problem_share_of_correct_samples(compl
 
 
 def test_sampled_metrics_of_two_samples_per_problem():
-    # moved from sampled_metrics's docstring
-    m = gsm8k.sampled_metrics(["18", "5"], ["#### 18", "The answer is 18.", "#### 4", "#### 5"], 2, 1.0)
+    # moved from the docstring of sampled_metrics (now sampled_summary of sampled_counts)
+    m = sampled_metrics(["18", "5"], ["#### 18", "The answer is 18.", "#### 4", "#### 5"], 2, 1.0)
     assert (m["sampled_accuracy"], m["sampled_strict_accuracy"]) == (0.75, 0.5)
     assert (m["pass_at_k"], m["sampled_accuracy_ci95"]) == ({"1": 0.75, "2": 1.0}, [0.1979, 0.9733])
 
@@ -515,13 +527,13 @@ def test_pass_at_k_and_the_sampled_interval_follow_their_formulas():
     # Problem 0 is right in 1 of 3 samples, problem 1 in all 3. pass@k = 1 - C(n-c, k) / C(n, k) per problem:
     # k=1: 1/3 and 1 -> 2/3; k=2: 1 - C(2,2)/C(3,2) = 2/3 and 1 -> 5/6; k=3: 1 and 1 -> 1.
     completions = ["#### 3", "#### 9", "#### 9", "#### 4", "#### 4", "#### 4"]
-    metrics = gsm8k.sampled_metrics(["3", "4"], completions, 3, 0.7)
+    metrics = sampled_metrics(["3", "4"], completions, 3, 0.7)
     assert metrics["pass_at_k"] == {"1": 0.6667, "2": 0.8333, "3": 1.0}
     # Wilson over the 2 problems with 4/3 expected right: p = 2/3, z^2 = 3.841459, 1 + z^2/n = 2.920729,
     # centre (0.666667 + 0.960365) / 2.920729 = 0.557065, half 0.671054 * sqrt(0.111111 + 0.240091) = 0.397683.
     assert metrics["sampled_accuracy_ci95"] == [0.1594, 0.9547]
 
 
-def test_sampled_metrics_refuse_a_wrong_number_of_completions():
+def test_sampled_counts_refuse_a_wrong_number_of_completions():
     with pytest.raises(ValueError, match="3 completions for 2 problems x 2 samples"):
-        gsm8k.sampled_metrics(["1", "2"], ["#### 1"] * 3, 2, 1.0)
+        gsm8k.sampled_counts(["1", "2"], ["#### 1"] * 3, 2)
