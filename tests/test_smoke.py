@@ -55,9 +55,12 @@ def test_smoke_run_logs_completions_advice_and_accuracy_to_one_tensorboard_run(s
     assert [s for s, _ in scalars["train/completions/padded_ratio"]] == STEPS  # from the rewards' log_metric
     multiline, margins = _custom_scalars(run)  # the Custom Scalars tab opens on README's charts
     assert "train/frac_tied_groups$" in multiline and "train/kl$" in multiline
-    # each held-out accuracy drawn with its 95 % interval as the margin: tags the run logged, at every point
+    # each held-out metric on a margin chart of its own (TensorBoard draws them in reverse order, so the layout
+    # lists them so): an accuracy with its 95 % interval, a rate as itself; tags the run logged, at every point
     accuracies = [f"eval/gsm8k_{kind}_accuracy" for kind in ("strict", "lenient", "sampled")]
-    assert margins == [(tag, f"{tag}_ci95_low", f"{tag}_ci95_high") for tag in accuracies]
+    rates = [f"eval/gsm8k_{kind}_rate" for kind in ("format", "padded")]
+    expected = [(tag, f"{tag}_ci95_low", f"{tag}_ci95_high") for tag in accuracies] + [(t, t, t) for t in rates]
+    assert margins == expected[::-1]
     assert all([s for s, _ in scalars[tag]] == POINTS for series in margins for tag in series)
     for row in scored(smoke_run.out):  # each point's value is its evaluation's, its interval drawn beside it
         metrics, at = row["metrics"], POINTS.index(row["step"])
