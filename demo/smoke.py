@@ -12,6 +12,8 @@ from pathlib import Path
 from grpo import gsm8k, hardware, preflight
 from grpo.files import publish_dir
 
+# What every CPU profile sets, where the GPU defaults differ
+CPU_SETTINGS = dict(USE_VLLM=False, VLLM_GPU_MEMORY_UTILIZATION=0.3, BF16=False, ACTIVATION_CHECKPOINTING=False)
 # `--smoke`: these settings over the constants, then the command line's: in fp32 with one thread, on the tiny model
 # below (built in OUTPUT_DIR/smoke-model unless MODEL_NAME is set).
 SETTINGS = dict(
@@ -24,8 +26,6 @@ SETTINGS = dict(
     SAVE_STEPS=2,
     TEMPERATURE=1.0,
     LEARNING_RATE=1e-3,
-    BF16=False,
-    ACTIVATION_CHECKPOINTING=False,
     EVAL_STEPS=0,  # the smoke run checks the pipeline; --EVAL_STEPS=2 --EVAL_SUBSET=8 tries the held-out curve
     LOG_COMPLETIONS_STEPS=1,  # a completions table at each of its steps
     # the values it always ran with, where the GPU defaults (sized for Qwen3-8B) differ
@@ -35,8 +35,7 @@ SETTINGS = dict(
     EVAL_AFTER=0,
     EVAL_SUBSET=64,
     EVAL_BATCH_SIZE=64,
-    USE_VLLM=False,
-    VLLM_GPU_MEMORY_UTILIZATION=0.3,
+    **CPU_SETTINGS,
 )
 
 FIXED = ("MAX_COMPLETION_LENGTH",)  # set short on purpose: advice does not ask to raise it here
@@ -50,8 +49,11 @@ def prepare(s, given):
 def build(s):
     """The smoke model, unless there or MODEL_NAME names another: its LoRA targets checked against its config
     first, so that a refusal leaves OUTPUT_DIR untouched."""
+    from transformers import Qwen3Config
+
     if s["MODEL_NAME"] == str(Path(s["OUTPUT_DIR"]) / "smoke-model") and not Path(s["MODEL_NAME"]).is_dir():
-        preflight.refuse_misfit_model(s, config=model_config())
+        config = Qwen3Config(vocab_size=VOCAB_SIZE, architectures=["Qwen3ForCausalLM"], **TINY_QWEN3)  # as saved
+        preflight.refuse_misfit_model(s, config=config)
         cpu_model(s["OUTPUT_DIR"])
 
 
@@ -97,11 +99,8 @@ VOCAB_SIZE = 512  # 256 byte symbols + special tokens + ~250 merges learnt from 
 
 def training_text():  # the fixture, and the system prompt, whose words should tokenise compactly too
     yield gsm8k.DEFAULT_PROMPT
-    with open(gsm8k.FIXTURE, encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            yield row["question"]
-            yield row["answer"]
+    for row in map(json.loads, gsm8k.FIXTURE.read_text(encoding="utf-8").splitlines()):
+        yield from (row["question"], row["answer"])
 
 
 def build_tokenizer(texts=None, split_digits=False):
@@ -147,13 +146,6 @@ def build_model(tokenizer, seed=0, **overrides):
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
     return model
-
-
-def model_config():
-    """The smoke model's config, without building the model: what preflight checks LoRA settings against first."""
-    from transformers import Qwen3Config
-
-    return Qwen3Config(vocab_size=VOCAB_SIZE, architectures=["Qwen3ForCausalLM"], **TINY_QWEN3)  # as it is saved
 
 
 def cpu_model(output_dir):
