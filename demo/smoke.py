@@ -37,7 +37,6 @@ SETTINGS = dict(
     EVAL_BATCH_SIZE=64,
     **CPU_SETTINGS,
 )
-
 FIXED = ("MAX_COMPLETION_LENGTH",)  # set short on purpose: advice does not ask to raise it here
 
 
@@ -47,8 +46,7 @@ def prepare(s, given):
 
 
 def build(s):
-    """The smoke model, unless there or MODEL_NAME names another: its LoRA targets checked against its config
-    first, so that a refusal leaves OUTPUT_DIR untouched."""
+    """Build the smoke model if missing and MODEL_NAME is it; LoRA targets checked first: a refusal writes nothing."""
     from transformers import Qwen3Config
 
     if s["MODEL_NAME"] == str(Path(s["OUTPUT_DIR"]) / "smoke-model") and not Path(s["MODEL_NAME"]).is_dir():
@@ -64,9 +62,6 @@ def finish(output_dir):
         "random, so rewards and accuracy stay near 0. `--demo` learns for real on the CPU (docs/demo.md)."
     )
 
-
-# Qwen's ChatML markers. Qwen3 ends an assistant turn with <|im_end|>; <|endoftext|> is its pad token.
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
 # Qwen3's chat template, reduced to what GSM8K needs: system/user/assistant turns and the `enable_thinking` switch.
 # With thinking off, Qwen3 pre-fills an empty think block so the model answers directly; this template does the same.
@@ -97,18 +92,15 @@ TINY_QWEN3 = dict(
 VOCAB_SIZE = 512  # 256 byte symbols + special tokens + ~250 merges learnt from the fixture (so "####" is one token)
 
 
-def training_text():  # the fixture, and the system prompt, whose words should tokenise compactly too
-    yield gsm8k.DEFAULT_PROMPT
-    for row in map(json.loads, gsm8k.FIXTURE.read_text(encoding="utf-8").splitlines()):
-        yield from (row["question"], row["answer"])
-
-
 def build_tokenizer(texts=None, split_digits=False):
     """A byte-level BPE tokenizer trained on `texts` (default: the fixture) with Qwen's ChatML tokens.
     `split_digits`: one digit per token, as Qwen's tokenizer splits numbers (the demo's arithmetic needs it)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    if texts is None:  # the fixture, and the system prompt, whose words should tokenise compactly too
+        rows = map(json.loads, gsm8k.FIXTURE.read_text(encoding="utf-8").splitlines())
+        texts = [gsm8k.DEFAULT_PROMPT] + [row[key] for row in rows for key in ("question", "answer")]
     tok = Tokenizer(models.BPE())
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
     digits = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
@@ -116,11 +108,12 @@ def build_tokenizer(texts=None, split_digits=False):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
-        special_tokens=SPECIAL_TOKENS,
+        # Qwen's ChatML markers: Qwen3 ends an assistant turn with <|im_end|>; <|endoftext|> is its pad token
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte is encodable: no unknown tokens
         show_progress=False,
     )
-    tok.train_from_iterator(training_text() if texts is None else texts, trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -149,9 +142,8 @@ def build_model(tokenizer, seed=0, **overrides):
 
 
 def cpu_model(output_dir):
-    """For the CPU profiles: one torch thread (fastest for the tiny model) and output_dir/smoke-model. Under torchrun,
-    save_pretrained writes the weights on rank 0 only: so rank 0 builds it and the others wait (a rank's own build
-    would publish a folder of tokenizer files alone)."""
+    """One torch thread (fastest for the tiny model) and output_dir/smoke-model, built by rank 0 under torchrun while
+    the others wait: save_pretrained writes weights on rank 0 only, so another rank's would lack them."""
     import torch.distributed as dist
 
     hardware.one_cpu_thread()
