@@ -112,11 +112,10 @@ def resolve(c, given=frozenset()):
     if problem := checkpoints.adapter_problem(adapter):  # weights missing or cut short: peft fails only after the base
         raise ConfigError(problem)
     run = files.run_settings(adapter, run_types) or settings_from_adapter(config)
-    trained_on = config.get("base_model_name_or_path") or run.get("MODEL_NAME") or ""
-    c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or trained_on
+    c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or config.get("base_model_name_or_path") or ""
     if not c["MODEL_NAME"]:
         raise ConfigError(f"the base model of {adapter} is not recorded; give it: --MODEL_NAME=<Hub id or folder>.")
-    if trained_on and checkpoints.other_base_model(config, c["MODEL_NAME"]):
+    if trained_on := checkpoints.other_base_model(config, c["MODEL_NAME"]):
         raise ConfigError(
             f"ADAPTER {adapter} was trained on {trained_on}, but MODEL_NAME is {c['MODEL_NAME']}: merging it there "
             f"gives a broken model. Leave MODEL_NAME empty to use {trained_on} (a local copy must keep its name)."
@@ -165,8 +164,7 @@ def default_output_dir(adapter, suffix="-merged"):
 def refuse_bad_push(repo_id):
     """Refuse PUSH_TO_HUB without a Hub token or with the Hub switched off, naming the fix."""
     from huggingface_hub import get_token
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(repo_id)
@@ -190,8 +188,7 @@ def refuse_foreign_output_dir(out):
         raise ConfigError(f"OUTPUT_DIR={out} is a file; give a folder path.")
     if problem := preflight.output_dir_problem(out) or preflight.output_dir_problem(out.parent):
         raise ConfigError(problem)
-    present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    if not present:
+    if not out.is_dir() or not any(out.iterdir()):
         return
     if not (out / marker).is_file():
         raise ConfigError(
@@ -204,7 +201,7 @@ def refuse_foreign_output_dir(out):
             f"OUTPUT_DIR={out} is an earlier export whose {marker} does not list its files, so files added there "
             "cannot be told apart.\nDelete that folder (after keeping what you added), or give a new --OUTPUT_DIR."
         )
-    if extra := [name for name in present if name not in written]:
+    if extra := sorted(p.name for p in out.iterdir() if p.name not in written):
         shown = ", ".join(extra[:5]) + (f", ... ({len(extra)} in all)" if len(extra) > 5 else "")
         raise ConfigError(
             f"OUTPUT_DIR={out} holds {shown}, which the earlier export there did not write; replacing the folder "
@@ -253,16 +250,13 @@ def with_thinking_default(template, enable_thinking):
 
 def licence_files(model_name):
     """The base model folder's LICENSE / NOTICE files, which its licence (e.g. Apache-2.0) asks to pass on."""
-    folder = Path(model_name)
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.upper().startswith(("LICENSE", "NOTICE")))
+    found = Path(model_name).glob("*")  # none for a Hub id
+    return sorted(p for p in found if p.is_file() and p.name.upper().startswith(("LICENSE", "NOTICE")))
 
 
 def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
-    """Write the export (`model`, or None, and `extra_files` copied as they are) beside `out`, then move it into
-    place (`files.publish_dir`): never half an export, never stale shards. The marker lists every name written,
-    with `later` (the card), for `refuse_foreign_output_dir`."""
+    """Write `model` (None with ADAPTER_ONLY), `tokenizer` and `extra_files` beside `out`, then move them into place:
+    never half an export nor stale shards. The marker lists every name, with `later` (the card), for replacing it."""
     if out.exists():
         log.info("replacing the earlier export in %s", out)
     with files.publish_dir(out, replace=True) as partial:
@@ -272,12 +266,11 @@ def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
         for path in extra_files:
             shutil.copy2(path, partial / path.name)
         files.honour_umask(partial)
-        names = sorted({p.name for p in partial.iterdir()} | {marker, *later})
-        record = {**record, "files": names}
+        record = {**record, "files": sorted({p.name for p in partial.iterdir()} | {marker, *later})}
         (partial / marker).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def push(out, repo_id, private, what="the merged model"):
+def push(out, repo_id, private, what):
     """Create the Hub repo (private unless PRIVATE=False; an existing repo keeps its visibility) and upload."""
     from huggingface_hub import create_repo, upload_folder
 
