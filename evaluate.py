@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from demo import smoke
-from grpo import checkpoints, cli, evaluation, files, generation, gsm8k, hardware, hub, preflight, process, weight_sync
+from grpo import checkpoints, cli, evaluation, files, generation, gsm8k, hardware, hub, preflight, process
 from grpo.errors import ConfigError, is_load_error
 from grpo.grading import extract_answer
 from grpo.settings import problems as setting_problems
@@ -178,22 +178,17 @@ def load_model(s, cpu_only=False):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cuda = hardware.on_gpu(cpu_only)
-    kwargs = hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cpu_only)
-    remote = s["TRUST_REMOTE_CODE"]
+    cuda, adapter, remote = hardware.on_gpu(cpu_only), s["ADAPTER"], s["TRUST_REMOTE_CODE"]
+    kwargs = hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cpu_only, trust_remote_code=remote)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            s["MODEL_NAME"], **kwargs, trust_remote_code=remote, device_map="auto" if cuda else None
-        )
+        model = AutoModelForCausalLM.from_pretrained(s["MODEL_NAME"], **kwargs, device_map="auto" if cuda else None)
     except Exception as err:  # a folder torn or of another format is the user's to fix; anything else is a bug
         if not is_load_error(err):
             raise
         raise ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
-    adapter = s["ADAPTER"]
-    has_tokenizer = adapter and (Path(adapter) / "tokenizer_config.json").exists()  # trainer.save_model writes one
-    tokenizer = AutoTokenizer.from_pretrained(
-        adapter if has_tokenizer else s["MODEL_NAME"], padding_side="left", trust_remote_code=remote
-    )
+    # the run's tokenizer, which trainer.save_model writes beside the adapter
+    source = adapter if adapter and (Path(adapter) / "tokenizer_config.json").exists() else s["MODEL_NAME"]
+    tokenizer = AutoTokenizer.from_pretrained(source, padding_side="left", trust_remote_code=remote)
     if adapter:
         if base := checkpoints.other_base_model(adapter, s["MODEL_NAME"]):
             log.warning(
@@ -207,12 +202,11 @@ def load_model(s, cpu_only=False):
 
 def engine(s, cpu_only, prompt_tokens):
     """(generate, prompts per call, its name): vLLM when USE_VLLM allows and a GPU has it, else transformers."""
-    usable, broken = weight_sync.vllm_status()  # a broken vllm build: named, then transformers generates
-    if note := weight_sync.vllm_choice(s["USE_VLLM"], broken):
-        log.warning(note)
-    vllm, note = generation.generation_choice(s["USE_VLLM"], hardware.on_gpu(cpu_only), usable)
-    if note:
-        log.info(note)
+    cuda, share = hardware.on_gpu(cpu_only), s["VLLM_GPU_MEMORY_UTILIZATION"]
+    # training's choice, a broken vllm named; the share is a number here, so no model, sequences or tokens size it
+    vllm, share = generation.choose(
+        s["USE_VLLM"], cuda, mode="colocate", share=share, model_name="", sequences=0, tokens=0
+    )
     if vllm:
         generate = generation.vllm_generator(
             s["MODEL_NAME"],
@@ -222,11 +216,11 @@ def engine(s, cpu_only, prompt_tokens):
             enable_thinking=s["ENABLE_THINKING"],
             bf16=s["BF16"],
             trust_remote_code=s["TRUST_REMOTE_CODE"],
-            gpu_memory_utilization=s["VLLM_GPU_MEMORY_UTILIZATION"],
+            gpu_memory_utilization=share,
         )
         return generate, 1 << 30, "vLLM"  # vLLM schedules its own batches
     # one thread on the CPU, as training: 17 times faster than torch's default 2 threads on 8 problems
-    if not hardware.on_gpu(cpu_only):
+    if not cuda:
         hardware.one_cpu_thread()
     with process.phase("loading the model"):
         model, tokenizer = load_model(s, cpu_only)
@@ -293,8 +287,8 @@ def main(argv=()):
         evaluation.report(metrics, predictions, s["OUTPUT_DIR"], stem, step=step, title=title, settings=s)
         evaluation.to_trackers(metrics, s, stem, step, name, report_to=s["REPORT_TO"], out=s["OUTPUT_DIR"])
     if s["ADAPTER"] and not (Path(s["ADAPTER"]) / "adapter_config.json").is_file():
-        log.warning("ADAPTER=%s was deleted or moved while it was scored: these are the scores of the weights "
-                    "read before. %s", s["ADAPTER"], checkpoints.GONE)  # fmt: skip
+        gone = "was deleted or moved while it was scored: these are the scores of the weights read before"
+        log.warning("ADAPTER=%s %s. %s", s["ADAPTER"], gone, checkpoints.GONE)
     return metrics
 
 
