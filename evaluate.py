@@ -9,8 +9,7 @@
     python evaluate.py --ADAPTER=outputs/run --ASK="Tom has 3 pens and buys 4. How many?"   # try it on a question
     python evaluate.py --help                                # every constant with its comment
 
-With --ADAPTER, the run's run_settings.json replaces the defaults below (a --KEY=value here still wins). Prompts and
-grader are training's own (grpo/gsm8k.py). Results: OUTPUT_DIR/eval_<SPLIT>.json, its _predictions.jsonl, trackers.
+Prompts and grader are training's (grpo/gsm8k.py); results in OUTPUT_DIR/eval_<SPLIT>.json, its _predictions.jsonl.
 """
 
 import functools
@@ -26,7 +25,7 @@ from grpo.grading import extract_answer
 from grpo.settings import problems as setting_problems
 
 # ---------------------------------------------------------------------------------------------------------------
-# model (with ADAPTER, the run's run_settings.json replaces these defaults)
+# model (with ADAPTER, the run's run_settings.json replaces these defaults; a --KEY=value here still wins)
 MODEL_NAME = "Qwen/Qwen3-8B"  # Hub id or local folder of the base model
 ADAPTER = ""  # folder of a trained LoRA adapter (a run's OUTPUT_DIR or a checkpoint-N in it); "" = base model alone
 TRUST_REMOTE_CODE = False  # run a model repo's own Python code
@@ -66,7 +65,6 @@ PROFILES = {
 # someone sent must not switch on remote code, nor name a Hub kernel (code) as ATTN_IMPLEMENTATION.
 FROM_RUN = ("MODEL_NAME", "ATTN_IMPLEMENTATION", "BF16", "ENABLE_THINKING", "DATASET", "DATASET_CONFIG")
 FROM_RUN += ("QUESTION_FIELD", "ANSWER_FIELD", "SYSTEM_PROMPT", "MAX_COMPLETION_LENGTH", "TEMPERATURE")
-SMOKE_OUTPUT = "outputs/smoke"  # --smoke builds the tiny model in its smoke-model folder when no run names one
 log = logging.getLogger("grpotrainer.evaluate")
 
 
@@ -84,7 +82,7 @@ def resolve(argv):
         kernel, s["ATTN_IMPLEMENTATION"] = s["ATTN_IMPLEMENTATION"], args.settings["ATTN_IMPLEMENTATION"]
         log.warning("not using the run's ATTN_IMPLEMENTATION=%s (code from the Hub); give it here to use it", kernel)
     if args.profile == "smoke" and "MODEL_NAME" not in args.given and "MODEL_NAME" not in run:
-        s["MODEL_NAME"] = smoke.cpu_model(SMOKE_OUTPUT)
+        s["MODEL_NAME"] = smoke.cpu_model(smoke.SETTINGS["OUTPUT_DIR"])  # grpotrainer --smoke's, built if missing
     s["OUTPUT_DIR"] = s["OUTPUT_DIR"] or default_output_dir(s["ADAPTER"], s["MODEL_NAME"])
     return s, args
 
@@ -261,17 +259,15 @@ def main(argv=()):
     refuse_past_context(s, prompt_tokens)
     generate, batch_size, engine_name = engine(s, cpu_only, prompt_tokens)
     name = s["MODEL_NAME"] + (f" + {s['ADAPTER']}" if s["ADAPTER"] else "")
-    split = s["SPLIT"]
-    log.info("%s on %d %s problems, greedy, with %s", name, len(dataset), split, engine_name)
-    sampler = functools.partial(generate, temperature=s["TEMPERATURE"])  # one model or engine serves both
-    with process.phase(f"scoring {len(dataset)} {split} problems"):
+    log.info("%s on %d %s problems, greedy, with %s", name, len(dataset), s["SPLIT"], engine_name)
+    with process.phase(f"scoring {len(dataset)} {s['SPLIT']} problems"):
         metrics, predictions = evaluation.evaluate(
             dataset,
             generate,
             batch_size,
-            f"GSM8K {split}",
+            f"GSM8K {s['SPLIT']}",
             s["ENABLE_THINKING"],
-            sampler=sampler,
+            sampler=functools.partial(generate, temperature=s["TEMPERATURE"]),  # one model or engine serves both
             samples=s["EVAL_SAMPLES"],
             temperature=s["TEMPERATURE"],
         )
@@ -281,7 +277,7 @@ def main(argv=()):
         metrics["paired"] = evaluation.compare(before, predictions, str(where), samples)
         flips = evaluation.flip_lines(before, predictions)
         print(f"flips against {where} ({len(flips)} problems):", *flips, sep="\n  ", flush=True)
-    title = f"{name}, GSM8K {split}"
+    title = f"{name}, GSM8K {s['SPLIT']}"
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
     with process.phase("writing the results", redo), process.disk_full(s["OUTPUT_DIR"], "rerun the same command"):
         evaluation.report(metrics, predictions, s["OUTPUT_DIR"], stem, step=step, title=title, settings=s)

@@ -6,9 +6,8 @@
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --PUSH_TO_HUB=you/qwen3-8b-gsm8k-grpo   # private repo
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --ADAPTER_ONLY=true   # writes outputs/qwen3-gsm8k-grpo-adapter
 
-The folder loads with plain transformers or `vllm serve <folder>` (the adapter's own files instead with
-ADAPTER_ONLY): the run's dtype, its tokenizer, a chat template defaulting to its thinking mode, a model card and
-export_settings.json. It replaces only a folder that an earlier export wrote and that holds nothing else.
+It loads with transformers or `vllm serve <folder>` (ADAPTER_ONLY: with peft): the run's dtype and tokenizer, a chat
+template defaulting to its thinking mode, a card, export_settings.json. It replaces only exports holding nothing else.
 """
 
 import json
@@ -55,14 +54,14 @@ def main(argv=()):
     metrics = modelcard.read_metrics(run_dir(c["ADAPTER"]))  # for the card; a damaged record is named before work
     out, only, adapter = Path(c["OUTPUT_DIR"]), c["ADAPTER_ONLY"], Path(c["ADAPTER"])
     refuse_foreign_output_dir(out)
-    needs_base = not only or not (adapter / "tokenizer_config.json").is_file()  # the adapter alone: its tokenizer
-    remote = needs_base and not hub.is_local(c["MODEL_NAME"])
+    own = (adapter / "tokenizer_config.json").is_file()  # the run's tokenizer, saved beside its adapter
+    remote = (not only or not own) and not hub.is_local(c["MODEL_NAME"])  # then the base's files are read
     if remote and (problem := hub.hub_unreachable(c["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)
     what = "the adapter" if only else "the merged model"
     with process.phase(f"loading {what}"):  # with ADAPTER_ONLY, the adapter's own files are copied as they are
         model = None if only else merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
-        tokenizer = load_tokenizer(c["ADAPTER"], c["MODEL_NAME"], c["ENABLE_THINKING"], c["TRUST_REMOTE_CODE"])
+        tokenizer = load_tokenizer(adapter if own else c["MODEL_NAME"], c["ENABLE_THINKING"], c["TRUST_REMOTE_CODE"])
     keys = ("ADAPTER", "MODEL_NAME", "ENABLE_THINKING", "ADAPTER_ONLY", *(() if only else ("DTYPE",)))
     # what was merged, as the folder's record (uploaded with it): the run's settings without credentials
     record = files.redact({**{k: c[k] for k in keys}, "step": c["STEP"], "run_settings": run})
@@ -224,11 +223,10 @@ def merged_model(model_name, adapter, dtype, trust_remote_code=False):
     return model.merge_and_unload().eval()  # W + scale * B @ A in every adapted layer; the LoRA modules removed
 
 
-def load_tokenizer(adapter, model_name, enable_thinking, trust_remote_code=False):
-    """The run's tokenizer (beside the adapter, else the base's), its chat template defaulting to its thinking."""
+def load_tokenizer(source, enable_thinking, trust_remote_code=False):
+    """The tokenizer in `source` (the run's, or the base's), its chat template defaulting to the run's thinking."""
     from transformers import AutoTokenizer
 
-    source = adapter if (Path(adapter) / "tokenizer_config.json").is_file() else model_name
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     template = tokenizer.chat_template
     if isinstance(template, dict):  # named templates (e.g. default and tool_use): each gets the default
