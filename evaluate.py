@@ -56,11 +56,8 @@ REPORT_TO = "tensorboard"  # tensorboard, trackio, wandb, a list (tensorboard,wa
 # ---------------------------------------------------------------------------------------------------------------
 
 # --smoke: the tiny random Qwen3 of grpotrainer --smoke (built if missing) on the fixture, fp32 on CPU.
-PROFILES = {
-    "smoke": dict(
-        DATASET=str(gsm8k.FIXTURE), LIMIT=8, EVAL_BATCH_SIZE=4, MAX_COMPLETION_LENGTH=32, BF16=False, USE_VLLM=False
-    )
-}
+PROFILES = {"smoke": dict(DATASET=str(gsm8k.FIXTURE), LIMIT=8, EVAL_BATCH_SIZE=4, MAX_COMPLETION_LENGTH=32)}
+PROFILES["smoke"] |= dict(BF16=False, USE_VLLM=False)
 # What a run's run_settings.json decides for its adapter unless given here. Never a security setting: a folder
 # someone sent must not switch on remote code, nor name a Hub kernel (code) as ATTN_IMPLEMENTATION.
 FROM_RUN = ("MODEL_NAME", "ATTN_IMPLEMENTATION", "BF16", "ENABLE_THINKING", "DATASET", "DATASET_CONFIG")
@@ -176,23 +173,22 @@ def load_model(s, cpu_only=False):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cuda, adapter, remote = hardware.on_gpu(cpu_only), s["ADAPTER"], s["TRUST_REMOTE_CODE"]
+    model_name, adapter, remote = s["MODEL_NAME"], s["ADAPTER"], s["TRUST_REMOTE_CODE"]
+    cuda = hardware.on_gpu(cpu_only)
     kwargs = hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cpu_only, trust_remote_code=remote)
     try:
-        model = AutoModelForCausalLM.from_pretrained(s["MODEL_NAME"], **kwargs, device_map="auto" if cuda else None)
+        model = AutoModelForCausalLM.from_pretrained(model_name, **kwargs, device_map="auto" if cuda else None)
     except Exception as err:  # a folder torn or of another format is the user's to fix; anything else is a bug
         if not is_load_error(err):
             raise
-        raise ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
+        raise ConfigError(f"MODEL_NAME={model_name} could not be loaded: {err}") from None
     # the run's tokenizer, which trainer.save_model writes beside the adapter
-    source = adapter if adapter and (Path(adapter) / "tokenizer_config.json").exists() else s["MODEL_NAME"]
+    source = adapter if adapter and (Path(adapter) / "tokenizer_config.json").exists() else model_name
     tokenizer = AutoTokenizer.from_pretrained(source, padding_side="left", trust_remote_code=remote)
     if adapter:
-        if base := checkpoints.other_base_model(adapter, s["MODEL_NAME"]):
-            log.warning(
-                "ADAPTER was trained on %s but MODEL_NAME is %s: set MODEL_NAME=%s", base, s["MODEL_NAME"], base
-            )
-        model = checkpoints.apply_adapter(model, adapter, s["MODEL_NAME"])
+        if base := checkpoints.other_base_model(adapter, model_name):
+            log.warning("ADAPTER was trained on %s but MODEL_NAME is %s: set MODEL_NAME=%s", base, model_name, base)
+        model = checkpoints.apply_adapter(model, adapter, model_name)
     if not cuda and kwargs["dtype"] == "bfloat16":
         model = model.to(torch.float32)  # bf16 matmuls on CPU are slow and not what a GPU would compute
     return model.eval(), tokenizer

@@ -51,8 +51,9 @@ def main(argv=()):
     if c["PUSH_TO_HUB"]:
         refuse_bad_push(c["PUSH_TO_HUB"])  # before any work: a missing token must not cost a merge first
     run = resolve(c, given=args.given)
-    metrics = modelcard.read_metrics(run_dir(c["ADAPTER"]))  # for the card; a damaged record is named before work
     out, only, adapter = Path(c["OUTPUT_DIR"]), c["ADAPTER_ONLY"], Path(c["ADAPTER"])
+    # for the card, the run folder's (a checkpoint-N's parent); a damaged record is named before any work
+    metrics = modelcard.read_metrics(adapter.parent if files.checkpoint_step(adapter) is not None else adapter)
     refuse_foreign_output_dir(out)
     own = (adapter / "tokenizer_config.json").is_file()  # the run's tokenizer, saved beside its adapter
     remote = (not only or not own) and not hub.is_local(c["MODEL_NAME"])  # then the base's files are read
@@ -86,12 +87,6 @@ def main(argv=()):
     if c["PUSH_TO_HUB"]:
         push(out, c["PUSH_TO_HUB"], c["PRIVATE"], what)
     return out
-
-
-def run_dir(adapter):
-    """The run folder of an adapter: the adapter itself, or the parent of a checkpoint-N."""
-    path = Path(adapter)
-    return path.parent if files.checkpoint_step(path) is not None else path
 
 
 def resolve(c, given=frozenset()):
@@ -157,7 +152,7 @@ def default_output_dir(adapter, suffix="-merged"):
     """<run>-merged beside the run, or <run>-checkpoint-N-merged (`suffix`: -adapter for ADAPTER_ONLY): never
     inside the run, whose folders Trainer owns."""
     path = Path(adapter).resolve()
-    return str(run_dir(path)) + (f"-{path.name}" if path != run_dir(path) else "") + suffix
+    return f"{path.parent}-{path.name}{suffix}" if files.checkpoint_step(path) is not None else f"{path}{suffix}"
 
 
 def refuse_bad_push(repo_id):
