@@ -37,9 +37,8 @@ KINDS = [
 ]
 OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
 
-# `--real`: these settings over the constants, then the command line's; `prepare` sets the task (after preflight's
-# checks: a path not yet written would be refused) and bf16.
-# docs/real-model.md says why each was chosen, before the seeds were run.
+# `--real`: these settings over the constants, then the command line's (docs/real-model.md says why each was chosen,
+# before the seeds were run); `prepare` writes the task after preflight (which refuses unwritten paths), sets bf16.
 SETTINGS = dict(
     MODEL_NAME=MODEL,
     OUTPUT_DIR="outputs/real",

@@ -1,6 +1,5 @@
 """The `--smoke` profile: the whole pipeline offline on the CPU in seconds, on a folder that loads like a downloaded
-Qwen3 (a random 35k-parameter Qwen3, a BPE tokenizer trained on the fixture, a ChatML template). Its builders also
-serve the demo's warm start (demo/sums.py) and the tests.
+Qwen3 (random 35k-parameter weights, a BPE tokenizer, a ChatML template), built by helpers demo/sums.py reuses.
 
     python -m demo.smoke outputs/smoke-model   # build the smoke model folder by hand
 """
@@ -14,8 +13,7 @@ from grpo.files import publish_dir
 
 # What every CPU profile sets, where the GPU defaults differ
 CPU_SETTINGS = dict(USE_VLLM=False, VLLM_GPU_MEMORY_UTILIZATION=0.3, BF16=False, ACTIVATION_CHECKPOINTING=False)
-# `--smoke`: these settings over the constants, then the command line's: in fp32 with one thread, on the tiny model
-# below (built in OUTPUT_DIR/smoke-model unless MODEL_NAME is set).
+# `--smoke`: these settings over the constants, then the command line's; the tiny model below in OUTPUT_DIR/smoke-model
 SETTINGS = dict(
     DATASET=str(gsm8k.FIXTURE),
     OUTPUT_DIR="outputs/smoke",
@@ -47,9 +45,9 @@ def prepare(s, given):
 
 def build(s):
     """Build the smoke model if missing and MODEL_NAME is it; LoRA targets checked first: a refusal writes nothing."""
-    from transformers import Qwen3Config
-
     if s["MODEL_NAME"] == str(Path(s["OUTPUT_DIR"]) / "smoke-model") and not Path(s["MODEL_NAME"]).is_dir():
+        from transformers import Qwen3Config
+
         config = Qwen3Config(vocab_size=VOCAB_SIZE, architectures=["Qwen3ForCausalLM"], **TINY_QWEN3)  # as saved
         preflight.refuse_misfit_model(s, config=config)
         cpu_model(s["OUTPUT_DIR"])
