@@ -129,15 +129,14 @@ def refuse_bad_settings(s, cpu_only=False):
             f"before the answer, so nearly every problem scores 0.\nSet MAX_COMPLETION_LENGTH >= "
             f"{preflight.THINKING_MIN_TOKENS}, or ENABLE_THINKING=False."
         )
-    paths = (preflight.model_name_problem(s["MODEL_NAME"]), preflight.output_dir_problem(s["OUTPUT_DIR"]))
-    paths += (None if s["ASK"] else preflight.dataset_problem(s["DATASET"]),)
-    problems += [p for p in paths if p]
-    if problems:  # the path and value mistakes at once, before anything imports torch (the checks below do)
+    problems += [preflight.model_name_problem(s["MODEL_NAME"]), preflight.output_dir_problem(s["OUTPUT_DIR"])]
+    problems += [None if s["ASK"] else preflight.dataset_problem(s["DATASET"])]
+    if problems := [p for p in problems if p]:  # path and value mistakes at once, before the checks that import torch
         raise ConfigError("\n\n".join(problems))
     attn = hardware.attention_problem(
         s["ATTN_IMPLEMENTATION"], cuda=hardware.on_gpu(cpu_only), bf16=s["BF16"], importable=hardware.importable
     )
-    problems += [attn] if attn else []
+    problems = [attn] if attn else []
     try:
         preflight.refuse_torn_model_folder(s["MODEL_NAME"])  # a local folder's tokenizer, whole weights (headers)
     except ConfigError as err:
