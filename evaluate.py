@@ -9,8 +9,7 @@
     python evaluate.py --ADAPTER=outputs/run --ASK="Tom has 3 pens and buys 4. How many?"   # try it on a question
     python evaluate.py --help                                # every constant with its comment
 
-With --ADAPTER, the run's run_settings.json replaces the defaults below (a --KEY=value here still wins). Prompts and
-grader are training's own (grpo/gsm8k.py). Results: OUTPUT_DIR/eval_<SPLIT>.json, its _predictions.jsonl, trackers.
+Prompts and grader are training's (grpo/gsm8k.py); results in OUTPUT_DIR/eval_<SPLIT>.json, its _predictions.jsonl.
 """
 
 import functools
@@ -20,13 +19,13 @@ import os
 from pathlib import Path
 
 from demo import smoke
-from grpo import checkpoints, cli, evaluation, files, generation, gsm8k, hardware, hub, preflight, process, weight_sync
+from grpo import checkpoints, cli, evaluation, files, generation, gsm8k, hardware, hub, preflight, process
 from grpo.errors import ConfigError, is_load_error
 from grpo.grading import extract_answer
 from grpo.settings import problems as setting_problems
 
 # ---------------------------------------------------------------------------------------------------------------
-# model (with ADAPTER, the run's run_settings.json replaces these defaults)
+# model (with ADAPTER, the run's run_settings.json replaces these defaults; a --KEY=value here still wins)
 MODEL_NAME = "Qwen/Qwen3-8B"  # Hub id or local folder of the base model
 ADAPTER = ""  # folder of a trained LoRA adapter (a run's OUTPUT_DIR or a checkpoint-N in it); "" = base model alone
 TRUST_REMOTE_CODE = False  # run a model repo's own Python code
@@ -57,16 +56,12 @@ REPORT_TO = "tensorboard"  # tensorboard, trackio, wandb, a list (tensorboard,wa
 # ---------------------------------------------------------------------------------------------------------------
 
 # --smoke: the tiny random Qwen3 of grpotrainer --smoke (built if missing) on the fixture, fp32 on CPU.
-PROFILES = {
-    "smoke": dict(
-        DATASET=str(gsm8k.FIXTURE), LIMIT=8, EVAL_BATCH_SIZE=4, MAX_COMPLETION_LENGTH=32, BF16=False, USE_VLLM=False
-    )
-}
+PROFILES = {"smoke": dict(DATASET=str(gsm8k.FIXTURE), LIMIT=8, EVAL_BATCH_SIZE=4, MAX_COMPLETION_LENGTH=32)}
+PROFILES["smoke"] |= dict(BF16=False, USE_VLLM=False)
 # What a run's run_settings.json decides for its adapter unless given here. Never a security setting: a folder
 # someone sent must not switch on remote code, nor name a Hub kernel (code) as ATTN_IMPLEMENTATION.
 FROM_RUN = ("MODEL_NAME", "ATTN_IMPLEMENTATION", "BF16", "ENABLE_THINKING", "DATASET", "DATASET_CONFIG")
 FROM_RUN += ("QUESTION_FIELD", "ANSWER_FIELD", "SYSTEM_PROMPT", "MAX_COMPLETION_LENGTH", "TEMPERATURE")
-SMOKE_OUTPUT = "outputs/smoke"  # --smoke builds the tiny model in its smoke-model folder when no run names one
 log = logging.getLogger("grpotrainer.evaluate")
 
 
@@ -84,7 +79,7 @@ def resolve(argv):
         kernel, s["ATTN_IMPLEMENTATION"] = s["ATTN_IMPLEMENTATION"], args.settings["ATTN_IMPLEMENTATION"]
         log.warning("not using the run's ATTN_IMPLEMENTATION=%s (code from the Hub); give it here to use it", kernel)
     if args.profile == "smoke" and "MODEL_NAME" not in args.given and "MODEL_NAME" not in run:
-        s["MODEL_NAME"] = smoke.cpu_model(SMOKE_OUTPUT)
+        s["MODEL_NAME"] = smoke.cpu_model(smoke.SETTINGS["OUTPUT_DIR"])  # grpotrainer --smoke's, built if missing
     s["OUTPUT_DIR"] = s["OUTPUT_DIR"] or default_output_dir(s["ADAPTER"], s["MODEL_NAME"])
     return s, args
 
@@ -134,15 +129,14 @@ def refuse_bad_settings(s, cpu_only=False):
             f"before the answer, so nearly every problem scores 0.\nSet MAX_COMPLETION_LENGTH >= "
             f"{preflight.THINKING_MIN_TOKENS}, or ENABLE_THINKING=False."
         )
-    paths = (preflight.model_name_problem(s["MODEL_NAME"]), preflight.output_dir_problem(s["OUTPUT_DIR"]))
-    paths += (None if s["ASK"] else preflight.dataset_problem(s["DATASET"]),)
-    problems += [p for p in paths if p]
-    if problems:  # the path and value mistakes at once, before anything imports torch (the checks below do)
+    problems += [preflight.model_name_problem(s["MODEL_NAME"]), preflight.output_dir_problem(s["OUTPUT_DIR"])]
+    problems += [None if s["ASK"] else preflight.dataset_problem(s["DATASET"])]
+    if problems := [p for p in problems if p]:  # path and value mistakes at once, before the checks that import torch
         raise ConfigError("\n\n".join(problems))
     attn = hardware.attention_problem(
         s["ATTN_IMPLEMENTATION"], cuda=hardware.on_gpu(cpu_only), bf16=s["BF16"], importable=hardware.importable
     )
-    problems += [attn] if attn else []
+    problems = [attn] if attn else []
     try:
         preflight.refuse_torn_model_folder(s["MODEL_NAME"])  # a local folder's tokenizer, whole weights (headers)
     except ConfigError as err:
@@ -178,28 +172,22 @@ def load_model(s, cpu_only=False):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    model_name, adapter, remote = s["MODEL_NAME"], s["ADAPTER"], s["TRUST_REMOTE_CODE"]
     cuda = hardware.on_gpu(cpu_only)
-    kwargs = hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cpu_only)
-    remote = s["TRUST_REMOTE_CODE"]
+    kwargs = hardware.model_init_kwargs(s["ATTN_IMPLEMENTATION"], s["BF16"], cpu_only, trust_remote_code=remote)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            s["MODEL_NAME"], **kwargs, trust_remote_code=remote, device_map="auto" if cuda else None
-        )
+        model = AutoModelForCausalLM.from_pretrained(model_name, **kwargs, device_map="auto" if cuda else None)
     except Exception as err:  # a folder torn or of another format is the user's to fix; anything else is a bug
         if not is_load_error(err):
             raise
-        raise ConfigError(f"MODEL_NAME={s['MODEL_NAME']} could not be loaded: {err}") from None
-    adapter = s["ADAPTER"]
-    has_tokenizer = adapter and (Path(adapter) / "tokenizer_config.json").exists()  # trainer.save_model writes one
-    tokenizer = AutoTokenizer.from_pretrained(
-        adapter if has_tokenizer else s["MODEL_NAME"], padding_side="left", trust_remote_code=remote
-    )
+        raise ConfigError(f"MODEL_NAME={model_name} could not be loaded: {err}") from None
+    # the run's tokenizer, which trainer.save_model writes beside the adapter
+    source = adapter if adapter and (Path(adapter) / "tokenizer_config.json").exists() else model_name
+    tokenizer = AutoTokenizer.from_pretrained(source, padding_side="left", trust_remote_code=remote)
     if adapter:
-        if base := checkpoints.other_base_model(adapter, s["MODEL_NAME"]):
-            log.warning(
-                "ADAPTER was trained on %s but MODEL_NAME is %s: set MODEL_NAME=%s", base, s["MODEL_NAME"], base
-            )
-        model = checkpoints.apply_adapter(model, adapter, s["MODEL_NAME"])
+        if base := checkpoints.other_base_model(adapter, model_name):
+            log.warning("ADAPTER was trained on %s but MODEL_NAME is %s: set MODEL_NAME=%s", base, model_name, base)
+        model = checkpoints.apply_adapter(model, adapter, model_name)
     if not cuda and kwargs["dtype"] == "bfloat16":
         model = model.to(torch.float32)  # bf16 matmuls on CPU are slow and not what a GPU would compute
     return model.eval(), tokenizer
@@ -207,12 +195,11 @@ def load_model(s, cpu_only=False):
 
 def engine(s, cpu_only, prompt_tokens):
     """(generate, prompts per call, its name): vLLM when USE_VLLM allows and a GPU has it, else transformers."""
-    usable, broken = weight_sync.vllm_status()  # a broken vllm build: named, then transformers generates
-    if note := weight_sync.vllm_choice(s["USE_VLLM"], broken):
-        log.warning(note)
-    vllm, note = generation.generation_choice(s["USE_VLLM"], hardware.on_gpu(cpu_only), usable)
-    if note:
-        log.info(note)
+    cuda, share = hardware.on_gpu(cpu_only), s["VLLM_GPU_MEMORY_UTILIZATION"]
+    # training's choice, a broken vllm named; the share is a number here, so no model, sequences or tokens size it
+    vllm, share = generation.choose(
+        s["USE_VLLM"], cuda, mode="colocate", share=share, model_name="", sequences=0, tokens=0
+    )
     if vllm:
         generate = generation.vllm_generator(
             s["MODEL_NAME"],
@@ -222,11 +209,11 @@ def engine(s, cpu_only, prompt_tokens):
             enable_thinking=s["ENABLE_THINKING"],
             bf16=s["BF16"],
             trust_remote_code=s["TRUST_REMOTE_CODE"],
-            gpu_memory_utilization=s["VLLM_GPU_MEMORY_UTILIZATION"],
+            gpu_memory_utilization=share,
         )
         return generate, 1 << 30, "vLLM"  # vLLM schedules its own batches
     # one thread on the CPU, as training: 17 times faster than torch's default 2 threads on 8 problems
-    if not hardware.on_gpu(cpu_only):
+    if not cuda:
         hardware.one_cpu_thread()
     with process.phase("loading the model"):
         model, tokenizer = load_model(s, cpu_only)
@@ -267,17 +254,15 @@ def main(argv=()):
     refuse_past_context(s, prompt_tokens)
     generate, batch_size, engine_name = engine(s, cpu_only, prompt_tokens)
     name = s["MODEL_NAME"] + (f" + {s['ADAPTER']}" if s["ADAPTER"] else "")
-    split = s["SPLIT"]
-    log.info("%s on %d %s problems, greedy, with %s", name, len(dataset), split, engine_name)
-    sampler = functools.partial(generate, temperature=s["TEMPERATURE"])  # one model or engine serves both
-    with process.phase(f"scoring {len(dataset)} {split} problems"):
+    log.info("%s on %d %s problems, greedy, with %s", name, len(dataset), s["SPLIT"], engine_name)
+    with process.phase(f"scoring {len(dataset)} {s['SPLIT']} problems"):
         metrics, predictions = evaluation.evaluate(
             dataset,
             generate,
             batch_size,
-            f"GSM8K {split}",
+            f"GSM8K {s['SPLIT']}",
             s["ENABLE_THINKING"],
-            sampler=sampler,
+            sampler=functools.partial(generate, temperature=s["TEMPERATURE"]),  # one model or engine serves both
             samples=s["EVAL_SAMPLES"],
             temperature=s["TEMPERATURE"],
         )
@@ -287,14 +272,14 @@ def main(argv=()):
         metrics["paired"] = evaluation.compare(before, predictions, str(where), samples)
         flips = evaluation.flip_lines(before, predictions)
         print(f"flips against {where} ({len(flips)} problems):", *flips, sep="\n  ", flush=True)
-    title = f"{name}, GSM8K {split}"
+    title = f"{name}, GSM8K {s['SPLIT']}"
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
     with process.phase("writing the results", redo), process.disk_full(s["OUTPUT_DIR"], "rerun the same command"):
         evaluation.report(metrics, predictions, s["OUTPUT_DIR"], stem, step=step, title=title, settings=s)
         evaluation.to_trackers(metrics, s, stem, step, name, report_to=s["REPORT_TO"], out=s["OUTPUT_DIR"])
     if s["ADAPTER"] and not (Path(s["ADAPTER"]) / "adapter_config.json").is_file():
-        log.warning("ADAPTER=%s was deleted or moved while it was scored: these are the scores of the weights "
-                    "read before. %s", s["ADAPTER"], checkpoints.GONE)  # fmt: skip
+        gone = "was deleted or moved while it was scored: these are the scores of the weights read before"
+        log.warning("ADAPTER=%s %s. %s", s["ADAPTER"], gone, checkpoints.GONE)
     return metrics
 
 

@@ -6,9 +6,8 @@
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --PUSH_TO_HUB=you/qwen3-8b-gsm8k-grpo   # private repo
     python export.py --ADAPTER=outputs/qwen3-gsm8k-grpo --ADAPTER_ONLY=true   # writes outputs/qwen3-gsm8k-grpo-adapter
 
-The folder loads with plain transformers or `vllm serve <folder>` (the adapter's own files instead with
-ADAPTER_ONLY): the run's dtype, its tokenizer, a chat template defaulting to its thinking mode, a model card and
-export_settings.json. It replaces only a folder that an earlier export wrote and that holds nothing else.
+It loads with transformers or `vllm serve <folder>` (ADAPTER_ONLY: with peft): the run's dtype and tokenizer, a chat
+template defaulting to its thinking mode, a card, export_settings.json. It replaces only exports holding nothing else.
 """
 
 import json
@@ -52,17 +51,18 @@ def main(argv=()):
     if c["PUSH_TO_HUB"]:
         refuse_bad_push(c["PUSH_TO_HUB"])  # before any work: a missing token must not cost a merge first
     run = resolve(c, given=args.given)
-    metrics = modelcard.read_metrics(run_dir(c["ADAPTER"]))  # for the card; a damaged record is named before work
     out, only, adapter = Path(c["OUTPUT_DIR"]), c["ADAPTER_ONLY"], Path(c["ADAPTER"])
+    # for the card, the run folder's (a checkpoint-N's parent); a damaged record is named before any work
+    metrics = modelcard.read_metrics(adapter.parent if files.checkpoint_step(adapter) is not None else adapter)
     refuse_foreign_output_dir(out)
-    needs_base = not only or not (adapter / "tokenizer_config.json").is_file()  # the adapter alone: its tokenizer
-    remote = needs_base and not hub.is_local(c["MODEL_NAME"])
+    own = (adapter / "tokenizer_config.json").is_file()  # the run's tokenizer, saved beside its adapter
+    remote = (not only or not own) and not hub.is_local(c["MODEL_NAME"])  # then the base's files are read
     if remote and (problem := hub.hub_unreachable(c["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)
     what = "the adapter" if only else "the merged model"
     with process.phase(f"loading {what}"):  # with ADAPTER_ONLY, the adapter's own files are copied as they are
         model = None if only else merged_model(c["MODEL_NAME"], c["ADAPTER"], c["DTYPE"], c["TRUST_REMOTE_CODE"])
-        tokenizer = load_tokenizer(c["ADAPTER"], c["MODEL_NAME"], c["ENABLE_THINKING"], c["TRUST_REMOTE_CODE"])
+        tokenizer = load_tokenizer(adapter if own else c["MODEL_NAME"], c["ENABLE_THINKING"], c["TRUST_REMOTE_CODE"])
     keys = ("ADAPTER", "MODEL_NAME", "ENABLE_THINKING", "ADAPTER_ONLY", *(() if only else ("DTYPE",)))
     # what was merged, as the folder's record (uploaded with it): the run's settings without credentials
     record = files.redact({**{k: c[k] for k in keys}, "step": c["STEP"], "run_settings": run})
@@ -89,12 +89,6 @@ def main(argv=()):
     return out
 
 
-def run_dir(adapter):
-    """The run folder of an adapter: the adapter itself, or the parent of a checkpoint-N."""
-    path = Path(adapter)
-    return path.parent if files.checkpoint_step(path) is not None else path
-
-
 def resolve(c, given=frozenset()):
     """Fill in, in place, the settings left "" (and STEP, and ENABLE_THINKING unless `given`) from the run's
     records; return the run's settings dict for the model card."""
@@ -112,11 +106,10 @@ def resolve(c, given=frozenset()):
     if problem := checkpoints.adapter_problem(adapter):  # weights missing or cut short: peft fails only after the base
         raise ConfigError(problem)
     run = files.run_settings(adapter, run_types) or settings_from_adapter(config)
-    trained_on = config.get("base_model_name_or_path") or run.get("MODEL_NAME") or ""
-    c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or trained_on
+    c["MODEL_NAME"] = c["MODEL_NAME"] or run.get("MODEL_NAME") or config.get("base_model_name_or_path") or ""
     if not c["MODEL_NAME"]:
         raise ConfigError(f"the base model of {adapter} is not recorded; give it: --MODEL_NAME=<Hub id or folder>.")
-    if trained_on and checkpoints.other_base_model(config, c["MODEL_NAME"]):
+    if trained_on := checkpoints.other_base_model(config, c["MODEL_NAME"]):
         raise ConfigError(
             f"ADAPTER {adapter} was trained on {trained_on}, but MODEL_NAME is {c['MODEL_NAME']}: merging it there "
             f"gives a broken model. Leave MODEL_NAME empty to use {trained_on} (a local copy must keep its name)."
@@ -159,14 +152,13 @@ def default_output_dir(adapter, suffix="-merged"):
     """<run>-merged beside the run, or <run>-checkpoint-N-merged (`suffix`: -adapter for ADAPTER_ONLY): never
     inside the run, whose folders Trainer owns."""
     path = Path(adapter).resolve()
-    return str(run_dir(path)) + (f"-{path.name}" if path != run_dir(path) else "") + suffix
+    return f"{path.parent}-{path.name}{suffix}" if files.checkpoint_step(path) is not None else f"{path}{suffix}"
 
 
 def refuse_bad_push(repo_id):
     """Refuse PUSH_TO_HUB without a Hub token or with the Hub switched off, naming the fix."""
     from huggingface_hub import get_token
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(repo_id)
@@ -190,8 +182,7 @@ def refuse_foreign_output_dir(out):
         raise ConfigError(f"OUTPUT_DIR={out} is a file; give a folder path.")
     if problem := preflight.output_dir_problem(out) or preflight.output_dir_problem(out.parent):
         raise ConfigError(problem)
-    present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    if not present:
+    if not out.is_dir() or not any(out.iterdir()):
         return
     if not (out / marker).is_file():
         raise ConfigError(
@@ -204,7 +195,7 @@ def refuse_foreign_output_dir(out):
             f"OUTPUT_DIR={out} is an earlier export whose {marker} does not list its files, so files added there "
             "cannot be told apart.\nDelete that folder (after keeping what you added), or give a new --OUTPUT_DIR."
         )
-    if extra := [name for name in present if name not in written]:
+    if extra := sorted(p.name for p in out.iterdir() if p.name not in written):
         shown = ", ".join(extra[:5]) + (f", ... ({len(extra)} in all)" if len(extra) > 5 else "")
         raise ConfigError(
             f"OUTPUT_DIR={out} holds {shown}, which the earlier export there did not write; replacing the folder "
@@ -227,11 +218,10 @@ def merged_model(model_name, adapter, dtype, trust_remote_code=False):
     return model.merge_and_unload().eval()  # W + scale * B @ A in every adapted layer; the LoRA modules removed
 
 
-def load_tokenizer(adapter, model_name, enable_thinking, trust_remote_code=False):
-    """The run's tokenizer (beside the adapter, else the base's), its chat template defaulting to its thinking."""
+def load_tokenizer(source, enable_thinking, trust_remote_code=False):
+    """The tokenizer in `source` (the run's, or the base's), its chat template defaulting to the run's thinking."""
     from transformers import AutoTokenizer
 
-    source = adapter if (Path(adapter) / "tokenizer_config.json").is_file() else model_name
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     template = tokenizer.chat_template
     if isinstance(template, dict):  # named templates (e.g. default and tool_use): each gets the default
@@ -253,16 +243,13 @@ def with_thinking_default(template, enable_thinking):
 
 def licence_files(model_name):
     """The base model folder's LICENSE / NOTICE files, which its licence (e.g. Apache-2.0) asks to pass on."""
-    folder = Path(model_name)
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.upper().startswith(("LICENSE", "NOTICE")))
+    found = Path(model_name).glob("*")  # none for a Hub id
+    return sorted(p for p in found if p.is_file() and p.name.upper().startswith(("LICENSE", "NOTICE")))
 
 
 def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
-    """Write the export (`model`, or None, and `extra_files` copied as they are) beside `out`, then move it into
-    place (`files.publish_dir`): never half an export, never stale shards. The marker lists every name written,
-    with `later` (the card), for `refuse_foreign_output_dir`."""
+    """Write `model` (None with ADAPTER_ONLY), `tokenizer` and `extra_files` beside `out`, then move them into place:
+    never half an export nor stale shards. The marker lists every name, with `later` (the card), for replacing it."""
     if out.exists():
         log.info("replacing the earlier export in %s", out)
     with files.publish_dir(out, replace=True) as partial:
@@ -272,12 +259,11 @@ def write_folder(out, model, tokenizer, record, extra_files=(), later=()):
         for path in extra_files:
             shutil.copy2(path, partial / path.name)
         files.honour_umask(partial)
-        names = sorted({p.name for p in partial.iterdir()} | {marker, *later})
-        record = {**record, "files": names}
+        record = {**record, "files": sorted({p.name for p in partial.iterdir()} | {marker, *later})}
         (partial / marker).write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def push(out, repo_id, private, what="the merged model"):
+def push(out, repo_id, private, what):
     """Create the Hub repo (private unless PRIVATE=False; an existing repo keeps its visibility) and upload."""
     from huggingface_hub import create_repo, upload_folder
 

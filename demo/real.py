@@ -6,11 +6,12 @@ one or two steps of arithmetic on small numbers generated from the seed.
     python -m demo.real outputs/real-task 0      # write the task's {train,test}.jsonl for a seed
 """
 
+import functools
 import random
 import sys
 from pathlib import Path
 
-from demo import sums
+from demo import smoke, sums
 from grpo import hardware
 
 TRAIN_PROBLEMS = 2000  # the run reads 25 steps x 4 = 100 of them; the rest keep later, longer runs fresh
@@ -36,9 +37,8 @@ KINDS = [
 ]
 OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
 
-# `--real`: these settings over the constants, then the command line's; `prepare` sets the task (after preflight's
-# checks: a path not yet written would be refused) and bf16.
-# docs/real-model.md says why each was chosen, before the seeds were run.
+# `--real`: these settings over the constants, then the command line's (docs/real-model.md says why each was chosen,
+# before the seeds were run); `prepare` writes the task after preflight (which refuses unwritten paths), sets bf16.
 SETTINGS = dict(
     MODEL_NAME=MODEL,
     OUTPUT_DIR="outputs/real",
@@ -60,19 +60,13 @@ SETTINGS = dict(
     EVAL_BATCH_SIZE=64,
     EVAL_STEPS=0,
     EVAL_SUBSET=64,
-    USE_VLLM=False,
-    VLLM_GPU_MEMORY_UTILIZATION=0.3,
-    BF16=False,
-    ACTIVATION_CHECKPOINTING=False,
+    **smoke.CPU_SETTINGS,
 )
+FIXED = ()
 
 
 def solve(kind, numbers):
-    """(the worked solution ending in '#### N', N) of problem `kind` on `numbers` {"a": .., "b": .., "c": ..}.
-
-    >>> solve(3, {"a": 5, "b": 7, "c": 4})
-    ('5 + 7 = 12\\n12 - 4 = 8\\n#### 8', 8)
-    """
+    """(the worked solution ending in '#### N', N) of problem `kind` on `numbers` {"a": .., "b": .., "c": ..}."""
     lines, result = [], None
     for left, op, right in KINDS[kind][1]:  # "a+b": a, +, b
         x = result if left == "r" else numbers[left]
@@ -86,7 +80,7 @@ def make_problems(seed, n=TRAIN_PROBLEMS + TEST_PROBLEMS):
     """`n` distinct problems from `seed`: dicts with question, kind, numbers and value (the answer); every answer is
     a whole number above 0 (a difference never goes negative)."""
     rng = random.Random(seed)
-    seen, rows = set(), []
+    rows = {}  # by question: no problem twice
     while len(rows) < n:
         kind = rng.randrange(len(KINDS))
         template, steps, (low, high) = KINDS[kind]
@@ -98,21 +92,18 @@ def make_problems(seed, n=TRAIN_PROBLEMS + TEST_PROBLEMS):
         name, friend = rng.sample(sums.NAMES, 2)
         pronoun = sums.PRONOUNS.get(name, "He")
         question = template.format(n=name, f=friend, p=pronoun, item=rng.choice(sums.ITEMS), **numbers)
-        if question not in seen:
-            seen.add(question)
-            rows.append({"question": question, "kind": kind, "numbers": numbers, "value": solve(kind, numbers)[1]})
-    return rows
+        value = solve(kind, numbers)[1]
+        rows.setdefault(question, {"question": question, "kind": kind, "numbers": numbers, "value": value})
+    return list(rows.values())
 
 
-def make_task(seed, train=TRAIN_PROBLEMS, test=TEST_PROBLEMS):
+def make_task(seed):
     """(train_rows, test_rows) in GSM8K's format, the worked solution as gold; no question in both splits."""
     rows = [{"question": p["question"], "answer": solve(p["kind"], p["numbers"])[0]} for p in make_problems(seed)]
-    return rows[:train], rows[train : train + test]
+    return rows[:TRAIN_PROBLEMS], rows[TRAIN_PROBLEMS:]
 
 
-def write_task(folder, seed):
-    """Write make_task(seed) as folder/{train,test}.jsonl, unless there; return the folder."""
-    return sums.write_task(folder, seed, make=make_task)
+write_task = functools.partial(sums.write_task, make=make_task)  # (folder, seed): the task's files, unless there
 
 
 def prepare(s, given):
@@ -124,9 +115,6 @@ def prepare(s, given):
     if "BF16" not in given:
         s["BF16"] = hardware.cpu_bf16()
     return s
-
-
-FIXED = ()
 
 
 def build(s):

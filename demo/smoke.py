@@ -1,6 +1,5 @@
 """The `--smoke` profile: the whole pipeline offline on the CPU in seconds, on a folder that loads like a downloaded
-Qwen3 (a random 35k-parameter Qwen3, a BPE tokenizer trained on the fixture, a ChatML template). Its builders also
-serve the demo's warm start (demo/sums.py) and the tests.
+Qwen3 (random 35k-parameter weights, a BPE tokenizer, a ChatML template), built by helpers demo/sums.py reuses.
 
     python -m demo.smoke outputs/smoke-model   # build the smoke model folder by hand
 """
@@ -12,8 +11,9 @@ from pathlib import Path
 from grpo import gsm8k, hardware, preflight
 from grpo.files import publish_dir
 
-# `--smoke`: these settings over the constants, then the command line's: in fp32 with one thread, on the tiny model
-# below (built in OUTPUT_DIR/smoke-model unless MODEL_NAME is set).
+# What every CPU profile sets, where the GPU defaults differ
+CPU_SETTINGS = dict(USE_VLLM=False, VLLM_GPU_MEMORY_UTILIZATION=0.3, BF16=False, ACTIVATION_CHECKPOINTING=False)
+# `--smoke`: these settings over the constants, then the command line's; the tiny model below in OUTPUT_DIR/smoke-model
 SETTINGS = dict(
     DATASET=str(gsm8k.FIXTURE),
     OUTPUT_DIR="outputs/smoke",
@@ -24,8 +24,6 @@ SETTINGS = dict(
     SAVE_STEPS=2,
     TEMPERATURE=1.0,
     LEARNING_RATE=1e-3,
-    BF16=False,
-    ACTIVATION_CHECKPOINTING=False,
     EVAL_STEPS=0,  # the smoke run checks the pipeline; --EVAL_STEPS=2 --EVAL_SUBSET=8 tries the held-out curve
     LOG_COMPLETIONS_STEPS=1,  # a completions table at each of its steps
     # the values it always ran with, where the GPU defaults (sized for Qwen3-8B) differ
@@ -35,10 +33,8 @@ SETTINGS = dict(
     EVAL_AFTER=0,
     EVAL_SUBSET=64,
     EVAL_BATCH_SIZE=64,
-    USE_VLLM=False,
-    VLLM_GPU_MEMORY_UTILIZATION=0.3,
+    **CPU_SETTINGS,
 )
-
 FIXED = ("MAX_COMPLETION_LENGTH",)  # set short on purpose: advice does not ask to raise it here
 
 
@@ -48,10 +44,12 @@ def prepare(s, given):
 
 
 def build(s):
-    """The smoke model, unless there or MODEL_NAME names another: its LoRA targets checked against its config
-    first, so that a refusal leaves OUTPUT_DIR untouched."""
+    """Build the smoke model if missing and MODEL_NAME is it; LoRA targets checked first: a refusal writes nothing."""
     if s["MODEL_NAME"] == str(Path(s["OUTPUT_DIR"]) / "smoke-model") and not Path(s["MODEL_NAME"]).is_dir():
-        preflight.refuse_misfit_model(s, config=model_config())
+        from transformers import Qwen3Config
+
+        config = Qwen3Config(vocab_size=VOCAB_SIZE, architectures=["Qwen3ForCausalLM"], **TINY_QWEN3)  # as saved
+        preflight.refuse_misfit_model(s, config=config)
         cpu_model(s["OUTPUT_DIR"])
 
 
@@ -62,9 +60,6 @@ def finish(output_dir):
         "random, so rewards and accuracy stay near 0. `--demo` learns for real on the CPU (docs/demo.md)."
     )
 
-
-# Qwen's ChatML markers. Qwen3 ends an assistant turn with <|im_end|>; <|endoftext|> is its pad token.
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
 # Qwen3's chat template, reduced to what GSM8K needs: system/user/assistant turns and the `enable_thinking` switch.
 # With thinking off, Qwen3 pre-fills an empty think block so the model answers directly; this template does the same.
@@ -95,21 +90,15 @@ TINY_QWEN3 = dict(
 VOCAB_SIZE = 512  # 256 byte symbols + special tokens + ~250 merges learnt from the fixture (so "####" is one token)
 
 
-def training_text():  # the fixture, and the system prompt, whose words should tokenise compactly too
-    yield gsm8k.DEFAULT_PROMPT
-    with open(gsm8k.FIXTURE, encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            yield row["question"]
-            yield row["answer"]
-
-
 def build_tokenizer(texts=None, split_digits=False):
     """A byte-level BPE tokenizer trained on `texts` (default: the fixture) with Qwen's ChatML tokens.
     `split_digits`: one digit per token, as Qwen's tokenizer splits numbers (the demo's arithmetic needs it)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    if texts is None:  # the fixture, and the system prompt, whose words should tokenise compactly too
+        rows = map(json.loads, gsm8k.FIXTURE.read_text(encoding="utf-8").splitlines())
+        texts = [gsm8k.DEFAULT_PROMPT] + [row[key] for row in rows for key in ("question", "answer")]
     tok = Tokenizer(models.BPE())
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
     digits = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
@@ -117,11 +106,12 @@ def build_tokenizer(texts=None, split_digits=False):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
-        special_tokens=SPECIAL_TOKENS,
+        # Qwen's ChatML markers: Qwen3 ends an assistant turn with <|im_end|>; <|endoftext|> is its pad token
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte is encodable: no unknown tokens
         show_progress=False,
     )
-    tok.train_from_iterator(training_text() if texts is None else texts, trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -149,17 +139,9 @@ def build_model(tokenizer, seed=0, **overrides):
     return model
 
 
-def model_config():
-    """The smoke model's config, without building the model: what preflight checks LoRA settings against first."""
-    from transformers import Qwen3Config
-
-    return Qwen3Config(vocab_size=VOCAB_SIZE, architectures=["Qwen3ForCausalLM"], **TINY_QWEN3)  # as it is saved
-
-
 def cpu_model(output_dir):
-    """For the CPU profiles: one torch thread (fastest for the tiny model) and output_dir/smoke-model. Under torchrun,
-    save_pretrained writes the weights on rank 0 only: so rank 0 builds it and the others wait (a rank's own build
-    would publish a folder of tokenizer files alone)."""
+    """One torch thread (fastest for the tiny model) and output_dir/smoke-model, built by rank 0 under torchrun while
+    the others wait: save_pretrained writes weights on rank 0 only, so another rank's would lack them."""
     import torch.distributed as dist
 
     hardware.one_cpu_thread()

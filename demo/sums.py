@@ -13,8 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from demo.smoke import build_model, build_tokenizer
-from grpo import gsm8k, hardware
+from demo.smoke import CPU_SETTINGS, build_model, build_tokenizer
+from grpo import generation, gsm8k, hardware
 from grpo.files import publish_dir
 
 log = logging.getLogger("grpotrainer.demo")
@@ -74,19 +74,13 @@ SETTINGS = dict(
     EVAL_SUBSET=64,
     BETA=0.05,  # the values it always ran with, where the GPU defaults (sized for Qwen3-8B) differ
     WARMUP_STEPS=0,
-    USE_VLLM=False,
-    VLLM_GPU_MEMORY_UTILIZATION=0.3,
-    BF16=False,
-    ACTIVATION_CHECKPOINTING=False,
+    **CPU_SETTINGS,
 )
+FIXED = ()  # nothing the advice names is set on purpose
 
 
 def worked(a, b):
-    """The written column addition of a + b, units first, each column 'x+y+carry=two-digit sum', then '#### N'.
-
-    >>> worked(457, 386)
-    '457+386\\n7+6+0=13\\n5+8+1=14\\n4+3+1=08\\n#### 843'
-    """
+    """The written column addition of a + b, units first, each column 'x+y+carry=two-digit sum', then '#### N'."""
     lines, carry = [f"{a}+{b}"], 0
     for x, y in zip(str(a)[::-1], str(b)[::-1], strict=True):
         total = int(x) + int(y) + carry
@@ -96,11 +90,7 @@ def worked(a, b):
 
 
 def style(completion):
-    """'one-shot' for a completion that starts with its '#### N' answer, else 'worked'.
-
-    >>> style("#### 843"), style(worked(457, 386))
-    ('one-shot', 'worked')
-    """
+    """'one-shot' for a completion that starts with its '#### N' answer, else 'worked'."""
     return "one-shot" if completion.lstrip().startswith("####") else "worked"
 
 
@@ -108,7 +98,7 @@ def make_problems(seed, n=TRAIN_PROBLEMS + TEST_PROBLEMS):
     """`n` distinct word problems from `seed`: dicts with question, a and b (the two numbers to add)."""
     rng = random.Random(seed)
     low, high = 10 ** (DIGITS - 1), 10**DIGITS - 1
-    seen, rows = set(), []
+    rows = {}  # by question: no problem twice
     while len(rows) < n:
         template = rng.choice(TEMPLATES)
         name, friend = rng.sample(NAMES, 2)
@@ -116,16 +106,14 @@ def make_problems(seed, n=TRAIN_PROBLEMS + TEST_PROBLEMS):
         pronoun = PRONOUNS.get(name, "He")
         fields = dict(n=name, f=friend, p=pronoun, o="her" if pronoun == "She" else "him", item=rng.choice(ITEMS))
         question = template.format(a=a, b=b, **fields)
-        if question not in seen:
-            seen.add(question)
-            rows.append({"question": question, "a": a, "b": b})
-    return rows
+        rows.setdefault(question, {"question": question, "a": a, "b": b})
+    return list(rows.values())
 
 
-def make_task(seed, train=TRAIN_PROBLEMS, test=TEST_PROBLEMS):
+def make_task(seed):
     """(train_rows, test_rows) in GSM8K's format, the worked solution as gold; no question in both splits."""
-    rows = [{"question": r["question"], "answer": worked(r["a"], r["b"])} for r in make_problems(seed, train + test)]
-    return rows[:train], rows[train:]
+    rows = [{"question": r["question"], "answer": worked(r["a"], r["b"])} for r in make_problems(seed)]
+    return rows[:TRAIN_PROBLEMS], rows[TRAIN_PROBLEMS:]
 
 
 def write_task(folder, seed, make=None):
@@ -139,44 +127,20 @@ def write_task(folder, seed, make=None):
     return str(folder)
 
 
-def warm_start_targets(seed, one_shot_share=ONE_SHOT_SHARE):
+def warm_start_targets(seed):
     """The train split's questions and the two phases' targets: (questions, worked_targets, mixed_targets)."""
     problems = make_problems(seed)[:TRAIN_PROBLEMS]
     rng = random.Random(seed + 1)
     worked_targets = [worked(r["a"], r["b"]) for r in problems]
     one_shot = [f"#### {r['a'] + r['b']}" for r in problems]  # the answer alone, as a terse model states it
-    mixed = [o if rng.random() < one_shot_share else w for o, w in zip(one_shot, worked_targets, strict=True)]
+    mixed = [o if rng.random() < ONE_SHOT_SHARE else w for o, w in zip(one_shot, worked_targets, strict=True)]
     return [r["question"] for r in problems], worked_targets, mixed
-
-
-def _sft(model, tokenizer, data, work, seed, steps, learning_rate, schedule):
-    """One supervised phase with TRL's SFTTrainer; the trained model."""
-    from trl import SFTConfig, SFTTrainer
-
-    config = SFTConfig(
-        output_dir=str(work),
-        max_steps=steps,
-        per_device_train_batch_size=SFT_BATCH_SIZE,
-        learning_rate=learning_rate,
-        lr_scheduler_type=schedule,
-        warmup_steps=round(0.05 * steps) if schedule == "cosine" else 0,
-        weight_decay=0.0,
-        seed=seed,
-        logging_steps=100,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        bf16=False,
-        dataloader_num_workers=0,
-    )
-    trainer = SFTTrainer(model=model, args=config, train_dataset=data, processing_class=tokenizer)
-    trainer.train()
-    return trainer.model
 
 
 def warm_start(folder, seed, system_prompt=gsm8k.DEFAULT_PROMPT):
     """Train a tiny Qwen3 on the train split in the two phases above and save it to `folder`."""
     import datasets
+    from trl import SFTConfig, SFTTrainer
 
     questions, worked_targets, mixed_targets = warm_start_targets(seed)
     # the chat roles' words and the system prompt in every text, so that BPE merges them into few tokens
@@ -184,12 +148,8 @@ def warm_start(folder, seed, system_prompt=gsm8k.DEFAULT_PROMPT):
     texts = (f"system\n{system_prompt}\nuser\n{q}\nassistant\n{t}" for q, t in pairs)
     tokenizer = build_tokenizer(texts, split_digits=True)
     model = build_model(tokenizer, seed=seed, **DEMO_QWEN3)
-    prompts = [  # rendered exactly as GRPO and the evaluation render them
-        tokenizer.apply_chat_template(
-            gsm8k.make_prompt(q, system_prompt), tokenize=False, add_generation_prompt=True, enable_thinking=False
-        )
-        for q in questions
-    ]
+    # rendered exactly as GRPO and the evaluation render them
+    prompts = generation.render(tokenizer, [gsm8k.make_prompt(q, system_prompt) for q in questions])
     work = Path(folder).with_name(Path(folder).name + f".sft{os.getpid()}")
     phases = [
         (worked_targets, WORKED_STEPS, WORKED_LEARNING_RATE, "cosine"),
@@ -197,8 +157,23 @@ def warm_start(folder, seed, system_prompt=gsm8k.DEFAULT_PROMPT):
     ]
     for number, (targets, steps, learning_rate, schedule) in enumerate(phases, 1):
         log.info("warm start, phase %d of 2: %d supervised steps", number, steps)
+        config = SFTConfig(
+            output_dir=str(work),
+            max_steps=steps,
+            per_device_train_batch_size=SFT_BATCH_SIZE,
+            learning_rate=learning_rate,
+            lr_scheduler_type=schedule,
+            warmup_steps=round(0.05 * steps) if schedule == "cosine" else 0,
+            seed=seed,
+            logging_steps=100,
+            save_strategy="no",
+            use_cpu=True,
+            bf16=False,  # SFTConfig's default is bf16
+        )
         data = datasets.Dataset.from_dict({"prompt": prompts, "completion": targets})
-        model = _sft(model, tokenizer, data, work, seed, steps, learning_rate, schedule)
+        trainer = SFTTrainer(model=model, args=config, train_dataset=data, processing_class=tokenizer)
+        trainer.train()
+        model = trainer.model
     model = model.eval()
     model.generation_config.do_sample = False
     with publish_dir(folder) as tmp:
@@ -206,9 +181,6 @@ def warm_start(folder, seed, system_prompt=gsm8k.DEFAULT_PROMPT):
         tokenizer.save_pretrained(tmp)
     shutil.rmtree(work, ignore_errors=True)
     return str(folder)
-
-
-FIXED = ()  # nothing the advice names is set on purpose
 
 
 def prepare(s, given):
@@ -234,11 +206,7 @@ def build(s):
 
 
 def style_stats(predictions):
-    """The share of worked solutions among `predictions` (evaluation records) and the accuracy of each style.
-
-    >>> style_stats([{"completion": "#### 9", "correct": False}, {"completion": "4+5\\n#### 9", "correct": True}])
-    {'worked_share': 0.5, 'one-shot_accuracy': 0.0, 'worked_accuracy': 1.0}
-    """
+    """The share of worked solutions among `predictions` (evaluation records) and the accuracy of each style."""
     stats = {"worked_share": sum(style(p["completion"]) == "worked" for p in predictions) / len(predictions)}
     for name in ("one-shot", "worked"):
         graded = [p["correct"] for p in predictions if style(p["completion"]) == name]

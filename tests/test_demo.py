@@ -122,6 +122,30 @@ def test_style_tells_a_one_shot_answer_from_working(completion, expected):
     assert sums.style(completion) == expected
 
 
+def test_worked_writes_each_column_with_its_carry():
+    # units first, every column two digits wide; moved from the docstring of worked
+    assert sums.worked(457, 386) == "457+386\n7+6+0=13\n5+8+1=14\n4+3+1=08\n#### 843"
+    assert sums.style(sums.worked(457, 386)) == "worked"
+
+
+def test_style_stats_counts_the_share_of_working_and_each_styles_accuracy():
+    predictions = [{"completion": "#### 9", "correct": False}, {"completion": "4+5\n#### 9", "correct": True}]
+    assert sums.style_stats(predictions) == {"worked_share": 0.5, "one-shot_accuracy": 0.0, "worked_accuracy": 1.0}
+    # a style no completion has: no accuracy rather than a division by zero
+    assert sums.style_stats(predictions[:1]) == {
+        "worked_share": 0.0,
+        "one-shot_accuracy": 0.0,
+        "worked_accuracy": None,
+    }
+
+
+def test_real_solve_writes_each_step_and_the_answer():
+    from demo import real
+
+    # kind 3: buys b more, then gives c away (moved from the docstring of demo/real.py's solve)
+    assert real.solve(3, {"a": 5, "b": 7, "c": 4}) == ("5 + 7 = 12\n12 - 4 = 8\n#### 8", 8)
+
+
 def test_finish_is_one_before_after_line(tmp_path):
     rows = {"before": ["#### 9", "#### 8"], "after": ["4+5\n#### 9", "#### 9"]}
     for when, completions in rows.items():
