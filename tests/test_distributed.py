@@ -219,6 +219,8 @@ sharded = all(isinstance(p, DTensor) for p in model.parameters())
 report = {"rank": accelerator.process_index, "sharded": sharded, "n": metrics["n"], "forwards": len(forwards)}
 with open(f"{out}/rank{accelerator.process_index}.json", "w") as f:  # not stdout, where rank 0 prints its table
     f.write(json.dumps(report))
+accelerator.wait_for_everyone()  # rank 0 writes the files; both leave the process group together
+accelerator.end_training()
 """
 
 
