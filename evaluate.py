@@ -238,7 +238,7 @@ def main(argv=()):
     step = files.adapter_step(s["ADAPTER"])  # a trainer_state.json edited by hand is named before any work
     if s["ADAPTER"] and (newer := files.newer_checkpoint(s["ADAPTER"], step)):
         log.warning(newer)
-    if not hub.is_local(s["MODEL_NAME"]) and (problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME")):
+    if problem := hub.hub_unreachable(s["MODEL_NAME"], "MODEL_NAME"):
         raise ConfigError(problem)  # in seconds, not after huggingface_hub's minute of retries
     fold = generation.refuses_system_turn(s["MODEL_NAME"], s["TRUST_REMOTE_CODE"])  # Gemma's, Mistral's templates
     if s["ASK"]:

@@ -56,8 +56,8 @@ def main(argv=()):
     metrics = modelcard.read_metrics(adapter.parent if files.checkpoint_step(adapter) is not None else adapter)
     refuse_foreign_output_dir(out)
     own = (adapter / "tokenizer_config.json").is_file()  # the run's tokenizer, saved beside its adapter
-    remote = (not only or not own) and not hub.is_local(c["MODEL_NAME"])  # then the base's files are read
-    if remote and (problem := hub.hub_unreachable(c["MODEL_NAME"], "MODEL_NAME")):
+    # the base's files are read unless only the adapter and its own tokenizer are written
+    if (not only or not own) and (problem := hub.hub_unreachable(c["MODEL_NAME"], "MODEL_NAME")):
         raise ConfigError(problem)
     what = "the adapter" if only else "the merged model"
     with process.phase(f"loading {what}"):  # with ADAPTER_ONLY, the adapter's own files are copied as they are
@@ -158,12 +158,9 @@ def default_output_dir(adapter, suffix="-merged"):
 def refuse_bad_push(repo_id):
     """Refuse PUSH_TO_HUB without a Hub token or with the Hub switched off, naming the fix."""
     from huggingface_hub import get_token
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as err:
-        raise ConfigError(f"PUSH_TO_HUB={repo_id!r} is not a Hub repo id ({err}); write it as you/name.") from None
+    if err := hub.id_error(repo_id):
+        raise ConfigError(f"PUSH_TO_HUB={repo_id!r} is not a Hub repo id ({err}); write it as you/name.")
     if hub.hub_offline():
         raise ConfigError(
             f"PUSH_TO_HUB={repo_id} needs the Hub, but HF_HUB_OFFLINE is set. Unset it, or export without "
