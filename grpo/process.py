@@ -36,12 +36,11 @@ EVALUATIONS = {w: named(f"held_out.{f}") for w, f in (("before", "before"), ("du
 
 
 class Interrupted(BaseException):
-    """SIGTERM or Ctrl-C outside training, unwinding the script through every `finally` (the lock, a publish_dir);
-    a BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it."""
+    """SIGTERM or Ctrl-C outside training: a BaseException, so that no `except Exception` swallows it on its way."""
 
-    def __init__(self, signum, message):
-        super().__init__(signum, message)
-        self.signum, self.message = signum, message  # the phase as it was when the signal came
+    def __init__(self, signum):
+        super().__init__(signum, stop_message(signum))  # the phase as it is when the signal comes
+        self.signum, self.message = self.args
 
 
 NOTHING_WRITTEN = "nothing was written; the same command starts again"
@@ -76,7 +75,7 @@ _pending = []
 
 
 def _interrupt(signum, frame):
-    _pending[:] = [Interrupted(signum, stop_message(signum))]
+    _pending[:] = [Interrupted(signum)]
     raise _pending[0]
 
 
@@ -88,8 +87,7 @@ def raise_pending():
 
 @contextlib.contextmanager
 def interruptible():
-    """SIGTERM and Ctrl-C unwind the block through `run`, with its one line for the phase, whatever handlers were
-    there before (training's, for work inside train() that trains nothing); put back after it."""
+    """SIGTERM and Ctrl-C unwind the block through `run`, whatever handlers were there before; put back after it."""
     previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
@@ -99,8 +97,7 @@ def interruptible():
 
 
 def _thread_error(args):
-    """A thread's full disk (TensorBoard's event writer's) is left to the main thread, which meets the same error at
-    its next write or flush and says it in one line; anything else as Python prints it."""
+    """A thread's full disk (TensorBoard's writer's) is left to the main thread, which says it at its next write."""
     if not (isinstance(args.exc_value, OSError) and args.exc_value.errno in FULL):
         threading.__excepthook__(args)
 
@@ -132,14 +129,13 @@ def run(main):
             # stdout pointed at /dev/null so that Python's own flush at exit finds nothing to complain about
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(128 + signal.SIGPIPE)
-        except (Interrupted, KeyboardInterrupt) as err:
-            signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        except (Interrupted, KeyboardInterrupt) as caught:
+            err = caught if isinstance(caught, Interrupted) else Interrupted(signal.SIGINT)
             _pending.clear()
             for other in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut this line into a traceback
                 signal.signal(other, signal.SIG_IGN)
-            message = err.message if isinstance(err, Interrupted) else stop_message(signum)
-            print(f"\n{message}", file=sys.stderr, flush=True)
-            sys.exit(128 + signum)
+            print(f"\n{err.message}", file=sys.stderr, flush=True)
+            sys.exit(128 + err.signum)
         finally:
             threading.excepthook = hook
 
@@ -157,14 +153,12 @@ def _stdout_broken():
 def setup_logging(prefix, rank0=True):
     """Log the "grpotrainer" loggers to stderr as "[prefix] message". The root logger stays unconfigured: a
     library with its own handler (huggingface_hub) would otherwise print every message twice."""
-    logger = logging.getLogger("grpotrainer")
-    if not logger.handlers:
-        logger.addHandler(logging.StreamHandler())
-    logger.handlers[0].stream = sys.stderr  # today's (setStream would flush a closed one: a test's capture)
-    logger.handlers[0].setFormatter(logging.Formatter(f"[{prefix}] %(message)s"))
-    logger.setLevel(logging.INFO if rank0 else logging.WARNING)
-    logger.propagate = False
-    return logger
+    if not log.handlers:
+        log.addHandler(logging.StreamHandler())
+    log.handlers[0].stream = sys.stderr  # today's (setStream would flush a closed one: a test's capture)
+    log.handlers[0].setFormatter(logging.Formatter(f"[{prefix}] %(message)s"))
+    log.setLevel(logging.INFO if rank0 else logging.WARNING)
+    log.propagate = False
 
 
 def require(packages, script):
@@ -279,16 +273,15 @@ class GracefulStop:
     without saving it (the newest whole checkpoint resumes); copies of the signal (COPY_WINDOW) and signals during
     the save are ignored. `exit_code` is 128 + the signal: a restart loop must see that the run is not done."""
 
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), resuming=None, grace=0):
+    signals = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, resuming=None, grace=0):
         # until training begins, a signal unwinds through run, whose line says what the same command does then
         again = "no step was trained; the same command starts again"
         set_phase("loading the model", f"the same command resumes from {resuming}" if resuming else again)
-        self.signals = tuple(signals)
         self.grace = grace  # seconds the step may take after the signal; 0 = no limit
-        self.received = None  # the first signal's number
-        self.received_at = None  # and its time.monotonic()
-        self.signal_name = None  # its name, once the processes have agreed to stop
-        self.stopped_at = None  # the global step after which training stopped
+        self.received = self.received_at = None  # the first signal's number and its time.monotonic()
+        self.signal_name = self.stopped_at = None  # its name and the step trained, once the processes agreed to stop
         self.saved = None  # the checkpoint folder saved for the stop
         self.newest = resuming  # the newest whole checkpoint: what a rerun resumes from
         self.step = None  # the steps finished when the current one began
@@ -299,8 +292,7 @@ class GracefulStop:
         self.during = None  # the setting of the evaluation a signal cut short (EVALUATIONS)
 
     def handle(self, signum, frame):
-        """Record the first signal and start the grace timer; a later one ends a step still running at once, or is
-        ignored, saying what the run is doing now: saving, or ending."""
+        """Record the first signal, start the grace timer; a later one ends a running step or is ignored (says why)."""
         name = signal.Signals(signum).name
         if self.received is None:
             self.received, self.received_at = signum, time.monotonic()
@@ -351,13 +343,11 @@ class GracefulStop:
     @contextlib.contextmanager
     def evaluating(self, when, device=None):
         """A held-out evaluation (`when`: before, during or after) that a signal ends at its next `scoring.check()`,
-        on every rank at once (`any_rank`); `scoring.cut` then holds the signal. Before training, nothing is saved:
-        there the signal unwinds the script."""
+        on every rank at once; `scoring.cut` then holds the signal. Before training, the signal unwinds the script."""
 
         def check():
             if any_rank(self.received is not None, device):
-                signum = self.received or signal.SIGTERM  # another rank's
-                raise Interrupted(signum, stop_message(signum))
+                raise Interrupted(self.received or signal.SIGTERM)  # SIGTERM: another rank's
 
         scoring = types.SimpleNamespace(cut=[], check=check)
         try:
@@ -367,8 +357,7 @@ class GracefulStop:
             if when == "before":
                 raise
             scoring.cut.append(err.signum)
-            self.received = self.received or err.signum
-            self.received_at = self.received_at or time.monotonic()
+            self.received = self.received or err.signum  # its received_at is never read: signal_name is set
             self.signal_name, self.during = signal.Signals(self.received).name, EVALUATIONS[when]
 
     @property
@@ -376,13 +365,12 @@ class GracefulStop:
         return 128 + (self.received or signal.SIGTERM)
 
     def message(self):
-        where = f"checkpoint saved to {self.saved}" if self.saved else "no checkpoint was saved"
-        if self.during == EVALUATIONS["after"]:
-            where = "the adapter is saved, the run not marked finished; rerun the same command to score it and finish"
-            return f"stopped by {self.signal_name} while scoring {self.during} at step {self.stopped_at}; {where}"
         during = f" while scoring {self.during}" if self.during else ""
-        again = "rerun the same command to resume"
-        return f"stopped by {self.signal_name}{during} at step {self.stopped_at}; {where}; {again}"
+        then = f"checkpoint saved to {self.saved}" if self.saved else "no checkpoint was saved"
+        then += "; rerun the same command to resume"
+        if self.during == EVALUATIONS["after"]:
+            then = "the adapter is saved, the run not marked finished; rerun the same command to score it and finish"
+        return f"stopped by {self.signal_name}{during} at step {self.stopped_at}; {then}"
 
 
 def chain(err):
