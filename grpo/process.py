@@ -39,7 +39,8 @@ class Interrupted(BaseException):
     """SIGTERM or Ctrl-C outside training: a BaseException, so that no `except Exception` swallows it on its way."""
 
     def __init__(self, signum):
-        super().__init__(signum, stop_message(signum))  # the phase as it is when the signal comes
+        # its one line, for the phase as it is when the signal comes (unwinding puts back the phases before it)
+        super().__init__(signum, f"stopped by {signal.Signals(signum).name} while {_phase[0]}: {_phase[1]}")
         self.signum, self.message = self.args
 
 
@@ -61,11 +62,6 @@ def phase(doing, outcome=None):
         yield
     finally:
         _phase[:] = before
-
-
-def stop_message(signum):
-    """The one line for a signal `signum` in the current phase."""
-    return f"stopped by {signal.Signals(signum).name} while {_phase[0]}: {_phase[1]}"
 
 
 # The Interrupted a signal raised, until it is handled. Raised inside a finalizer (a __del__ the garbage collector
@@ -119,9 +115,7 @@ def run(main):
             try:
                 os.getcwd()
             except FileNotFoundError:  # a relative path resolved against a folder that is gone: no fault of the code
-                print(
-                    "\nerror: the working folder was deleted while this ran; cd to one that exists.", file=sys.stderr
-                )
+                print("\nerror: the working folder was deleted as this ran; cd to one that exists.", file=sys.stderr)
                 sys.exit(2)
             if not isinstance(err, BrokenPipeError) or not _stdout_broken():  # another pipe's: a bug, kept as it is
                 raise
@@ -207,8 +201,9 @@ def take_lock(output_dir):
     except Timeout:
         holder = read_holder(output_dir / HOLDER_NAME)
         pid, host = holder.get("pid", "?"), holder.get("host", "an unknown host")
-        since = holder.get("since")
-        since = f"since {since}" if since else f"which has not named itself in {HOLDER_NAME} yet"
+        since = (
+            f"since {holder['since']}" if holder.get("since") else f"which has not named itself in {HOLDER_NAME} yet"
+        )
         return None, (
             f"OUTPUT_DIR {output_dir} is in use by another run (pid {pid} on {host}, {since}); "
             "two runs in one folder overwrite each other.\nWait for it to end, stop it, or give this run another "
