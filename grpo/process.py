@@ -312,9 +312,8 @@ class GracefulStop:
             self.timer = Watchdog(self.grace, self.end_step, f"not ended within STOP_GRACE={self.grace:g} s")
 
     def end_step(self, why):
-        """End the process now, the step unsaved, unless the processes agreed to save or the Trainer is between steps
-        (maybe saving: the next step gets the grace anew). On fd 2, by os._exit: the main thread may hold stderr's
-        lock or be stuck in a thread join."""
+        """End the process, the step unsaved, unless the processes agreed to save or the Trainer is between steps (the
+        next step gets the grace anew); on fd 2, by os._exit: the main thread may hold stderr's lock, or be joining."""
         with self.deciding:
             if self.signal_name is not None:
                 return
@@ -384,8 +383,7 @@ def frames(err):
 
 
 def writer_failed(e):
-    """A checkpoint writer's error that keeps no errno: safetensors' SafetensorError while serialising a file, or
-    the RuntimeError of torch.save's C++ writer."""
+    """A checkpoint writer's error without errno: safetensors' while serialising a file, torch.save's C++ writer's."""
     from safetensors import SafetensorError
 
     where = frames(e)
