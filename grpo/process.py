@@ -377,9 +377,9 @@ def chain(err):
 
 
 def frames(err):
-    """The (file, function) of each Python frame `err` passed through, outermost first."""
+    """The (file, function, frame) of each Python frame `err` passed through, outermost first."""
     walk = traceback.walk_tb(err.__traceback__)
-    return [(frame.f_code.co_filename.replace(os.sep, "/"), frame.f_code.co_name) for frame, _ in walk]
+    return [(frame.f_code.co_filename.replace(os.sep, "/"), frame.f_code.co_name, frame) for frame, _ in walk]
 
 
 def writer_failed(e):
@@ -388,8 +388,8 @@ def writer_failed(e):
 
     where = frames(e)
     if isinstance(e, SafetensorError):
-        return any(name in ("save_file", "serialize_file") for _, name in where)
-    return type(e) is RuntimeError and any(f.endswith("torch/serialization.py") and n == "save" for f, n in where)
+        return any(name in ("save_file", "serialize_file") for _, name, _ in where)
+    return type(e) is RuntimeError and any(f.endswith("torch/serialization.py") and n == "save" for f, n, _ in where)
 
 
 def disk_full_error(err, output_dir, then="rerun the same command to resume"):
@@ -419,10 +419,9 @@ def stall_error(err, ddp_timeout):
 
     several = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     for e in chain(err):
-        where = frames(e)
-        inner = where[-1] if where else ("", "")
-        in_torch_distributed = type(e) is RuntimeError and any(d in inner[0] for d in TORCH_DISTRIBUTED)
-        in_backward = type(e) is RuntimeError and several and inner[0].endswith(AUTOGRAD_ENGINE)
+        file = frames(e)[-1][0] if e.__traceback__ else ""  # where it was raised
+        in_torch_distributed = type(e) is RuntimeError and any(d in file for d in TORCH_DISTRIBUTED)
+        in_backward = type(e) is RuntimeError and several and file.endswith(AUTOGRAD_ENGINE)
         if isinstance(e, dist.DistError) or in_torch_distributed or in_backward:
             return ConfigError(
                 f"a process waited for the others and gave up (DDP_TIMEOUT={ddp_timeout} s; {first_line(e)}).\n"
@@ -458,10 +457,8 @@ def nonfinite_error(err):
     import torch
 
     for e in chain(err):
-        where = list(traceback.walk_tb(e.__traceback__))
-        if type(e) is not RuntimeError or not where or "transformers/generation/" not in frames(e)[-1][0]:
-            continue
-        probs = where[-1][0].f_locals.get("probs")
+        file, _, frame = frames(e)[-1] if e.__traceback__ else ("", "", None)  # where it was raised
+        probs = frame.f_locals.get("probs") if type(e) is RuntimeError and "transformers/generation/" in file else None
         if isinstance(probs, torch.Tensor) and not (probs.isfinite().all() and (probs >= 0).all()):
             return ConfigError(
                 f"the model's next-token probabilities are NaN or inf ({first_line(e)}).\n"
