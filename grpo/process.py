@@ -201,9 +201,8 @@ def take_lock(output_dir):
     except Timeout:
         holder = read_holder(output_dir / HOLDER_NAME)
         pid, host = holder.get("pid", "?"), holder.get("host", "an unknown host")
-        since = (
-            f"since {holder['since']}" if holder.get("since") else f"which has not named itself in {HOLDER_NAME} yet"
-        )
+        since = holder.get("since")
+        since = f"since {since}" if since else f"which has not named itself in {HOLDER_NAME} yet"
         return None, (
             f"OUTPUT_DIR {output_dir} is in use by another run (pid {pid} on {host}, {since}); "
             "two runs in one folder overwrite each other.\nWait for it to end, stop it, or give this run another "
