@@ -27,9 +27,7 @@ LOCK_NAME = "run.lock"  # in the output folder while a run holds it: filelock's 
 HOLDER_NAME = "run.lock.json"  # beside it: the holding run's pid, host and start, for the refusal
 TORCH_DISTRIBUTED = ("/torch/distributed/", "/torch/nn/parallel/")  # where a collective raises, in torch
 AUTOGRAD_ENGINE = "/torch/autograd/graph.py"  # where backward's errors, DDP's all-reduce's included, come out
-# seconds after a stop signal in which another is its copy, not a second request: torchrun forwards the terminal's
-# Ctrl-C to workers that got it too, and Slurm signals torchrun and its workers alike
-COPY_WINDOW = 2.0
+COPY_WINDOW = 2.0  # seconds in which another signal is a copy, not a request: torchrun and Slurm signal workers too
 FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk, a full quota
 # the setting of each held-out evaluation, for messages
 EVALUATIONS = {w: named(f"held_out.{f}") for w, f in (("before", "before"), ("during", "every"), ("after", "after"))}
@@ -119,8 +117,7 @@ def run(main):
                 sys.exit(2)
             if not isinstance(err, BrokenPipeError) or not _stdout_broken():  # another pipe's: a bug, kept as it is
                 raise
-            # stdout's reader went away (`--help | head -1`): end quietly, as SIGPIPE ends a command-line tool, with
-            # stdout pointed at /dev/null so that Python's own flush at exit finds nothing to complain about
+            # stdout's reader is gone (`--help | head -1`): end as SIGPIPE would, stdout on /dev/null for exit's flush
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(128 + signal.SIGPIPE)
         except (Interrupted, KeyboardInterrupt) as caught:
