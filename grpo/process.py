@@ -442,11 +442,6 @@ def faults(output_dir, ddp_timeout=None, then="rerun the same command to resume"
         raise known from None
 
 
-def disk_full(output_dir, then):
-    """A full disk raised in the block as one ConfigError (exit 2); any other error goes on."""
-    return faults(output_dir, then=then)
-
-
 def nonfinite_error(err):
     """A ConfigError when sampling met NaN or inf probabilities: a RuntimeError from transformers' generation whose
     innermost frame holds a `probs` tensor torch.multinomial refuses."""
