@@ -3,6 +3,8 @@ can fix, `first_line` to quote a library's error inside one of ours, and `is_loa
 that cannot be loaded from a bug by the exception's type and where it was raised, never by its words.
 """
 
+import traceback
+
 
 class ConfigError(Exception):
     """A problem the user can fix by changing a constant, an override or a file. One message, exit 2."""
@@ -43,17 +45,11 @@ def is_load_error(err):
         return False
     if isinstance(err, OSError | SafetensorError | EntryNotFoundError | HFValidationError):
         return True
-    if not isinstance(err, ValueError | RuntimeError):
+    if not isinstance(err, ValueError | RuntimeError) or err.__traceback__ is None:
         return False
-    tb = err.__traceback__
-    deepest = None
-    while tb is not None:  # the frame that raised it is the last one
-        deepest = tb.tb_frame
-        tb = tb.tb_next
-    frame = deepest
-    while frame is not None:
+    raised = list(traceback.walk_tb(err.__traceback__))[-1][0]  # the frame that raised it is the last one
+    for frame, _ in traceback.walk_stack(raised):  # it, then its callers
         module = frame.f_globals.get("__name__", "")
         if module.startswith(("transformers.", "peft.", "safetensors")) and frame.f_code.co_name in _LOADERS:
             return True
-        frame = frame.f_back
     return False

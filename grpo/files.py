@@ -99,17 +99,14 @@ def atomic_write(path, text, durable=False):
             os.fsync(fd)
         finally:
             os.close(fd)
-    return path
 
 
 def pid_alive(pid):
     """Whether a process with this pid runs on this machine."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, as another user
-        return True
+    except OSError as err:  # PermissionError: it exists, as another user
+        return not isinstance(err, ProcessLookupError)
     return True
 
 
@@ -179,12 +176,10 @@ def unshare(output_dir):
 
 
 def write_settings(output_dir, settings, main_process=True):
-    """Write a run's settings, without credentials, to `output_dir`/run_settings.json; return the path."""
-    path = Path(output_dir) / SETTINGS_FILE
+    """Write a run's settings, without credentials, to `output_dir`/run_settings.json."""
     if main_process:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(redact(settings), indent=2, default=str) + "\n")
-    return path
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write(Path(output_dir) / SETTINGS_FILE, json.dumps(redact(settings), indent=2, default=str) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,10 +212,9 @@ def redact_argv(argv):
         if i and not sep and SECRET_KEY.search(argv[i - 1].removeprefix("--")) and "=" not in argv[i - 1]:
             out.append(REDACTED)  # the value of `--hub_token abc`
             continue
-        try:
+        parsed = None
+        with contextlib.suppress(ValueError):  # not JSON: a text
             parsed = json.loads(value) if value.startswith("{") else None
-        except ValueError:
-            parsed = None
         value = json.dumps(redact(parsed)) if isinstance(parsed, dict) else redact(value, key)
         out.append(f"--{key}={value}" if sep else redact(arg))
     return out
@@ -236,10 +230,8 @@ def redact_fields(config):
 
 def run_settings(adapter, types=None):
     """The settings a run recorded, for its output folder or a checkpoint-N in it; {} if none."""
-    for folder in (Path(adapter), Path(adapter).parent):
-        if (folder / SETTINGS_FILE).is_file():
-            return read_json_object(folder / SETTINGS_FILE, types)
-    return {}
+    found = [f / SETTINGS_FILE for f in (Path(adapter), Path(adapter).parent) if (f / SETTINGS_FILE).is_file()]
+    return read_json_object(found[0], types) if found else {}
 
 
 def newer_checkpoint(adapter, step):

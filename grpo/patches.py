@@ -33,12 +33,8 @@ class KeepFp32(TrainerCallback):
     def __init__(self, model):
         self.model = model
         self.params = []  # (parameter, its fp32 tensor), taken at each step's start
-        self.buffers = [
-            (module, name, buffer)
-            for module in model.modules()
-            for name, buffer in module._buffers.items()
-            if buffer is not None and buffer.dtype == torch.float32
-        ]
+        buffers = [(module, name, buffer) for module in model.modules() for name, buffer in module._buffers.items()]
+        self.buffers = [(m, name, b) for m, name, b in buffers if b is not None and b.dtype == torch.float32]
         generate_batch = model.generate_batch
 
         def generate_then_restore(*args, **kwargs):

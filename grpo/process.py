@@ -27,21 +27,19 @@ LOCK_NAME = "run.lock"  # in the output folder while a run holds it: filelock's 
 HOLDER_NAME = "run.lock.json"  # beside it: the holding run's pid, host and start, for the refusal
 TORCH_DISTRIBUTED = ("/torch/distributed/", "/torch/nn/parallel/")  # where a collective raises, in torch
 AUTOGRAD_ENGINE = "/torch/autograd/graph.py"  # where backward's errors, DDP's all-reduce's included, come out
-# seconds after a stop signal in which another is its copy, not a second request: torchrun forwards the terminal's
-# Ctrl-C to workers that got it too, and Slurm signals torchrun and its workers alike
-COPY_WINDOW = 2.0
+COPY_WINDOW = 2.0  # seconds in which another signal is a copy, not a request: torchrun and Slurm signal workers too
 FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk, a full quota
 # the setting of each held-out evaluation, for messages
 EVALUATIONS = {w: named(f"held_out.{f}") for w, f in (("before", "before"), ("during", "every"), ("after", "after"))}
 
 
 class Interrupted(BaseException):
-    """SIGTERM or Ctrl-C outside training, unwinding the script through every `finally` (the lock, a publish_dir);
-    a BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it."""
+    """SIGTERM or Ctrl-C outside training: a BaseException, so that no `except Exception` swallows it on its way."""
 
-    def __init__(self, signum, message):
-        super().__init__(signum, message)
-        self.signum, self.message = signum, message  # the phase as it was when the signal came
+    def __init__(self, signum):
+        # its one line, for the phase as it is when the signal comes (unwinding puts back the phases before it)
+        super().__init__(signum, f"stopped by {signal.Signals(signum).name} while {_phase[0]}: {_phase[1]}")
+        self.signum, self.message = self.args
 
 
 NOTHING_WRITTEN = "nothing was written; the same command starts again"
@@ -64,11 +62,6 @@ def phase(doing, outcome=None):
         _phase[:] = before
 
 
-def stop_message(signum):
-    """The one line for a signal `signum` in the current phase."""
-    return f"stopped by {signal.Signals(signum).name} while {_phase[0]}: {_phase[1]}"
-
-
 # The Interrupted a signal raised, until it is handled. Raised inside a finalizer (a __del__ the garbage collector
 # runs, as regex's during tokenizer loading), Python prints it as "Exception ignored" and goes on: the stop is lost,
 # and the run trained to its end. `raise_pending` raises it again where a stop can be taken.
@@ -76,7 +69,7 @@ _pending = []
 
 
 def _interrupt(signum, frame):
-    _pending[:] = [Interrupted(signum, stop_message(signum))]
+    _pending[:] = [Interrupted(signum)]
     raise _pending[0]
 
 
@@ -88,8 +81,7 @@ def raise_pending():
 
 @contextlib.contextmanager
 def interruptible():
-    """SIGTERM and Ctrl-C unwind the block through `run`, with its one line for the phase, whatever handlers were
-    there before (training's, for work inside train() that trains nothing); put back after it."""
+    """SIGTERM and Ctrl-C unwind the block through `run`, whatever handlers were there before; put back after it."""
     previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
@@ -99,8 +91,7 @@ def interruptible():
 
 
 def _thread_error(args):
-    """A thread's full disk (TensorBoard's event writer's) is left to the main thread, which meets the same error at
-    its next write or flush and says it in one line; anything else as Python prints it."""
+    """A thread's full disk (TensorBoard's writer's) is left to the main thread, which says it at its next write."""
     if not (isinstance(args.exc_value, OSError) and args.exc_value.errno in FULL):
         threading.__excepthook__(args)
 
@@ -122,24 +113,20 @@ def run(main):
             try:
                 os.getcwd()
             except FileNotFoundError:  # a relative path resolved against a folder that is gone: no fault of the code
-                print(
-                    "\nerror: the working folder was deleted while this ran; cd to one that exists.", file=sys.stderr
-                )
+                print("\nerror: the working folder was deleted as this ran; cd to one that exists.", file=sys.stderr)
                 sys.exit(2)
             if not isinstance(err, BrokenPipeError) or not _stdout_broken():  # another pipe's: a bug, kept as it is
                 raise
-            # stdout's reader went away (`--help | head -1`): end quietly, as SIGPIPE ends a command-line tool, with
-            # stdout pointed at /dev/null so that Python's own flush at exit finds nothing to complain about
+            # stdout's reader is gone (`--help | head -1`): end as SIGPIPE would, stdout on /dev/null for exit's flush
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(128 + signal.SIGPIPE)
-        except (Interrupted, KeyboardInterrupt) as err:
-            signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        except (Interrupted, KeyboardInterrupt) as caught:
+            err = caught if isinstance(caught, Interrupted) else Interrupted(signal.SIGINT)
             _pending.clear()
             for other in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut this line into a traceback
                 signal.signal(other, signal.SIG_IGN)
-            message = err.message if isinstance(err, Interrupted) else stop_message(signum)
-            print(f"\n{message}", file=sys.stderr, flush=True)
-            sys.exit(128 + signum)
+            print(f"\n{err.message}", file=sys.stderr, flush=True)
+            sys.exit(128 + err.signum)
         finally:
             threading.excepthook = hook
 
@@ -157,14 +144,12 @@ def _stdout_broken():
 def setup_logging(prefix, rank0=True):
     """Log the "grpotrainer" loggers to stderr as "[prefix] message". The root logger stays unconfigured: a
     library with its own handler (huggingface_hub) would otherwise print every message twice."""
-    logger = logging.getLogger("grpotrainer")
-    if not logger.handlers:
-        logger.addHandler(logging.StreamHandler())
-    logger.handlers[0].stream = sys.stderr  # today's (setStream would flush a closed one: a test's capture)
-    logger.handlers[0].setFormatter(logging.Formatter(f"[{prefix}] %(message)s"))
-    logger.setLevel(logging.INFO if rank0 else logging.WARNING)
-    logger.propagate = False
-    return logger
+    if not log.handlers:
+        log.addHandler(logging.StreamHandler())
+    log.handlers[0].stream = sys.stderr  # today's (setStream would flush a closed one: a test's capture)
+    log.handlers[0].setFormatter(logging.Formatter(f"[{prefix}] %(message)s"))
+    log.setLevel(logging.INFO if rank0 else logging.WARNING)
+    log.propagate = False
 
 
 def require(packages, script):
@@ -279,16 +264,15 @@ class GracefulStop:
     without saving it (the newest whole checkpoint resumes); copies of the signal (COPY_WINDOW) and signals during
     the save are ignored. `exit_code` is 128 + the signal: a restart loop must see that the run is not done."""
 
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), resuming=None, grace=0):
+    signals = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, resuming=None, grace=0):
         # until training begins, a signal unwinds through run, whose line says what the same command does then
         again = "no step was trained; the same command starts again"
         set_phase("loading the model", f"the same command resumes from {resuming}" if resuming else again)
-        self.signals = tuple(signals)
         self.grace = grace  # seconds the step may take after the signal; 0 = no limit
-        self.received = None  # the first signal's number
-        self.received_at = None  # and its time.monotonic()
-        self.signal_name = None  # its name, once the processes have agreed to stop
-        self.stopped_at = None  # the global step after which training stopped
+        self.received = self.received_at = None  # the first signal's number and its time.monotonic()
+        self.signal_name = self.stopped_at = None  # its name and the step trained, once the processes agreed to stop
         self.saved = None  # the checkpoint folder saved for the stop
         self.newest = resuming  # the newest whole checkpoint: what a rerun resumes from
         self.step = None  # the steps finished when the current one began
@@ -299,8 +283,7 @@ class GracefulStop:
         self.during = None  # the setting of the evaluation a signal cut short (EVALUATIONS)
 
     def handle(self, signum, frame):
-        """Record the first signal and start the grace timer; a later one ends a step still running at once, or is
-        ignored, saying what the run is doing now: saving, or ending."""
+        """Record the first signal, start the grace timer; a later one ends a running step or is ignored (says why)."""
         name = signal.Signals(signum).name
         if self.received is None:
             self.received, self.received_at = signum, time.monotonic()
@@ -325,9 +308,8 @@ class GracefulStop:
             self.timer = Watchdog(self.grace, self.end_step, f"not ended within STOP_GRACE={self.grace:g} s")
 
     def end_step(self, why):
-        """End the process now, the step unsaved, unless the processes agreed to save or the Trainer is between steps
-        (maybe saving: the next step gets the grace anew). On fd 2, by os._exit: the main thread may hold stderr's
-        lock or be stuck in a thread join."""
+        """End the process, the step unsaved, unless the processes agreed to save or the Trainer is between steps (the
+        next step gets the grace anew); on fd 2, by os._exit: the main thread may hold stderr's lock, or be joining."""
         with self.deciding:
             if self.signal_name is not None:
                 return
@@ -351,13 +333,11 @@ class GracefulStop:
     @contextlib.contextmanager
     def evaluating(self, when, device=None):
         """A held-out evaluation (`when`: before, during or after) that a signal ends at its next `scoring.check()`,
-        on every rank at once (`any_rank`); `scoring.cut` then holds the signal. Before training, nothing is saved:
-        there the signal unwinds the script."""
+        on every rank at once; `scoring.cut` then holds the signal. Before training, the signal unwinds the script."""
 
         def check():
             if any_rank(self.received is not None, device):
-                signum = self.received or signal.SIGTERM  # another rank's
-                raise Interrupted(signum, stop_message(signum))
+                raise Interrupted(self.received or signal.SIGTERM)  # SIGTERM: another rank's
 
         scoring = types.SimpleNamespace(cut=[], check=check)
         try:
@@ -367,8 +347,7 @@ class GracefulStop:
             if when == "before":
                 raise
             scoring.cut.append(err.signum)
-            self.received = self.received or err.signum
-            self.received_at = self.received_at or time.monotonic()
+            self.received = self.received or err.signum  # its received_at is never read: signal_name is set
             self.signal_name, self.during = signal.Signals(self.received).name, EVALUATIONS[when]
 
     @property
@@ -376,13 +355,12 @@ class GracefulStop:
         return 128 + (self.received or signal.SIGTERM)
 
     def message(self):
-        where = f"checkpoint saved to {self.saved}" if self.saved else "no checkpoint was saved"
-        if self.during == EVALUATIONS["after"]:
-            where = "the adapter is saved, the run not marked finished; rerun the same command to score it and finish"
-            return f"stopped by {self.signal_name} while scoring {self.during} at step {self.stopped_at}; {where}"
         during = f" while scoring {self.during}" if self.during else ""
-        again = "rerun the same command to resume"
-        return f"stopped by {self.signal_name}{during} at step {self.stopped_at}; {where}; {again}"
+        then = f"checkpoint saved to {self.saved}" if self.saved else "no checkpoint was saved"
+        then += "; rerun the same command to resume"
+        if self.during == EVALUATIONS["after"]:
+            then = "the adapter is saved, the run not marked finished; rerun the same command to score it and finish"
+        return f"stopped by {self.signal_name}{during} at step {self.stopped_at}; {then}"
 
 
 def chain(err):
@@ -395,20 +373,19 @@ def chain(err):
 
 
 def frames(err):
-    """The (file, function) of each Python frame `err` passed through, outermost first."""
+    """The (file, function, frame) of each Python frame `err` passed through, outermost first."""
     walk = traceback.walk_tb(err.__traceback__)
-    return [(frame.f_code.co_filename.replace(os.sep, "/"), frame.f_code.co_name) for frame, _ in walk]
+    return [(frame.f_code.co_filename.replace(os.sep, "/"), frame.f_code.co_name, frame) for frame, _ in walk]
 
 
 def writer_failed(e):
-    """A checkpoint writer's error that keeps no errno: safetensors' SafetensorError while serialising a file, or
-    the RuntimeError of torch.save's C++ writer."""
+    """A checkpoint writer's error without errno: safetensors' while serialising a file, torch.save's C++ writer's."""
     from safetensors import SafetensorError
 
     where = frames(e)
     if isinstance(e, SafetensorError):
-        return any(name in ("save_file", "serialize_file") for _, name in where)
-    return type(e) is RuntimeError and any(f.endswith("torch/serialization.py") and n == "save" for f, n in where)
+        return any(name in ("save_file", "serialize_file") for _, name, _ in where)
+    return type(e) is RuntimeError and any(f.endswith("torch/serialization.py") and n == "save" for f, n, _ in where)
 
 
 def disk_full_error(err, output_dir, then="rerun the same command to resume"):
@@ -438,10 +415,9 @@ def stall_error(err, ddp_timeout):
 
     several = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     for e in chain(err):
-        where = frames(e)
-        inner = where[-1] if where else ("", "")
-        in_torch_distributed = type(e) is RuntimeError and any(d in inner[0] for d in TORCH_DISTRIBUTED)
-        in_backward = type(e) is RuntimeError and several and inner[0].endswith(AUTOGRAD_ENGINE)
+        file = frames(e)[-1][0] if e.__traceback__ else ""  # where it was raised
+        in_torch_distributed = type(e) is RuntimeError and any(d in file for d in TORCH_DISTRIBUTED)
+        in_backward = type(e) is RuntimeError and several and file.endswith(AUTOGRAD_ENGINE)
         if isinstance(e, dist.DistError) or in_torch_distributed or in_backward:
             return ConfigError(
                 f"a process waited for the others and gave up (DDP_TIMEOUT={ddp_timeout} s; {first_line(e)}).\n"
@@ -466,21 +442,14 @@ def faults(output_dir, ddp_timeout=None, then="rerun the same command to resume"
         raise known from None
 
 
-def disk_full(output_dir, then):
-    """A full disk raised in the block as one ConfigError (exit 2); any other error goes on."""
-    return faults(output_dir, then=then)
-
-
 def nonfinite_error(err):
     """A ConfigError when sampling met NaN or inf probabilities: a RuntimeError from transformers' generation whose
     innermost frame holds a `probs` tensor torch.multinomial refuses."""
     import torch
 
     for e in chain(err):
-        where = list(traceback.walk_tb(e.__traceback__))
-        if type(e) is not RuntimeError or not where or "transformers/generation/" not in frames(e)[-1][0]:
-            continue
-        probs = where[-1][0].f_locals.get("probs")
+        file, _, frame = frames(e)[-1] if e.__traceback__ else ("", "", None)  # where it was raised
+        probs = frame.f_locals.get("probs") if type(e) is RuntimeError and "transformers/generation/" in file else None
         if isinstance(probs, torch.Tensor) and not (probs.isfinite().all() and (probs >= 0).all()):
             return ConfigError(
                 f"the model's next-token probabilities are NaN or inf ({first_line(e)}).\n"

@@ -21,7 +21,9 @@ from grpo.errors import ConfigError
 from grpo.process import Watchdog
 
 log = logging.getLogger("grpotrainer.rewards")
-
+# TRL 1.16 keeps rewards in float32 (largest 3.4e38) and squares their spread: thousands of 1e15 stay finite there
+REWARD_LIMIT = 1e15
+UNWIND_GRACE = 10  # seconds the run has to end after an async reward's timeout before the watchdog ends it
 
 # The names TRL and open-r1 give rewards, read as this project's equivalent, with a line saying so when they differ.
 OPEN_R1_FORMAT = "open-r1's format wants <think>...</think><answer>...</answer>; format_reward wants '#### N' last"
@@ -123,24 +125,25 @@ class Guard:
     before TRL makes them a tensor, and whose calls each get their own copy of the batch; keeps its `__name__`."""
 
     def __init__(self, func, entry, timeout=0):
-        self.func = func
-        self.entry = entry
-        self.timeout = timeout  # seconds one call may take, 0 = no limit
+        self.func, self.entry, self.timeout = func, entry, timeout  # timeout: seconds per call, 0 = no limit
         self.__name__ = getattr(func, "__name__", entry.rpartition(":")[2])
 
     def __call__(self, *args, **kwargs):
-        with self.guarding(kwargs) as where:
-            values = self.func(*args, **own_copy(kwargs))
+        with self.guarding(kwargs) as (where, batch):
+            values = self.func(*args, **batch)
         return check_values(values, kwargs.get("completions"), self.entry, where)
 
     @contextlib.contextmanager
     def guarding(self, kwargs, grace=0):
-        """The `deadline` (`grace` seconds late) and the note around one call; yields "at training step N"."""
+        """The `deadline` (`grace` seconds late) and the note around one call; yields "at training step N" and the
+        call's own copy of the batch (its lists): TRL passes every reward the same lists, so one that edited them
+        would change what the next grades. TRL's environments are shared, as it means them."""
         where = f"at training step {getattr(kwargs.get('trainer_state'), 'global_step', '?')}"
         try:
             message = timeout_message(self.timeout, self.entry, where)
             with deadline(self.timeout and self.timeout + grace, message, source=_source(self.func)):
-                yield where
+                lists = {k: copy.deepcopy(v) for k, v in kwargs.items() if isinstance(v, list) and k != "environments"}
+                yield where, {**kwargs, **lists}
         except (Exception, SystemExit) as err:
             # sys.exit would end the run without a word: an error, from it; any other keeps its traceback and chain
             error = RuntimeError(f"the reward called sys.exit({err.code!r})") if isinstance(err, SystemExit) else err
@@ -155,10 +158,10 @@ class AsyncGuard(Guard):
     with its line in the context; the watchdog ends the run a little later if the reward blocks the loop itself."""
 
     async def __call__(self, *args, **kwargs):
-        with self.guarding(kwargs, grace=min(self.timeout, UNWIND_GRACE)) as where:
+        with self.guarding(kwargs, grace=min(self.timeout, UNWIND_GRACE)) as (where, batch):
             try:
                 async with asyncio.timeout(self.timeout or None) as bound:
-                    values = await self.func(*args, **own_copy(kwargs))
+                    values = await self.func(*args, **batch)
             except TimeoutError as err:
                 if not bound.expired():
                     raise  # the reward's own timeout (a request's): its error, with the note
@@ -173,17 +176,6 @@ def _source(func):
         return inspect.getsourcefile(func if inspect.isroutine(func) else type(func))
     except TypeError:  # a builtin
         return None
-
-
-def own_copy(kwargs):
-    """`kwargs` with each list (the batch) deep-copied: TRL passes every reward the same lists by keyword, so one
-    that edits them would change what the next grades. TRL's environments are shared, as it means them."""
-    return {k: copy.deepcopy(v) if isinstance(v, list) and k != "environments" else v for k, v in kwargs.items()}
-
-
-# TRL 1.16 keeps rewards in float32 (largest 3.4e38) and squares their spread: thousands of 1e15 stay finite there
-REWARD_LIMIT = 1e15
-UNWIND_GRACE = 10  # seconds the run has to end after an async reward's timeout before the watchdog ends it
 
 
 def check_values(values, completions, entry, where):

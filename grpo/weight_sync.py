@@ -128,17 +128,15 @@ def trainer_vllm_generator(trainer, max_new_tokens, enable_thinking):
         from vllm import SamplingParams
 
         params = SamplingParams(**sampling)
-        sleeps = generation.enable_sleep_mode  # as TRL's generate: the KV cache woken, then everything asleep again
-        if sleeps:
+        if generation.enable_sleep_mode:  # as TRL's generate: the KV cache woken, then everything asleep again
             generation.llm.wake_up(tags=["kv_cache"])
         try:
             outs = generation.llm.chat(prompts, params, chat_template_kwargs=thinking, use_tqdm=False)
         finally:
-            if sleeps:  # level 2 discards the weights: training's next generation re-sends them, as ours does
+            if generation.enable_sleep_mode:  # level 2 drops the weights: the next generation re-sends them
                 generation.llm.sleep(level=2)
                 generation._llm_weights_sleeping = True
-        outs = [out.outputs[0] for out in outs]
-        return [(o.text, len(o.token_ids), o.finish_reason == "length") for o in outs]
+        return [(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason == "length") for o in outs]
 
     return generate
 
@@ -151,8 +149,7 @@ def server_generate(trainer, prompts, sampling, thinking):
     per_rank = gather_object([prompts])  # one list of prompts per rank, in rank order
     result = [None]
     if acc.is_main_process:
-        everyone = [p for rank in per_rank for p in rank]
-        answer = trainer.vllm_generation.vllm_client.chat(everyone, **sampling, chat_template_kwargs=thinking)
+        answer = trainer.vllm_generation.vllm_client.chat(sum(per_rank, []), **sampling, chat_template_kwargs=thinking)
         result = [answer["completion_ids"]]
     broadcast_object_list(result, from_process=0)
     start = sum(len(rank) for rank in per_rank[: acc.process_index])

@@ -116,7 +116,7 @@ def test_a_stop_between_the_renames_of_a_replacing_publish_puts_the_old_folder_b
     def rename(self, to):
         calls.append(self)
         if len(calls) == 2:  # the new folder's rename into place: SIGTERM lands just before it
-            raise process.Interrupted(signal.SIGTERM, "stopped")
+            raise process.Interrupted(signal.SIGTERM)
         return real_rename(self, to)
 
     monkeypatch.setattr(Path, "rename", rename)

@@ -620,10 +620,10 @@ def test_disk_full_names_what_to_do_once_there_is_space(tmp_path):
     # evaluate.py and export.py start again rather than resume: their `then`
     with (
         pytest.raises(ConfigError, match="then rerun to export again"),
-        process.disk_full(tmp_path, "rerun to export again"),
+        process.faults(tmp_path, then="rerun to export again"),
     ):
         raise OSError(errno.ENOSPC, "No space left on device")
-    with pytest.raises(OSError, match="Permission denied"), process.disk_full(tmp_path, "rerun"):
+    with pytest.raises(OSError, match="Permission denied"), process.faults(tmp_path, then="rerun"):
         raise OSError(errno.EACCES, "Permission denied")
 
 
@@ -636,7 +636,7 @@ def test_a_writer_threads_full_disk_is_said_once_by_the_main_thread(tmp_path, ca
         writer = threading.Thread(target=lambda: (_ for _ in ()).throw(full))
         writer.start()
         writer.join()
-        with process.disk_full(tmp_path, "rerun the same command"):
+        with process.faults(tmp_path, then="rerun the same command"):
             raise full
 
     code, err = run_in_process(main, capsys=capsys)

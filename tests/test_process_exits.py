@@ -63,7 +63,8 @@ def test_a_keyboard_interrupt_raised_elsewhere_ends_the_same_way(monkeypatch, ca
 def test_the_stop_message_says_the_signal_the_phase_and_what_it_leaves():
     with process.phase("loading the model", "nothing was written"):
         assert (
-            process.stop_message(signal.SIGTERM) == "stopped by SIGTERM while loading the model: nothing was written"
+            process.Interrupted(signal.SIGTERM).message
+            == "stopped by SIGTERM while loading the model: nothing was written"
         )
 
 
@@ -75,8 +76,8 @@ def test_run_puts_back_the_callers_handlers_and_a_phase_block_its_phase(monkeypa
         seen["argv"] = argv
         seen["during"] = signal.getsignal(signal.SIGTERM)
         with process.phase("outer", "o"), process.phase("inner"):
-            seen["inner"] = process.stop_message(signal.SIGTERM)
-        seen["after"] = process.stop_message(signal.SIGTERM)
+            seen["inner"] = process.Interrupted(signal.SIGTERM).message
+        seen["after"] = process.Interrupted(signal.SIGTERM).message
         return "done"
 
     monkeypatch.setattr(sys, "argv", ["script.py", "--smoke"])
