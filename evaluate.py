@@ -274,7 +274,7 @@ def main(argv=()):
         print(f"flips against {where} ({len(flips)} problems):", *flips, sep="\n  ", flush=True)
     title = f"{name}, GSM8K {s['SPLIT']}"
     redo = f"the results in {s['OUTPUT_DIR']} may be half-written; the same command scores and writes them again"
-    with process.phase("writing the results", redo), process.disk_full(s["OUTPUT_DIR"], "rerun the same command"):
+    with process.phase("writing the results", redo), process.faults(s["OUTPUT_DIR"], then="rerun the same command"):
         evaluation.report(metrics, predictions, s["OUTPUT_DIR"], stem, step=step, title=title, settings=s)
         evaluation.to_trackers(metrics, s, stem, step, name, report_to=s["REPORT_TO"], out=s["OUTPUT_DIR"])
     if s["ADAPTER"] and not (Path(s["ADAPTER"]) / "adapter_config.json").is_file():

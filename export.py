@@ -68,10 +68,10 @@ def main(argv=()):
     record = files.redact({**{k: c[k] for k in keys}, "step": c["STEP"], "run_settings": run})
     copied = [adapter / name for name in adapter_files if only and (adapter / name).is_file()]
     redo = f"{out} is as it was before; the same command exports again"  # publish_dir: the whole folder or none
-    with process.phase(f"writing {out}", redo), process.disk_full(out, "rerun the same command"):
+    with process.phase(f"writing {out}", redo), process.faults(out, then="rerun the same command"):
         write_folder(out, model, tokenizer, record, [*copied, *licence_files(c["MODEL_NAME"])], [card])
     redo = f"{out} is complete but its model card may be missing; the same command exports again"
-    with process.phase("writing the model card", redo), process.disk_full(out, "rerun the same command"):
+    with process.phase("writing the model card", redo), process.faults(out, then="rerun the same command"):
         modelcard.write_card(
             out,
             run,
