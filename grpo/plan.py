@@ -50,10 +50,9 @@ def stderr_points(n, p=0.5):
 
 
 def optimizer_steps(c, train_size, world_size=1):
-    """trainer.state.max_steps as TRL 1.16 + transformers 5 compute it from the GRPOConfig `c`: TRL's RepeatSampler
-    takes the prompts in chunks of generation_batch_size // num_generations (the last partial one dropped) and yields
-    each num_iterations x steps_per_generation times, steps_per_generation batches per round; Trainer makes an epoch
-    max(ceil(batches / gradient_accumulation_steps), 1) steps."""
+    """trainer.state.max_steps as TRL 1.16 + transformers 5 compute it from the GRPOConfig `c`: RepeatSampler yields
+    each chunk of generation_batch_size // num_generations prompts (a partial one dropped) num_iterations x
+    steps_per_generation times; Trainer makes an epoch max(ceil(batches / gradient_accumulation_steps), 1) steps."""
     if c.max_steps >= 0:  # Trainer counts in epochs only when max_steps < 0
         return c.max_steps
     generation_batch = c.per_device_train_batch_size * world_size * c.steps_per_generation
@@ -79,17 +78,15 @@ def checkpoint_steps(save_steps, max_steps):
     return steps if max_steps in steps or max_steps <= 0 else steps + [max_steps]
 
 
-def model_shape(config):
-    """Parameters and layers of a decoder from its config (a transformers config or a dict): embeddings, attention
-    (q, k, v, o) and a gated MLP (gate, up, down) per layer, and the LM head unless tied."""
-    c = config if isinstance(config, dict) else config.to_dict()
-    hidden, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
-    heads = c["num_attention_heads"]
+def model_shape(c):
+    """Parameters and layers of a decoder from its config.json's dict: embeddings, attention (q, k, v, o) and a gated
+    MLP (gate, up, down) per layer, and the LM head unless tied."""
+    hidden, layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
     kv_heads = c.get("num_key_value_heads") or heads
     head_dim = c.get("head_dim") or hidden // heads
     attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
     mlp = 3 * hidden * c["intermediate_size"]
-    embeddings = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
+    embeddings = c["vocab_size"] * hidden * (1 if c.get("tie_word_embeddings") else 2)
     # in + out of each linear layer of a block: q, k, v, o, then gate, up, down
     sides = 2 * (hidden + heads * head_dim) + 2 * (hidden + kv_heads * head_dim)
     sides += 3 * (hidden + c["intermediate_size"])
@@ -102,9 +99,8 @@ def lora_params(shape, rank):
 
 
 def estimate_times(shape, c, s, plan):
-    """Seconds per optimiser step and hours per run by phase on each GPU in `gpus`, per process: an estimate.
-    Decoding a token for a call's sequences takes the largest of: reading the weights once (bandwidth floor), the
-    host's kernel launches (none with vLLM's CUDA graphs), and the FLOPs of all sequences at `mfu`."""
+    """Seconds per step and hours per run by phase on each GPU in `gpus`, per process. Decoding a token takes the
+    largest of: reading the weights (bandwidth floor), the host's kernel launches (none with vLLM), FLOPs at mfu."""
     a, params, world = assumptions, shape["params"], plan["world_size"]
     weight_gb = params * bytes_per_param["4bit" if s.get("LOAD_IN_4BIT") else "bf16"] / 1e9
     decoded = math.ceil(c.max_completion_length * a["completion_fill"])
@@ -122,8 +118,7 @@ def estimate_times(shape, c, s, plan):
         (math.ceil(n / world / eval_batch), math.ceil(n * samples / world / eval_batch), min(n, eval_batch))
         for n in (point["problems"] for point in plan["eval_points"])
     ]
-    rank = config_kwargs(s, "lora_config.")["r"]
-    lora_gb = 3 * 4 * lora_params(shape, rank) / 1e9  # fp32 weights and Adam's two moments
+    lora_gb = 3 * 4 * lora_params(shape, config_kwargs(s, "lora_config.")["r"]) / 1e9  # fp32 weights, Adam's 2 moments
     startup = a["trainer_start_seconds"] + weight_gb / a["load_gbs"]
     startup += a["vllm_start_seconds"] + weight_gb / a["load_gbs"] if c.use_vllm else 0.0
     saves = len(plan["checkpoints"]) * (a["save_seconds"] + lora_gb / a["load_gbs"])
@@ -159,9 +154,8 @@ def estimate_times(shape, c, s, plan):
 
 
 def make_plan(c, s, train_size, test_size, world_size=1, model_config=None, model_source=None):
-    """What the run of the GRPOConfig `c` and the settings `s` (for what is no config field) will do, as a
-    JSON-serialisable dict, for `train_size` training and `test_size` test problems on `world_size` processes.
-    `model_config` (a transformers config or a dict, read from `model_source`) enables the time estimates."""
+    """What the run of the GRPOConfig `c` and the settings `s` will do, as a JSON-serialisable dict, on `world_size`
+    processes; `model_config` (config.json's dict, read from `model_source`) enables the time estimates."""
     group, iterations = c.num_generations, c.num_iterations
     per_device, accumulation = c.per_device_train_batch_size, c.gradient_accumulation_steps
     per_generation = c.steps_per_generation  # TRL sets it to gradient_accumulation_steps unless given
@@ -228,9 +222,8 @@ known_configs = {
 
 
 def read_model_config(model_name):
-    """(config dict, where it was read) of a model without loading weights, or (None, why not): a local folder's
-    config.json, else transformers' AutoConfig from the local cache, else from the Hub when it is reachable, else
-    for a Qwen3 of `known_configs` this module's copy. Never runs a repository's code (trust_remote_code stays off)."""
+    """(config dict, where it was read) without loading weights, or (None, why not): a folder's config.json, the cache,
+    the Hub if reachable, else a Qwen3's copy in `known_configs`. Never runs a repository's own code."""
     folder = Path(os.path.expanduser(str(model_name)))
     if (folder / "config.json").is_file():
         return json.loads((folder / "config.json").read_text()), f"{folder}/config.json"
@@ -242,8 +235,7 @@ def read_model_config(model_name):
         return AutoConfig.from_pretrained(model_name, local_files_only=True).to_dict(), "the Hugging Face cache"
     except (OSError, ValueError) as err:
         cache_miss = f"{model_name} is not in the Hugging Face cache ({type(err).__name__})"
-    unreachable = hub.hub_unreachable(model_name, "MODEL_NAME")
-    if unreachable and model_name in known_configs:
+    if (unreachable := hub.hub_unreachable(model_name, "MODEL_NAME")) and model_name in known_configs:
         return known_configs[model_name], "grpo/plan.py's copy of its config.json (not cached; the Hub unreachable)"
     if unreachable:
         return None, cache_miss
