@@ -11,10 +11,9 @@ from grpo import hub
 from grpo.settings import config_kwargs, levers
 
 # --------------------------------------------------------------------------------------------------
-# hardware: per-GPU memory bandwidth (GB/s), dense bf16 tensor-core TFLOP/s (no sparsity), memory (GB).
-# Sources: NVIDIA data sheets: H100 SXM5 80 GB (3.35 TB/s, 989 TFLOPs), H200 SXM 141 GB (4.8 TB/s, 989 TFLOPs),
-# A100 SXM 80 GB (2.039 TB/s, 312 TFLOPs), L40S (864 GB/s, 362 TFLOPs), RTX 4090 (1008 GB/s, 165 TFLOPs bf16 with
-# fp32 accumulation, Ada whitepaper appendix).
+# hardware: per-GPU memory bandwidth (GB/s), dense bf16 tensor-core TFLOP/s (no sparsity), memory (GB), from NVIDIA's
+# data sheets of the H100 SXM5 80 GB, H200 SXM 141 GB, A100 SXM 80 GB and L40S, and for the RTX 4090 (bf16 with fp32
+# accumulation) the Ada whitepaper's appendix.
 gpus = {
     "H100": {"bandwidth_gbs": 3350, "bf16_tflops": 989, "memory_gb": 80},
     "H200": {"bandwidth_gbs": 4800, "bf16_tflops": 989, "memory_gb": 141},
@@ -84,13 +83,12 @@ def model_shape(c):
     hidden, layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
     kv_heads = c.get("num_key_value_heads") or heads
     head_dim = c.get("head_dim") or hidden // heads
-    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    mlp = 3 * hidden * c["intermediate_size"]
+    inter = c["intermediate_size"]
+    block = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + 3 * hidden * inter
     embeddings = c["vocab_size"] * hidden * (1 if c.get("tie_word_embeddings") else 2)
     # in + out of each linear layer of a block: q, k, v, o, then gate, up, down
-    sides = 2 * (hidden + heads * head_dim) + 2 * (hidden + kv_heads * head_dim)
-    sides += 3 * (hidden + c["intermediate_size"])
-    return {"params": embeddings + layers * (attention + mlp), "layers": layers, "linear_sides": sides}
+    sides = 2 * (hidden + heads * head_dim) + 2 * (hidden + kv_heads * head_dim) + 3 * (hidden + inter)
+    return {"params": embeddings + layers * block, "layers": layers, "linear_sides": sides}
 
 
 def lora_params(shape, rank):
@@ -139,8 +137,7 @@ def estimate_times(shape, c, s, plan):
         training = max(step_flops / flops, launched)
         step = generation + training
         evaluation = sum((greedy + sampled) * call(batch)[0] + sync for greedy, sampled, batch in eval_calls)
-        phases = {"training": step * plan["optimizer_steps"], "evaluation": evaluation, "startup": startup}
-        phases["checkpoint"] = saves
+        phases = dict(zip(PHASES, (step * plan["optimizer_steps"], evaluation, startup, saves), strict=True))
         table[name] = {
             "seconds_per_step": round(step, 2),
             "generation_seconds_per_step": round(generation, 2),
@@ -156,13 +153,12 @@ def estimate_times(shape, c, s, plan):
 def make_plan(c, s, train_size, test_size, world_size=1, model_config=None, model_source=None):
     """What the run of the GRPOConfig `c` and the settings `s` will do, as a JSON-serialisable dict, on `world_size`
     processes; `model_config` (config.json's dict, read from `model_source`) enables the time estimates."""
-    group, iterations = c.num_generations, c.num_iterations
-    per_device, accumulation = c.per_device_train_batch_size, c.gradient_accumulation_steps
+    group, iterations, accumulation = c.num_generations, c.num_iterations, c.gradient_accumulation_steps
     per_generation = c.steps_per_generation  # TRL sets it to gradient_accumulation_steps unless given
     used = min(train_size, s["MAX_SAMPLES"]) if s["MAX_SAMPLES"] else train_size
     steps = optimizer_steps(c, used, world_size)
-    sequences_per_call = per_device * per_generation  # per process: the generation batch's share
-    completions = per_device * accumulation * world_size
+    sequences_per_call = c.per_device_train_batch_size * per_generation  # per process: the generation batch's share
+    completions = c.per_device_train_batch_size * accumulation * world_size
     # a generation round feeds per_generation micro-batches, num_iterations times over
     calls = math.ceil(steps * accumulation / (per_generation * iterations))
     prompts_seen = calls * sequences_per_call * world_size / group
@@ -280,8 +276,7 @@ def format_plan(plan):
         ("checkpoints", f"steps {_steps(plan['checkpoints'])}" if plan["checkpoints"] else "none"),
     ]  # fmt: skip
     if plan["estimates"]:
-        params = plan["params"]
-        size = f"{params / 1e9:.2f} B" if params >= 1e9 else f"{params / 1e6:.1f} M"
+        size = f"{plan['params'] / 1e9:.2f} B" if plan["params"] >= 1e9 else f"{plan['params'] / 1e6:.1f} M"
         rows.append(("time (estimate)", f"{size} params, {plan['layers']} layers; per step"))
         for name, e in plan["estimates"].items():
             phases = ", ".join(f"{phase} {duration(e[f'{phase}_hours'] * 3600)}" for phase in PHASES)
