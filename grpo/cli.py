@@ -18,6 +18,7 @@ from grpo.errors import ConfigError
 from grpo.settings import TABLE, Setting, trl_names
 
 TRUE, FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+BOOLEAN = {**dict.fromkeys(TRUE, True), **dict.fromkeys(FALSE, False)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,16 +45,14 @@ def _coerce(key, raw, default):
     raw = "true" if raw is None else raw
     try:
         if isinstance(default, bool):  # before int: bool is a subclass of int
-            if raw.lower() not in TRUE | FALSE:
-                raise ValueError
-            return raw.lower() in TRUE
+            return BOOLEAN[raw.lower()]
         if isinstance(default, int | float | str):
             return type(default)(raw)
         if isinstance(default, list):
             items = [item.strip() for item in raw.split(",") if item.strip()]
             numeric = bool(default) and all(isinstance(x, int | float) for x in default)
             return [float(item) for item in items] if numeric else items
-    except ValueError:
+    except (KeyError, ValueError):
         raise ConfigError(f"--{key}={raw} is not a valid {want} (default {_example(default)}).") from None
     raise ConfigError(f"{key} (a {want}) cannot be set from the command line; edit it in the file instead.")
 
@@ -91,8 +90,7 @@ def _split(arg):
 
 
 def join_values(argv, flags=()):
-    """`argv` with each `--key value` written `--key=value`, as argparse reads both: a key not in `flags` (--smoke)
-    takes the tokens up to the next --key, several as a comma list (`--lora_target_modules q_proj v_proj`)."""
+    """`argv` with each `--key value` (`--key a b`: a comma list) as `--key=value`; a key in `flags` takes none."""
     out, joining = [], False
     for arg in argv:
         if joining and not arg.startswith("--"):
@@ -142,8 +140,8 @@ def translate(arg, known, names):
 
 
 def config_fields(args, config_class, known, settings=()):
-    """Lower-case `--field=value` arguments typed as `config_class` (a class or "module:Class") declares them, by
-    transformers' own argument parser; a dict field given twice (model_revision and model_init_kwargs) merged."""
+    """Lower-case `--field=value` arguments typed by transformers' parser as `config_class` ("module:Class") declares
+    them; a dict field given twice (model_revision and model_init_kwargs) merged."""
     given = {}
     for arg in args:
         key, raw = _split(arg)
@@ -231,9 +229,8 @@ def take_flags(argv, profiles):
 
 
 def parse(settings, argv, profiles=None, config_class=None, source=None):
-    """Resolve a script's settings from its constants (`constants(globals())`), profiles ({"smoke": {...}}), a
-    recipe and the command line; return `Args`. `source`: the script file, whose constants block `--help` prints;
-    `config_class`: "module:Class" of the config whose fields pass through (GRPOConfig), or None."""
+    """`Args` from a script's `constants(globals())`, profiles ({"smoke": {...}}), a recipe and the command line.
+    `source`: the script, whose constants --help prints; `config_class`: "module:Class" whose fields pass through."""
     profiles = profiles or {}
     if "--help" in argv or "-h" in argv:
         print(help_text(source, settings, profiles, fields=config_class is not None), flush=True)
@@ -292,8 +289,7 @@ def _shown(value, limit=60):
 
 
 def help_text(source, settings=None, profiles=None, fields=False):
-    """`--help`: the script's summary and run commands, its constants block as `--KEY=value` with each comment and
-    its check (grpo/settings.py), and what each profile sets."""
+    """`--help`: summary, run commands, each constant as `--KEY=value` with its comment and row, what profiles set."""
     lines = Path(source).read_text(encoding="utf-8").splitlines()
     doc_end = next((i for i, line in enumerate(lines) if i and line.strip().endswith('"""')), 0)
     commands = [line for line in lines[1:doc_end] if line.startswith("    ")]
