@@ -1,14 +1,13 @@
-"""The command line of the three scripts: their UPPERCASE constants in, with a profile (`--smoke`), a recipe
-(`--config`) and `--KEY=value` overrides applied, typed like each default and never evaluated; TRL's names for a
-constant read as it (grpo/settings.py), any other GRPOConfig field typed by transformers' parser; `--plan`, `--help`.
-"""
+"""The command line of the three scripts: their constants with a profile (`--smoke`), a recipe (`--config`) and
+`--KEY=value` overrides, typed like each default, never evaluated; TRL's names for a constant read as it, any other
+GRPOConfig field typed by transformers' parser; `--plan`, `--help`."""
 
 import ast
 import dataclasses
 import difflib
-import importlib
 import importlib.util
 import json
+import pkgutil
 import re
 import sys
 import textwrap
@@ -19,6 +18,7 @@ from grpo.errors import ConfigError
 from grpo.settings import TABLE, Setting, trl_names
 
 TRUE, FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+BOOLEAN = {**dict.fromkeys(TRUE, True), **dict.fromkeys(FALSE, False)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,22 +40,19 @@ def constants(namespace):
 
 def _coerce(key, raw, default):
     want = type(default).__name__
-    if raw is None:  # a bare --KEY: a boolean's true, as argparse reads a flag
-        if isinstance(default, bool):
-            return True
+    if raw is None and not isinstance(default, bool):  # a bare --KEY is a boolean's true, as argparse reads a flag
         raise ConfigError(f"--{key} needs a value: write --KEY=value, e.g. --{key}={_example(default)} (see --help).")
+    raw = "true" if raw is None else raw
     try:
         if isinstance(default, bool):  # before int: bool is a subclass of int
-            if raw.lower() not in TRUE | FALSE:
-                raise ValueError
-            return raw.lower() in TRUE
+            return BOOLEAN[raw.lower()]
         if isinstance(default, int | float | str):
             return type(default)(raw)
         if isinstance(default, list):
             items = [item.strip() for item in raw.split(",") if item.strip()]
             numeric = bool(default) and all(isinstance(x, int | float) for x in default)
             return [float(item) for item in items] if numeric else items
-    except ValueError:
+    except (KeyError, ValueError):
         raise ConfigError(f"--{key}={raw} is not a valid {want} (default {_example(default)}).") from None
     raise ConfigError(f"{key} (a {want}) cannot be set from the command line; edit it in the file instead.")
 
@@ -93,8 +90,7 @@ def _split(arg):
 
 
 def join_values(argv, flags=()):
-    """`argv` with each `--key value` written `--key=value`, as argparse reads both: a key not in `flags` (--smoke)
-    takes the tokens up to the next --key, several as a comma list (`--lora_target_modules q_proj v_proj`)."""
+    """`argv` with each `--key value` (`--key a b`: a comma list) as `--key=value`; a key in `flags` takes none."""
     out, joining = [], False
     for arg in argv:
         if joining and not arg.startswith("--"):
@@ -118,7 +114,6 @@ TRL_VALUES = {
     "use_cpu": "the CPU profiles: run --smoke or --demo, or on a GPU without either",
     "resume_from_checkpoint": "RESUME, from the newest checkpoint-N in OUTPUT_DIR: --RESUME=false starts afresh",
 }
-FLAGS = ("help", "plan")  # taken by `parse`, with the profiles
 
 
 def translate(arg, known, names):
@@ -145,8 +140,8 @@ def translate(arg, known, names):
 
 
 def config_fields(args, config_class, known, settings=()):
-    """Lower-case `--field=value` arguments typed as `config_class` (a class or "module:Class") declares them, by
-    transformers' own argument parser; a dict field given twice (model_revision and model_init_kwargs) merged."""
+    """Lower-case `--field=value` arguments typed by transformers' parser as `config_class` ("module:Class") declares
+    them; a dict field given twice (model_revision and model_init_kwargs) merged."""
     given = {}
     for arg in args:
         key, raw = _split(arg)
@@ -158,12 +153,9 @@ def config_fields(args, config_class, known, settings=()):
         if key in given and _json_object(given[key]) and _json_object(raw):
             raw = json.dumps({**json.loads(given[key]), **json.loads(raw)})
         given[key] = raw
-    if not given:
-        return {}
     from transformers import HfArgumentParser  # types each value as the dataclass field declares it
 
-    module, _, name = config_class.partition(":")
-    parser = HfArgumentParser(getattr(importlib.import_module(module), name))
+    parser = HfArgumentParser(pkgutil.resolve_name(config_class))
 
     def refuse(message):  # argparse would print its usage and exit; say it in one line instead
         raise ConfigError(f"{message.replace('argument ', '')} (a GRPOConfig field).")
@@ -181,7 +173,7 @@ def config_fields(args, config_class, known, settings=()):
 def _json_object(text):
     try:
         return isinstance(json.loads(text or ""), dict)
-    except ValueError:
+    except (TypeError, ValueError):  # not text, or not JSON
         return False
 
 
@@ -191,8 +183,7 @@ def merge_fields(ours, given, owners):
     out = dict(ours)
     for key, value in given.items():
         if isinstance(ours.get(key), dict):
-            if isinstance(value, str):
-                value = json.loads(value) if _json_object(value) else None
+            value = json.loads(value) if _json_object(value) else value
             if not isinstance(value, dict):
                 raise ConfigError(f'--{key} takes a JSON object, e.g. --{key}=\'{{"revision": "main"}}\'.')
             if clash := sorted(set(value) & set(ours[key])):
@@ -218,10 +209,8 @@ def source_fields(sources=CONFIG_SOURCES):
         node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
         for item in node.body:
             if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                call = item.value if isinstance(item.value, ast.Call) else None
-                no_init = call and any(
-                    k.arg == "init" and getattr(k.value, "value", 1) is False for k in call.keywords
-                )
+                keywords = item.value.keywords if isinstance(item.value, ast.Call) else []
+                no_init = any(k.arg == "init" and getattr(k.value, "value", 1) is False for k in keywords)
                 (names.discard if no_init else names.add)(item.target.id)
     return names
 
@@ -240,9 +229,8 @@ def take_flags(argv, profiles):
 
 
 def parse(settings, argv, profiles=None, config_class=None, source=None):
-    """Resolve a script's settings from its constants (`constants(globals())`), profiles ({"smoke": {...}}), a
-    recipe and the command line; return `Args`. `source`: the script file, whose constants block `--help` prints;
-    `config_class`: "module:Class" of the config whose fields pass through (GRPOConfig), or None."""
+    """`Args` from a script's `constants(globals())`, profiles ({"smoke": {...}}), a recipe and the command line.
+    `source`: the script, whose constants --help prints; `config_class`: "module:Class" whose fields pass through."""
     profiles = profiles or {}
     if "--help" in argv or "-h" in argv:
         print(help_text(source, settings, profiles, fields=config_class is not None), flush=True)
@@ -250,8 +238,7 @@ def parse(settings, argv, profiles=None, config_class=None, source=None):
     argv, plan, profile = take_flags(argv, profiles)
     argv, recipe = recipes.read(argv)
     known = source_fields() if config_class else set()
-    names = trl_names(settings)  # TRL's and open-r1's names where there is a config, old names always
-    names = names if config_class else {alias: name for alias, name in names.items() if alias.isupper()}
+    names = {alias: name for alias, name in trl_names(settings).items() if config_class or alias.isupper()}
     notes = []
     if recipe:  # its mistakes named with the file; then applied before the command line, which wins
         path, lines = recipe
@@ -261,15 +248,14 @@ def parse(settings, argv, profiles=None, config_class=None, source=None):
         except ConfigError as err:
             raise ConfigError(f"--config {path}: {err}") from None
         argv = [*lines, *argv]
-    upper, fields, mapped = _resolve(join_values(argv, flags=FLAGS), settings, config_class, known, names)
+    upper, fields, mapped = _resolve(join_values(argv), settings, config_class, known, names)
     resolved = files.expand_paths(apply_overrides({**settings, **profiles.get(profile, {})}, upper, types=settings))
     given = frozenset(_split(arg)[0] for arg in upper)
     return Args(resolved, given, profile, fields, tuple(dict.fromkeys([*notes, *mapped])), plan)
 
 
 def _resolve(args, script_settings, config_class, known, names):
-    """(the `--KEY=value` arguments in order, other names read as constants among them; the typed config fields;
-    the lines saying which names were read as what)."""
+    """(the `--KEY=value` arguments, other names read as constants among them; the config's fields; the notes)."""
     upper, lower, notes = [], [], []
     for arg in args:
         key = _split(arg)[0]
@@ -303,8 +289,7 @@ def _shown(value, limit=60):
 
 
 def help_text(source, settings=None, profiles=None, fields=False):
-    """`--help`: the script's summary and run commands, its constants block as `--KEY=value` with each comment and
-    its check (grpo/settings.py), and what each profile sets."""
+    """`--help`: summary, run commands, each constant as `--KEY=value` with its comment and row, what profiles set."""
     lines = Path(source).read_text(encoding="utf-8").splitlines()
     doc_end = next((i for i, line in enumerate(lines) if i and line.strip().endswith('"""')), 0)
     commands = [line for line in lines[1:doc_end] if line.startswith("    ")]
@@ -321,9 +306,8 @@ def help_text(source, settings=None, profiles=None, fields=False):
             check = row.check if isinstance(row.check, str) else "|".join(str(c) for c in row.check)
             extra = [check and f"in {check}", row.names and f"TRL: {', '.join(row.names)}"]
             extra = ", ".join(filter(None, [*extra, row.plan and f"plan: {', '.join(row.plan)}"]))
-            out.append(
-                f"  --{key}={shown}" + (f"\n        {comment}" if comment else "") + (f" ({extra})" * bool(extra))
-            )
+            entry = f"  --{key}={shown}" + (f"\n        {comment}" if comment else "")
+            out.append(entry + (f" ({extra})" if extra else ""))
         elif line.startswith("# "):
             out.append(f"\n {line[2:]}")
     for profile, overrides in (profiles or {}).items():

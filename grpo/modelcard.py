@@ -1,8 +1,8 @@
-"""The model card (README.md) of a trained adapter or a merged model: what was trained, on what, how well, and how
-to load it, in place of TRL's and PEFT's (which name no dataset and no accuracy). User text goes into code spans or
-fences it cannot leave, and huggingface_hub writes the front matter: no value can change the card's structure.
-"""
+"""The model card (README.md) of a trained adapter or merged model: what was trained, on what, how well, how to load
+it (TRL's and PEFT's name no dataset and no accuracy). User text goes into code spans or fences it cannot leave, and
+huggingface_hub writes the front matter: no value can change the card's structure."""
 
+import contextlib
 import json
 import os
 import re
@@ -33,7 +33,6 @@ CITATIONS = """```bibtex
   howpublished = {\\url{https://github.com/huggingface/trl}},
 }
 ```"""
-GSM8K_HUB_ID = "openai/gsm8k"
 METRICS = (  # (key in eval_test_*.json, label, format); an accuracy's 95 % interval is shown beside it
     ("strict_accuracy", "strict accuracy (`#### N` equals the gold answer)", "{:.1%}"),
     ("lenient_accuracy", "lenient accuracy (any final-answer form equals the gold)", "{:.1%}"),
@@ -59,31 +58,30 @@ EXAMPLE_QUESTION = (
 
 
 def write_card(output_dir, settings, *, library_name="peft", repo_id="", adapter_dir=None, **shown):
-    """Write output_dir/README.md from a run's settings (run_settings.json's) and return its path; after the last
-    save_model, which rewrites README.md. `library_name`: peft (adapter) or transformers (merged); `repo_id`: the Hub
-    repo the snippets load from; `adapter_dir`: a merged model's adapter; `shown`: render_card's metrics and steps."""
-    output_dir, settings = Path(output_dir), files.redact(settings)
+    """Write output_dir/README.md (after the last save_model, which rewrites it) from a run's settings; return its
+    path. `library_name`: peft or transformers (merged); `repo_id`: the Hub repo the snippets load from."""
+    output_dir = Path(output_dir)
     text = render_card(
-        settings,
+        files.redact(settings),
         name=repo_id.split("/")[-1] if repo_id else output_dir.resolve().name,
         location=repo_id or str(output_dir),
         library_name=library_name,
         adapter_dir=str(adapter_dir or (output_dir if library_name == "peft" else "")),
         **shown,
     )
-    versions = "\n".join(f"- {k} {v}" for k, v in framework_versions().items())
-    text += f"\n## Framework versions\n\n{versions}\n" if versions else ""
-    path = output_dir / "README.md"
-    path.write_text(text, encoding="utf-8")
-    return path
+    versions = []
+    for package in ("trl", "transformers", "peft", "torch"):  # the packages that trained it
+        with contextlib.suppress(PackageNotFoundError):
+            versions.append(f"- {package} {version(package)}")
+    text += "\n## Framework versions\n\n" + "\n".join(versions) + "\n" if versions else ""
+    (output_dir / "README.md").write_text(text, encoding="utf-8")
+    return output_dir / "README.md"
 
 
 def render_card(
     settings, *, name, location, library_name, metrics_before=None, metrics_after=None, steps=None, adapter_dir=""
 ):
     """The card's text (front matter and markdown) from values alone: no files, no network."""
-    if library_name not in ("peft", "transformers"):
-        raise ValueError(f"library_name must be peft or transformers, not {library_name!r}")
     base = str(settings.get("MODEL_NAME", ""))
     sections = [
         front_matter(base, settings.get("DATASET", ""), library_name, eval_results(name, settings, metrics_after)),
@@ -100,8 +98,7 @@ def render_card(
 
 
 def front_matter(base, dataset, library_name, results=None):
-    """YAML front matter the Hub reads: base_model (only a Hub id), library, datasets, tags, and the model-index
-    of `results` (`eval_results`) when there are any."""
+    """YAML front matter the Hub reads: base_model (a Hub id only), library, datasets, tags, model-index."""
     from huggingface_hub import ModelCardData
 
     base_id = hub_model_id(base)
@@ -119,34 +116,28 @@ def front_matter(base, dataset, library_name, results=None):
 
 
 def eval_results(name, settings, metrics):
-    """(name, [EvalResult]) of the after-training accuracies for the model-index, or None: each with its 95 % Wilson
-    interval (in its name, and in args with n) and the paired test against the evaluation before, if any."""
+    """(name, [EvalResult]) of the accuracies after training, or None: with Wilson intervals and paired tests."""
     from huggingface_hub import EvalResult
 
-    if not metrics:
-        return None
+    metrics = metrics or {}
     dataset = str(settings.get("DATASET", ""))
     local = not dataset or hub.is_local(dataset)
-    where = dict(
-        task_type="text-generation",
-        dataset_type="json" if local else dataset,  # a local file loads with datasets' json builder
-        dataset_name="GSM8K" if dataset == GSM8K_HUB_ID else (Path(dataset).name if local else dataset),
-        dataset_config=None if local else settings.get("DATASET_CONFIG"),
-        dataset_split="test",
-    )
     paired = metrics.get("paired") or {}
     results = []
-    for key, label, _ in METRICS:
-        if key not in metrics or key + gsm8k.INTERVAL not in metrics:  # accuracies only (they have an interval)
-            continue
+    accuracies = [m for m in METRICS if m[0] in metrics and m[0] + gsm8k.INTERVAL in metrics]  # with an interval
+    for key, label, _ in accuracies:
         low, high = metrics[key + gsm8k.INTERVAL]
         args = {"ci95": [low, high], "n": metrics["n"]}
         if test := paired.get(key.removesuffix("_accuracy")):  # strict, lenient, sampled: the paired tests' names
-            before = round(evaluation.accuracies(test)[0], 4)
-            args |= {"before": before, "up": test["up"], "down": test["down"], "p_value": test["p_value"]}
+            args["before"] = round(evaluation.accuracies(test)[0], 4)
+            args |= {k: test[k] for k in ("up", "down", "p_value")}
         results.append(
             EvalResult(
-                **where,
+                task_type="text-generation",
+                dataset_type="json" if local else dataset,  # a local file loads with datasets' json builder
+                dataset_name="GSM8K" if dataset == "openai/gsm8k" else (Path(dataset).name if local else dataset),
+                dataset_config=None if local else settings.get("DATASET_CONFIG"),
+                dataset_split="test",
                 metric_type="exact_match" if key.startswith("lm_eval") else "accuracy",  # the Hub's metric names
                 metric_name=f"{label.split(' (')[0]}, 95% CI [{low:.3f}, {high:.3f}]",
                 metric_value=metrics[key],
@@ -158,10 +149,9 @@ def eval_results(name, settings, metrics):
 
 def summary(base, library_name):
     what = "A LoRA adapter for" if library_name == "peft" else "A standalone model: a LoRA adapter merged into"
+    link = f"the local model {code(base)}" if base else "a base model (not recorded)"
     if base_id := hub_model_id(base):
         link = f"[{escape(base_id)}](https://huggingface.co/{base_id})"
-    else:
-        link = f"the local model {code(base)}" if base else "a base model (not recorded)"
     return (
         f"{what} {link}, trained with GRPO (TRL's `GRPOTrainer`) to solve grade-school math word "
         "problems (GSM8K) step by step and end with the answer on its own line as `#### <number>`, by grpotrainer."
@@ -179,15 +169,11 @@ def data_section(settings):
         link = f"[{escape(dataset)}](https://huggingface.co/datasets/{dataset})"
         source = link if valid_repo_id(dataset) else code(dataset)
         source += f" (config {code(config)})" if config else ""
-    sizes = (
-        ", ".join(f"{escape(str(split))} {n:,}" for split, n in (settings.get("dataset_sizes") or {}).items())
-        or "not recorded"
-    )
+    counts = (settings.get("dataset_sizes") or {}).items()
+    sizes = ", ".join(f"{escape(str(split))} {n:,}" for split, n in counts) or "not recorded"
+    prompt = "the system prompt below, then the question as the user turn, rendered with the model's chat template"
     lines = ["## Training data", "", f"- Dataset: {source}", f"- Problems used: {sizes}"]
-    lines += [
-        f"- Prompt: the system prompt below, then the question as the user turn, rendered with the model's chat "
-        f"template and `enable_thinking={bool(settings.get('ENABLE_THINKING', False))}`.",
-    ]
+    lines.append(f"- Prompt: {prompt} and `enable_thinking={bool(settings.get('ENABLE_THINKING', False))}`.")
     if settings.get("SYSTEM_PROMPT"):
         lines += ["", fence(str(settings["SYSTEM_PROMPT"]), "text")]
     return "\n".join(lines)
@@ -208,13 +194,10 @@ def rewards_section(settings):
 
 
 def settings_section(settings, steps):
-    rows = [
-        f"| {label} | {'not recorded' if value is None else cell(value)} |" for label, value in card_rows(settings)
-    ]
-    rows.append(f"| steps trained | {cell(steps) if steps is not None else 'not recorded'} |")
-    extra = settings.get("grpo_config") or {}
-    lines = ["## Training settings", "", "| setting | value |", "| --- | --- |", *rows]
-    if extra:
+    rows = [*card_rows(settings), ("steps trained", steps)]
+    lines = ["## Training settings", "", "| setting | value |", "| --- | --- |"]
+    lines += [f"| {label} | {'not recorded' if value is None else cell(value)} |" for label, value in rows]
+    if extra := settings.get("grpo_config"):
         given = ", ".join(code(f"{k}={v}") for k, v in extra.items())
         lines += ["", f"Other GRPOConfig fields given on the command line: {given}."]
     return "\n".join(lines)
@@ -224,8 +207,7 @@ def metrics_section(before, after, settings):
     if not before and not after:
         return (
             f"## GSM8K test accuracy\n\nNot measured during training ({named('held_out.before')} and "
-            f"{named('held_out.after')} were 0). Measure it "
-            "with `python evaluate.py --ADAPTER=<this adapter>`."
+            f"{named('held_out.after')} were 0). Measure it with `python evaluate.py --ADAPTER=<this adapter>`."
         )
 
     def value(metrics, key, fmt):
@@ -248,12 +230,8 @@ def metrics_section(before, after, settings):
     ]
     if paired := (after or {}).get("paired"):
         n = paired["strict"]["n"]
-        lines += [
-            "",
-            f"Before -> after on the same {n} problems, with the exact McNemar test on the greedy flips:",
-            "",
-        ]
-        lines += [f"- {line}" for line in evaluation.paired_lines(paired)[1:]]
+        lines += ["", f"Before -> after on the same {n} problems, with the exact McNemar test on the greedy flips:"]
+        lines += ["", *(f"- {line}" for line in evaluation.paired_lines(paired)[1:])]
     if pass_at := (after or {}).get("pass_at_k"):
         at = ", ".join(f"pass@{k} {v:.1%}" for k, v in pass_at.items())
         lines += ["", f"After training, of {after.get('samples')} samples per problem (unbiased estimator): {at}."]
@@ -265,67 +243,58 @@ def usage_section(settings, library_name, location, adapter_dir):
     base = str(settings.get("MODEL_NAME", "")) or "<base model>"
     thinking = bool(settings.get("ENABLE_THINKING", False))
     system = str(settings.get("SYSTEM_PROMPT") or "")
-    messages = [{"role": "system", "content": system}] if system else []
-    messages.append({"role": "user", "content": EXAMPLE_QUESTION})
+    messages = ([("system", system)] if system else []) + [("user", EXAMPLE_QUESTION)]
+    shown = "".join(f'    {{"role": {q(role)}, "content": {q(text)}}},\n' for role, text in messages)
     max_tokens = int(settings.get("MAX_COMPLETION_LENGTH") or 256)
-    shown = ",\n".join(f'    {{"role": {q(m["role"])}, "content": {q(m["content"])}}}' for m in messages)
     generate = (
-        f"messages = [\n{shown},\n]\n"
+        f"messages = [\n{shown}]\n"
         f"inputs = tokenizer.apply_chat_template(\n    messages, add_generation_prompt=True, "
         f'enable_thinking={thinking}, return_tensors="pt", return_dict=True\n).to(model.device)\n'
         f"output = model.generate(**inputs, max_new_tokens={max_tokens}, do_sample=False)\n"
         'print(tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))'
     )
-    parts = ["## How to use", "", "Prompt it as it was trained: the same system prompt and thinking setting."]
-
-    def add(title, text, lang):
-        parts.extend(["", f"### {title}", "", fence(text, lang)])
-
+    blocks = ["## How to use", "Prompt it as it was trained: the same system prompt and thinking setting."]
     if library_name == "transformers":
-        add("transformers", load_snippet(location, None, generate), "python")
-        add("vLLM", f"vllm serve {shlex.quote(location)}", "bash")
+        blocks += ["### transformers", fence(load_snippet(location, None, generate), "python")]
+        blocks += ["### vLLM", fence(f"vllm serve {shlex.quote(location)}", "bash")]
     if adapter_dir:
         lora_rank = hardware.vllm_lora_rank(int(settings.get("LORA_R") or 16))
         adapter = location if library_name == "peft" else adapter_dir
         if library_name == "transformers":
-            parts += ["", f"The LoRA adapter it was merged from is {code(adapter_dir)}; it can be served on its own:"]
-        add("peft (the adapter on its base model)", load_snippet(base, adapter, generate), "python")
+            blocks.append(f"The LoRA adapter it was merged from is {code(adapter_dir)}; it can be served on its own:")
+        blocks += ["### peft (the adapter on its base model)", fence(load_snippet(base, adapter, generate), "python")]
         serve = f"vllm serve {shlex.quote(base)} --enable-lora --lora-modules gsm8k={shlex.quote(adapter)}"
-        add("vLLM with the adapter (`--enable-lora`)", f"{serve} --max-lora-rank {lora_rank}", "bash")
-        template = f'`"chat_template_kwargs": {{"enable_thinking": {json.dumps(thinking)}}}`'
-        parts += [
-            "",
-            f"Then ask for the model `gsm8k` and pass the thinking setting to the chat template: {template}.",
+        blocks += [
+            "### vLLM with the adapter (`--enable-lora`)",
+            fence(f"{serve} --max-lora-rank {lora_rank}", "bash"),
         ]
+        template = f'`"chat_template_kwargs": {json.dumps({"enable_thinking": thinking})}`'
+        blocks.append(
+            f"Then ask for the model `gsm8k` and pass the thinking setting to the chat template: {template}."
+        )
     if library_name == "peft":
-        parts += ["", "To merge it into a standalone model: `python export.py --ADAPTER=<this folder>`."]
-    return "\n".join(parts)
+        blocks.append("To merge it into a standalone model: `python export.py --ADAPTER=<this folder>`.")
+    return "\n\n".join(blocks)
 
 
 def load_snippet(source, adapter, generate):
     """Python that loads `source` (with the LoRA `adapter` on it, if any), then runs `generate`."""
-    lines = ["from peft import PeftModel"] if adapter else []
-    lines += ["from transformers import AutoModelForCausalLM, AutoTokenizer", ""]
-    lines.append(f"tokenizer = AutoTokenizer.from_pretrained({q(source)})")
-    model = "base" if adapter else "model"
-    lines.append(f'{model} = AutoModelForCausalLM.from_pretrained({q(source)}, dtype="auto", device_map="auto")')
-    if adapter:
-        lines.append(
-            f"model = PeftModel.from_pretrained(base, {q(adapter)})  # .merge_and_unload() for faster generation"
-        )
-    return "\n".join([*lines, generate])
+    load = f'AutoModelForCausalLM.from_pretrained({q(source)}, dtype="auto", device_map="auto")'
+    head = "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+    head += f"tokenizer = AutoTokenizer.from_pretrained({q(source)})"
+    if not adapter:
+        return f"{head}\nmodel = {load}\n{generate}"
+    peft = f"model = PeftModel.from_pretrained(base, {q(adapter)})  # .merge_and_unload() for faster generation"
+    return f"from peft import PeftModel\n{head}\nbase = {load}\n{peft}\n{generate}"
 
 
 def base_licence(base):
-    """The base model's licence id from its own card's front matter (a local folder or the Hub cache), or None. Only
-    a plain licence id is taken: nothing else of a foreign card reaches this one."""
+    """The base model's licence id from its own card (a local folder or the Hub cache), or None: a plain id only."""
     import yaml
     from huggingface_hub import try_to_load_from_cache
 
-    base_id = hub_model_id(base)
-    path = (
-        Path(base) / "README.md" if Path(base).is_dir() else base_id and try_to_load_from_cache(base_id, "README.md")
-    )
+    cached = (base_id := hub_model_id(base)) and try_to_load_from_cache(base_id, "README.md")
+    path = Path(base) / "README.md" if Path(base).is_dir() else cached
     try:
         text = Path(path).read_text(encoding="utf-8")[:65536] if isinstance(path, str | Path) else ""
         head = yaml.safe_load(text.split("---")[1]) if text.startswith("---") and text.count("---") >= 2 else None
@@ -337,22 +306,15 @@ def base_licence(base):
 
 def licence_section(base):
     """The base model's licence, named where its card states it; no licence text is copied."""
-    base_id, licence = hub_model_id(base), base_licence(base)
-    if licence and licence != "other":
-        return (
-            f"## Licence\n\nThis model is derived from its base model and falls under its licence, `{licence}` "
-            "(the base model's card). Check its terms before redistributing."
-        )
-    if base_id:
+    where = "the base model was not recorded"
+    if base_id := hub_model_id(base):
         where = f"its page, https://huggingface.co/{base_id}, states them"
     elif base:
         where = f"the base model is the local folder {code(base)}, so this card cannot link to them"
-    else:
-        where = "the base model was not recorded"
-    return (
-        "## Licence\n\nThis model is derived from its base model and falls under the base model's licence terms: "
-        f"{where}. Check them before redistributing."
-    )
+    terms = f"the base model's licence terms: {where}. Check them"
+    if (licence := base_licence(base)) and licence != "other":
+        terms = f"its licence, `{licence}` (the base model's card). Check its terms"
+    return f"## Licence\n\nThis model is derived from its base model and falls under {terms} before redistributing."
 
 
 def hub_model_id(model_name):
@@ -361,14 +323,12 @@ def hub_model_id(model_name):
     for i, part in enumerate(parts[:-1]):  # <cache>/models--org--name/snapshots/<revision>
         if part.startswith("models--") and parts[i + 1] == "snapshots":
             return part.removeprefix("models--").replace("--", "/", 1)
-    if not model_name or os.path.isdir(model_name) or not valid_repo_id(model_name):
-        return None
-    return model_name
+    return model_name if valid_repo_id(model_name) and not os.path.isdir(model_name) else None
 
 
 def finish_run(state, output_dir, record, metrics, started, resumed=None):
-    """After the final save, on rank 0: our card (with the first part's baseline when `resumed`), then
-    run_finished.json. `metrics`: the held-out points ("before", "after", ...). Returns the run's last lines."""
+    """After the final save, on rank 0: the card (the first part's baseline when `resumed`), run_finished.json, and
+    the run's last lines. `metrics`: the held-out points ("before", "after", ...)."""
     before, after = metrics.get("before"), metrics.get("after")
     before = read_metrics(output_dir)[0] if resumed else before
     write_card(output_dir, record, metrics_before=before, metrics_after=after, steps=state.global_step)
@@ -386,16 +346,6 @@ def read_metrics(run_dir):
     """(before, after): the metrics dicts a run's evaluations before and after training wrote, None where none."""
     paths = [Path(run_dir) / f"eval_test_{when}.json" for when in ("before", "after")]
     return tuple(files.read_json_object(path, METRIC_TYPES) or None for path in paths)  # {}: none written
-
-
-def framework_versions():  # of the packages that trained it, for the card
-    found = {}
-    for package in ("trl", "transformers", "peft", "torch"):
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            continue
-    return found
 
 
 def valid_repo_id(name):
@@ -417,9 +367,8 @@ def code(text):
 
 def cell(value):
     """A value as a table cell: an inline code span with `|` escaped (GFM splits cells on it even in code)."""
-    if isinstance(value, list):
-        value = ", ".join(str(v) for v in value)
-    return code(value).replace("|", "\\|")
+    text = ", ".join(str(v) for v in value) if isinstance(value, list) else value
+    return code(text).replace("|", "\\|")
 
 
 def q(text):

@@ -11,10 +11,9 @@ from grpo import hub
 from grpo.settings import config_kwargs, levers
 
 # --------------------------------------------------------------------------------------------------
-# hardware: per-GPU memory bandwidth (GB/s), dense bf16 tensor-core TFLOP/s (no sparsity), memory (GB).
-# Sources: NVIDIA data sheets: H100 SXM5 80 GB (3.35 TB/s, 989 TFLOPs), H200 SXM 141 GB (4.8 TB/s, 989 TFLOPs),
-# A100 SXM 80 GB (2.039 TB/s, 312 TFLOPs), L40S (864 GB/s, 362 TFLOPs), RTX 4090 (1008 GB/s, 165 TFLOPs bf16 with
-# fp32 accumulation, Ada whitepaper appendix).
+# hardware: per-GPU memory bandwidth (GB/s), dense bf16 tensor-core TFLOP/s (no sparsity), memory (GB), from NVIDIA's
+# data sheets of the H100 SXM5 80 GB, H200 SXM 141 GB, A100 SXM 80 GB and L40S, and for the RTX 4090 (bf16 with fp32
+# accumulation) the Ada whitepaper's appendix.
 gpus = {
     "H100": {"bandwidth_gbs": 3350, "bf16_tflops": 989, "memory_gb": 80},
     "H200": {"bandwidth_gbs": 4800, "bf16_tflops": 989, "memory_gb": 141},
@@ -50,10 +49,9 @@ def stderr_points(n, p=0.5):
 
 
 def optimizer_steps(c, train_size, world_size=1):
-    """trainer.state.max_steps as TRL 1.16 + transformers 5 compute it from the GRPOConfig `c`: TRL's RepeatSampler
-    takes the prompts in chunks of generation_batch_size // num_generations (the last partial one dropped) and yields
-    each num_iterations x steps_per_generation times, steps_per_generation batches per round; Trainer makes an epoch
-    max(ceil(batches / gradient_accumulation_steps), 1) steps."""
+    """trainer.state.max_steps as TRL 1.16 + transformers 5 compute it from the GRPOConfig `c`: RepeatSampler yields
+    each chunk of generation_batch_size // num_generations prompts (a partial one dropped) num_iterations x
+    steps_per_generation times; Trainer makes an epoch max(ceil(batches / gradient_accumulation_steps), 1) steps."""
     if c.max_steps >= 0:  # Trainer counts in epochs only when max_steps < 0
         return c.max_steps
     generation_batch = c.per_device_train_batch_size * world_size * c.steps_per_generation
@@ -79,21 +77,18 @@ def checkpoint_steps(save_steps, max_steps):
     return steps if max_steps in steps or max_steps <= 0 else steps + [max_steps]
 
 
-def model_shape(config):
-    """Parameters and layers of a decoder from its config (a transformers config or a dict): embeddings, attention
-    (q, k, v, o) and a gated MLP (gate, up, down) per layer, and the LM head unless tied."""
-    c = config if isinstance(config, dict) else config.to_dict()
-    hidden, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
-    heads = c["num_attention_heads"]
+def model_shape(c):
+    """Parameters and layers of a decoder from its config.json's dict: embeddings, attention (q, k, v, o) and a gated
+    MLP (gate, up, down) per layer, and the LM head unless tied."""
+    hidden, layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
     kv_heads = c.get("num_key_value_heads") or heads
     head_dim = c.get("head_dim") or hidden // heads
-    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    mlp = 3 * hidden * c["intermediate_size"]
-    embeddings = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
+    inter = c["intermediate_size"]
+    block = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + 3 * hidden * inter
+    embeddings = c["vocab_size"] * hidden * (1 if c.get("tie_word_embeddings") else 2)
     # in + out of each linear layer of a block: q, k, v, o, then gate, up, down
-    sides = 2 * (hidden + heads * head_dim) + 2 * (hidden + kv_heads * head_dim)
-    sides += 3 * (hidden + c["intermediate_size"])
-    return {"params": embeddings + layers * (attention + mlp), "layers": layers, "linear_sides": sides}
+    sides = 2 * (hidden + heads * head_dim) + 2 * (hidden + kv_heads * head_dim) + 3 * (hidden + inter)
+    return {"params": embeddings + layers * block, "layers": layers, "linear_sides": sides}
 
 
 def lora_params(shape, rank):
@@ -102,9 +97,8 @@ def lora_params(shape, rank):
 
 
 def estimate_times(shape, c, s, plan):
-    """Seconds per optimiser step and hours per run by phase on each GPU in `gpus`, per process: an estimate.
-    Decoding a token for a call's sequences takes the largest of: reading the weights once (bandwidth floor), the
-    host's kernel launches (none with vLLM's CUDA graphs), and the FLOPs of all sequences at `mfu`."""
+    """Seconds per step and hours per run by phase on each GPU in `gpus`, per process. Decoding a token takes the
+    largest of: reading the weights (bandwidth floor), the host's kernel launches (none with vLLM), FLOPs at mfu."""
     a, params, world = assumptions, shape["params"], plan["world_size"]
     weight_gb = params * bytes_per_param["4bit" if s.get("LOAD_IN_4BIT") else "bf16"] / 1e9
     decoded = math.ceil(c.max_completion_length * a["completion_fill"])
@@ -122,8 +116,7 @@ def estimate_times(shape, c, s, plan):
         (math.ceil(n / world / eval_batch), math.ceil(n * samples / world / eval_batch), min(n, eval_batch))
         for n in (point["problems"] for point in plan["eval_points"])
     ]
-    rank = config_kwargs(s, "lora_config.")["r"]
-    lora_gb = 3 * 4 * lora_params(shape, rank) / 1e9  # fp32 weights and Adam's two moments
+    lora_gb = 3 * 4 * lora_params(shape, config_kwargs(s, "lora_config.")["r"]) / 1e9  # fp32 weights, Adam's 2 moments
     startup = a["trainer_start_seconds"] + weight_gb / a["load_gbs"]
     startup += a["vllm_start_seconds"] + weight_gb / a["load_gbs"] if c.use_vllm else 0.0
     saves = len(plan["checkpoints"]) * (a["save_seconds"] + lora_gb / a["load_gbs"])
@@ -144,8 +137,7 @@ def estimate_times(shape, c, s, plan):
         training = max(step_flops / flops, launched)
         step = generation + training
         evaluation = sum((greedy + sampled) * call(batch)[0] + sync for greedy, sampled, batch in eval_calls)
-        phases = {"training": step * plan["optimizer_steps"], "evaluation": evaluation, "startup": startup}
-        phases["checkpoint"] = saves
+        phases = dict(zip(PHASES, (step * plan["optimizer_steps"], evaluation, startup, saves), strict=True))
         table[name] = {
             "seconds_per_step": round(step, 2),
             "generation_seconds_per_step": round(generation, 2),
@@ -159,16 +151,14 @@ def estimate_times(shape, c, s, plan):
 
 
 def make_plan(c, s, train_size, test_size, world_size=1, model_config=None, model_source=None):
-    """What the run of the GRPOConfig `c` and the settings `s` (for what is no config field) will do, as a
-    JSON-serialisable dict, for `train_size` training and `test_size` test problems on `world_size` processes.
-    `model_config` (a transformers config or a dict, read from `model_source`) enables the time estimates."""
-    group, iterations = c.num_generations, c.num_iterations
-    per_device, accumulation = c.per_device_train_batch_size, c.gradient_accumulation_steps
+    """What the run of the GRPOConfig `c` and the settings `s` will do, as a JSON-serialisable dict, on `world_size`
+    processes; `model_config` (config.json's dict, read from `model_source`) enables the time estimates."""
+    group, iterations, accumulation = c.num_generations, c.num_iterations, c.gradient_accumulation_steps
     per_generation = c.steps_per_generation  # TRL sets it to gradient_accumulation_steps unless given
     used = min(train_size, s["MAX_SAMPLES"]) if s["MAX_SAMPLES"] else train_size
     steps = optimizer_steps(c, used, world_size)
-    sequences_per_call = per_device * per_generation  # per process: the generation batch's share
-    completions = per_device * accumulation * world_size
+    sequences_per_call = c.per_device_train_batch_size * per_generation  # per process: the generation batch's share
+    completions = c.per_device_train_batch_size * accumulation * world_size
     # a generation round feeds per_generation micro-batches, num_iterations times over
     calls = math.ceil(steps * accumulation / (per_generation * iterations))
     prompts_seen = calls * sequences_per_call * world_size / group
@@ -228,9 +218,8 @@ known_configs = {
 
 
 def read_model_config(model_name):
-    """(config dict, where it was read) of a model without loading weights, or (None, why not): a local folder's
-    config.json, else transformers' AutoConfig from the local cache, else from the Hub when it is reachable, else
-    for a Qwen3 of `known_configs` this module's copy. Never runs a repository's code (trust_remote_code stays off)."""
+    """(config dict, where it was read) without loading weights, or (None, why not): a folder's config.json, the cache,
+    the Hub if reachable, else a Qwen3's copy in `known_configs`. Never runs a repository's own code."""
     folder = Path(os.path.expanduser(str(model_name)))
     if (folder / "config.json").is_file():
         return json.loads((folder / "config.json").read_text()), f"{folder}/config.json"
@@ -242,8 +231,7 @@ def read_model_config(model_name):
         return AutoConfig.from_pretrained(model_name, local_files_only=True).to_dict(), "the Hugging Face cache"
     except (OSError, ValueError) as err:
         cache_miss = f"{model_name} is not in the Hugging Face cache ({type(err).__name__})"
-    unreachable = hub.hub_unreachable(model_name, "MODEL_NAME")
-    if unreachable and model_name in known_configs:
+    if (unreachable := hub.hub_unreachable(model_name, "MODEL_NAME")) and model_name in known_configs:
         return known_configs[model_name], "grpo/plan.py's copy of its config.json (not cached; the Hub unreachable)"
     if unreachable:
         return None, cache_miss
@@ -288,8 +276,7 @@ def format_plan(plan):
         ("checkpoints", f"steps {_steps(plan['checkpoints'])}" if plan["checkpoints"] else "none"),
     ]  # fmt: skip
     if plan["estimates"]:
-        params = plan["params"]
-        size = f"{params / 1e9:.2f} B" if params >= 1e9 else f"{params / 1e6:.1f} M"
+        size = f"{plan['params'] / 1e9:.2f} B" if plan["params"] >= 1e9 else f"{plan['params'] / 1e6:.1f} M"
         rows.append(("time (estimate)", f"{size} params, {plan['layers']} layers; per step"))
         for name, e in plan["estimates"].items():
             phases = ", ".join(f"{phase} {duration(e[f'{phase}_hours'] * 3600)}" for phase in PHASES)

@@ -1,7 +1,6 @@
-"""`--config recipe.yaml`: a recipe of the script's constants (or TRL's and open-r1's keys) read as arguments before
-the command line's, which win. Read safely: no aliases (a few lines could grow into billions of values), no key twice,
-no deep nesting, UTF-8 only, and never trust_remote_code, which only the command line decides.
-"""
+"""`--config recipe.yaml`: the script's constants (or TRL's and open-r1's keys) read as arguments before the command
+line's, which win. Read safely: no aliases (a few lines could grow into billions of values), no key twice, no deep
+nesting, UTF-8 only, and never trust_remote_code, which only the command line decides."""
 
 import difflib
 import json
@@ -30,9 +29,7 @@ IGNORED = {
     "max_prompt_length": "gone in TRL 1.x; GSM8K's prompts are short",
     "dataset_configs": "open-r1's list of dataset configs; DATASET_CONFIG names one",
     "dataset_mixture": "one DATASET per run here",
-    "wandb_entity": "set WANDB_ENTITY in the environment",
-    "wandb_project": "set WANDB_PROJECT in the environment",
-    "wandb_run_group": "set WANDB_RUN_GROUP in the environment",
+    **{key: f"set {key.upper()} in the environment" for key in ("wandb_entity", "wandb_project", "wandb_run_group")},
 }
 DEPTH = 8  # nesting levels a recipe may use (a dict field's value is one)
 TRUST_KEY = "trust_remote_code"  # in any case and spelling of `_`/`-`
@@ -56,9 +53,9 @@ def read(argv):
         raise ConfigError(f"--config {path} is not UTF-8 text (byte {err.start}): save it as UTF-8.") from None
     except ConfigError as err:
         raise ConfigError(f"--config {path}: {err}") from None
-    if trusted := _trust_keys(data):
+    if trusted := next(_trust_keys(data), None):
         raise ConfigError(
-            f"--config {path} sets {trusted[0]}: running a model folder's own code is never taken from a file.\n"
+            f"--config {path} sets {trusted}: running a model folder's own code is never taken from a file.\n"
             "Remove it from the recipe; to allow it, type --TRUST_REMOTE_CODE=true on the command line."
         )
     return rest, (path, [f"--{key}={_value(value)}" for key, value in data.items()])
@@ -81,8 +78,7 @@ def load(text):
 
 
 def _check_events(events):
-    """Refuse an alias on the line that uses it, and nesting deeper than DEPTH on the line that goes deeper, from
-    YAML's events: before the node tree, which recurses once per level and names an alias by its anchor's line."""
+    """Refuse an alias, or nesting deeper than DEPTH, on its line: from the events, before the node tree recurses."""
     import yaml
 
     depth = 0
@@ -96,8 +92,7 @@ def _check_events(events):
 
 
 def _check(node, lines):
-    """Refuse a key twice, and a plain text value whose line goes on with `##`: YAML reads ` #### N` after a text
-    value's words as a comment, and the value ends there; a `# comment` is one (aliases and depth: `_check_events`)."""
+    """Refuse a key twice, and a plain text value whose line goes on with `##` (YAML cuts it at ` #### N`)."""
     import yaml
 
     pairs = node.value if isinstance(node, yaml.MappingNode) else []
@@ -119,15 +114,10 @@ def _check(node, lines):
 def keep(lines, accepted):
     """A recipe's `--key=value` lines without the keys IGNORED names (a line each says so), after refusing, all at
     once, the keys not in `accepted` (the constants, the config's fields, TRL's names)."""
-    kept, notes, unknown = [], [], []
-    for line in lines:
-        key = line.removeprefix("--").partition("=")[0]
-        if key in IGNORED:
-            notes.append(f"recipe key {key} ignored: {IGNORED[key]}")
-        elif key in accepted:
-            kept.append(line)
-        else:
-            unknown.append(key)
+    keys = [line.removeprefix("--").partition("=")[0] for line in lines]
+    notes = [f"recipe key {key} ignored: {IGNORED[key]}" for key in keys if key in IGNORED]
+    kept = [line for key, line in zip(keys, lines, strict=True) if key not in IGNORED and key in accepted]
+    unknown = [key for key in keys if key not in IGNORED and key not in accepted]
     if unknown:
         hints = [difflib.get_close_matches(key, accepted, n=1, cutoff=0.6) for key in unknown]
         named = [f"{key} (did you mean {hint[0]}?)" if hint else key for key, hint in zip(unknown, hints, strict=True)]
@@ -140,13 +130,11 @@ def keep(lines, accepted):
 
 def _trust_keys(data):
     """The keys, at any depth of a recipe, that name trust_remote_code in any case or with `-`."""
-    found = []
-    for key, value in data.items() if isinstance(data, dict) else ():
-        found += [str(key)] if str(key).lower().replace("-", "_") == TRUST_KEY else []
-        found += _trust_keys(value)
-    for item in data if isinstance(data, list) else ():
-        found += _trust_keys(item)
-    return found
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        if isinstance(data, dict) and str(key).lower().replace("-", "_") == TRUST_KEY:
+            yield str(key)
+        yield from _trust_keys(value)
 
 
 def _value(value):

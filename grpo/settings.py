@@ -1,8 +1,6 @@
-"""Every setting of the three scripts, described once: its check, the GRPOConfig field it sets, TRL's and open-r1's
-names for it, whether a resumed run may change it, its model-card label and the plan lines it shapes. Its default and
-comment live in its script; the command line, --help, preflight, the resume check, the card, the plan and
-build_config read this table, so a new setting is its constant line plus one row here.
-"""
+"""Every setting of the three scripts, described once (its default and comment live in its script): the command
+line, --help, preflight, the resume check, the card, the plan and build_config read this table, so a new setting is
+its constant line plus one row here."""
 
 import difflib
 import math
@@ -119,8 +117,7 @@ INTERVAL = re.compile(r"([\[(])(-?[\d.e+]+|-?inf), *(-?[\d.e+]+|-?inf)([\])])")
 
 
 def problem(name, value, comment=""):
-    """Why `value` is not allowed for the setting `name`, in one line ending in `comment` (the constant's own
-    comment, which says what it is), or None."""
+    """Why `value` is not allowed for the setting `name`, in one line ending in its constant's `comment`, or None."""
     check = TABLE[name].check if name in TABLE else ""
     why = f": {comment}." if comment else "."
     if isinstance(check, tuple):
@@ -196,13 +193,10 @@ CONVERT = {
 def config_kwargs(s, prefix=""):
     """{field: value} for the settings of `s` whose field starts with `prefix` ("" the GRPOConfig's own,
     "lora_config." peft's LoraConfig, "held_out." the held-out evaluation's), each converted as CONVERT says."""
-    rows = [
-        (name, row.field) for name, row in TABLE.items() if name in s and row.field and row.field.startswith(prefix)
-    ]
     return {
-        field[len(prefix) :]: CONVERT[name](s[name]) if name in CONVERT else s[name]
-        for name, field in rows
-        if "." not in field[len(prefix) :]
+        row.field.removeprefix(prefix): CONVERT[name](s[name]) if name in CONVERT else s[name]
+        for name, row in TABLE.items()
+        if name in s and row.field.startswith(prefix) and row.field and "." not in row.field.removeprefix(prefix)
     }
 
 
