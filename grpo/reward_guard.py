@@ -240,9 +240,10 @@ def deadline(seconds, message, source=None):
 
     def check(signum, frame):
         left = seconds - (time.monotonic() - start)
-        if left <= 0:
+        if left > 0:
+            signal.setitimer(signal.ITIMER_PROF, left)
+        else:  # expire ends the process; were it to return, a negative timer would raise inside the reward
             expire(message, frame, source)
-        signal.setitimer(signal.ITIMER_PROF, left)
 
     if main:
         previous = signal.signal(signal.SIGPROF, check)

@@ -19,6 +19,9 @@ GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"  # real GSM8K beside the c
 sys.path.insert(0, str(REPO))
 # offline; one thread per process: the tiny model gains nothing from more, and on 2 shared cores they thrash
 BASE_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+# TRL's trainer sends the Hub a usage ping from a thread kept for the process's life, unless offline or told not to:
+# tests reach no Hub, and a test training in-process would otherwise leave that thread behind
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 
 
 # the handlers the scripts and their guards install (process.run, StopOnSignal, reward_guard's clock)

@@ -456,3 +456,25 @@ def test_large_rewards_within_the_limit_are_accepted_and_stay_finite_in_float32(
     assert guarded(values)(completions=["a"] * len(values), trainer_state=State()) == values
     group = torch.tensor(values, dtype=torch.float32)
     assert torch.isfinite(group.mean()) and torch.isfinite(group.std())
+
+
+def test_the_cpu_clock_calls_the_end_once_and_raises_nothing_into_the_reward(monkeypatch):
+    # the CPU clock (SIGPROF) can see the deadline pass before the watchdog thread does, as on a loaded machine;
+    # the end it calls exits the process, but were it to return, nothing may be raised inside the reward
+    class Asleep:
+        def __init__(self, *args):
+            pass
+
+        def cancel(self):
+            pass
+
+    ended = []
+    monkeypatch.setattr(reward_guard, "Watchdog", Asleep)
+    monkeypatch.setattr(reward_guard, "_expire", lambda message, frame=None, source=None: ended.append(message))
+    with reward_guard.deadline(0.05, "too slow"):
+        spins = 0
+        while not ended and spins < 50_000_000:  # CPU time, so that the process timer runs
+            spins += 1
+        for _ in range(2_000_000):  # and on, past where a re-armed timer would fire again
+            spins += 1
+    assert ended == ["too slow"]
