@@ -59,8 +59,9 @@ real-model: install-dev
 real-demo: install
 	$(PY) grpotrainer.py --real $(ARGS)
 
+# the full suite on every core (at most 4 workers: each holds torch and a model); the slow runs overlap
 test: install-dev
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n auto --maxprocesses=4 $(ARGS)
 
 test-fast: install-dev
 	$(PY) -m pytest -q -m "not slow" $(ARGS)

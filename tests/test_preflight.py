@@ -11,6 +11,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -259,8 +260,13 @@ def test_preflight_bounds_a_hung_reward_too(smoke_settings, monkeypatch, name):
     entry = f"test_preflight:{name}"
     funcs = reward_guard.load([entry], rewards.REWARDS, max_completion_length=32, timeout=0.2)
     dataset = gsm8k.load(smoke_settings["DATASET"], "train", limit=3)
-    with pytest.raises((KeyboardInterrupt, reward_guard.RewardTimeout)) as err:
-        preflight.try_rewards(funcs, [entry], dataset, 32)
+    # interrupt_main does nothing where SIGINT is ignored, as a shell's background job inherits it: Python's own here
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises((KeyboardInterrupt, reward_guard.RewardTimeout)) as err:
+            preflight.try_rewards(funcs, [entry], dataset, 32)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     waiting.clear()  # an async reward's watchdog, left armed for the unwinding, may fire later: no interrupt then
     # a plain reward is ended by the watchdog; an async one is cancelled (its watchdog stays armed for the unwinding)
     said = fired[0] if err.type is KeyboardInterrupt else str(err.value)
