@@ -307,6 +307,12 @@ def test_the_readme_fits_a_sitting():
     assert len((REPO / "README.md").read_bytes()) <= 16_384
 
 
+@pytest.mark.parametrize("page", sorted((REPO / "docs").glob("*.md")), ids=lambda p: p.name)
+def test_each_users_guide_fits_a_sitting(page):
+    # docs/ holds users' guides, 16 KB at most like the README; measurement notes go beside the bench scripts
+    assert len(page.read_bytes()) <= 16_384
+
+
 def test_the_real_model_page_fits_a_sitting():
     # a recipe page under docs/: what it shows and how to rerun it; its figures belong in bench/README.md
     assert len((REPO / "docs" / "real-model.md").read_bytes()) <= 12_288
