@@ -23,7 +23,6 @@ import resource
 import statistics
 import sys
 from pathlib import Path
-from types import SimpleNamespace as NS
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: grpotrainer.py, grpo/
 sys.path.insert(0, str(ROOT))
@@ -32,49 +31,14 @@ SHAPE = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=4, num_
 
 
 def lora_model(seed):
-    """The bf16 model, LoRA-wrapped by grpotrainer.build_peft_config on the script's own LORA_* defaults."""
+    """The bf16 model, LoRA-wrapped as training wraps it (gpu_check.with_lora: grpotrainer.py's LORA_* defaults)."""
     import torch
-    from peft import get_peft_model
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    import grpotrainer
+    from bench.gpu_check import with_lora
 
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(Qwen3Config(**SHAPE)).to(torch.bfloat16)
-    lora = {
-        name: getattr(grpotrainer, name) for name in ("LORA_R", "LORA_ALPHA", "LORA_DROPOUT", "LORA_TARGET_MODULES")
-    }
-    return get_peft_model(model, grpotrainer.build_peft_config(lora))
-
-
-class Engine:
-    """vLLM's model as sync_weights() reaches it: load_weights copies each tensor into a buffer of its own."""
-
-    def __init__(self):
-        self.weights = {}
-        self.llm_engine = NS(model_executor=NS(driver_worker=NS(model_runner=NS(model=self))))
-
-    def load_weights(self, weights):
-        for name, tensor in weights:
-            if name not in self.weights:
-                self.weights[name] = tensor.new_empty(tensor.shape)
-            self.weights[name].copy_(tensor)
-
-    def reset_prefix_cache(self):
-        pass
-
-
-def colocated(model):
-    """TRL's VLLMGeneration in colocate mode, built without vllm: the attributes sync_weights() reads."""
-    import torch
-    from trl.distributed import DistributedBackend
-    from trl.generation.vllm_generation import VLLMGeneration
-
-    generation = object.__new__(VLLMGeneration)
-    acc = NS(state=NS(deepspeed_plugin=None, fsdp_plugin=None), is_main_process=True, device=torch.device("cpu"))
-    generation.__dict__.update(mode="colocate", enable_sleep_mode=False, accelerator=acc, model=model, llm=Engine())
-    generation._dist = DistributedBackend(acc)
-    return generation
+    return with_lora(Qwen3ForCausalLM(Qwen3Config(**SHAPE)).to(torch.bfloat16))
 
 
 def adapter(model):
@@ -101,6 +65,7 @@ def exact_merge(model, start):
 def measure(args):
     import torch
 
+    from bench.gpu_check import colocated  # TRL's colocated VLLMGeneration, its engine a stand-in, as the GPU check's
     from grpo import weight_sync
 
     torch.set_num_threads(args.threads)

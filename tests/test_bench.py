@@ -388,6 +388,16 @@ def test_overhead_bench_runs_and_times_the_same_work(tmp_path):
     assert report["ratio"] > 0 and report["ratio_q1"] <= report["ratio"] <= report["ratio_q3"]
 
 
+@pytest.mark.slow  # a real benchmark process: two syncs each way on the 71M-parameter bf16 model
+def test_weight_sync_bench_shows_trls_drift_and_none_of_ours(tmp_path):
+    result = run_script("bench/bench_weight_sync.py", "--syncs", "2", "--json", str(tmp_path / "sync.json"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "sync.json").read_text())
+    assert report["ours"]["base_changed_share"] == 0 and report["ours"]["engine_off_exact_merge_share"] == 0
+    assert report["trl"]["base_changed_share"] > 0  # the control: TRL's in-place merge and unmerge move the base
+    assert report["cpu_ratio_ours_over_trl"] > 0
+
+
 def test_fetch_wheels_finds_python_312_past_a_failing_shim(tmp_path):
     # python3.12 on PATH is a pyenv shim that fails; the pyenv version behind it is found and used
     shims, version = tmp_path / "shims", tmp_path / "pyenv" / "versions" / "3.12.9" / "bin"
