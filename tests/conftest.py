@@ -214,6 +214,22 @@ def gpu(monkeypatch):
     return fake
 
 
+def advice_thresholds():
+    """The health thresholds the advice and callback tests share: windows of a few logs, a tied-group streak of 3."""
+    from grpo import advice
+
+    return advice.Thresholds(
+        kl_warn=10.0,
+        kl_act=20.0,
+        zero_std_frac=0.9,
+        zero_std_logs=3,
+        reward_flat_window=4,
+        reward_flat_delta=0.02,
+        clipped_ratio_max=0.2,
+        grad_norm_max=50.0,
+    )
+
+
 def run_script(*args, timeout=300, env=None):
     """Run `python <args>` from the repo root, offline, and return the CompletedProcess (text output). For any
     script but a training run, which goes through `train`."""

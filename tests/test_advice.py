@@ -9,19 +9,11 @@ import math
 from dataclasses import replace
 
 import pytest
+from conftest import advice_thresholds
 
 from grpo import advice
 
-T = advice.Thresholds(
-    kl_warn=10.0,
-    kl_act=20.0,
-    zero_std_frac=0.9,
-    zero_std_logs=3,
-    reward_flat_window=4,
-    reward_flat_delta=0.02,
-    clipped_ratio_max=0.2,
-    grad_norm_max=50.0,
-)
+T = advice_thresholds()
 
 
 SETTINGS = {

@@ -15,21 +15,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import read_scalars, read_texts
+from conftest import advice_thresholds, read_scalars, read_texts
 from transformers import TrainerControl, TrainerState
 
 from grpo import advice, callbacks, evaluation, process, stats
 
-T = advice.Thresholds(
-    kl_warn=10.0,
-    kl_act=20.0,
-    zero_std_frac=0.9,
-    zero_std_logs=3,
-    reward_flat_window=4,
-    reward_flat_delta=0.02,
-    clipped_ratio_max=0.2,
-    grad_norm_max=50.0,
-)
+T = advice_thresholds()
 
 
 class Run:
