@@ -210,7 +210,8 @@ def train(s, record, config, reward_funcs, datasets, started):
     log.info("model %s%s", s["MODEL_NAME"], f"; resuming from {last}" if last else "")
     stopper = callbacks.StopOnSignal(resuming=last, grace=s["STOP_GRACE"])
     trainer = build_trainer(s, config, reward_funcs=reward_funcs, train_dataset=datasets[0])
-    fixed = PROFILES[record["profile"]].FIXED if record["profile"] else ()
+    profile = PROFILES.get(record["profile"])
+    fixed = profile.FIXED if profile else ()
     # advice, held-out accuracy, pace, samples, signals: see grpo/callbacks.py
     health, held_out = callbacks.install(
         trainer, s, record, stopper=stopper, eval_dataset=datasets[1], resumed=last, fixed=fixed
@@ -232,7 +233,6 @@ def train(s, record, config, reward_funcs, datasets, started):
     if not stopped and rank0:  # our card over TRL's, then run_finished.json, then the last lines
         metrics = held_out.metrics
         lines = modelcard.finish_run(trainer.state, out, record, metrics=metrics, started=started, resumed=last)
-        profile = PROFILES.get(record["profile"])
         for line in [*lines, profile.finish(out) if profile else None]:
             if line:
                 log.info(line)
@@ -262,7 +262,6 @@ def main(argv=()):
     # every setting decided and checked here, a refused value with its constant's comment
     s = preflight.resolve(args, cpu_only, PROFILES, known_rewards=rewards.REWARDS, comments=cli.comments(__file__))
     datasets = load_data(s, plan_only=bool(args.plan))
-    train_dataset = None if args.plan else datasets[0]
     config = build_config(s, args.fields, cpu_only, datasets=() if args.plan else datasets)
     run_plan = plan.for_run(s, config, datasets, world_size=hardware.world_size())
     preflight.refuse_bad_grpo_config(config, s, run_plan["train_problems"])
@@ -274,7 +273,7 @@ def main(argv=()):
     reward_funcs = reward_guard.load(s["REWARD_FUNCS"], rewards.REWARDS, **bound)
     if args.profile:  # the smoke model, the demo's warm start
         PROFILES[args.profile].build(s)
-    preflight.refuse_before_loading(s, reward_funcs, train_dataset, answer_blind=rewards.ANSWER_BLIND)
+    preflight.refuse_before_loading(s, reward_funcs, datasets[0], answer_blind=rewards.ANSWER_BLIND)
     sizes = {"train": run_plan["train_problems"], "test": run_plan["test_problems"]}
     record = files.record(s, args.fields, profile=args.profile, sizes=sizes, processes=hardware.world_size())
     lock = process.output_lock(s["OUTPUT_DIR"], config.process_index == 0)

@@ -89,15 +89,15 @@ def _split(arg):
     return key, raw if sep else None
 
 
-def join_values(argv, flags=()):
-    """`argv` with each `--key value` (`--key a b`: a comma list) as `--key=value`; a key in `flags` takes none."""
+def join_values(argv):
+    """`argv` with each `--key value` (`--key a b`: a comma list) as `--key=value`."""
     out, joining = [], False
     for arg in argv:
         if joining and not arg.startswith("--"):
             out[-1] += ("," if "=" in out[-1] else "=") + arg
             continue
         out.append(arg)
-        joining = arg.startswith("--") and "=" not in arg and arg.removeprefix("--") not in flags
+        joining = arg.startswith("--") and "=" not in arg
     return out
 
 

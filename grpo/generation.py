@@ -9,10 +9,10 @@ from pathlib import Path
 from grpo import hardware, weight_sync
 from grpo.cli import FALSE, TRUE
 from grpo.errors import ConfigError
-from grpo.plan import model_shape, read_model_config
+from grpo.plan import assumptions, model_shape, read_model_config
 
 CONTEXT_MARGIN = 64  # tokens of vLLM context over the longest prompt plus a completion
-PROMPT_TOKENS = 150  # a GSM8K prompt with system prompt and chat template, in Qwen's tokens (typical)
+PROMPT_TOKENS = assumptions["prompt_tokens"]  # a typical GSM8K chat prompt, as the plan assumes it
 VLLM_OVERHEAD_GB = 3.0  # vLLM's CUDA graphs, activations and allocator slack besides weights and KV cache
 VLLM_SHARE_BOUNDS = (0.1, 0.9)  # the automatic share of GPU memory stays within these
 VLLM_SHARE_FALLBACK = 0.3  # ... and is this when the model's config or the card's memory is unknown
@@ -133,8 +133,11 @@ def vllm_context(datasets, model_name, trust_remote_code, *, max_completion_leng
     """vLLM's context for a run (`context_length`), from the longest prompt of its `datasets` (training's and the
     held-out one, which its engine also scores), else PROMPT_TOKENS."""
     read = [data for data in datasets or () if data is not None and not isinstance(data, int)]
-    prompts = (longest_prompt(data, model_name, enable_thinking, trust_remote_code) for data in read)
-    return context_length(max(prompts, default=PROMPT_TOKENS), max_completion_length)
+    if not read:
+        return context_length(PROMPT_TOKENS, max_completion_length)
+    prompts = {"prompt": [prompt for data in read for prompt in data["prompt"]]}  # one tokenizer load for all
+    longest = longest_prompt(prompts, model_name, enable_thinking, trust_remote_code)
+    return context_length(longest, max_completion_length)
 
 
 def context_length(prompt_tokens, max_completion_length):

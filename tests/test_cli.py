@@ -278,7 +278,7 @@ def test_apply_overrides_types_each_value_like_its_default():
 
 def test_join_values_joins_a_keys_tokens_and_leaves_flags_and_bare_booleans():
     argv = ["--smoke", "--lr", "1e-5", "--names", "a", "b", "--flag"]
-    assert cli.join_values(argv, flags={"smoke"}) == ["--smoke", "--lr=1e-5", "--names=a,b", "--flag"]
+    assert cli.join_values(argv) == ["--smoke", "--lr=1e-5", "--names=a,b", "--flag"]
     # a value of its own after "=" is not joined: the next token is an argument of its own (refused later)
     assert cli.join_values(["--k=a", "b", "--n", "x=y", "z"]) == ["--k=a", "b", "--n=x=y,z"]
 
