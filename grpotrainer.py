@@ -132,6 +132,8 @@ def build_config(s, fields, cpu_only, datasets=()):
     attention = s["ATTN_IMPLEMENTATION"]
     remote = s["TRUST_REMOTE_CODE"]
     ours["model_init_kwargs"] = hardware.model_init_kwargs(attention, s["BF16"], cpu_only, trust_remote_code=remote)
+    if hardware.fsdp_version():  # TRL sets device_map=None for DDP and DeepSpeed only; "auto" fills each GPU whole
+        ours["model_init_kwargs"]["device_map"] = None
     ours["chat_template_kwargs"] = {"enable_thinking": s["ENABLE_THINKING"]}
     if s["USE_VLLM"] is True:  # the longest prompt and completion, not the model's whole context
         lengths = dict(max_completion_length=s["MAX_COMPLETION_LENGTH"], enable_thinking=s["ENABLE_THINKING"])

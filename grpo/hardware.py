@@ -126,11 +126,9 @@ def init_cpu_process_group(timeout_s):
 
 
 def model_init_kwargs(attn, bf16, cpu_only, **extra):
-    """from_pretrained arguments: bf16 and the fastest attention on CUDA, fp32 and sdpa on CPU, and `extra`. Under
-    FSDP device_map=None, which TRL sets only for DDP and DeepSpeed ("auto" loads the whole model on each GPU)."""
+    """from_pretrained arguments: bf16 and the fastest attention on CUDA, fp32 and sdpa on CPU, and `extra`."""
     attn = auto_attention(cpu_only, bf16) if attn == "auto" else attn
-    kwargs = {"dtype": "bfloat16" if bf16 else "float32", "attn_implementation": attn, **extra}
-    return {**kwargs, "device_map": None} if fsdp_version() else kwargs
+    return {"dtype": "bfloat16" if bf16 else "float32", "attn_implementation": attn, **extra}
 
 
 def decode_options(cache_implementation):

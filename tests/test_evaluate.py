@@ -609,6 +609,14 @@ def test_a_run_folder_cannot_switch_on_remote_code(tmp_path, tiny_model):
     assert marker.read_text() == "ran"  # the user's own switch does run it: the test above could fail
 
 
+def test_evaluate_loads_a_model_in_a_shell_left_set_for_fsdp(tmp_path, tiny_model, monkeypatch):
+    # training's FSDP device_map is training's: evaluate.py passes its own, and the two must not meet
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    s, _ = evaluate.resolve(["--smoke", f"--MODEL_NAME={tiny_model}"])
+    model, _ = evaluate.load_model(s, cpu_only=True)
+    assert not model.training
+
+
 def test_default_output_dir_of_a_checkpoint_and_a_hub_model():
     # beside a checkpoint-N, never in it; a Hub id as org--name
     assert evaluate.default_output_dir("runs/a/checkpoint-4", "m") == "runs/a/eval-checkpoint-4"
