@@ -219,12 +219,12 @@ def completion_to_text(completion) -> str:
 def extract_answer(text: str, *, truncated: bool = False, thinking: bool = False) -> str | None:
     """The final answer of a completion or a GSM8K solution as a decimal string ("1080", "-3", "18.5"), or None.
     `truncated` (cut off): no answer from its last number; `thinking` (mode on): none unless the thinking closed."""
-    return read_answer(text, truncated=truncated, thinking=thinking)[0]
+    return read_answer(text, truncated=truncated, thinking=thinking, pads=False)[0]
 
 
 def extract_hash_answer(text: str, *, thinking: bool = False) -> str | None:
     """The number after the last `####` (GSM8K's format; not a heading, `#### Final answer`), else None."""
-    return read_answer(text, thinking=thinking, strict=True)[0]
+    return read_answer(text, thinking=thinking, strict=True, pads=False)[0]
 
 
 def answers_match(pred: str | None, gold: str | None) -> bool:
@@ -243,8 +243,9 @@ def grade(completion, gold, *, truncated: bool = False, thinking: bool = False) 
     answer does), `formatted` (there is a `#### N`), `padded` (`pads_answer`; the verdicts judge the answer alone).
     """
     gold = gold_value(gold)
-    extracted, padded, accepted = read_answer(completion, truncated=truncated, thinking=thinking)
-    strict, _, strict_accepted = read_answer(completion, thinking=thinking, strict=True)
+    region = answer_region(completion_to_text(completion), thinking)  # read once for both readings
+    extracted, padded, accepted = _read(region, truncated)
+    strict, _, strict_accepted = _read(region, strict=True, pads=False)
     return {
         "extracted": extracted,
         "correct": answers_match(accepted, gold),
@@ -260,16 +261,22 @@ def pads_answer(text, *, truncated: bool = False, thinking: bool = False) -> boo
     return read_answer(text, truncated=truncated, thinking=thinking)[1]
 
 
-def read_answer(text, *, truncated=False, thinking=False, strict=False) -> tuple[str | None, bool, tuple[str, ...]]:
-    """`extract_answer`'s answer (strict: `extract_hash_answer`'s), `pads_answer`'s verdict, and the values that
-    count as the answer: it, and the same quantity in other units. A hedge ("18 or 20") is no answer."""
-    region = answer_region(completion_to_text(text), thinking)
+def read_answer(
+    text, *, truncated=False, thinking=False, strict=False, pads=True
+) -> tuple[str | None, bool, tuple[str, ...]]:
+    """`extract_answer`'s answer (strict: `extract_hash_answer`'s), `pads_answer`'s verdict (False unasked, `pads`),
+    and the values that count as the answer: it, and the same quantity in other units. A hedge ("18 or 20") is no
+    answer."""
+    return _read(answer_region(completion_to_text(text), thinking), truncated, strict, pads)
+
+
+def _read(region, truncated=False, strict=False, pads=True):
     head = None if region is None else region[: _turn_at(region)]  # a base model's next question is no answer
     found = None if head is None else (_hash_answer(head) if strict else _final_answer(head, truncated))
     if found is None:
         return None, False, ()
     value, accepted = _statement(head, *found)
-    return value, _pads(region, *found), accepted
+    return value, pads and _pads(region, *found), accepted
 
 
 def _pads(region: str, value: str | None, start: int, end: int) -> bool:
