@@ -229,9 +229,8 @@ class Advisor:
     def _diverging(self, logs):
         """Divergence without a NaN: the gradient norm explodes, or the entropy climbs to that of uniform noise."""
         grad_norm, entropy, vocab = logs.get("grad_norm"), logs.get("entropy"), self.settings.get("vocab_size")
-        lower = self._text("lower_lr")
         if isinstance(grad_norm, (int, float)) and self.t.grad_norm_max < grad_norm < math.inf:  # inf: the NaN rule
-            return self._say("diverging", "act", "grad_norm", grad_norm=grad_norm, lower=lower)
+            return self._say("diverging", "act", "grad_norm", grad_norm=grad_norm, lower=self._text("lower_lr"))
         if not _finite(entropy) or not vocab:
             return None
         top = self.t.entropy_max_frac * math.log(vocab)
@@ -240,6 +239,7 @@ class Advisor:
         if self._entropy_run < self.t.entropy_logs or self._entropy_first >= top:
             return None  # a model that starts as noise (a random one) has not diverged
         values = dict(entropy=entropy, vocab=vocab, run=self._entropy_run, first=self._entropy_first)
+        lower = self._text("lower_lr")  # built only when it is said: this runs at every log
         return self._say("diverging", "act", "entropy", noise=entropy / math.log(vocab), lower=lower, **values)
 
 

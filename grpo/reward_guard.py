@@ -126,6 +126,7 @@ class Guard:
 
     def __init__(self, func, entry, timeout=0):
         self.func, self.entry, self.timeout = func, entry, timeout  # timeout: seconds per call, 0 = no limit
+        self.source = _source(func)  # the reward's file, whose line a timeout names
         self.__name__ = getattr(func, "__name__", entry.rpartition(":")[2])
 
     def __call__(self, *args, **kwargs):
@@ -141,7 +142,7 @@ class Guard:
         where = f"at training step {getattr(kwargs.get('trainer_state'), 'global_step', '?')}"
         try:
             message = timeout_message(self.timeout, self.entry, where)
-            with deadline(self.timeout and self.timeout + grace, message, source=_source(self.func)):
+            with deadline(self.timeout and self.timeout + grace, message, source=self.source):
                 lists = {k: copy.deepcopy(v) for k, v in kwargs.items() if isinstance(v, list) and k != "environments"}
                 yield where, {**kwargs, **lists}
         except (Exception, SystemExit) as err:
