@@ -83,27 +83,29 @@ def render_card(
 ):
     """The card's text (front matter and markdown) from values alone: no files, no network."""
     base = str(settings.get("MODEL_NAME", ""))
+    licence = base_licence(base)  # read once from the base's card, for the metadata and the section
+    results = eval_results(name, settings, metrics_after)
     sections = [
-        front_matter(base, settings.get("DATASET", ""), library_name, eval_results(name, settings, metrics_after)),
+        front_matter(base, settings.get("DATASET", ""), library_name, results, licence),
         f"# {escape(name)}\n\n{summary(base, library_name)}",
         data_section(settings),
         rewards_section(settings),
         settings_section(settings, steps),
         metrics_section(metrics_before, metrics_after, settings),
         usage_section(settings, library_name, location, adapter_dir),
-        licence_section(base),
+        licence_section(base, licence),
         "## Citations\n\nGRPO (DeepSeekMath) and TRL, which trained this model:\n\n" + CITATIONS,
     ]
     return "\n\n".join(sections) + "\n"
 
 
-def front_matter(base, dataset, library_name, results=None):
+def front_matter(base, dataset, library_name, results=None, licence=None):
     """YAML front matter the Hub reads: base_model (a Hub id only), library, datasets, tags, model-index."""
     from huggingface_hub import ModelCardData
 
     base_id = hub_model_id(base)
     data = ModelCardData(
-        license=base_licence(base) or "other",
+        license=licence or "other",
         model_name=results[0] if results else None,
         eval_results=results[1] if results else None,
         base_model=base_id,
@@ -304,7 +306,7 @@ def base_licence(base):
     return licence if isinstance(licence, str) and re.fullmatch(LICENCE_ID, licence) else None
 
 
-def licence_section(base):
+def licence_section(base, licence):
     """The base model's licence, named where its card states it; no licence text is copied."""
     where = "the base model was not recorded"
     if base_id := hub_model_id(base):
@@ -312,7 +314,7 @@ def licence_section(base):
     elif base:
         where = f"the base model is the local folder {code(base)}, so this card cannot link to them"
     terms = f"the base model's licence terms: {where}. Check them"
-    if (licence := base_licence(base)) and licence != "other":
+    if licence and licence != "other":
         terms = f"its licence, `{licence}` (the base model's card). Check its terms"
     return f"## Licence\n\nThis model is derived from its base model and falls under {terms} before redistributing."
 
