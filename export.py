@@ -97,7 +97,7 @@ def resolve(c, given=frozenset()):
         raise ConfigError("give the adapter to merge: --ADAPTER=<a run's OUTPUT_DIR or a checkpoint-N in it>.")
     config = files.read_json_object(Path(adapter) / "adapter_config.json")
     if not config:
-        mergeable = [d for d in files.checkpoint_dirs(adapter) if (d / "adapter_config.json").is_file()]
+        mergeable = files.adapter_checkpoints(adapter)
         hint = f" The newest checkpoint there is {mergeable[-1]}." if mergeable else ""
         raise ConfigError(
             f"ADAPTER={adapter!r} holds no LoRA adapter (no adapter_config.json). Point it at a training run's "

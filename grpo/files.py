@@ -36,6 +36,11 @@ def checkpoint_dirs(output_dir):
     return sorted(found, key=checkpoint_step)
 
 
+def adapter_checkpoints(output_dir):
+    """checkpoint_dirs that hold an adapter (adapter_config.json), oldest first."""
+    return [c for c in checkpoint_dirs(output_dir) if (c / "adapter_config.json").is_file()]
+
+
 def read_json_object(path, types=None):
     """The JSON object in `path` ({} when absent); anything else, or a value not of its `types`, is a ConfigError."""
     path = Path(path)
@@ -237,7 +242,7 @@ def run_settings(adapter, types=None):
 def newer_checkpoint(adapter, step):
     """A line when the run folder `adapter` (adapter from `step`) holds a newer checkpoint: a continuation that was
     stopped before its final save (SIGKILL, a node lost), whose final adapter is still the older one; else None."""
-    newer = [c for c in checkpoint_dirs(adapter) if (c / "adapter_config.json").is_file()]
+    newer = adapter_checkpoints(adapter)
     if checkpoint_step(adapter) is not None or not newer or (step is not None and checkpoint_step(newer[-1]) <= step):
         return None
     known = f"the adapter of step {step}" if step is not None else "an adapter whose step is not recorded"
