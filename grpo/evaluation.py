@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from grpo import errors, files, generation, gsm8k, settings, stats, weight_sync
+from grpo import errors, files, generation, gsm8k, settings, stats
 from grpo.errors import ConfigError
 
 log = logging.getLogger("grpotrainer.evaluation")
@@ -260,7 +260,7 @@ def evaluate_trainer(trainer, when, limit, dataset, batch_size, settings=None, s
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if args.use_vllm:
-            generate = weight_sync.trainer_vllm_generator(trainer, tokens, thinking)
+            generate = generation.trainer_vllm_generator(trainer, tokens, thinking)
         else:  # training's own end-of-turn tokens: Trainer may have rewritten the generation config's
             model = stack.enter_context(generation.generation_ready(trainer))
             options = dict(cache_implementation=args.cache_implementation, eos=trainer.eos_token_ids)

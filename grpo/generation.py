@@ -86,14 +86,22 @@ def hf_generator(model, tokenizer, max_new_tokens, enable_thinking=False, cache_
         inputs = inputs.to(model.device)
         with torch.no_grad():
             output = model.generate(**inputs, generation_config=config, **decode)
-        outputs = []
-        for ids in output[:, inputs["input_ids"].shape[1] :].tolist():
-            end = next((i for i, t in enumerate(ids) if t in eos), None)
-            n_tokens = len(ids) if end is None else end + 1
-            outputs.append((tokenizer.decode(ids[:n_tokens], skip_special_tokens=True), n_tokens, end is None))
-        return outputs
+        return [completion(tokenizer, ids, eos) for ids in output[:, inputs["input_ids"].shape[1] :].tolist()]
 
     return generate
+
+
+def completion(tokenizer, ids, eos):
+    """(text, tokens, cut off) of generated `ids`: counted up to the first end of turn in `eos`, included, and decoded
+    without special tokens; none means cut off."""
+    end = next((i for i, t in enumerate(ids) if t in eos), None)
+    n_tokens = len(ids) if end is None else end + 1
+    return tokenizer.decode(ids[:n_tokens], skip_special_tokens=True), n_tokens, end is None
+
+
+def vllm_completions(outs):
+    """(text, tokens, cut off) of each of vLLM's RequestOutputs, its first sample's."""
+    return [(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason == "length") for o in outs]
 
 
 def render(tokenizer, prompts, enable_thinking=False):
@@ -168,9 +176,57 @@ def vllm_generator(model_name, adapter, *, prompt_tokens, max_completion_length,
         params = SamplingParams(temperature=temperature, max_tokens=max_completion_length)
         kwargs = {"enable_thinking": enable_thinking}
         outs = llm.chat(prompts, params, lora_request=lora, chat_template_kwargs=kwargs, use_tqdm=True)
-        return [(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason == "length") for o in outs]
+        return vllm_completions(outs)
 
     return generate
+
+
+def trainer_vllm_generator(trainer, max_new_tokens, enable_thinking):
+    """A `generate(prompts, temperature=0.0)` on the run's vLLM engine with hf_generator's contract, the
+    weights synced first when stale. Syncing (ZeRO-3) and server mode are collective: every rank calls as often."""
+    generation = trainer.vllm_generation
+    if generation.mode == "colocate" and generation.tensor_parallel_size > 1:  # its ranks must all send the same
+        raise NotImplementedError("held-out evaluation on a tensor-parallel colocated vLLM engine")
+    thinking = {"enable_thinking": enable_thinking}
+
+    def generate(prompts, temperature=0.0):
+        # stale after a step, or discarded by sleep mode: read from TRL's private markers, as it has no public way
+        asleep = generation.mode == "colocate" and generation.enable_sleep_mode and generation._llm_weights_sleeping
+        if trainer.state.global_step != trainer._last_loaded_step or asleep:
+            generation.sync_weights()
+            trainer._last_loaded_step = trainer.state.global_step
+        sampling = dict(n=1, temperature=temperature, top_k=0, top_p=1.0, max_tokens=max_new_tokens)
+        if generation.mode == "server":
+            return server_generate(trainer, prompts, sampling, thinking)
+        from vllm import SamplingParams
+
+        params = SamplingParams(**sampling)
+        if generation.enable_sleep_mode:  # as TRL's generate: the KV cache woken, then everything asleep again
+            generation.llm.wake_up(tags=["kv_cache"])
+        try:
+            outs = generation.llm.chat(prompts, params, chat_template_kwargs=thinking, use_tqdm=False)
+        finally:
+            if generation.enable_sleep_mode:  # level 2 drops the weights: the next generation re-sends them
+                generation.llm.sleep(level=2)
+                generation._llm_weights_sleeping = True
+        return vllm_completions(outs)
+
+    return generate
+
+
+def server_generate(trainer, prompts, sampling, thinking):
+    """This rank's completions of every rank's prompts, sent by the main process, decoded as hf_generator does."""
+    from accelerate.utils import broadcast_object_list, gather_object
+
+    acc, tokenizer, eos = trainer.accelerator, trainer.processing_class, trainer.eos_token_ids
+    per_rank = gather_object([prompts])  # one list of prompts per rank, in rank order
+    result = [None]
+    if acc.is_main_process:
+        answer = trainer.vllm_generation.vllm_client.chat(sum(per_rank, []), **sampling, chat_template_kwargs=thinking)
+        result = [answer["completion_ids"]]
+    broadcast_object_list(result, from_process=0)
+    start = sum(len(rank) for rank in per_rank[: acc.process_index])
+    return [completion(tokenizer, ids, eos) for ids in result[0][start : start + len(prompts)]]
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """vLLM beside a LoRA model in training: the weights sent out of place (TRL 1.16 merges the adapter into the bf16
-base and unmerges, so the base drifts at every sync: TRL issue 6688), a broken vllm kept from TRL, held-out
-evaluation on the run's engine. Nothing heavy at import: `vllm_status` runs before anything imports trl."""
+base and unmerges, so the base drifts at every sync: TRL issue 6688), a broken vllm kept from TRL (held-out
+evaluation on the run's engine: generation.trainer_vllm_generator). Nothing heavy at import: `vllm_status` runs
+before anything imports trl."""
 
 import importlib.util
 import sys
@@ -106,56 +107,3 @@ def lora_delta(layer, adapter):
     product = layer.lora_B[adapter].weight.detach().float() @ layer.lora_A[adapter].weight.detach().float()
     product.mul_(layer.scaling[adapter])
     return product.T if layer.fan_in_fan_out else product
-
-
-def trainer_vllm_generator(trainer, max_new_tokens, enable_thinking):
-    """A `generate(prompts, temperature=0.0)` on the run's vLLM engine with generation.hf_generator's contract, the
-    weights synced first when stale. Syncing (ZeRO-3) and server mode are collective: every rank calls as often."""
-    generation = trainer.vllm_generation
-    if generation.mode == "colocate" and generation.tensor_parallel_size > 1:  # its ranks must all send the same
-        raise NotImplementedError("held-out evaluation on a tensor-parallel colocated vLLM engine")
-    thinking = {"enable_thinking": enable_thinking}
-
-    def generate(prompts, temperature=0.0):
-        # stale after a step, or discarded by sleep mode: read from TRL's private markers, as it has no public way
-        asleep = generation.mode == "colocate" and generation.enable_sleep_mode and generation._llm_weights_sleeping
-        if trainer.state.global_step != trainer._last_loaded_step or asleep:
-            generation.sync_weights()
-            trainer._last_loaded_step = trainer.state.global_step
-        sampling = dict(n=1, temperature=temperature, top_k=0, top_p=1.0, max_tokens=max_new_tokens)
-        if generation.mode == "server":
-            return server_generate(trainer, prompts, sampling, thinking)
-        from vllm import SamplingParams
-
-        params = SamplingParams(**sampling)
-        if generation.enable_sleep_mode:  # as TRL's generate: the KV cache woken, then everything asleep again
-            generation.llm.wake_up(tags=["kv_cache"])
-        try:
-            outs = generation.llm.chat(prompts, params, chat_template_kwargs=thinking, use_tqdm=False)
-        finally:
-            if generation.enable_sleep_mode:  # level 2 drops the weights: the next generation re-sends them
-                generation.llm.sleep(level=2)
-                generation._llm_weights_sleeping = True
-        return [(o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason == "length") for o in outs]
-
-    return generate
-
-
-def server_generate(trainer, prompts, sampling, thinking):
-    """This rank's completions of every rank's prompts, sent by the main process, decoded as hf_generator does."""
-    from accelerate.utils import broadcast_object_list, gather_object
-
-    acc, tokenizer, eos = trainer.accelerator, trainer.processing_class, trainer.eos_token_ids
-    per_rank = gather_object([prompts])  # one list of prompts per rank, in rank order
-    result = [None]
-    if acc.is_main_process:
-        answer = trainer.vllm_generation.vllm_client.chat(sum(per_rank, []), **sampling, chat_template_kwargs=thinking)
-        result = [answer["completion_ids"]]
-    broadcast_object_list(result, from_process=0)
-    start = sum(len(rank) for rank in per_rank[: acc.process_index])
-    outputs = []
-    for ids in result[0][start : start + len(prompts)]:
-        end = next((i for i, t in enumerate(ids) if t in eos), None)
-        n_tokens = len(ids) if end is None else end + 1
-        outputs.append((tokenizer.decode(ids[:n_tokens], skip_special_tokens=True), n_tokens, end is None))
-    return outputs

@@ -1,6 +1,7 @@
 """Tests of grpo/weight_sync.py: the out-of-place vLLM weight sync driven through TRL's own sync_weights() (no vllm
 needed: the engine is a stand-in that records what it is sent), a vllm that cannot be imported (a stand-in package,
-in subprocesses), and held-out generation on the run's engine (stand-ins that record the calls).
+in subprocesses), and held-out generation on the run's engine (generation.trainer_vllm_generator, which syncs
+through it; stand-ins that record the calls).
 
     OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/test_weight_sync.py -q
 """
@@ -426,7 +427,7 @@ PROMPTS = [[{"role": "user", "content": q}] for q in ("1+1?", "2+2?", "3+3?")]
 
 def test_colocated_generation_syncs_stale_weights_once_and_keeps_the_contract(fake_vllm):
     run = run_on_engine(step=5)
-    generate = weight_sync.trainer_vllm_generator(run, max_new_tokens=64, enable_thinking=False)
+    generate = generation.trainer_vllm_generator(run, max_new_tokens=64, enable_thinking=False)
     outputs = generate(PROMPTS)
     assert outputs == [("#### 0", 2, False), ("#### 1", 3, True), ("#### 2", 4, False)]  # "length": cut off
     generate(PROMPTS, temperature=0.7)  # the same step: the engine's weights are fresh
@@ -443,20 +444,20 @@ def test_colocated_generation_syncs_stale_weights_once_and_keeps_the_contract(fa
 def test_a_tensor_parallel_colocated_engine_is_refused_rather_than_left_to_hang(fake_vllm):
     # the ranks of a tensor-parallel group drive one engine and must all send it the same prompts; ours differ
     with pytest.raises(NotImplementedError, match="tensor-parallel"):
-        weight_sync.trainer_vllm_generator(run_on_engine(tensor_parallel_size=2), 8, False)
+        generation.trainer_vllm_generator(run_on_engine(tensor_parallel_size=2), 8, False)
 
 
 def test_a_sync_made_by_training_in_this_step_is_not_repeated(fake_vllm):
     run = run_on_engine(step=3)
     run._last_loaded_step = 3  # GRPOTrainer synced before this step's generation
-    weight_sync.trainer_vllm_generator(run, 8, True)(PROMPTS)
+    generation.trainer_vllm_generator(run, 8, True)(PROMPTS)
     assert run.vllm_generation.syncs == [] and run.vllm_generation.llm.calls[0][2] == {"enable_thinking": True}
 
 
 def test_sleep_mode_resends_the_discarded_weights_and_sleeps_again(fake_vllm):
     run = run_on_engine(step=2, sleep_mode=True, _llm_weights_sleeping=True)
     run._last_loaded_step = 2  # fresh by the step, but level 2 sleep discarded the engine's weights
-    weight_sync.trainer_vllm_generator(run, 8, False)(PROMPTS)
+    generation.trainer_vllm_generator(run, 8, False)(PROMPTS)
     assert run.vllm_generation.syncs == [2]
     assert run.vllm_generation.llm.events == [("wake_up", ["kv_cache"]), "chat", ("sleep", 2)]
     assert run.vllm_generation._llm_weights_sleeping is True  # training's next generate re-sends them
@@ -477,7 +478,7 @@ def test_server_generation_asks_the_server_once_and_counts_as_hf_generator(fake_
     run = run_on_engine(mode="server", step=1, vllm_client=NS(chat=chat))
     run.__dict__.update(accelerator=NS(is_main_process=True, process_index=0), processing_class=Tokenizer())
     run.eos_token_ids = [0]
-    outputs = weight_sync.trainer_vllm_generator(run, 3, False)(PROMPTS)
+    outputs = generation.trainer_vllm_generator(run, 3, False)(PROMPTS)
     assert outputs == [("5 6", 3, False), ("5 6 7", 3, True), ("", 1, False)]  # up to and including the end of turn
     assert run.vllm_generation.syncs == [1]
     ((prompts, kwargs),) = calls
@@ -493,7 +494,7 @@ def test_the_generator_drives_generation_generate_all(fake_vllm):
     data = Dataset.from_dict({"prompt": PROMPTS, "question": ["a", "b", "c"], "answer": ["0", "1", "2"]})
     run = run_on_engine()
     rows = generation.generate_all(
-        data, weight_sync.trainer_vllm_generator(run, 8, False), batch_size=2, progress=False
+        data, generation.trainer_vllm_generator(run, 8, False), batch_size=2, progress=False
     )
     assert [(r["completion"], r["truncated"]) for r in rows] == [
         ("#### 0", False),
